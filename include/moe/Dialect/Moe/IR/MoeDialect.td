@@ -1,0 +1,35 @@
+//===- MoeDialect.td - The moe dialect ---------------------*- tablegen -*-===//
+//
+// The moe dialect: Mixture-of-Experts layers as IR.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOE_DIALECT_MOE_IR_MOEDIALECT_TD
+#define MOE_DIALECT_MOE_IR_MOEDIALECT_TD
+
+include "mlir/IR/OpBase.td"
+
+def Moe_Dialect : Dialect {
+  let name = "moe";
+  let cppNamespace = "::mlir::moe";
+  let summary = "Mixture-of-Experts layers: routing and grouped matmuls";
+  let description = [{
+    The `moe` dialect describes one Mixture-of-Experts layer at two levels:
+
+    * the layer level, `moe.fused_moe`, which a front end emits as one op;
+    * the primitive level (`moe.gate`, `moe.route`, `moe.grouped_matmul`,
+      `moe.combine`), produced by `moe-decompose`, which the CPU and GPU
+      lowerings consume.
+
+    Names used throughout: T tokens, H hidden size, I expert intermediate
+    size, E routed experts, X fused shared experts (stored after the routed
+    ones, ids `E..E+X-1`), S = top_k + X slots per token. Token counts may be
+    dynamic; every other dimension is static.
+  }];
+  let useDefaultAttributePrinterParser = 1;
+  let extraClassDeclaration = [{
+    void registerAttributes();
+  }];
+}
+
+#endif // MOE_DIALECT_MOE_IR_MOEDIALECT_TD

@@ -1,0 +1,243 @@
+//===- MoeOps.td - moe operations --------------------------*- tablegen -*-===//
+
+#ifndef MOE_DIALECT_MOE_IR_MOEOPS_TD
+#define MOE_DIALECT_MOE_IR_MOEOPS_TD
+
+include "moe/Dialect/Moe/IR/MoeAttrs.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+class Moe_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Moe_Dialect, mnemonic, !listconcat(traits, [Pure])> {
+  let hasVerifier = 1;
+}
+
+def Moe_FloatTensor : RankedTensorOf<[F32, BF16, F16]>;
+def Moe_I32Tensor : RankedTensorOf<[I32]>;
+def Moe_F32Tensor : RankedTensorOf<[F32]>;
+def Moe_CountTensor : 0DTensorOf<[I32]>;
+def Moe_PositiveI64Attr : ConfinedAttr<I64Attr, [IntPositive]>;
+
+//===----------------------------------------------------------------------===//
+// Layer level
+//===----------------------------------------------------------------------===//
+
+def Moe_FusedMoeOp : Moe_Op<"fused_moe"> {
+  let summary = "A whole Mixture-of-Experts layer";
+  let description = [{
+    Routes each token of `hidden_states` `[T, H]` to experts chosen from
+    `router_logits` `[T, E]` (rules in `router`, optional `correction_bias`
+    `[E]`), runs each chosen expert's gated MLP and sums the experts' outputs
+    weighted by the routing weights:
+
+    ```
+    h   = hidden_states[t] x w13[e]^T            // [2I], gate rows then up rows
+    a   = activation(h[:I]) * h[I:]              // [I], in fp32
+    y[t] = sum over slots s of weight[t,s] * (a x w2[e]^T)   // [H]
+    ```
+
+    `w13` is `[E+X, 2I, H]` and `w2` is `[E+X, H, I]`, where X is the router's
+    `num_shared_experts` (their weights follow the routed experts'). The
+    result has the type of `hidden_states`. `moe-decompose` rewrites this op
+    into `moe.gate`, `moe.route`, two `moe.grouped_matmul`s and `moe.combine`.
+
+    Example:
+
+    ```mlir
+    %y = moe.fused_moe %x, %logits, %w13, %w2 activation(silu_and_mul)
+           {router = #moe.router<scoring = softmax, top_k = 2, renormalize = true>}
+         : (tensor<?x4096xbf16>, tensor<?x8xf32>, tensor<8x28672x4096xbf16>,
+            tensor<8x4096x14336xbf16>) -> tensor<?x4096xbf16>
+    ```
+  }];
+  let arguments = (ins
+    Moe_FloatTensor:$hidden_states,
+    Moe_FloatTensor:$router_logits,
+    Moe_FloatTensor:$w13,
+    Moe_FloatTensor:$w2,
+    Optional<Moe_F32Tensor>:$correction_bias,
+    Moe_RouterAttr:$router,
+    Moe_ActivationAttr:$activation
+  );
+  let results = (outs Moe_FloatTensor:$output);
+  let assemblyFormat = [{
+    $hidden_states `,` $router_logits `,` $w13 `,` $w2
+    (`bias` `(` $correction_bias^ `)`)? `activation` `(` $activation `)`
+    attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Primitive level
+//===----------------------------------------------------------------------===//
+
+def Moe_GateOp : Moe_Op<"gate"> {
+  let summary = "Router top-k: choose experts and their weights per token";
+  let description = [{
+    Turns `logits` `[T, E]` into `weights` `[T, S] f32` and `ids` `[T, S] i32`
+    with S = `top_k` + `num_shared_experts` (see `#moe.router`):
+
+    1. scores in fp32: `softmax` over E, or `sigmoid` per expert;
+    2. selection scores = scores + `correction_bias` (the bias affects
+       selection only);
+    3. with `num_groups` G > 1, each group of E/G experts scores the sum of its
+       two best selection scores; only the `topk_groups` best groups stay
+       eligible;
+    4. the `top_k` eligible experts with the best selection scores are chosen,
+       best first; ties go to the lower expert index; NaN ranks lowest, so a
+       row of NaNs still yields `top_k` distinct, in-range ids;
+    5. a chosen expert's weight is its unbiased score (0 where it is NaN);
+       with `renormalize` the weights are divided by (their sum + 1e-20); then
+       multiplied by `routed_scaling_factor`;
+    6. slots `top_k .. S-1` hold the shared experts `E .. E+X-1`, weight 1.0.
+
+    Example:
+
+    ```mlir
+    %w, %ids = moe.gate %logits bias %b {
+        router = #moe.router<scoring = sigmoid, top_k = 8, num_groups = 8,
+                             topk_groups = 4, renormalize = true,
+                             routed_scaling_factor = 2.5>}
+      : (tensor<?x256xf32>, tensor<256xf32>)
+        -> (tensor<?x8xf32>, tensor<?x8xi32>)
+    ```
+  }];
+  let arguments = (ins
+    Moe_FloatTensor:$logits,
+    Optional<Moe_F32Tensor>:$correction_bias,
+    Moe_RouterAttr:$router
+  );
+  let results = (outs Moe_F32Tensor:$weights, Moe_I32Tensor:$ids);
+  let assemblyFormat = [{
+    $logits (`bias` $correction_bias^)? attr-dict `:`
+    functional-type(operands, results)
+  }];
+}
+
+def Moe_RouteOp : Moe_Op<"route"> {
+  let summary = "Sort routed slots by expert and pad each expert to block_m";
+  let description = [{
+    Counting-sorts the slots `t * S + s` of `ids` `[T, S]` by expert id (stable:
+    increasing slot index within an expert), pads each expert's run of rows to
+    a multiple of `block_m` with the sentinel `T * S`, and returns:
+
+    * `sorted_ids` `[C]`: the slot of each padded row, C = T*S +
+      `num_experts` * (`block_m` - 1) the static capacity; rows past the
+      padded count hold the sentinel too;
+    * `expert_ids` `[ceil(C / block_m)]`: the expert of each block of rows
+      (blocks past the padded count hold -1); experts with no slots get no
+      blocks;
+    * `num_padded`: the padded row count, a device value never read back.
+
+    `num_experts` counts every id `ids` may hold, fused shared experts
+    included.
+
+    Example:
+
+    ```mlir
+    %sorted, %experts, %count = moe.route %ids {num_experts = 8, block_m = 64}
+      : (tensor<?x2xi32>) -> (tensor<?xi32>, tensor<?xi32>, tensor<i32>)
+    ```
+  }];
+  let arguments = (ins
+    Moe_I32Tensor:$ids,
+    Moe_PositiveI64Attr:$num_experts,
+    Moe_PositiveI64Attr:$block_m
+  );
+  let results = (outs
+    Moe_I32Tensor:$sorted_ids,
+    Moe_I32Tensor:$expert_ids,
+    Moe_CountTensor:$num_padded
+  );
+  let assemblyFormat = "$ids attr-dict `:` functional-type(operands, results)";
+  let extraClassDeclaration = [{
+    /// Rows of `sorted_ids` for `numSlots` routed slots: the static bound
+    /// T*S + E*(block_m - 1), or dynamic when `numSlots` is.
+    static int64_t getCapacity(int64_t numSlots, int64_t numExperts,
+                               int64_t blockM);
+  }];
+}
+
+def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul"> {
+  let summary = "Per-expert matmul over routed rows with a fused epilogue";
+  let description = [{
+    For each padded routed row r of `sorted_ids` that is not padding
+    (`sorted_ids[r] < T*S`), with e = `expert_ids[r / block_m]`:
+
+    ```
+    h[n] = sum_k A[src(r), k] * weights[e, n, k]      // fp32 accumulation
+    ```
+
+    * `input_order = token`: A is `[T, K]` and src(r) = `sorted_ids[r]` / S
+      (`num_slots` = S); `input_order = sorted`: A is `[C, K]` in the order of
+      `sorted_ids` and src(r) = r.
+    * `activation` (fp32): `silu_and_mul` / `gelu_and_mul` give
+      `out[j] = act(h[j]) * h[j + N/2]`, halving N; `none` keeps h.
+    * with `routed_weights` `[T, S] f32`, the row is multiplied by the weight
+      of its slot after the activation.
+    * `output_order = sorted`: the result is `[C, N']` in the order of
+      `sorted_ids`; `output_order = slot`: the result is `[T, S, N']`, row
+      `sorted_ids[r]` receiving row r. Padding rows are never stored (their
+      contents are unspecified).
+
+    `weights` is `[E', N, K]` with E' the `num_experts` of the `moe.route`
+    that produced the routing operands; A and `weights` share one element
+    type; the result's element type may differ. An optional `config` fixes the
+    tiling that `moe-tile` uses.
+
+    Example (the first GEMM of a layer):
+
+    ```mlir
+    %h = moe.grouped_matmul %x, %w13, %sorted, %experts, %count
+           input(token) output(sorted) activation(silu_and_mul)
+           {block_m = 64, num_slots = 2}
+         : (tensor<?x4096xbf16>, tensor<8x28672x4096xbf16>, tensor<?xi32>,
+            tensor<?xi32>, tensor<i32>) -> tensor<?x14336xbf16>
+    ```
+  }];
+  let arguments = (ins
+    Moe_FloatTensor:$input,
+    Moe_FloatTensor:$weights,
+    Moe_I32Tensor:$sorted_ids,
+    Moe_I32Tensor:$expert_ids,
+    Moe_CountTensor:$num_padded,
+    Optional<Moe_F32Tensor>:$routed_weights,
+    Moe_PositiveI64Attr:$block_m,
+    Moe_PositiveI64Attr:$num_slots,
+    Moe_RowOrderAttr:$input_order,
+    Moe_RowOrderAttr:$output_order,
+    DefaultValuedAttr<Moe_ActivationAttr, "::mlir::moe::Activation::none">:$activation,
+    OptionalAttr<Moe_GemmConfigAttr>:$config
+  );
+  let results = (outs Moe_FloatTensor:$output);
+  let assemblyFormat = [{
+    $input `,` $weights `,` $sorted_ids `,` $expert_ids `,` $num_padded
+    (`routed_weights` `(` $routed_weights^ `)`)?
+    `input` `(` $input_order `)` `output` `(` $output_order `)`
+    (`activation` `(` $activation^ `)`)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def Moe_CombineOp : Moe_Op<"combine"> {
+  let summary = "Sum each token's slot rows";
+  let description = [{
+    `output[t, h] = sum_s w[t, s] * rows[t, s, h]`, accumulated in fp32, where
+    `rows` is `[T, S, H]` in slot order and w is `weights` `[T, S] f32`, or 1
+    when the routed weights were applied by the GEMM epilogue. The result is
+    `[T, H]` in the element type of `rows`.
+
+    Example:
+
+    ```mlir
+    %y = moe.combine %rows : (tensor<?x2x4096xbf16>) -> tensor<?x4096xbf16>
+    ```
+  }];
+  let arguments = (ins Moe_FloatTensor:$rows, Optional<Moe_F32Tensor>:$weights);
+  let results = (outs Moe_FloatTensor:$output);
+  let assemblyFormat = [{
+    $rows (`weights` `(` $weights^ `)`)? attr-dict `:`
+    functional-type(operands, results)
+  }];
+}
+
+#endif // MOE_DIALECT_MOE_IR_MOEOPS_TD

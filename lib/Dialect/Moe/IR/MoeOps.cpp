@@ -1,0 +1,366 @@
+//===- MoeOps.cpp - moe operations ----------------------------------------===//
+
+#include "moe/Dialect/Moe/IR/MoeOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/IR/TypeUtilities.h"
+#include "llvm/Support/MathExtras.h"
+
+using namespace mlir;
+using namespace mlir::moe;
+
+//===----------------------------------------------------------------------===//
+// Shape helpers
+//===----------------------------------------------------------------------===//
+
+/// Formats a shape as `[4, ?, 8]`.
+static std::string formatShape(ArrayRef<int64_t> dims) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << '[';
+  llvm::interleaveComma(dims, os, [&](int64_t dim) {
+    if (ShapedType::isDynamic(dim))
+      os << '?';
+    else
+      os << dim;
+  });
+  os << ']';
+  return text;
+}
+
+/// Checks that operand or result `name` has the shape `expected`, where a
+/// dynamic size on either side matches anything (as in tensor.cast).
+/// `meaning` names the dimensions, e.g. "[T, E]".
+static LogicalResult verifyShape(Operation *op, StringRef name, Value value,
+                                 ArrayRef<int64_t> expected,
+                                 StringRef meaning) {
+  auto type = cast<RankedTensorType>(value.getType());
+  auto report = [&]() {
+    return op->emitOpError()
+           << "expects '" << name << "' of shape " << meaning << " = "
+           << formatShape(expected) << ", got " << type;
+  };
+  if (type.getRank() != static_cast<int64_t>(expected.size()))
+    return report();
+  for (auto [actual, wanted] : llvm::zip(type.getShape(), expected))
+    if (!ShapedType::isDynamic(actual) && !ShapedType::isDynamic(wanted) &&
+        actual != wanted)
+      return report();
+  return success();
+}
+
+/// Checks that `name` has rank `rank`.
+static LogicalResult verifyRank(Operation *op, StringRef name, Value value,
+                                int64_t rank, StringRef meaning) {
+  auto type = cast<RankedTensorType>(value.getType());
+  if (type.getRank() != rank)
+    return op->emitOpError() << "expects '" << name << "' of rank " << rank
+                             << " " << meaning << ", got " << type;
+  return success();
+}
+
+/// Checks that dimensions `dims` of `name`, described by `meaning`, are
+/// static.
+static LogicalResult verifyStaticDims(Operation *op, StringRef name,
+                                      Value value, ArrayRef<unsigned> dims,
+                                      StringRef meaning) {
+  auto type = cast<RankedTensorType>(value.getType());
+  for (unsigned dim : dims)
+    if (type.isDynamicDim(dim))
+      return op->emitOpError() << "expects '" << name << "' " << meaning
+                               << " to be static, got " << type;
+  return success();
+}
+
+/// Checks that `name` has the element type `expected`.
+static LogicalResult verifyElementType(Operation *op, StringRef name,
+                                       Value value, Type expected,
+                                       StringRef source) {
+  Type actual = getElementTypeOrSelf(value.getType());
+  if (actual != expected)
+    return op->emitOpError() << "expects '" << name << "' to have the element "
+                             << "type of " << source << " (" << expected
+                             << "), got " << actual;
+  return success();
+}
+
+/// Merges token counts known from several places; returns failure when two
+/// static counts disagree.
+static FailureOr<int64_t> mergeTokenCounts(ArrayRef<int64_t> counts) {
+  int64_t merged = ShapedType::kDynamic;
+  for (int64_t count : counts) {
+    if (ShapedType::isDynamic(count))
+      continue;
+    if (!ShapedType::isDynamic(merged) && merged != count)
+      return failure();
+    merged = count;
+  }
+  return merged;
+}
+
+static int64_t dimOf(Value value, unsigned dim) {
+  return cast<RankedTensorType>(value.getType()).getDimSize(dim);
+}
+
+/// Returns the N of a GEMM output after `activation` halves N' = N / 2.
+static FailureOr<int64_t> outputColumns(Operation *op, Activation activation,
+                                        int64_t n) {
+  if (activation == Activation::none)
+    return n;
+  if (n % 2 != 0)
+    return op->emitOpError()
+           << "activation " << stringifyActivation(activation)
+           << " multiplies the two halves of N, which needs an even N, got "
+           << n;
+  return n / 2;
+}
+
+//===----------------------------------------------------------------------===//
+// FusedMoeOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult FusedMoeOp::verify() {
+  Operation *op = getOperation();
+  Value hidden = getHiddenStates(), logits = getRouterLogits();
+  if (failed(verifyRank(op, "hidden_states", hidden, 2, "[T, H]")) ||
+      failed(verifyStaticDims(op, "hidden_states", hidden, {1},
+                              "hidden size H")) ||
+      failed(verifyRank(op, "router_logits", logits, 2, "[T, E]")) ||
+      failed(verifyStaticDims(op, "router_logits", logits, {1},
+                              "expert count E")))
+    return failure();
+  int64_t numTokens = dimOf(hidden, 0), hiddenSize = dimOf(hidden, 1);
+  int64_t numExperts = dimOf(logits, 1);
+  if (failed(verifyShape(op, "router_logits", logits, {numTokens, numExperts},
+                         "[T, E]")))
+    return failure();
+
+  RouterAttr router = getRouter();
+  if (failed(router.verifyForExperts([&] { return emitOpError(); },
+                                     numExperts)))
+    return failure();
+  if (getActivation() == Activation::none)
+    return emitOpError() << "expects a gated activation (silu_and_mul or "
+                            "gelu_and_mul) for the expert MLP";
+
+  Value w13 = getW13(), w2 = getW2();
+  int64_t storedExperts = numExperts + router.getNumSharedExperts();
+  if (failed(verifyRank(op, "w13", w13, 3, "[E+X, 2I, H]")) ||
+      failed(verifyStaticDims(op, "w13", w13, {0, 1, 2}, "dimensions")))
+    return failure();
+  int64_t twiceI = dimOf(w13, 1);
+  if (twiceI % 2 != 0)
+    return emitOpError() << "expects 'w13' to hold gate and up rows (an even "
+                            "2I), got "
+                         << w13.getType();
+  int64_t intermediate = twiceI / 2;
+  Type elementType = getElementTypeOrSelf(hidden.getType());
+  if (failed(verifyShape(op, "w13", w13, {storedExperts, twiceI, hiddenSize},
+                         "[E+X, 2I, H]")) ||
+      failed(verifyShape(op, "w2", w2,
+                         {storedExperts, hiddenSize, intermediate},
+                         "[E+X, H, I]")) ||
+      failed(verifyElementType(op, "w13", w13, elementType, "hidden_states")) ||
+      failed(verifyElementType(op, "w2", w2, elementType, "hidden_states")) ||
+      failed(verifyShape(op, "output", getOutput(), {numTokens, hiddenSize},
+                         "[T, H]")) ||
+      failed(verifyElementType(op, "output", getOutput(), elementType,
+                               "hidden_states")))
+    return failure();
+  if (Value bias = getCorrectionBias())
+    return verifyShape(op, "correction_bias", bias, {numExperts}, "[E]");
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// GateOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult GateOp::verify() {
+  Operation *op = getOperation();
+  Value logits = getLogits();
+  if (failed(verifyRank(op, "logits", logits, 2, "[T, E]")) ||
+      failed(verifyStaticDims(op, "logits", logits, {1}, "expert count E")))
+    return failure();
+  int64_t numTokens = dimOf(logits, 0), numExperts = dimOf(logits, 1);
+  RouterAttr router = getRouter();
+  if (failed(router.verifyForExperts([&] { return emitOpError(); },
+                                     numExperts)))
+    return failure();
+  if (Value bias = getCorrectionBias())
+    if (failed(verifyShape(op, "correction_bias", bias, {numExperts}, "[E]")))
+      return failure();
+  int64_t numSlots = router.getNumSlots();
+  if (failed(verifyShape(op, "weights", getWeights(), {numTokens, numSlots},
+                         "[T, top_k + num_shared_experts]")))
+    return failure();
+  return verifyShape(op, "ids", getIds(), {numTokens, numSlots},
+                     "[T, top_k + num_shared_experts]");
+}
+
+//===----------------------------------------------------------------------===//
+// RouteOp
+//===----------------------------------------------------------------------===//
+
+int64_t RouteOp::getCapacity(int64_t numSlots, int64_t numExperts,
+                             int64_t blockM) {
+  if (ShapedType::isDynamic(numSlots))
+    return ShapedType::kDynamic;
+  return numSlots + numExperts * (blockM - 1);
+}
+
+/// Returns the number of `blockM`-row blocks that cover `capacity` rows.
+static int64_t getNumBlocks(int64_t capacity, int64_t blockM) {
+  if (ShapedType::isDynamic(capacity))
+    return ShapedType::kDynamic;
+  return llvm::divideCeil(capacity, blockM);
+}
+
+/// Checks `sorted_ids` [C] and `expert_ids` [ceil(C / block_m)] for routing
+/// `numTokens` x `numSlots` slots over `numExperts` experts.
+static LogicalResult verifyRouting(Operation *op, Value sortedIds,
+                                   Value expertIds, int64_t numTokens,
+                                   int64_t numSlots, int64_t numExperts,
+                                   int64_t blockM) {
+  int64_t routedSlots = ShapedType::isDynamic(numTokens)
+                            ? ShapedType::kDynamic
+                            : numTokens * numSlots;
+  int64_t capacity = RouteOp::getCapacity(routedSlots, numExperts, blockM);
+  if (failed(verifyShape(op, "sorted_ids", sortedIds, {capacity},
+                         "[T*S + E*(block_m-1)]")))
+    return failure();
+  // When T is unknown here, the capacity is still known from sorted_ids.
+  capacity = dimOf(sortedIds, 0);
+  return verifyShape(op, "expert_ids", expertIds,
+                     {getNumBlocks(capacity, blockM)}, "[ceil(C / block_m)]");
+}
+
+LogicalResult RouteOp::verify() {
+  Operation *op = getOperation();
+  Value ids = getIds();
+  if (failed(verifyRank(op, "ids", ids, 2, "[T, S]")) ||
+      failed(verifyStaticDims(op, "ids", ids, {1}, "slot count S")))
+    return failure();
+  return verifyRouting(op, getSortedIds(), getExpertIds(), dimOf(ids, 0),
+                       dimOf(ids, 1), getNumExperts(), getBlockM());
+}
+
+//===----------------------------------------------------------------------===//
+// GroupedMatmulOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult GroupedMatmulOp::verify() {
+  Operation *op = getOperation();
+  Value input = getInput(), weights = getWeights(), output = getOutput();
+  RowOrder inputOrder = getInputOrder(), outputOrder = getOutputOrder();
+  if (inputOrder == RowOrder::slot)
+    return emitOpError() << "expects input_order token or sorted, got slot";
+  if (outputOrder == RowOrder::token)
+    return emitOpError() << "expects output_order sorted or slot, got token";
+
+  if (failed(verifyRank(op, "weights", weights, 3, "[E, N, K]")) ||
+      failed(verifyStaticDims(op, "weights", weights, {0, 1, 2},
+                              "dimensions")) ||
+      failed(verifyRank(op, "input", input, 2, "[rows, K]")) ||
+      failed(verifyRank(op, "sorted_ids", getSortedIds(), 1, "[C]")) ||
+      failed(verifyElementType(op, "input", input,
+                               getElementTypeOrSelf(weights.getType()),
+                               "weights")))
+    return failure();
+  int64_t numExperts = dimOf(weights, 0), n = dimOf(weights, 1),
+          k = dimOf(weights, 2);
+  int64_t numSlots = getNumSlots(), blockM = getBlockM();
+  int64_t capacity = dimOf(getSortedIds(), 0);
+
+  FailureOr<int64_t> columns = outputColumns(op, getActivation(), n);
+  if (failed(columns))
+    return failure();
+
+  // T is known from the token-order input, the routed weights and the
+  // slot-order output; all that are static must agree.
+  SmallVector<int64_t> tokenCounts;
+  if (inputOrder == RowOrder::token)
+    tokenCounts.push_back(dimOf(input, 0));
+  if (Value routedWeights = getRoutedWeights()) {
+    if (failed(verifyRank(op, "routed_weights", routedWeights, 2, "[T, S]")))
+      return failure();
+    tokenCounts.push_back(dimOf(routedWeights, 0));
+  }
+  if (outputOrder == RowOrder::slot) {
+    if (failed(verifyRank(op, "output", output, 3, "[T, S, N]")))
+      return failure();
+    tokenCounts.push_back(dimOf(output, 0));
+  }
+  FailureOr<int64_t> numTokens = mergeTokenCounts(tokenCounts);
+  if (failed(numTokens))
+    return emitOpError() << "expects one token count T across the input, "
+                            "routed_weights and output, got "
+                         << formatShape(tokenCounts);
+
+  if (failed(verifyRouting(op, getSortedIds(), getExpertIds(), *numTokens,
+                           numSlots, numExperts, blockM)))
+    return failure();
+  int64_t inputRows = inputOrder == RowOrder::token ? *numTokens : capacity;
+  if (failed(verifyShape(op, "input", input, {inputRows, k},
+                         inputOrder == RowOrder::token ? "[T, K]"
+                                                       : "[C, K]")))
+    return failure();
+  if (Value routedWeights = getRoutedWeights())
+    if (failed(verifyShape(op, "routed_weights", routedWeights,
+                           {*numTokens, numSlots}, "[T, S]")))
+      return failure();
+  if (outputOrder == RowOrder::slot) {
+    if (failed(verifyShape(op, "output", output,
+                           {*numTokens, numSlots, *columns}, "[T, S, N']")))
+      return failure();
+  } else if (failed(verifyShape(op, "output", output, {capacity, *columns},
+                                "[C, N']"))) {
+    return failure();
+  }
+
+  if (GemmConfigAttr config = getConfigAttr()) {
+    if (config.getBlockM() != blockM)
+      return emitOpError() << "expects the config's block_m ("
+                           << config.getBlockM()
+                           << ") to equal the routing block_m (" << blockM
+                           << ")";
+    // Hopper gives one block at most 227 KiB of shared memory.
+    constexpr int64_t kMaxSharedMemoryBytes = 227 * 1024;
+    int64_t elementBytes =
+        getElementTypeOrSelf(input.getType()).getIntOrFloatBitWidth() / 8;
+    int64_t bytes = config.getPipelineSharedMemoryBytes(elementBytes);
+    if (bytes > kMaxSharedMemoryBytes)
+      return emitOpError() << "config needs " << bytes
+                           << " bytes of shared memory for its tile ring, "
+                              "more than the "
+                           << kMaxSharedMemoryBytes << " a block can have";
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// CombineOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult CombineOp::verify() {
+  Operation *op = getOperation();
+  Value rows = getRows();
+  if (failed(verifyRank(op, "rows", rows, 3, "[T, S, H]")) ||
+      failed(verifyStaticDims(op, "rows", rows, {1, 2}, "S and H")))
+    return failure();
+  int64_t numTokens = dimOf(rows, 0), numSlots = dimOf(rows, 1),
+          hiddenSize = dimOf(rows, 2);
+  if (Value weights = getWeights())
+    if (failed(verifyShape(op, "weights", weights, {numTokens, numSlots},
+                           "[T, S]")))
+      return failure();
+  if (failed(verifyShape(op, "output", getOutput(), {numTokens, hiddenSize},
+                         "[T, H]")))
+    return failure();
+  return verifyElementType(op, "output", getOutput(),
+                           getElementTypeOrSelf(rows.getType()), "rows");
+}
+
+#define GET_OP_CLASSES
+#include "moe/Dialect/Moe/IR/MoeOps.cpp.inc"

@@ -1,0 +1,26 @@
+# -*- Python -*-
+# lit configuration of the moe-mlir regression tests.
+
+import os
+
+import lit.formats
+from lit.llvm import llvm_config
+
+config.name = "MOE"
+config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
+config.suffixes = [".mlir"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.moe_obj_root, "test")
+config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py"]
+
+llvm_config.use_default_substitutions()
+llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
+llvm_config.add_tool_substitutions(
+    ["moe-opt"], [config.moe_tools_dir, config.llvm_tools_dir]
+)
+
+# gpu-module-to-binary finds libdevice and ptxas through the toolkit path; lit
+# does not pass CUDA_HOME through, so tests name it explicitly.
+config.substitutions.append(("%cuda_toolkit", config.cuda_toolkit))
+if os.access(os.path.join(config.cuda_toolkit, "bin", "ptxas"), os.X_OK):
+    config.available_features.add("ptxas")
