@@ -27,6 +27,7 @@
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/InitAllExtensions.h"
 #include "mlir/InitAllPasses.h"
+#include "mlir/Target/LLVM/NVVM/Target.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/GPU/GPUToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
@@ -51,7 +52,9 @@ int main(int argc, char **argv) {
   // Lowering interfaces (convert-to-llvm, bufferization models, the NVVM
   // target attribute) of the dialects above.
   mlir::registerAllExtensions(registry);
-  // gpu-module-to-binary translates kernels to LLVM IR before running ptxas.
+  // gpu-module-to-binary serializes through #nvvm.target, translating the
+  // kernels to LLVM IR before running the NVPTX backend and ptxas.
+  mlir::NVVM::registerNVVMTargetInterfaceExternalModels(registry);
   mlir::registerBuiltinDialectTranslation(registry);
   mlir::registerGPUDialectTranslation(registry);
   mlir::registerLLVMDialectTranslation(registry);

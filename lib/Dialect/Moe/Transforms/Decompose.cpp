@@ -82,14 +82,15 @@ struct MoeDecomposePass : moe::impl::MoeDecomposeBase<MoeDecomposePass> {
   using Base::Base;
 
   void runOnOperation() override {
-    if (blockM < 1) {
+    int64_t rowsPerBlock = blockM;
+    if (rowsPerBlock < 1) {
       getOperation()->emitError() << "moe-decompose: block-m must be positive, "
                                      "got "
-                                  << blockM;
+                                  << rowsPerBlock;
       return signalPassFailure();
     }
     RewritePatternSet patterns(&getContext());
-    patterns.add<DecomposeFusedMoe>(&getContext(), blockM);
+    patterns.add<DecomposeFusedMoe>(&getContext(), rowsPerBlock);
     walkAndApplyPatterns(getOperation(), std::move(patterns));
   }
 };

@@ -1,0 +1,602 @@
+// Every verifier rule of the moe dialect rejects malformed IR with its own
+// diagnostic.
+// RUN: moe-opt %s --split-input-file --verify-diagnostics
+
+//===----------------------------------------------------------------------===//
+// #moe.router
+//===----------------------------------------------------------------------===//
+
+func.func @router_top_k(%l: tensor<4x8xf32>) {
+  // expected-error @below {{top_k must be at least 1, got 0}}
+  %w, %i = moe.gate %l {router = #moe.router<scoring = softmax, top_k = 0>}
+    : (tensor<4x8xf32>) -> (tensor<4x0xf32>, tensor<4x0xi32>)
+  return
+}
+
+// -----
+
+func.func @router_num_groups(%l: tensor<4x8xf32>) {
+  // expected-error @below {{num_groups must be at least 1, got 0}}
+  %w, %i = moe.gate %l {router = #moe.router<scoring = softmax, top_k = 2, num_groups = 0>}
+    : (tensor<4x8xf32>) -> (tensor<4x2xf32>, tensor<4x2xi32>)
+  return
+}
+
+// -----
+
+func.func @router_topk_groups(%l: tensor<4x8xf32>) {
+  // expected-error @below {{topk_groups must be in [1, num_groups = 2], got 3}}
+  %w, %i = moe.gate %l {router = #moe.router<scoring = softmax, top_k = 2, num_groups = 2, topk_groups = 3>}
+    : (tensor<4x8xf32>) -> (tensor<4x2xf32>, tensor<4x2xi32>)
+  return
+}
+
+// -----
+
+func.func @router_scale(%l: tensor<4x8xf32>) {
+  // expected-error @below {{routed_scaling_factor must be finite and positive, got -1}}
+  %w, %i = moe.gate %l {router = #moe.router<scoring = softmax, top_k = 2, routed_scaling_factor = -1.0>}
+    : (tensor<4x8xf32>) -> (tensor<4x2xf32>, tensor<4x2xi32>)
+  return
+}
+
+// -----
+
+func.func @router_shared(%l: tensor<4x8xf32>) {
+  // expected-error @below {{num_shared_experts must be non-negative, got -1}}
+  %w, %i = moe.gate %l {router = #moe.router<scoring = softmax, top_k = 2, num_shared_experts = -1>}
+    : (tensor<4x8xf32>) -> (tensor<4x1xf32>, tensor<4x1xi32>)
+  return
+}
+
+// -----
+
+func.func @router_groups_divide(%l: tensor<4x8xf32>) {
+  // expected-error @below {{'moe.gate' op num_groups (3) must divide the expert count (8)}}
+  %w, %i = moe.gate %l {router = #moe.router<scoring = softmax, top_k = 2, num_groups = 3, topk_groups = 1>}
+    : (tensor<4x8xf32>) -> (tensor<4x2xf32>, tensor<4x2xi32>)
+  return
+}
+
+// -----
+
+func.func @router_group_size(%l: tensor<4x8xf32>) {
+  // expected-error @below {{'moe.gate' op grouped routing needs at least 2 experts per group, got 1}}
+  %w, %i = moe.gate %l {router = #moe.router<scoring = sigmoid, top_k = 2, num_groups = 8, topk_groups = 4>}
+    : (tensor<4x8xf32>) -> (tensor<4x2xf32>, tensor<4x2xi32>)
+  return
+}
+
+// -----
+
+func.func @router_top_k_eligible(%l: tensor<4x256xf32>) {
+  // expected-error @below {{'moe.gate' op top_k (40) exceeds the 32 experts of the topk_groups (1) chosen groups}}
+  %w, %i = moe.gate %l {router = #moe.router<scoring = sigmoid, top_k = 40, num_groups = 8, topk_groups = 1>}
+    : (tensor<4x256xf32>) -> (tensor<4x40xf32>, tensor<4x40xi32>)
+  return
+}
+
+// -----
+
+func.func @router_top_k_experts(%l: tensor<4x8xf32>) {
+  // expected-error @below {{'moe.gate' op top_k (9) exceeds the 8 experts of the topk_groups (1) chosen groups}}
+  %w, %i = moe.gate %l {router = #moe.router<scoring = softmax, top_k = 9>}
+    : (tensor<4x8xf32>) -> (tensor<4x9xf32>, tensor<4x9xi32>)
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// #moe.gemm_config
+//===----------------------------------------------------------------------===//
+
+// -----
+
+// expected-error @below {{block_m must be a power of two in [16, 256], got 48}}
+func.func private @config_block_m() attributes {c = #moe.gemm_config<block_m = 48, block_n = 64, block_k = 64, num_stages = 2>}
+
+// -----
+
+// expected-error @below {{block_n must be a multiple of 16 in [16, 256], got 24}}
+func.func private @config_block_n() attributes {c = #moe.gemm_config<block_m = 64, block_n = 24, block_k = 64, num_stages = 2>}
+
+// -----
+
+// expected-error @below {{block_k must be a power of two in [16, 256], got 8}}
+func.func private @config_block_k() attributes {c = #moe.gemm_config<block_m = 64, block_n = 64, block_k = 8, num_stages = 2>}
+
+// -----
+
+// expected-error @below {{num_stages must be in [1, 8], got 0}}
+func.func private @config_stages() attributes {c = #moe.gemm_config<block_m = 64, block_n = 64, block_k = 64, num_stages = 0>}
+
+// -----
+
+// expected-error @below {{num_warpgroups must be in [1, 4], got 5}}
+func.func private @config_warpgroups() attributes {c = #moe.gemm_config<block_m = 64, block_n = 64, block_k = 64, num_stages = 2, num_warpgroups = 5>}
+
+// -----
+
+// expected-error @below {{split_k must be at least 1, got 0}}
+func.func private @config_split_k() attributes {c = #moe.gemm_config<block_m = 64, block_n = 64, block_k = 64, num_stages = 2, split_k = 0>}
+
+// -----
+
+// expected-error @below {{cluster 4x4 must have power-of-two sides and at most 8 blocks (the portable cluster size)}}
+func.func private @config_cluster() attributes {c = #moe.gemm_config<block_m = 64, block_n = 64, block_k = 64, num_stages = 2, cluster_m = 4, cluster_n = 4>}
+
+//===----------------------------------------------------------------------===//
+// moe.gate
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @gate_logits_rank(%l: tensor<8xf32>) {
+  // expected-error @below {{'moe.gate' op expects 'logits' of rank 2 [T, E], got 'tensor<8xf32>'}}
+  %w, %i = moe.gate %l {router = #moe.router<scoring = softmax, top_k = 2>}
+    : (tensor<8xf32>) -> (tensor<2xf32>, tensor<2xi32>)
+  return
+}
+
+// -----
+
+func.func @gate_dynamic_experts(%l: tensor<4x?xf32>) {
+  // expected-error @below {{'moe.gate' op expects 'logits' expert count E to be static, got 'tensor<4x?xf32>'}}
+  %w, %i = moe.gate %l {router = #moe.router<scoring = softmax, top_k = 2>}
+    : (tensor<4x?xf32>) -> (tensor<4x2xf32>, tensor<4x2xi32>)
+  return
+}
+
+// -----
+
+func.func @gate_logits_dtype(%l: tensor<4x8xi32>) {
+  // expected-error @below {{operand #0 must be ranked tensor of 32-bit float or bfloat16 type or 16-bit float values}}
+  %w, %i = moe.gate %l {router = #moe.router<scoring = softmax, top_k = 2>}
+    : (tensor<4x8xi32>) -> (tensor<4x2xf32>, tensor<4x2xi32>)
+  return
+}
+
+// -----
+
+func.func @gate_bias_shape(%l: tensor<4x8xf32>, %b: tensor<7xf32>) {
+  // expected-error @below {{'moe.gate' op expects 'correction_bias' of shape [E] = [8], got 'tensor<7xf32>'}}
+  %w, %i = moe.gate %l bias %b {router = #moe.router<scoring = sigmoid, top_k = 2>}
+    : (tensor<4x8xf32>, tensor<7xf32>) -> (tensor<4x2xf32>, tensor<4x2xi32>)
+  return
+}
+
+// -----
+
+func.func @gate_weights_slots(%l: tensor<4x8xf32>) {
+  // expected-error @below {{'moe.gate' op expects 'weights' of shape [T, top_k + num_shared_experts] = [4, 3], got 'tensor<4x2xf32>'}}
+  %w, %i = moe.gate %l {router = #moe.router<scoring = softmax, top_k = 2, num_shared_experts = 1>}
+    : (tensor<4x8xf32>) -> (tensor<4x2xf32>, tensor<4x3xi32>)
+  return
+}
+
+// -----
+
+func.func @gate_ids_tokens(%l: tensor<4x8xf32>) {
+  // expected-error @below {{'moe.gate' op expects 'ids' of shape [T, top_k + num_shared_experts] = [4, 2], got 'tensor<5x2xi32>'}}
+  %w, %i = moe.gate %l {router = #moe.router<scoring = softmax, top_k = 2>}
+    : (tensor<4x8xf32>) -> (tensor<4x2xf32>, tensor<5x2xi32>)
+  return
+}
+
+// -----
+
+func.func @gate_weights_dtype(%l: tensor<4x8xf32>) {
+  // expected-error @below {{result #0 must be ranked tensor of 32-bit float values}}
+  %w, %i = moe.gate %l {router = #moe.router<scoring = softmax, top_k = 2>}
+    : (tensor<4x8xf32>) -> (tensor<4x2xbf16>, tensor<4x2xi32>)
+  return
+}
+
+// -----
+
+func.func @gate_ids_dtype(%l: tensor<4x8xf32>) {
+  // expected-error @below {{result #1 must be ranked tensor of 32-bit signless integer values}}
+  %w, %i = moe.gate %l {router = #moe.router<scoring = softmax, top_k = 2>}
+    : (tensor<4x8xf32>) -> (tensor<4x2xf32>, tensor<4x2xi64>)
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// moe.route
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @route_ids_rank(%ids: tensor<4x2x1xi32>) {
+  // expected-error @below {{'moe.route' op expects 'ids' of rank 2 [T, S], got 'tensor<4x2x1xi32>'}}
+  %s, %e, %n = moe.route %ids {num_experts = 8, block_m = 16}
+    : (tensor<4x2x1xi32>) -> (tensor<128xi32>, tensor<8xi32>, tensor<i32>)
+  return
+}
+
+// -----
+
+func.func @route_dynamic_slots(%ids: tensor<4x?xi32>) {
+  // expected-error @below {{'moe.route' op expects 'ids' slot count S to be static, got 'tensor<4x?xi32>'}}
+  %s, %e, %n = moe.route %ids {num_experts = 8, block_m = 16}
+    : (tensor<4x?xi32>) -> (tensor<?xi32>, tensor<?xi32>, tensor<i32>)
+  return
+}
+
+// -----
+
+func.func @route_block_m(%ids: tensor<4x2xi32>) {
+  // expected-error @below {{attribute 'block_m' failed to satisfy constraint: 64-bit signless integer attribute whose value is positive}}
+  %s, %e, %n = moe.route %ids {num_experts = 8, block_m = 0}
+    : (tensor<4x2xi32>) -> (tensor<8xi32>, tensor<8xi32>, tensor<i32>)
+  return
+}
+
+// -----
+
+func.func @route_num_experts(%ids: tensor<4x2xi32>) {
+  // expected-error @below {{attribute 'num_experts' failed to satisfy constraint: 64-bit signless integer attribute whose value is positive}}
+  %s, %e, %n = moe.route %ids {num_experts = 0, block_m = 16}
+    : (tensor<4x2xi32>) -> (tensor<8xi32>, tensor<1xi32>, tensor<i32>)
+  return
+}
+
+// -----
+
+func.func @route_capacity(%ids: tensor<4x2xi32>) {
+  // expected-error @below {{'moe.route' op expects 'sorted_ids' of shape [T*S + E*(block_m-1)] = [128], got 'tensor<8xi32>'}}
+  %s, %e, %n = moe.route %ids {num_experts = 8, block_m = 16}
+    : (tensor<4x2xi32>) -> (tensor<8xi32>, tensor<8xi32>, tensor<i32>)
+  return
+}
+
+// -----
+
+func.func @route_blocks(%ids: tensor<4x2xi32>) {
+  // expected-error @below {{'moe.route' op expects 'expert_ids' of shape [ceil(C / block_m)] = [8], got 'tensor<9xi32>'}}
+  %s, %e, %n = moe.route %ids {num_experts = 8, block_m = 16}
+    : (tensor<4x2xi32>) -> (tensor<128xi32>, tensor<9xi32>, tensor<i32>)
+  return
+}
+
+// -----
+
+func.func @route_count_rank(%ids: tensor<4x2xi32>) {
+  // expected-error @below {{result #2 must be 0D tensor of 32-bit signless integer values}}
+  %s, %e, %n = moe.route %ids {num_experts = 8, block_m = 16}
+    : (tensor<4x2xi32>) -> (tensor<128xi32>, tensor<8xi32>, tensor<1xi32>)
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// moe.grouped_matmul
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @gmm_input_order(%x: tensor<4x32xbf16>, %w: tensor<8x64x32xbf16>, %s: tensor<128xi32>, %e: tensor<8xi32>, %n: tensor<i32>) {
+  // expected-error @below {{'moe.grouped_matmul' op expects input_order token or sorted, got slot}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n input(slot) output(sorted) {block_m = 16, num_slots = 2}
+    : (tensor<4x32xbf16>, tensor<8x64x32xbf16>, tensor<128xi32>, tensor<8xi32>, tensor<i32>) -> tensor<128x64xbf16>
+  return
+}
+
+// -----
+
+func.func @gmm_output_order(%x: tensor<4x32xbf16>, %w: tensor<8x64x32xbf16>, %s: tensor<128xi32>, %e: tensor<8xi32>, %n: tensor<i32>) {
+  // expected-error @below {{'moe.grouped_matmul' op expects output_order sorted or slot, got token}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n input(token) output(token) {block_m = 16, num_slots = 2}
+    : (tensor<4x32xbf16>, tensor<8x64x32xbf16>, tensor<128xi32>, tensor<8xi32>, tensor<i32>) -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+func.func @gmm_weights_rank(%x: tensor<4x32xbf16>, %w: tensor<64x32xbf16>, %s: tensor<128xi32>, %e: tensor<8xi32>, %n: tensor<i32>) {
+  // expected-error @below {{'moe.grouped_matmul' op expects 'weights' of rank 3 [E, N, K], got 'tensor<64x32xbf16>'}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n input(token) output(sorted) {block_m = 16, num_slots = 2}
+    : (tensor<4x32xbf16>, tensor<64x32xbf16>, tensor<128xi32>, tensor<8xi32>, tensor<i32>) -> tensor<128x64xbf16>
+  return
+}
+
+// -----
+
+func.func @gmm_weights_static(%x: tensor<4x32xbf16>, %w: tensor<8x?x32xbf16>, %s: tensor<128xi32>, %e: tensor<8xi32>, %n: tensor<i32>) {
+  // expected-error @below {{'moe.grouped_matmul' op expects 'weights' dimensions to be static, got 'tensor<8x?x32xbf16>'}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n input(token) output(sorted) {block_m = 16, num_slots = 2}
+    : (tensor<4x32xbf16>, tensor<8x?x32xbf16>, tensor<128xi32>, tensor<8xi32>, tensor<i32>) -> tensor<128x64xbf16>
+  return
+}
+
+// -----
+
+func.func @gmm_input_rank(%x: tensor<4x2x32xbf16>, %w: tensor<8x64x32xbf16>, %s: tensor<128xi32>, %e: tensor<8xi32>, %n: tensor<i32>) {
+  // expected-error @below {{'moe.grouped_matmul' op expects 'input' of rank 2 [rows, K], got 'tensor<4x2x32xbf16>'}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n input(token) output(sorted) {block_m = 16, num_slots = 2}
+    : (tensor<4x2x32xbf16>, tensor<8x64x32xbf16>, tensor<128xi32>, tensor<8xi32>, tensor<i32>) -> tensor<128x64xbf16>
+  return
+}
+
+// -----
+
+func.func @gmm_dtype(%x: tensor<4x32xf16>, %w: tensor<8x64x32xbf16>, %s: tensor<128xi32>, %e: tensor<8xi32>, %n: tensor<i32>) {
+  // expected-error @below {{'moe.grouped_matmul' op expects 'input' to have the element type of weights ('bf16'), got 'f16'}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n input(token) output(sorted) {block_m = 16, num_slots = 2}
+    : (tensor<4x32xf16>, tensor<8x64x32xbf16>, tensor<128xi32>, tensor<8xi32>, tensor<i32>) -> tensor<128x64xbf16>
+  return
+}
+
+// -----
+
+func.func @gmm_reduction(%x: tensor<4x48xbf16>, %w: tensor<8x64x32xbf16>, %s: tensor<128xi32>, %e: tensor<8xi32>, %n: tensor<i32>) {
+  // expected-error @below {{'moe.grouped_matmul' op expects 'input' of shape [T, K] = [4, 32], got 'tensor<4x48xbf16>'}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n input(token) output(sorted) {block_m = 16, num_slots = 2}
+    : (tensor<4x48xbf16>, tensor<8x64x32xbf16>, tensor<128xi32>, tensor<8xi32>, tensor<i32>) -> tensor<128x64xbf16>
+  return
+}
+
+// -----
+
+func.func @gmm_odd_halves(%x: tensor<4x32xbf16>, %w: tensor<8x63x32xbf16>, %s: tensor<128xi32>, %e: tensor<8xi32>, %n: tensor<i32>) {
+  // expected-error @below {{'moe.grouped_matmul' op activation silu_and_mul multiplies the two halves of N, which needs an even N, got 63}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n input(token) output(sorted) activation(silu_and_mul) {block_m = 16, num_slots = 2}
+    : (tensor<4x32xbf16>, tensor<8x63x32xbf16>, tensor<128xi32>, tensor<8xi32>, tensor<i32>) -> tensor<128x31xbf16>
+  return
+}
+
+// -----
+
+func.func @gmm_halved_output(%x: tensor<4x32xbf16>, %w: tensor<8x64x32xbf16>, %s: tensor<128xi32>, %e: tensor<8xi32>, %n: tensor<i32>) {
+  // expected-error @below {{'moe.grouped_matmul' op expects 'output' of shape [C, N'] = [128, 32], got 'tensor<128x64xbf16>'}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n input(token) output(sorted) activation(gelu_and_mul) {block_m = 16, num_slots = 2}
+    : (tensor<4x32xbf16>, tensor<8x64x32xbf16>, tensor<128xi32>, tensor<8xi32>, tensor<i32>) -> tensor<128x64xbf16>
+  return
+}
+
+// -----
+
+func.func @gmm_token_count(%x: tensor<4x32xbf16>, %w: tensor<8x64x32xbf16>, %s: tensor<128xi32>, %e: tensor<8xi32>, %n: tensor<i32>, %rw: tensor<5x2xf32>) {
+  // expected-error @below {{'moe.grouped_matmul' op expects one token count T across the input, routed_weights and output, got [4, 5]}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n routed_weights(%rw) input(token) output(sorted) {block_m = 16, num_slots = 2}
+    : (tensor<4x32xbf16>, tensor<8x64x32xbf16>, tensor<128xi32>, tensor<8xi32>, tensor<i32>, tensor<5x2xf32>) -> tensor<128x64xbf16>
+  return
+}
+
+// -----
+
+func.func @gmm_capacity(%x: tensor<4x32xbf16>, %w: tensor<8x64x32xbf16>, %s: tensor<120xi32>, %e: tensor<8xi32>, %n: tensor<i32>) {
+  // expected-error @below {{'moe.grouped_matmul' op expects 'sorted_ids' of shape [T*S + E*(block_m-1)] = [128], got 'tensor<120xi32>'}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n input(token) output(sorted) {block_m = 16, num_slots = 2}
+    : (tensor<4x32xbf16>, tensor<8x64x32xbf16>, tensor<120xi32>, tensor<8xi32>, tensor<i32>) -> tensor<120x64xbf16>
+  return
+}
+
+// -----
+
+func.func @gmm_blocks(%x: tensor<4x32xbf16>, %w: tensor<8x64x32xbf16>, %s: tensor<128xi32>, %e: tensor<4xi32>, %n: tensor<i32>) {
+  // expected-error @below {{'moe.grouped_matmul' op expects 'expert_ids' of shape [ceil(C / block_m)] = [8], got 'tensor<4xi32>'}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n input(token) output(sorted) {block_m = 16, num_slots = 2}
+    : (tensor<4x32xbf16>, tensor<8x64x32xbf16>, tensor<128xi32>, tensor<4xi32>, tensor<i32>) -> tensor<128x64xbf16>
+  return
+}
+
+// -----
+
+func.func @gmm_sorted_rows(%x: tensor<100x32xbf16>, %w: tensor<8x64x32xbf16>, %s: tensor<128xi32>, %e: tensor<8xi32>, %n: tensor<i32>) {
+  // expected-error @below {{'moe.grouped_matmul' op expects 'input' of shape [C, K] = [128, 32], got 'tensor<100x32xbf16>'}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n input(sorted) output(sorted) {block_m = 16, num_slots = 2}
+    : (tensor<100x32xbf16>, tensor<8x64x32xbf16>, tensor<128xi32>, tensor<8xi32>, tensor<i32>) -> tensor<128x64xbf16>
+  return
+}
+
+// -----
+
+func.func @gmm_routed_weights_slots(%x: tensor<4x32xbf16>, %w: tensor<8x64x32xbf16>, %s: tensor<128xi32>, %e: tensor<8xi32>, %n: tensor<i32>, %rw: tensor<4x3xf32>) {
+  // expected-error @below {{'moe.grouped_matmul' op expects 'routed_weights' of shape [T, S] = [4, 2], got 'tensor<4x3xf32>'}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n routed_weights(%rw) input(token) output(sorted) {block_m = 16, num_slots = 2}
+    : (tensor<4x32xbf16>, tensor<8x64x32xbf16>, tensor<128xi32>, tensor<8xi32>, tensor<i32>, tensor<4x3xf32>) -> tensor<128x64xbf16>
+  return
+}
+
+// -----
+
+func.func @gmm_routed_weights_dtype(%x: tensor<4x32xbf16>, %w: tensor<8x64x32xbf16>, %s: tensor<128xi32>, %e: tensor<8xi32>, %n: tensor<i32>, %rw: tensor<4x2xbf16>) {
+  // expected-error @below {{operand #5 must be ranked tensor of 32-bit float values}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n routed_weights(%rw) input(token) output(sorted) {block_m = 16, num_slots = 2}
+    : (tensor<4x32xbf16>, tensor<8x64x32xbf16>, tensor<128xi32>, tensor<8xi32>, tensor<i32>, tensor<4x2xbf16>) -> tensor<128x64xbf16>
+  return
+}
+
+// -----
+
+func.func @gmm_slot_output_rank(%x: tensor<4x32xbf16>, %w: tensor<8x64x32xbf16>, %s: tensor<128xi32>, %e: tensor<8xi32>, %n: tensor<i32>) {
+  // expected-error @below {{'moe.grouped_matmul' op expects 'output' of rank 3 [T, S, N], got 'tensor<8x64xbf16>'}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n input(token) output(slot) {block_m = 16, num_slots = 2}
+    : (tensor<4x32xbf16>, tensor<8x64x32xbf16>, tensor<128xi32>, tensor<8xi32>, tensor<i32>) -> tensor<8x64xbf16>
+  return
+}
+
+// -----
+
+func.func @gmm_slot_output_shape(%x: tensor<4x32xbf16>, %w: tensor<8x64x32xbf16>, %s: tensor<128xi32>, %e: tensor<8xi32>, %n: tensor<i32>) {
+  // expected-error @below {{'moe.grouped_matmul' op expects 'output' of shape [T, S, N'] = [4, 2, 64], got 'tensor<4x3x64xbf16>'}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n input(token) output(slot) {block_m = 16, num_slots = 2}
+    : (tensor<4x32xbf16>, tensor<8x64x32xbf16>, tensor<128xi32>, tensor<8xi32>, tensor<i32>) -> tensor<4x3x64xbf16>
+  return
+}
+
+// -----
+
+func.func @gmm_output_dtype(%x: tensor<4x32xbf16>, %w: tensor<8x64x32xbf16>, %s: tensor<128xi32>, %e: tensor<8xi32>, %n: tensor<i32>) {
+  // expected-error @below {{result #0 must be ranked tensor of 32-bit float or bfloat16 type or 16-bit float values}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n input(token) output(sorted) {block_m = 16, num_slots = 2}
+    : (tensor<4x32xbf16>, tensor<8x64x32xbf16>, tensor<128xi32>, tensor<8xi32>, tensor<i32>) -> tensor<128x64xi8>
+  return
+}
+
+// -----
+
+func.func @gmm_config_block_m(%x: tensor<4x32xbf16>, %w: tensor<8x64x32xbf16>, %s: tensor<128xi32>, %e: tensor<8xi32>, %n: tensor<i32>) {
+  // expected-error @below {{'moe.grouped_matmul' op expects the config's block_m (64) to equal the routing block_m (16)}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n input(token) output(sorted)
+    {block_m = 16, num_slots = 2, config = #moe.gemm_config<block_m = 64, block_n = 64, block_k = 32, num_stages = 2>}
+    : (tensor<4x32xbf16>, tensor<8x64x32xbf16>, tensor<128xi32>, tensor<8xi32>, tensor<i32>) -> tensor<128x64xbf16>
+  return
+}
+
+// -----
+
+func.func @gmm_config_smem(%x: tensor<4x32xf32>, %w: tensor<8x64x32xf32>, %s: tensor<128xi32>, %e: tensor<8xi32>, %n: tensor<i32>) {
+  // expected-error @below {{'moe.grouped_matmul' op config needs 262144 bytes of shared memory for its tile ring, more than the 232448 a block can have}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n input(token) output(sorted)
+    {block_m = 16, num_slots = 2, config = #moe.gemm_config<block_m = 16, block_n = 240, block_k = 128, num_stages = 2>}
+    : (tensor<4x32xf32>, tensor<8x64x32xf32>, tensor<128xi32>, tensor<8xi32>, tensor<i32>) -> tensor<128x64xf32>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// moe.combine
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @combine_rank(%r: tensor<8x64xbf16>) {
+  // expected-error @below {{'moe.combine' op expects 'rows' of rank 3 [T, S, H], got 'tensor<8x64xbf16>'}}
+  %y = moe.combine %r : (tensor<8x64xbf16>) -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+func.func @combine_static(%r: tensor<4x?x64xbf16>) {
+  // expected-error @below {{'moe.combine' op expects 'rows' S and H to be static, got 'tensor<4x?x64xbf16>'}}
+  %y = moe.combine %r : (tensor<4x?x64xbf16>) -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+func.func @combine_weights(%r: tensor<4x2x64xbf16>, %w: tensor<4x3xf32>) {
+  // expected-error @below {{'moe.combine' op expects 'weights' of shape [T, S] = [4, 2], got 'tensor<4x3xf32>'}}
+  %y = moe.combine %r weights(%w) : (tensor<4x2x64xbf16>, tensor<4x3xf32>) -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+func.func @combine_output_shape(%r: tensor<4x2x64xbf16>) {
+  // expected-error @below {{'moe.combine' op expects 'output' of shape [T, H] = [4, 64], got 'tensor<4x32xbf16>'}}
+  %y = moe.combine %r : (tensor<4x2x64xbf16>) -> tensor<4x32xbf16>
+  return
+}
+
+// -----
+
+func.func @combine_output_dtype(%r: tensor<4x2x64xbf16>) {
+  // expected-error @below {{'moe.combine' op expects 'output' to have the element type of rows ('bf16'), got 'f32'}}
+  %y = moe.combine %r : (tensor<4x2x64xbf16>) -> tensor<4x64xf32>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// moe.fused_moe
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @fused_activation(%x: tensor<4x64xbf16>, %l: tensor<4x8xf32>, %w13: tensor<8x32x64xbf16>, %w2: tensor<8x64x16xbf16>) {
+  // expected-error @below {{'moe.fused_moe' op expects a gated activation (silu_and_mul or gelu_and_mul) for the expert MLP}}
+  %y = moe.fused_moe %x, %l, %w13, %w2 activation(none) {router = #moe.router<scoring = softmax, top_k = 2>}
+    : (tensor<4x64xbf16>, tensor<4x8xf32>, tensor<8x32x64xbf16>, tensor<8x64x16xbf16>) -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+func.func @fused_hidden_rank(%x: tensor<64xbf16>, %l: tensor<4x8xf32>, %w13: tensor<8x32x64xbf16>, %w2: tensor<8x64x16xbf16>) {
+  // expected-error @below {{'moe.fused_moe' op expects 'hidden_states' of rank 2 [T, H], got 'tensor<64xbf16>'}}
+  %y = moe.fused_moe %x, %l, %w13, %w2 activation(silu_and_mul) {router = #moe.router<scoring = softmax, top_k = 2>}
+    : (tensor<64xbf16>, tensor<4x8xf32>, tensor<8x32x64xbf16>, tensor<8x64x16xbf16>) -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+func.func @fused_tokens(%x: tensor<4x64xbf16>, %l: tensor<5x8xf32>, %w13: tensor<8x32x64xbf16>, %w2: tensor<8x64x16xbf16>) {
+  // expected-error @below {{'moe.fused_moe' op expects 'router_logits' of shape [T, E] = [4, 8], got 'tensor<5x8xf32>'}}
+  %y = moe.fused_moe %x, %l, %w13, %w2 activation(silu_and_mul) {router = #moe.router<scoring = softmax, top_k = 2>}
+    : (tensor<4x64xbf16>, tensor<5x8xf32>, tensor<8x32x64xbf16>, tensor<8x64x16xbf16>) -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+func.func @fused_router(%x: tensor<4x64xbf16>, %l: tensor<4x8xf32>, %w13: tensor<8x32x64xbf16>, %w2: tensor<8x64x16xbf16>) {
+  // expected-error @below {{'moe.fused_moe' op num_groups (3) must divide the expert count (8)}}
+  %y = moe.fused_moe %x, %l, %w13, %w2 activation(silu_and_mul) {router = #moe.router<scoring = softmax, top_k = 2, num_groups = 3>}
+    : (tensor<4x64xbf16>, tensor<4x8xf32>, tensor<8x32x64xbf16>, tensor<8x64x16xbf16>) -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+func.func @fused_w13_halves(%x: tensor<4x64xbf16>, %l: tensor<4x8xf32>, %w13: tensor<8x33x64xbf16>, %w2: tensor<8x64x16xbf16>) {
+  // expected-error @below {{'moe.fused_moe' op expects 'w13' to hold gate and up rows (an even 2I), got 'tensor<8x33x64xbf16>'}}
+  %y = moe.fused_moe %x, %l, %w13, %w2 activation(silu_and_mul) {router = #moe.router<scoring = softmax, top_k = 2>}
+    : (tensor<4x64xbf16>, tensor<4x8xf32>, tensor<8x33x64xbf16>, tensor<8x64x16xbf16>) -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+func.func @fused_w13_static(%x: tensor<4x64xbf16>, %l: tensor<4x8xf32>, %w13: tensor<?x32x64xbf16>, %w2: tensor<8x64x16xbf16>) {
+  // expected-error @below {{'moe.fused_moe' op expects 'w13' dimensions to be static, got 'tensor<?x32x64xbf16>'}}
+  %y = moe.fused_moe %x, %l, %w13, %w2 activation(silu_and_mul) {router = #moe.router<scoring = softmax, top_k = 2>}
+    : (tensor<4x64xbf16>, tensor<4x8xf32>, tensor<?x32x64xbf16>, tensor<8x64x16xbf16>) -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+// The weights of fused shared experts follow the routed experts'.
+func.func @fused_shared_experts(%x: tensor<4x64xbf16>, %l: tensor<4x8xf32>, %w13: tensor<8x32x64xbf16>, %w2: tensor<8x64x16xbf16>) {
+  // expected-error @below {{'moe.fused_moe' op expects 'w13' of shape [E+X, 2I, H] = [9, 32, 64], got 'tensor<8x32x64xbf16>'}}
+  %y = moe.fused_moe %x, %l, %w13, %w2 activation(silu_and_mul) {router = #moe.router<scoring = softmax, top_k = 2, num_shared_experts = 1>}
+    : (tensor<4x64xbf16>, tensor<4x8xf32>, tensor<8x32x64xbf16>, tensor<8x64x16xbf16>) -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+func.func @fused_w2_shape(%x: tensor<4x64xbf16>, %l: tensor<4x8xf32>, %w13: tensor<8x32x64xbf16>, %w2: tensor<8x64x32xbf16>) {
+  // expected-error @below {{'moe.fused_moe' op expects 'w2' of shape [E+X, H, I] = [8, 64, 16], got 'tensor<8x64x32xbf16>'}}
+  %y = moe.fused_moe %x, %l, %w13, %w2 activation(silu_and_mul) {router = #moe.router<scoring = softmax, top_k = 2>}
+    : (tensor<4x64xbf16>, tensor<4x8xf32>, tensor<8x32x64xbf16>, tensor<8x64x32xbf16>) -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+func.func @fused_w2_dtype(%x: tensor<4x64xbf16>, %l: tensor<4x8xf32>, %w13: tensor<8x32x64xbf16>, %w2: tensor<8x64x16xf16>) {
+  // expected-error @below {{'moe.fused_moe' op expects 'w2' to have the element type of hidden_states ('bf16'), got 'f16'}}
+  %y = moe.fused_moe %x, %l, %w13, %w2 activation(silu_and_mul) {router = #moe.router<scoring = softmax, top_k = 2>}
+    : (tensor<4x64xbf16>, tensor<4x8xf32>, tensor<8x32x64xbf16>, tensor<8x64x16xf16>) -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+func.func @fused_output(%x: tensor<4x64xbf16>, %l: tensor<4x8xf32>, %w13: tensor<8x32x64xbf16>, %w2: tensor<8x64x16xbf16>) {
+  // expected-error @below {{'moe.fused_moe' op expects 'output' to have the element type of hidden_states ('bf16'), got 'f32'}}
+  %y = moe.fused_moe %x, %l, %w13, %w2 activation(silu_and_mul) {router = #moe.router<scoring = softmax, top_k = 2>}
+    : (tensor<4x64xbf16>, tensor<4x8xf32>, tensor<8x32x64xbf16>, tensor<8x64x16xbf16>) -> tensor<4x64xf32>
+  return
+}
+
+// -----
+
+func.func @fused_bias(%x: tensor<4x64xbf16>, %l: tensor<4x8xf32>, %w13: tensor<8x32x64xbf16>, %w2: tensor<8x64x16xbf16>, %b: tensor<16xf32>) {
+  // expected-error @below {{'moe.fused_moe' op expects 'correction_bias' of shape [E] = [8], got 'tensor<16xf32>'}}
+  %y = moe.fused_moe %x, %l, %w13, %w2 bias(%b) activation(silu_and_mul) {router = #moe.router<scoring = sigmoid, top_k = 2>}
+    : (tensor<4x64xbf16>, tensor<4x8xf32>, tensor<8x32x64xbf16>, tensor<8x64x16xbf16>, tensor<16xf32>) -> tensor<4x64xbf16>
+  return
+}

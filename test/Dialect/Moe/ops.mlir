@@ -1,0 +1,121 @@
+// Round-trip of every moe op and attribute: print, re-parse, print again.
+// RUN: moe-opt %s | moe-opt | FileCheck %s
+// RUN: moe-opt %s --mlir-print-op-generic | moe-opt | FileCheck %s
+
+// CHECK-LABEL: func @fused_moe_deepseek
+// CHECK: moe.fused_moe %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} bias(%{{.*}}) activation(silu_and_mul)
+// CHECK-SAME: router = #moe.router<scoring = sigmoid, top_k = 8, num_groups = 8, topk_groups = 4, renormalize = true, routed_scaling_factor = 2.500000e+00, num_shared_experts = 1>
+// CHECK-SAME: (tensor<?x256xbf16>, tensor<?x256xf32>, tensor<257x64x256xbf16>, tensor<257x256x32xbf16>, tensor<256xf32>) -> tensor<?x256xbf16>
+func.func @fused_moe_deepseek(%x: tensor<?x256xbf16>, %logits: tensor<?x256xf32>,
+                              %w13: tensor<257x64x256xbf16>,
+                              %w2: tensor<257x256x32xbf16>,
+                              %bias: tensor<256xf32>) -> tensor<?x256xbf16> {
+  %y = moe.fused_moe %x, %logits, %w13, %w2 bias(%bias) activation(silu_and_mul) {
+         router = #moe.router<scoring = sigmoid, top_k = 8, num_groups = 8,
+                              topk_groups = 4, renormalize = true,
+                              routed_scaling_factor = 2.5, num_shared_experts = 1>}
+       : (tensor<?x256xbf16>, tensor<?x256xf32>, tensor<257x64x256xbf16>,
+          tensor<257x256x32xbf16>, tensor<256xf32>) -> tensor<?x256xbf16>
+  return %y : tensor<?x256xbf16>
+}
+
+// Defaults are elided when printed.
+// CHECK-LABEL: func @fused_moe_mixtral
+// CHECK: moe.fused_moe %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} activation(gelu_and_mul)
+// CHECK-SAME: {router = #moe.router<scoring = softmax, top_k = 2>}
+// CHECK-SAME: (tensor<4x64xf16>, tensor<4x8xf16>, tensor<8x32x64xf16>, tensor<8x64x16xf16>) -> tensor<4x64xf16>
+func.func @fused_moe_mixtral(%x: tensor<4x64xf16>, %logits: tensor<4x8xf16>,
+                             %w13: tensor<8x32x64xf16>,
+                             %w2: tensor<8x64x16xf16>) -> tensor<4x64xf16> {
+  %y = moe.fused_moe %x, %logits, %w13, %w2 activation(gelu_and_mul)
+         {router = #moe.router<scoring = softmax, top_k = 2, num_groups = 1>}
+       : (tensor<4x64xf16>, tensor<4x8xf16>, tensor<8x32x64xf16>,
+          tensor<8x64x16xf16>) -> tensor<4x64xf16>
+  return %y : tensor<4x64xf16>
+}
+
+// CHECK-LABEL: func @gate
+// CHECK: moe.gate %{{.*}} bias %{{.*}} {router = #moe.router<scoring = sigmoid, top_k = 8, num_groups = 8, topk_groups = 4>}
+// CHECK-SAME: (tensor<?x256xf32>, tensor<256xf32>) -> (tensor<?x8xf32>, tensor<?x8xi32>)
+// CHECK: moe.gate %{{.*}} {router = #moe.router<scoring = softmax, top_k = 8, renormalize = true>}
+// CHECK-SAME: (tensor<7x384xbf16>) -> (tensor<7x8xf32>, tensor<7x8xi32>)
+func.func @gate(%logits: tensor<?x256xf32>, %bias: tensor<256xf32>,
+                %kimi: tensor<7x384xbf16>)
+    -> (tensor<?x8xf32>, tensor<?x8xi32>, tensor<7x8xf32>, tensor<7x8xi32>) {
+  %w, %ids = moe.gate %logits bias %bias {
+      router = #moe.router<scoring = sigmoid, top_k = 8, num_groups = 8,
+                           topk_groups = 4>}
+    : (tensor<?x256xf32>, tensor<256xf32>) -> (tensor<?x8xf32>, tensor<?x8xi32>)
+  %kw, %kids = moe.gate %kimi {
+      router = #moe.router<scoring = softmax, top_k = 8, renormalize = true>}
+    : (tensor<7x384xbf16>) -> (tensor<7x8xf32>, tensor<7x8xi32>)
+  return %w, %ids, %kw, %kids
+    : tensor<?x8xf32>, tensor<?x8xi32>, tensor<7x8xf32>, tensor<7x8xi32>
+}
+
+// Capacity 3*2 + 8*(16-1) = 126 rows in 8 blocks of 16.
+// CHECK-LABEL: func @route
+// CHECK: moe.route %{{.*}} {block_m = 16 : i64, num_experts = 8 : i64}
+// CHECK-SAME: (tensor<3x2xi32>) -> (tensor<126xi32>, tensor<8xi32>, tensor<i32>)
+// CHECK: moe.route %{{.*}} {block_m = 64 : i64, num_experts = 128 : i64}
+// CHECK-SAME: (tensor<?x8xi32>) -> (tensor<?xi32>, tensor<?xi32>, tensor<i32>)
+func.func @route(%ids: tensor<3x2xi32>, %dyn: tensor<?x8xi32>)
+    -> (tensor<126xi32>, tensor<8xi32>, tensor<i32>) {
+  %s, %e, %n = moe.route %ids {num_experts = 8, block_m = 16}
+    : (tensor<3x2xi32>) -> (tensor<126xi32>, tensor<8xi32>, tensor<i32>)
+  %ds, %de, %dn = moe.route %dyn {num_experts = 128, block_m = 64}
+    : (tensor<?x8xi32>) -> (tensor<?xi32>, tensor<?xi32>, tensor<i32>)
+  return %s, %e, %n : tensor<126xi32>, tensor<8xi32>, tensor<i32>
+}
+
+// CHECK-LABEL: func @grouped_matmul
+// CHECK: moe.grouped_matmul %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} input(token) output(sorted) activation(silu_and_mul)
+// CHECK-SAME: config = #moe.gemm_config<block_m = 16, block_n = 64, block_k = 64, num_stages = 4>
+// CHECK-SAME: -> tensor<126x32xbf16>
+// CHECK: moe.grouped_matmul %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} routed_weights(%{{.*}}) input(sorted) output(slot)
+// CHECK-NOT: activation
+// CHECK-SAME: config = #moe.gemm_config<block_m = 16, block_n = 128, block_k = 32, num_stages = 3, num_warpgroups = 2, split_k = 4, tma_a = true, tma_b = false, cluster_m = 2, persistent = true>
+// CHECK-SAME: -> tensor<3x2x64xf32>
+// CHECK: moe.grouped_matmul {{.*}} input(token) output(slot) activation(gelu_and_mul)
+// CHECK-SAME: (tensor<?x64xbf16>, tensor<8x64x64xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>) -> tensor<?x2x32xbf16>
+func.func @grouped_matmul(%x: tensor<3x64xbf16>, %w13: tensor<8x64x64xbf16>,
+                          %w2: tensor<8x64x32xbf16>, %sorted: tensor<126xi32>,
+                          %experts: tensor<8xi32>, %count: tensor<i32>,
+                          %weights: tensor<3x2xf32>, %dx: tensor<?x64xbf16>,
+                          %dsorted: tensor<?xi32>, %dexperts: tensor<?xi32>)
+    -> (tensor<3x2x64xf32>, tensor<?x2x32xbf16>) {
+  %h = moe.grouped_matmul %x, %w13, %sorted, %experts, %count
+         input(token) output(sorted) activation(silu_and_mul)
+         {block_m = 16, num_slots = 2,
+          config = #moe.gemm_config<block_m = 16, block_n = 64, block_k = 64,
+                                    num_stages = 4>}
+       : (tensor<3x64xbf16>, tensor<8x64x64xbf16>, tensor<126xi32>,
+          tensor<8xi32>, tensor<i32>) -> tensor<126x32xbf16>
+  %o = moe.grouped_matmul %h, %w2, %sorted, %experts, %count
+         routed_weights(%weights) input(sorted) output(slot)
+         {block_m = 16, num_slots = 2,
+          config = #moe.gemm_config<block_m = 16, block_n = 128, block_k = 32,
+                                    num_stages = 3, num_warpgroups = 2,
+                                    split_k = 4, tma_a = true, tma_b = false,
+                                    cluster_m = 2, cluster_n = 1,
+                                    persistent = true>}
+       : (tensor<126x32xbf16>, tensor<8x64x32xbf16>, tensor<126xi32>,
+          tensor<8xi32>, tensor<i32>, tensor<3x2xf32>) -> tensor<3x2x64xf32>
+  %g = moe.grouped_matmul %dx, %w13, %dsorted, %dexperts, %count
+         input(token) output(slot) activation(gelu_and_mul)
+         {block_m = 16, num_slots = 2}
+       : (tensor<?x64xbf16>, tensor<8x64x64xbf16>, tensor<?xi32>,
+          tensor<?xi32>, tensor<i32>) -> tensor<?x2x32xbf16>
+  return %o, %g : tensor<3x2x64xf32>, tensor<?x2x32xbf16>
+}
+
+// CHECK-LABEL: func @combine
+// CHECK: moe.combine %{{.*}} : (tensor<?x9x64xbf16>) -> tensor<?x64xbf16>
+// CHECK: moe.combine %{{.*}} weights(%{{.*}}) : (tensor<3x2x64xf32>, tensor<3x2xf32>) -> tensor<3x64xf32>
+func.func @combine(%rows: tensor<?x9x64xbf16>, %r: tensor<3x2x64xf32>,
+                   %w: tensor<3x2xf32>) -> (tensor<?x64xbf16>, tensor<3x64xf32>) {
+  %y = moe.combine %rows : (tensor<?x9x64xbf16>) -> tensor<?x64xbf16>
+  %z = moe.combine %r weights(%w)
+       : (tensor<3x2x64xf32>, tensor<3x2xf32>) -> tensor<3x64xf32>
+  return %y, %z : tensor<?x64xbf16>, tensor<3x64xf32>
+}

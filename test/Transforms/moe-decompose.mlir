@@ -1,0 +1,63 @@
+// moe-decompose rewrites moe.fused_moe into gate -> route -> grouped_matmul
+// (w13, token rows, gated activation) -> grouped_matmul (w2, routed weights,
+// slot order) -> combine, sizing the routing buffers from block-m.
+// RUN: moe-opt %s --moe-decompose --split-input-file | FileCheck %s
+// RUN: moe-opt %s --moe-decompose="block-m=16" --split-input-file | FileCheck %s --check-prefix=BM16
+// RUN: not moe-opt %s --moe-decompose="block-m=0" --split-input-file 2>&1 | FileCheck %s --check-prefix=BM0
+
+// BM0: moe-decompose: block-m must be positive, got 0
+
+// CHECK-LABEL: func @mixtral_like
+// CHECK-SAME: (%[[X:.*]]: tensor<4x64xbf16>, %[[L:.*]]: tensor<4x8xf32>, %[[W13:.*]]: tensor<8x32x64xbf16>, %[[W2:.*]]: tensor<8x64x16xbf16>)
+// CHECK-NEXT: %[[WTS:.*]], %[[IDS:.*]] = moe.gate %[[L]] {router = #moe.router<scoring = softmax, top_k = 2, renormalize = true>}
+// CHECK-SAME: (tensor<4x8xf32>) -> (tensor<4x2xf32>, tensor<4x2xi32>)
+// 4*2 + 8*63 = 512 rows in 8 blocks of 64.
+// CHECK-NEXT: %[[SORTED:.*]], %[[EXPERTS:.*]], %[[COUNT:.*]] = moe.route %[[IDS]] {block_m = 64 : i64, num_experts = 8 : i64}
+// CHECK-SAME: (tensor<4x2xi32>) -> (tensor<512xi32>, tensor<8xi32>, tensor<i32>)
+// CHECK-NEXT: %[[H:.*]] = moe.grouped_matmul %[[X]], %[[W13]], %[[SORTED]], %[[EXPERTS]], %[[COUNT]] input(token) output(sorted) activation(silu_and_mul) {block_m = 64 : i64, num_slots = 2 : i64}
+// CHECK-SAME: -> tensor<512x16xbf16>
+// CHECK-NEXT: %[[O:.*]] = moe.grouped_matmul %[[H]], %[[W2]], %[[SORTED]], %[[EXPERTS]], %[[COUNT]] routed_weights(%[[WTS]]) input(sorted) output(slot) {block_m = 64 : i64, num_slots = 2 : i64}
+// CHECK-SAME: -> tensor<4x2x64xbf16>
+// CHECK-NEXT: %[[Y:.*]] = moe.combine %[[O]] : (tensor<4x2x64xbf16>) -> tensor<4x64xbf16>
+// CHECK-NEXT: return %[[Y]]
+// BM16-LABEL: func @mixtral_like
+// BM16: moe.route {{.*}} {block_m = 16 : i64, num_experts = 8 : i64} : (tensor<4x2xi32>) -> (tensor<128xi32>, tensor<8xi32>, tensor<i32>)
+// BM16: moe.grouped_matmul {{.*}} {block_m = 16 : i64, num_slots = 2 : i64} {{.*}} -> tensor<128x16xbf16>
+func.func @mixtral_like(%x: tensor<4x64xbf16>, %l: tensor<4x8xf32>,
+                        %w13: tensor<8x32x64xbf16>, %w2: tensor<8x64x16xbf16>)
+    -> tensor<4x64xbf16> {
+  %y = moe.fused_moe %x, %l, %w13, %w2 activation(silu_and_mul)
+         {router = #moe.router<scoring = softmax, top_k = 2, renormalize = true>}
+       : (tensor<4x64xbf16>, tensor<4x8xf32>, tensor<8x32x64xbf16>,
+          tensor<8x64x16xbf16>) -> tensor<4x64xbf16>
+  return %y : tensor<4x64xbf16>
+}
+
+// -----
+
+// Dynamic token count, correction bias, grouped routing and a fused shared
+// expert (id 16, so 17 stored experts and 3 slots per token).
+// CHECK-LABEL: func @deepseek_like
+// CHECK-SAME: (%[[X:.*]]: tensor<?x64xf16>, %[[L:.*]]: tensor<?x16xf32>, %[[W13:.*]]: tensor<17x32x64xf16>, %[[W2:.*]]: tensor<17x64x16xf16>, %[[B:.*]]: tensor<16xf32>)
+// CHECK-NEXT: %[[WTS:.*]], %[[IDS:.*]] = moe.gate %[[L]] bias %[[B]] {router = #moe.router<scoring = sigmoid, top_k = 2, num_groups = 4, topk_groups = 2, routed_scaling_factor = 2.500000e+00, num_shared_experts = 1>}
+// CHECK-SAME: (tensor<?x16xf32>, tensor<16xf32>) -> (tensor<?x3xf32>, tensor<?x3xi32>)
+// CHECK-NEXT: %[[SORTED:.*]], %[[EXPERTS:.*]], %[[COUNT:.*]] = moe.route %[[IDS]] {block_m = 64 : i64, num_experts = 17 : i64}
+// CHECK-SAME: (tensor<?x3xi32>) -> (tensor<?xi32>, tensor<?xi32>, tensor<i32>)
+// CHECK-NEXT: %[[H:.*]] = moe.grouped_matmul %[[X]], %[[W13]], %[[SORTED]], %[[EXPERTS]], %[[COUNT]] input(token) output(sorted) activation(gelu_and_mul) {block_m = 64 : i64, num_slots = 3 : i64}
+// CHECK-SAME: -> tensor<?x16xf16>
+// CHECK-NEXT: %[[O:.*]] = moe.grouped_matmul %[[H]], %[[W2]], %[[SORTED]], %[[EXPERTS]], %[[COUNT]] routed_weights(%[[WTS]]) input(sorted) output(slot)
+// CHECK-SAME: -> tensor<?x3x64xf16>
+// CHECK-NEXT: %[[Y:.*]] = moe.combine %[[O]] : (tensor<?x3x64xf16>) -> tensor<?x64xf16>
+// CHECK-NEXT: return %[[Y]]
+// CHECK-NOT: moe.fused_moe
+func.func @deepseek_like(%x: tensor<?x64xf16>, %l: tensor<?x16xf32>,
+                         %w13: tensor<17x32x64xf16>, %w2: tensor<17x64x16xf16>,
+                         %b: tensor<16xf32>) -> tensor<?x64xf16> {
+  %y = moe.fused_moe %x, %l, %w13, %w2 bias(%b) activation(gelu_and_mul)
+         {router = #moe.router<scoring = sigmoid, top_k = 2, num_groups = 4,
+                               topk_groups = 2, routed_scaling_factor = 2.5,
+                               num_shared_experts = 1>}
+       : (tensor<?x64xf16>, tensor<?x16xf32>, tensor<17x32x64xf16>,
+          tensor<17x64x16xf16>, tensor<16xf32>) -> tensor<?x64xf16>
+  return %y : tensor<?x64xf16>
+}
