@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs what moe-mlir needs on Debian 12 (LLVM/MLIR 22, CMake, Ninja,
+# clang/lld), then configures and builds into build/ (or $MOE_BUILD_DIR).
+# Safe to re-run: it installs only missing packages and rebuilds incrementally.
+#
+#   scripts/setup.sh                      # development build (libMLIR.so)
+#   MOE_STATIC_LINK=ON MOE_BUILD_DIR=build-static scripts/setup.sh
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+build_dir=${MOE_BUILD_DIR:-build}
+static_link=${MOE_STATIC_LINK:-OFF}
+
+packages=(
+  cmake ninja-build g++ clang-22 lld-22
+  llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
+  zlib1g-dev libzstd-dev
+)
+
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null |
+    grep -q "install ok installed" || missing+=("$package")
+done
+if ((${#missing[@]})); then
+  sudo=""
+  [[ $(id -u) -eq 0 ]] || sudo=sudo
+  echo "setup: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}"
+fi
+
+cmake -G Ninja -S . -B "$build_dir" \
+  -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_C_COMPILER=clang-22 -DCMAKE_CXX_COMPILER=clang++-22 \
+  -DLLVM_USE_LINKER=lld \
+  -DMLIR_DIR=/usr/lib/llvm-22/lib/cmake/mlir \
+  -DMOE_STATIC_LINK="$static_link"
+ninja -C "$build_dir"
