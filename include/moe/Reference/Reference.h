@@ -1,0 +1,96 @@
+//===- Reference.h - Plain C++ reference of the moe ops ---------*- C++ -*-===//
+//
+// An independent, deliberately simple implementation of the semantics of the
+// moe ops (DESIGN.md section 2 and the op descriptions in MoeOps.td), written
+// apart from the MLIR lowering so that each checks the other. fp32 only: the
+// callers convert bf16/fp16 data to float first and round where the op
+// semantics store an intermediate in a narrower type.
+//
+// No MLIR or LLVM headers: plain C++17.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOE_REFERENCE_REFERENCE_H
+#define MOE_REFERENCE_REFERENCE_H
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+namespace moe {
+namespace reference {
+
+enum class Scoring { Softmax, Sigmoid };
+enum class Activation { None, SiluAndMul, GeluAndMul };
+
+/// The routing rules of #moe.router.
+struct Router {
+  Scoring scoring = Scoring::Softmax;
+  int64_t topK = 1;
+  int64_t numGroups = 1;
+  int64_t topkGroups = 1;
+  bool renormalize = false;
+  float routedScalingFactor = 1.0f;
+  int64_t numSharedExperts = 0;
+
+  int64_t numSlots() const { return topK + numSharedExperts; }
+};
+
+/// moe.gate: logits [T, E] (and bias [E] or nullptr) -> weights [T, S] and
+/// ids [T, S], S = topK + numSharedExperts.
+void gate(const Router &router, int64_t numTokens, int64_t numExperts,
+          const float *logits, const float *bias, float *weights,
+          int32_t *ids);
+
+/// The result of moe.route.
+struct Routing {
+  std::vector<int32_t> sortedIds; // [C], sentinel T*S past each expert's slots
+  std::vector<int32_t> expertIds; // [ceil(C / blockM)], -1 past the end
+  int32_t numPadded = 0;
+};
+
+/// The static capacity T*S + E*(blockM - 1).
+int64_t routeCapacity(int64_t numTokens, int64_t numSlots, int64_t numExperts,
+                      int64_t blockM);
+
+/// moe.route: ids [T, S] -> sorted slots, per-block experts, padded count.
+/// Ids outside [0, numExperts) are dropped (get no row).
+Routing route(int64_t numTokens, int64_t numSlots, const int32_t *ids,
+              int64_t numExperts, int64_t blockM);
+
+/// Rounds a float to the storage type of an intermediate (identity for
+/// fp32); supplied by the caller, which knows the element type.
+using RoundFn = std::function<float(float)>;
+
+/// moe.grouped_matmul with fp32 accumulation. `input` is [T, K] (tokenOrder)
+/// or [C, K]; `weights` [E, N, K]; `routedWeights` [T, S] or nullptr. The
+/// output is [C, N'] (sortedOutput) or [T, S, N'] with N' = N / 2 for a
+/// gated activation; rows that receive nothing are left untouched. `round`
+/// is applied to each stored element.
+void groupedMatmul(const Routing &routing, int64_t numTokens, int64_t numSlots,
+                   int64_t blockM, int64_t n, int64_t k, const float *input,
+                   bool tokenOrder, const float *weights,
+                   const float *routedWeights, Activation activation,
+                   bool sortedOutput, float *output, const RoundFn &round);
+
+/// moe.combine: rows [T, S, H] (and weights [T, S] or nullptr) -> [T, H].
+void combine(int64_t numTokens, int64_t numSlots, int64_t hiddenSize,
+             const float *rows, const float *weights, float *output,
+             const RoundFn &round);
+
+/// The whole layer (moe.fused_moe) computed token by token, without the
+/// route/grouped_matmul machinery: for each token and each of its slots,
+/// h = x . w13[e]^T, a = act(h[:I]) * h[I:], y += weight * (a . w2[e]^T).
+/// `round` models the element type of the stored intermediates (a, the slot
+/// rows, and y). hidden [T, H], logits [T, E], bias [E] or nullptr,
+/// w13 [E+X, 2I, H], w2 [E+X, H, I], output [T, H].
+void fusedMoe(const Router &router, Activation activation, int64_t numTokens,
+              int64_t hiddenSize, int64_t numExperts, int64_t intermediate,
+              const float *hidden, const float *logits, const float *bias,
+              const float *w13, const float *w2, float *output,
+              const RoundFn &round);
+
+} // namespace reference
+} // namespace moe
+
+#endif // MOE_REFERENCE_REFERENCE_H

@@ -1,0 +1,644 @@
+//===- MoeToLoops.cpp - moe ops to loops over buffers ---------------------===//
+
+#include "moe/Conversion/MoeToLoops/MoeToLoops.h"
+#include "moe/Dialect/Moe/IR/MoeOps.h"
+
+#include "mlir/IR/ImplicitLocOpBuilder.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Transforms/WalkPatternRewriteDriver.h"
+
+namespace mlir {
+namespace moe {
+#define GEN_PASS_DEF_CONVERTMOETOLOOPS
+#include "moe/Conversion/Passes.h.inc"
+} // namespace moe
+} // namespace mlir
+
+using namespace mlir;
+using namespace mlir::moe;
+
+namespace {
+
+/// Builds loop nests over buffers at one location: a thin layer over
+/// ImplicitLocOpBuilder that keeps the lowerings below readable.
+struct LoopBuilder {
+  ImplicitLocOpBuilder &b;
+
+  Value index(int64_t value) {
+    return arith::ConstantIndexOp::create(b, value);
+  }
+  Value f32(double value) {
+    return arith::ConstantFloatOp::create(b, b.getF32Type(),
+                                          APFloat(static_cast<float>(value)));
+  }
+  Value i32(int64_t value) {
+    return arith::ConstantIntOp::create(b, b.getI32Type(), value);
+  }
+  Value toIndex(Value i32Value) {
+    return arith::IndexCastOp::create(b, b.getIndexType(), i32Value);
+  }
+  Value toI32(Value indexValue) {
+    return arith::IndexCastOp::create(b, b.getI32Type(), indexValue);
+  }
+  Value load(Value memref, ValueRange indices) {
+    return memref::LoadOp::create(b, memref, indices);
+  }
+  /// Loads an element and widens it to f32.
+  Value loadF32(Value memref, ValueRange indices) {
+    Value value = load(memref, indices);
+    if (value.getType().isF32())
+      return value;
+    return arith::ExtFOp::create(b, b.getF32Type(), value);
+  }
+  void store(Value value, Value memref, ValueRange indices) {
+    memref::StoreOp::create(b, value, memref, indices);
+  }
+  /// Narrows an f32 to the element type of `memref` and stores it.
+  void storeF32(Value value, Value memref, ValueRange indices) {
+    Type elementType = cast<MemRefType>(memref.getType()).getElementType();
+    if (elementType != value.getType())
+      value = arith::TruncFOp::create(b, elementType, value);
+    store(value, memref, indices);
+  }
+  Value dim(Value memref, int64_t dim) {
+    return memref::DimOp::create(b, memref, dim);
+  }
+
+  /// Emits `for iv in [lb, ub)` carrying `inits`; `body` returns the values
+  /// yielded to the next iteration. Returns the loop results.
+  SmallVector<Value>
+  loop(Value lb, Value ub, ValueRange inits,
+       function_ref<SmallVector<Value>(Value, ValueRange)> body) {
+    auto forOp = scf::ForOp::create(b, lb, ub, index(1), inits);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(forOp.getBody());
+    SmallVector<Value> yielded =
+        body(forOp.getInductionVar(), forOp.getRegionIterArgs());
+    if (!inits.empty())
+      scf::YieldOp::create(b, yielded);
+    return forOp.getResults();
+  }
+  /// Emits `for iv in [lb, ub)` without loop-carried values.
+  void loop(Value lb, Value ub, function_ref<void(Value)> body) {
+    loop(lb, ub, {}, [&](Value iv, ValueRange) {
+      body(iv);
+      return SmallVector<Value>();
+    });
+  }
+  void loop(int64_t ub, function_ref<void(Value)> body) {
+    loop(index(0), index(ub), body);
+  }
+  /// Emits `if (cond) body`.
+  void ifThen(Value cond, function_ref<void()> body) {
+    auto ifOp = scf::IfOp::create(b, cond, /*withElseRegion=*/false);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    body();
+  }
+
+  Value cmpf(arith::CmpFPredicate predicate, Value lhs, Value rhs) {
+    return arith::CmpFOp::create(b, predicate, lhs, rhs);
+  }
+  Value cmpi(arith::CmpIPredicate predicate, Value lhs, Value rhs) {
+    return arith::CmpIOp::create(b, predicate, lhs, rhs);
+  }
+  Value select(Value cond, Value lhs, Value rhs) {
+    return arith::SelectOp::create(b, cond, lhs, rhs);
+  }
+  Value isNaN(Value value) {
+    return cmpf(arith::CmpFPredicate::UNO, value, value);
+  }
+  /// True when `lhs` ranks above `rhs`: larger wins and NaN loses (equal
+  /// values do not rank above each other, so a scan keeps the lower index).
+  Value ranksAbove(Value lhs, Value rhs) {
+    Value larger = cmpf(arith::CmpFPredicate::OGT, lhs, rhs);
+    Value beatsNaN = arith::AndIOp::create(
+        b, isNaN(rhs), cmpf(arith::CmpFPredicate::ORD, lhs, lhs));
+    return arith::OrIOp::create(b, larger, beatsNaN);
+  }
+  /// `lhs <= value < rhs` on indices.
+  Value inRange(Value value, Value lower, Value upper) {
+    return arith::AndIOp::create(
+        b, cmpi(arith::CmpIPredicate::sge, value, lower),
+        cmpi(arith::CmpIPredicate::slt, value, upper));
+  }
+
+  /// Returns the index in [lb, ub) of the best `valueAt(i)` among those with
+  /// `isCandidate(i)`, under `ranksAbove` (ties: lowest index), and its value.
+  /// The caller guarantees a candidate exists.
+  std::pair<Value, Value> argBest(Value lb, Value ub,
+                                  function_ref<Value(Value)> valueAt,
+                                  function_ref<Value(Value)> isCandidate) {
+    Value none = arith::ConstantIntOp::create(b, b.getI1Type(), 0);
+    SmallVector<Value> best = loop(
+        lb, ub, {index(0), f32(0.0), none},
+        [&](Value i, ValueRange carried) -> SmallVector<Value> {
+          Value value = valueAt(i);
+          Value found = carried[2];
+          Value notFound = arith::XOrIOp::create(
+              b, found, arith::ConstantIntOp::create(b, b.getI1Type(), 1));
+          Value better = arith::OrIOp::create(
+              b, notFound, ranksAbove(value, carried[1]));
+          Value take = arith::AndIOp::create(b, isCandidate(i), better);
+          Value taken = arith::OrIOp::create(b, found, take);
+          return {select(take, i, carried[0]), select(take, value, carried[1]),
+                  taken};
+        });
+    return {best[0], best[1]};
+  }
+
+  /// Reads a tensor operand as a buffer of the same shape.
+  Value toBuffer(Value tensor) {
+    auto type = cast<RankedTensorType>(tensor.getType());
+    auto memrefType = MemRefType::get(type.getShape(), type.getElementType());
+    return bufferization::ToBufferOp::create(b, memrefType, tensor,
+                                             /*read_only=*/true);
+  }
+  /// Allocates the buffer of a result, its dynamic sizes given in order.
+  Value alloc(Type tensorType, ValueRange dynamicSizes = {}) {
+    auto type = cast<RankedTensorType>(tensorType);
+    return memref::AllocOp::create(
+        b, MemRefType::get(type.getShape(), type.getElementType()),
+        dynamicSizes);
+  }
+  /// A scratch buffer of static shape; buffer deallocation frees it.
+  Value scratch(ArrayRef<int64_t> shape, Type elementType) {
+    return memref::AllocOp::create(b, MemRefType::get(shape, elementType));
+  }
+  Value toTensor(Type tensorType, Value buffer) {
+    return bufferization::ToTensorOp::create(b, tensorType, buffer,
+                                             /*restrict=*/true,
+                                             /*writable=*/true);
+  }
+  /// Fills every element of `buffer` (rank 1 to 3) with `value`.
+  void fill(Value buffer, Value value) {
+    auto type = cast<MemRefType>(buffer.getType());
+    SmallVector<Value> indices;
+    std::function<void(int64_t)> fillFrom = [&](int64_t dim) {
+      if (dim == type.getRank()) {
+        store(value, buffer, indices);
+        return;
+      }
+      loop(index(0), this->dim(buffer, dim), [&](Value i) {
+        indices.push_back(i);
+        fillFrom(dim + 1);
+        indices.pop_back();
+      });
+    };
+    fillFrom(0);
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// moe.gate
+//===----------------------------------------------------------------------===//
+
+/// Pattern: moe.gate(logits, bias) => for each token: fp32 scores, grouped
+/// arg-max selection, weights.
+struct GateToLoops : OpRewritePattern<GateOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(GateOp op,
+                                PatternRewriter &rewriter) const override {
+    ImplicitLocOpBuilder b(op.getLoc(), rewriter);
+    LoopBuilder lb{b};
+    RouterAttr router = op.getRouter();
+    auto logitsType = cast<RankedTensorType>(op.getLogits().getType());
+    int64_t numExperts = logitsType.getDimSize(1);
+    int64_t numGroups = router.getNumGroups();
+    int64_t groupSize = numExperts / numGroups;
+    int64_t topK = router.getTopK();
+
+    Value logits = lb.toBuffer(op.getLogits());
+    Value bias = op.getCorrectionBias() ? lb.toBuffer(op.getCorrectionBias())
+                                        : Value();
+    Value numTokens = lb.dim(logits, 0);
+    SmallVector<Value> dynamicTokens;
+    if (logitsType.isDynamicDim(0))
+      dynamicTokens.push_back(numTokens);
+    Value weights = lb.alloc(op.getWeights().getType(), dynamicTokens);
+    Value ids = lb.alloc(op.getIds().getType(), dynamicTokens);
+
+    Type f32 = b.getF32Type(), i1 = b.getI1Type();
+    Value scores = lb.scratch({numExperts}, f32);
+    Value selection = lb.scratch({numExperts}, f32);
+    Value chosen = lb.scratch({numExperts}, i1);
+    Value groupScores, groupKept;
+    if (numGroups > 1) {
+      groupScores = lb.scratch({numGroups}, f32);
+      groupKept = lb.scratch({numGroups}, i1);
+    }
+    Value zeroIndex = lb.index(0), experts = lb.index(numExperts);
+    Value trueValue = arith::ConstantIntOp::create(b, i1, 1);
+    Value falseValue = arith::ConstantIntOp::create(b, i1, 0);
+
+    lb.loop(zeroIndex, numTokens, [&](Value t) {
+      emitScores(lb, router.getScoring(), logits, t, numExperts, scores);
+      lb.loop(numExperts, [&](Value e) {
+        Value score = lb.load(scores, e);
+        if (bias)
+          score = arith::AddFOp::create(b, score, lb.load(bias, e));
+        lb.store(score, selection, e);
+        lb.store(falseValue, chosen, e);
+      });
+      auto selectionAt = [&](Value e) { return lb.load(selection, e); };
+      auto notChosen = [&](Value e) {
+        return arith::XOrIOp::create(b, lb.load(chosen, e), trueValue)
+            .getResult();
+      };
+
+      // Grouped routing: score each group by its two best experts, keep the
+      // topk_groups best groups, and mark every expert outside them as
+      // chosen so that the expert selection below skips it.
+      if (numGroups > 1) {
+        lb.loop(numGroups, [&](Value g) {
+          Value first = arith::MulIOp::create(b, g, lb.index(groupSize));
+          Value end = arith::AddIOp::create(b, first, lb.index(groupSize));
+          std::pair<Value, Value> best = lb.argBest(
+              first, end, selectionAt, [&](Value) { return trueValue; });
+          std::pair<Value, Value> second =
+              lb.argBest(first, end, selectionAt, [&](Value e) {
+                return lb.cmpi(arith::CmpIPredicate::ne, e, best.first);
+              });
+          lb.store(arith::AddFOp::create(b, best.second, second.second),
+                   groupScores, g);
+          lb.store(falseValue, groupKept, g);
+        });
+        lb.loop(router.getTopkGroups(), [&](Value) {
+          auto [group, value] = lb.argBest(
+              zeroIndex, lb.index(numGroups),
+              [&](Value g) { return lb.load(groupScores, g); },
+              [&](Value g) {
+                return arith::XOrIOp::create(b, lb.load(groupKept, g),
+                                             trueValue)
+                    .getResult();
+              });
+          lb.store(trueValue, groupKept, group);
+        });
+        lb.loop(numExperts, [&](Value e) {
+          Value group = arith::DivUIOp::create(b, e, lb.index(groupSize));
+          Value kept = lb.load(groupKept, group);
+          lb.store(arith::XOrIOp::create(b, kept, trueValue), chosen, e);
+        });
+      }
+
+      // The top_k best remaining experts, best first; a NaN score weighs 0.
+      Value zero = lb.f32(0.0);
+      SmallVector<Value> sum = lb.loop(
+          zeroIndex, lb.index(topK), {zero},
+          [&](Value s, ValueRange carried) -> SmallVector<Value> {
+            auto [expert, value] =
+                lb.argBest(zeroIndex, experts, selectionAt, notChosen);
+            lb.store(trueValue, chosen, expert);
+            lb.store(lb.toI32(expert), ids, {t, s});
+            Value score = lb.load(scores, expert);
+            Value weight = lb.select(lb.isNaN(score), zero, score);
+            lb.store(weight, weights, {t, s});
+            return {arith::AddFOp::create(b, carried[0], weight)};
+          });
+
+      Value denominator = router.getRenormalize()
+                              ? arith::AddFOp::create(b, sum[0], lb.f32(1e-20))
+                                    .getResult()
+                              : Value();
+      double scale = router.getRoutedScalingFactor().convertToDouble();
+      if (denominator || scale != 1.0) {
+        lb.loop(topK, [&](Value s) {
+          Value weight = lb.load(weights, {t, s});
+          if (denominator)
+            weight = arith::DivFOp::create(b, weight, denominator);
+          if (scale != 1.0)
+            weight = arith::MulFOp::create(b, weight, lb.f32(scale));
+          lb.store(weight, weights, {t, s});
+        });
+      }
+      for (int64_t i = 0; i < router.getNumSharedExperts(); ++i) {
+        Value slot = lb.index(topK + i);
+        lb.store(lb.i32(numExperts + i), ids, {t, slot});
+        lb.store(lb.f32(1.0), weights, {t, slot});
+      }
+    });
+    rewriter.replaceOp(op, {lb.toTensor(op.getWeights().getType(), weights),
+                            lb.toTensor(op.getIds().getType(), ids)});
+    return success();
+  }
+
+  /// Writes the fp32 scores of row `t` of `logits` into `scores`.
+  static void emitScores(LoopBuilder &lb, Scoring scoring, Value logits,
+                         Value t, int64_t numExperts, Value scores) {
+    ImplicitLocOpBuilder &b = lb.b;
+    Value zeroIndex = lb.index(0), experts = lb.index(numExperts);
+    if (scoring == Scoring::sigmoid) {
+      lb.loop(numExperts, [&](Value e) {
+        Value x = lb.loadF32(logits, {t, e});
+        Value negExp = math::ExpOp::create(b, arith::NegFOp::create(b, x));
+        Value one = lb.f32(1.0);
+        lb.store(arith::DivFOp::create(b, one,
+                                       arith::AddFOp::create(b, one, negExp)),
+                 scores, e);
+      });
+      return;
+    }
+    // Softmax: NaN-propagating max, then exp(x - max) summed in expert order.
+    Value max = lb.loop(zeroIndex, experts,
+                        {lb.f32(-std::numeric_limits<float>::infinity())},
+                        [&](Value e, ValueRange carried) -> SmallVector<Value> {
+                          return {arith::MaximumFOp::create(
+                              b, carried[0], lb.loadF32(logits, {t, e}))};
+                        })[0];
+    Value sum = lb.loop(zeroIndex, experts, {lb.f32(0.0)},
+                        [&](Value e, ValueRange carried) -> SmallVector<Value> {
+                          Value x = lb.loadF32(logits, {t, e});
+                          Value p = math::ExpOp::create(
+                              b, arith::SubFOp::create(b, x, max));
+                          lb.store(p, scores, e);
+                          return {arith::AddFOp::create(b, carried[0], p)};
+                        })[0];
+    lb.loop(numExperts, [&](Value e) {
+      lb.store(arith::DivFOp::create(b, lb.load(scores, e), sum), scores, e);
+    });
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// moe.route
+//===----------------------------------------------------------------------===//
+
+/// Pattern: moe.route(ids) => counting sort of the slots by expert with
+/// per-expert offsets padded to block_m.
+struct RouteToLoops : OpRewritePattern<RouteOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(RouteOp op,
+                                PatternRewriter &rewriter) const override {
+    ImplicitLocOpBuilder b(op.getLoc(), rewriter);
+    LoopBuilder lb{b};
+    int64_t numExperts = op.getNumExperts(), blockM = op.getBlockM();
+    auto idsType = cast<RankedTensorType>(op.getIds().getType());
+    int64_t numSlots = idsType.getDimSize(1);
+
+    Value ids = lb.toBuffer(op.getIds());
+    Value numTokens = lb.dim(ids, 0);
+    Value routedSlots =
+        arith::MulIOp::create(b, numTokens, lb.index(numSlots));
+    Value capacity = arith::AddIOp::create(
+        b, routedSlots, lb.index(numExperts * (blockM - 1)));
+    Value numBlocks = arith::CeilDivUIOp::create(b, capacity, lb.index(blockM));
+    auto dynamicSize = [&](Value result, Value size) {
+      return cast<RankedTensorType>(result.getType()).isDynamicDim(0)
+                 ? SmallVector<Value>{size}
+                 : SmallVector<Value>{};
+    };
+    Value sortedIds =
+        lb.alloc(op.getSortedIds().getType(),
+                 dynamicSize(op.getSortedIds(), capacity));
+    Value expertIds = lb.alloc(op.getExpertIds().getType(),
+                               dynamicSize(op.getExpertIds(), numBlocks));
+    Value numPadded = lb.alloc(op.getNumPadded().getType());
+
+    Type i32 = b.getI32Type();
+    Value counts = lb.scratch({numExperts}, i32);
+    Value cursors = lb.scratch({numExperts}, i32);
+    Value zero = lb.i32(0), one = lb.i32(1);
+    lb.fill(sortedIds, lb.toI32(routedSlots));
+    lb.fill(expertIds, lb.i32(-1));
+    lb.fill(counts, zero);
+
+    // Visits every slot whose expert id is in range, in slot order.
+    auto forEachRoutedSlot = [&](function_ref<void(Value, Value)> body) {
+      lb.loop(lb.index(0), numTokens, [&](Value t) {
+        lb.loop(numSlots, [&](Value s) {
+          Value expert = lb.load(ids, {t, s});
+          Value valid = lb.inRange(expert, zero, lb.i32(numExperts));
+          lb.ifThen(valid, [&] {
+            Value slot = arith::AddIOp::create(
+                b, arith::MulIOp::create(b, t, lb.index(numSlots)), s);
+            body(lb.toIndex(expert), slot);
+          });
+        });
+      });
+    };
+
+    forEachRoutedSlot([&](Value expert, Value) {
+      lb.store(arith::AddIOp::create(b, lb.load(counts, expert), one), counts,
+               expert);
+    });
+    Value blockRows = lb.i32(blockM);
+    Value total = lb.loop(
+        lb.index(0), lb.index(numExperts), {zero},
+        [&](Value e, ValueRange carried) -> SmallVector<Value> {
+          Value offset = carried[0];
+          lb.store(offset, cursors, e);
+          Value blocks =
+              arith::CeilDivUIOp::create(b, lb.load(counts, e), blockRows);
+          Value firstBlock = arith::DivUIOp::create(b, offset, blockRows);
+          Value endBlock = arith::AddIOp::create(b, firstBlock, blocks);
+          lb.loop(lb.toIndex(firstBlock), lb.toIndex(endBlock),
+                  [&](Value block) {
+                    lb.store(lb.toI32(e), expertIds, block);
+                  });
+          return {arith::AddIOp::create(
+              b, offset, arith::MulIOp::create(b, blocks, blockRows))};
+        })[0];
+    lb.store(total, numPadded, {});
+    forEachRoutedSlot([&](Value expert, Value slot) {
+      Value row = lb.load(cursors, expert);
+      lb.store(lb.toI32(slot), sortedIds, lb.toIndex(row));
+      lb.store(arith::AddIOp::create(b, row, one), cursors, expert);
+    });
+
+    rewriter.replaceOp(
+        op, {lb.toTensor(op.getSortedIds().getType(), sortedIds),
+             lb.toTensor(op.getExpertIds().getType(), expertIds),
+             lb.toTensor(op.getNumPadded().getType(), numPadded)});
+    return success();
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// moe.grouped_matmul
+//===----------------------------------------------------------------------===//
+
+/// Pattern: moe.grouped_matmul => for each valid padded row, an fp32 dot
+/// product per output column with the epilogue applied before the store.
+struct GroupedMatmulToLoops : OpRewritePattern<GroupedMatmulOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(GroupedMatmulOp op,
+                                PatternRewriter &rewriter) const override {
+    ImplicitLocOpBuilder b(op.getLoc(), rewriter);
+    LoopBuilder lb{b};
+    auto weightsType = cast<RankedTensorType>(op.getWeights().getType());
+    int64_t numExperts = weightsType.getDimSize(0);
+    int64_t n = weightsType.getDimSize(1), k = weightsType.getDimSize(2);
+    int64_t numSlots = op.getNumSlots(), blockM = op.getBlockM();
+    Activation activation = op.getActivation();
+    bool gated = activation != Activation::none;
+    int64_t columns = gated ? n / 2 : n;
+    bool tokenInput = op.getInputOrder() == RowOrder::token;
+    bool slotOutput = op.getOutputOrder() == RowOrder::slot;
+
+    Value input = lb.toBuffer(op.getInput());
+    Value weights = lb.toBuffer(op.getWeights());
+    Value sortedIds = lb.toBuffer(op.getSortedIds());
+    Value expertIds = lb.toBuffer(op.getExpertIds());
+    Value numPadded = lb.toBuffer(op.getNumPadded());
+    Value routedWeights =
+        op.getRoutedWeights() ? lb.toBuffer(op.getRoutedWeights()) : Value();
+
+    // T*S is the padding sentinel; T comes from the token-order input, the
+    // routed weights, or else the capacity C = T*S + E*(block_m - 1).
+    Value capacity = lb.dim(sortedIds, 0);
+    Value numTokens;
+    if (tokenInput)
+      numTokens = lb.dim(input, 0);
+    else if (routedWeights)
+      numTokens = lb.dim(routedWeights, 0);
+    else
+      numTokens = arith::DivUIOp::create(
+          b,
+          arith::SubIOp::create(b, capacity,
+                                lb.index(numExperts * (blockM - 1))),
+          lb.index(numSlots));
+    Value routedSlots = arith::MulIOp::create(b, numTokens, lb.index(numSlots));
+
+    auto outputType = cast<RankedTensorType>(op.getOutput().getType());
+    SmallVector<Value> dynamicSizes;
+    if (outputType.isDynamicDim(0))
+      dynamicSizes.push_back(slotOutput ? numTokens : capacity);
+    Value output = lb.alloc(outputType, dynamicSizes);
+    lb.fill(output, arith::ConstantOp::create(
+                        b, b.getZeroAttr(outputType.getElementType())));
+
+    Value zeroIndex = lb.index(0);
+    Value rows = arith::MinUIOp::create(
+        b, lb.toIndex(lb.load(numPadded, {})), capacity);
+    lb.loop(zeroIndex, rows, [&](Value r) {
+      Value slot = lb.toIndex(lb.load(sortedIds, r));
+      Value block = arith::DivUIOp::create(b, r, lb.index(blockM));
+      Value expert = lb.toIndex(lb.load(expertIds, block));
+      Value valid =
+          arith::AndIOp::create(b, lb.inRange(slot, zeroIndex, routedSlots),
+                                lb.inRange(expert, zeroIndex,
+                                           lb.index(numExperts)));
+      lb.ifThen(valid, [&] {
+        Value token = arith::DivUIOp::create(b, slot, lb.index(numSlots));
+        Value slotInToken =
+            arith::RemUIOp::create(b, slot, lb.index(numSlots));
+        Value source = tokenInput ? token : r;
+        auto dot = [&](Value column) {
+          return lb.loop(
+              zeroIndex, lb.index(k), {lb.f32(0.0)},
+              [&](Value kk, ValueRange carried) -> SmallVector<Value> {
+                Value product = arith::MulFOp::create(
+                    b, lb.loadF32(input, {source, kk}),
+                    lb.loadF32(weights, {expert, column, kk}));
+                return {arith::AddFOp::create(b, carried[0], product)};
+              })[0];
+        };
+        Value routedWeight =
+            routedWeights ? lb.load(routedWeights, {token, slotInToken})
+                          : Value();
+        lb.loop(columns, [&](Value j) {
+          Value value = dot(j);
+          if (gated) {
+            Value up = dot(arith::AddIOp::create(b, j, lb.index(columns)));
+            value = arith::MulFOp::create(
+                b, emitActivation(lb, activation, value), up);
+          }
+          if (routedWeight)
+            value = arith::MulFOp::create(b, value, routedWeight);
+          if (slotOutput)
+            lb.storeF32(value, output, {token, slotInToken, j});
+          else
+            lb.storeF32(value, output, {r, j});
+        });
+      });
+    });
+    rewriter.replaceOp(op, lb.toTensor(outputType, output));
+    return success();
+  }
+
+  /// act(x) in fp32: SiLU x / (1 + exp(-x)) or GELU 0.5 x (1 + erf(x/sqrt2)).
+  static Value emitActivation(LoopBuilder &lb, Activation activation,
+                              Value x) {
+    ImplicitLocOpBuilder &b = lb.b;
+    Value one = lb.f32(1.0);
+    if (activation == Activation::silu_and_mul) {
+      Value negExp = math::ExpOp::create(b, arith::NegFOp::create(b, x));
+      return arith::DivFOp::create(b, x, arith::AddFOp::create(b, one, negExp));
+    }
+    Value erf = math::ErfOp::create(
+        b, arith::MulFOp::create(b, x, lb.f32(0.70710678118654752440)));
+    Value half = arith::MulFOp::create(b, lb.f32(0.5), x);
+    return arith::MulFOp::create(b, half, arith::AddFOp::create(b, one, erf));
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// moe.combine
+//===----------------------------------------------------------------------===//
+
+/// Pattern: moe.combine(rows, weights) => out[t, h] = sum_s w * rows[t, s, h].
+struct CombineToLoops : OpRewritePattern<CombineOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(CombineOp op,
+                                PatternRewriter &rewriter) const override {
+    ImplicitLocOpBuilder b(op.getLoc(), rewriter);
+    LoopBuilder lb{b};
+    auto rowsType = cast<RankedTensorType>(op.getRows().getType());
+    int64_t numSlots = rowsType.getDimSize(1);
+    int64_t hiddenSize = rowsType.getDimSize(2);
+
+    Value rows = lb.toBuffer(op.getRows());
+    Value weights = op.getWeights() ? lb.toBuffer(op.getWeights()) : Value();
+    Value numTokens = lb.dim(rows, 0);
+    auto outputType = cast<RankedTensorType>(op.getOutput().getType());
+    Value output =
+        lb.alloc(outputType, outputType.isDynamicDim(0)
+                                 ? SmallVector<Value>{numTokens}
+                                 : SmallVector<Value>{});
+    Value zeroIndex = lb.index(0);
+    lb.loop(zeroIndex, numTokens, [&](Value t) {
+      lb.loop(hiddenSize, [&](Value h) {
+        Value sum = lb.loop(
+            zeroIndex, lb.index(numSlots), {lb.f32(0.0)},
+            [&](Value s, ValueRange carried) -> SmallVector<Value> {
+              Value row = lb.loadF32(rows, {t, s, h});
+              if (weights)
+                row = arith::MulFOp::create(b, row, lb.load(weights, {t, s}));
+              return {arith::AddFOp::create(b, carried[0], row)};
+            })[0];
+        lb.storeF32(sum, output, {t, h});
+      });
+    });
+    rewriter.replaceOp(op, lb.toTensor(outputType, output));
+    return success();
+  }
+};
+
+struct ConvertMoeToLoopsPass
+    : moe::impl::ConvertMoeToLoopsBase<ConvertMoeToLoopsPass> {
+  void runOnOperation() override {
+    RewritePatternSet patterns(&getContext());
+    populateMoeToLoopsPatterns(patterns);
+    walkAndApplyPatterns(getOperation(), std::move(patterns));
+    WalkResult remaining = getOperation()->walk([](Operation *op) {
+      if (isa<FusedMoeOp>(op)) {
+        op->emitError() << "convert-moe-to-loops: run moe-decompose first";
+        return WalkResult::interrupt();
+      }
+      return WalkResult::advance();
+    });
+    if (remaining.wasInterrupted())
+      signalPassFailure();
+  }
+};
+
+} // namespace
+
+void mlir::moe::populateMoeToLoopsPatterns(RewritePatternSet &patterns) {
+  patterns.add<GateToLoops, RouteToLoops, GroupedMatmulToLoops,
+               CombineToLoops>(patterns.getContext());
+}

@@ -1,0 +1,280 @@
+//===- Reference.cpp - Plain C++ reference of the moe ops -----------------===//
+//
+// Written to be read rather than to be fast: every sum runs in the order the
+// op descriptions fix, so that the results match the lowering bit for bit.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/Reference/Reference.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+using namespace moe::reference;
+
+/// The strict total order of selection: any number beats NaN, a larger
+/// value beats a smaller one, and ties (two NaNs included) go to the lower
+/// index, so that a row of NaNs still yields distinct in-range ids.
+static bool isBetter(float a, int64_t indexA, float b, int64_t indexB) {
+  bool aIsNan = std::isnan(a), bIsNan = std::isnan(b);
+  if (aIsNan != bIsNan)
+    return bIsNan;
+  if (!aIsNan && a != b)
+    return a > b;
+  return indexA < indexB;
+}
+
+/// Sorts `indices` best first by `values[index]` under isBetter.
+static void sortBestFirst(const std::vector<float> &values,
+                          std::vector<int64_t> &indices) {
+  std::sort(indices.begin(), indices.end(), [&](int64_t i, int64_t j) {
+    return isBetter(values[i], i, values[j], j);
+  });
+}
+
+/// The activation of a gated pair: act(gate) * up.
+static float activateAndMul(Activation activation, float gate, float up) {
+  switch (activation) {
+  case Activation::SiluAndMul:
+    return gate / (1.0f + std::exp(-gate)) * up;
+  case Activation::GeluAndMul:
+    return 0.5f * gate * (1.0f + std::erf(gate * 0.70710678118654752440f)) * up;
+  case Activation::None:
+    break;
+  }
+  // Not a gated activation: callers never pair it.
+  return gate;
+}
+
+/// The fp32 scores of one row of logits.
+static std::vector<float> computeScores(Scoring scoring, const float *logits,
+                                        int64_t numExperts) {
+  std::vector<float> scores(numExperts);
+  if (scoring == Scoring::Sigmoid) {
+    for (int64_t e = 0; e < numExperts; ++e)
+      scores[e] = 1.0f / (1.0f + std::exp(-logits[e]));
+    return scores;
+  }
+  // Unlike std::max, this max propagates NaN, so one NaN logit makes the
+  // whole row NaN rather than being skipped.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  float max = -std::numeric_limits<float>::infinity();
+  for (int64_t e = 0; e < numExperts; ++e)
+    max = (std::isnan(max) || std::isnan(logits[e])) ? nan
+                                                     : std::max(max, logits[e]);
+  float sum = 0.0f;
+  for (int64_t e = 0; e < numExperts; ++e) {
+    scores[e] = std::exp(logits[e] - max);
+    sum += scores[e];
+  }
+  for (int64_t e = 0; e < numExperts; ++e)
+    scores[e] /= sum;
+  return scores;
+}
+
+/// The experts still eligible after grouped top-k (all of them with one
+/// group).
+static std::vector<int64_t> eligibleExperts(const Router &router,
+                                            const std::vector<float> &sel) {
+  int64_t numExperts = sel.size();
+  std::vector<int64_t> eligible(numExperts);
+  std::iota(eligible.begin(), eligible.end(), 0);
+  if (router.numGroups <= 1)
+    return eligible;
+
+  int64_t groupSize = numExperts / router.numGroups;
+  std::vector<float> groupScores(router.numGroups);
+  for (int64_t g = 0; g < router.numGroups; ++g) {
+    std::vector<int64_t> members(eligible.begin() + g * groupSize,
+                                 eligible.begin() + (g + 1) * groupSize);
+    sortBestFirst(sel, members);
+    groupScores[g] = sel[members[0]] + sel[members[1]];
+  }
+  std::vector<int64_t> groups(router.numGroups);
+  std::iota(groups.begin(), groups.end(), 0);
+  sortBestFirst(groupScores, groups);
+  groups.resize(router.topkGroups);
+
+  std::vector<int64_t> kept;
+  for (int64_t e = 0; e < numExperts; ++e)
+    if (std::find(groups.begin(), groups.end(), e / groupSize) != groups.end())
+      kept.push_back(e);
+  return kept;
+}
+
+void moe::reference::gate(const Router &router, int64_t numTokens,
+                          int64_t numExperts, const float *logits,
+                          const float *bias, float *weights, int32_t *ids) {
+  int64_t numSlots = router.numSlots();
+  for (int64_t t = 0; t < numTokens; ++t) {
+    std::vector<float> scores =
+        computeScores(router.scoring, logits + t * numExperts, numExperts);
+    // The bias steers selection only; the weights use the unbiased scores.
+    std::vector<float> sel(scores);
+    if (bias)
+      for (int64_t e = 0; e < numExperts; ++e)
+        sel[e] += bias[e];
+
+    std::vector<int64_t> chosen = eligibleExperts(router, sel);
+    sortBestFirst(sel, chosen);
+
+    float *rowWeights = weights + t * numSlots;
+    int32_t *rowIds = ids + t * numSlots;
+    for (int64_t s = 0; s < router.topK; ++s) {
+      float score = scores[chosen[s]];
+      rowIds[s] = static_cast<int32_t>(chosen[s]);
+      rowWeights[s] = std::isnan(score) ? 0.0f : score;
+    }
+    if (router.renormalize) {
+      float sum = 0.0f;
+      for (int64_t s = 0; s < router.topK; ++s)
+        sum += rowWeights[s];
+      for (int64_t s = 0; s < router.topK; ++s)
+        rowWeights[s] /= sum + 1e-20f;
+    }
+    for (int64_t s = 0; s < router.topK; ++s)
+      rowWeights[s] *= router.routedScalingFactor;
+
+    for (int64_t i = 0; i < router.numSharedExperts; ++i) {
+      rowIds[router.topK + i] = static_cast<int32_t>(numExperts + i);
+      rowWeights[router.topK + i] = 1.0f;
+    }
+  }
+}
+
+int64_t moe::reference::routeCapacity(int64_t numTokens, int64_t numSlots,
+                                      int64_t numExperts, int64_t blockM) {
+  return numTokens * numSlots + numExperts * (blockM - 1);
+}
+
+Routing moe::reference::route(int64_t numTokens, int64_t numSlots,
+                              const int32_t *ids, int64_t numExperts,
+                              int64_t blockM) {
+  int64_t numRouted = numTokens * numSlots;
+  int64_t capacity = routeCapacity(numTokens, numSlots, numExperts, blockM);
+  auto isValid = [&](int32_t id) { return id >= 0 && id < numExperts; };
+
+  std::vector<int64_t> counts(numExperts, 0);
+  for (int64_t slot = 0; slot < numRouted; ++slot)
+    if (isValid(ids[slot]))
+      ++counts[ids[slot]];
+
+  Routing routing;
+  routing.sortedIds.assign(capacity, static_cast<int32_t>(numRouted));
+  routing.expertIds.assign((capacity + blockM - 1) / blockM, -1);
+
+  // Each expert's run starts at a multiple of blockM, so every block of rows
+  // belongs to exactly one expert.
+  std::vector<int64_t> next(numExperts);
+  int64_t offset = 0;
+  for (int64_t e = 0; e < numExperts; ++e) {
+    next[e] = offset;
+    int64_t padded = (counts[e] + blockM - 1) / blockM * blockM;
+    for (int64_t row = offset; row < offset + padded; row += blockM)
+      routing.expertIds[row / blockM] = static_cast<int32_t>(e);
+    offset += padded;
+  }
+  routing.numPadded = static_cast<int32_t>(offset);
+
+  // Visiting the slots in increasing order makes the sort stable.
+  for (int64_t slot = 0; slot < numRouted; ++slot)
+    if (isValid(ids[slot]))
+      routing.sortedIds[next[ids[slot]]++] = static_cast<int32_t>(slot);
+  return routing;
+}
+
+void moe::reference::groupedMatmul(const Routing &routing, int64_t numTokens,
+                                   int64_t numSlots, int64_t blockM, int64_t n,
+                                   int64_t k, const float *input,
+                                   bool tokenOrder, const float *weights,
+                                   const float *routedWeights,
+                                   Activation activation, bool sortedOutput,
+                                   float *output, const RoundFn &round) {
+  int64_t numRouted = numTokens * numSlots;
+  bool gated = activation != Activation::None;
+  int64_t outN = gated ? n / 2 : n;
+  std::vector<float> acc(n);
+  for (int64_t r = 0; r < routing.numPadded; ++r) {
+    int64_t slot = routing.sortedIds[r];
+    if (slot < 0 || slot >= numRouted)
+      continue;
+    int64_t expert = routing.expertIds[r / blockM];
+    const float *x = input + (tokenOrder ? slot / numSlots : r) * k;
+    for (int64_t nn = 0; nn < n; ++nn) {
+      const float *w = weights + (expert * n + nn) * k;
+      acc[nn] = 0.0f;
+      for (int64_t kk = 0; kk < k; ++kk)
+        acc[nn] += x[kk] * w[kk];
+    }
+    float *out = output + (sortedOutput ? r : slot) * outN;
+    for (int64_t j = 0; j < outN; ++j) {
+      float value =
+          gated ? activateAndMul(activation, acc[j], acc[j + outN]) : acc[j];
+      if (routedWeights)
+        value *= routedWeights[slot];
+      out[j] = round(value);
+    }
+  }
+}
+
+void moe::reference::combine(int64_t numTokens, int64_t numSlots,
+                             int64_t hiddenSize, const float *rows,
+                             const float *weights, float *output,
+                             const RoundFn &round) {
+  for (int64_t t = 0; t < numTokens; ++t) {
+    for (int64_t h = 0; h < hiddenSize; ++h) {
+      float sum = 0.0f;
+      for (int64_t s = 0; s < numSlots; ++s) {
+        int64_t slot = t * numSlots + s;
+        sum += (weights ? weights[slot] : 1.0f) * rows[slot * hiddenSize + h];
+      }
+      output[t * hiddenSize + h] = round(sum);
+    }
+  }
+}
+
+void moe::reference::fusedMoe(const Router &router, Activation activation,
+                              int64_t numTokens, int64_t hiddenSize,
+                              int64_t numExperts, int64_t intermediate,
+                              const float *hidden, const float *logits,
+                              const float *bias, const float *w13,
+                              const float *w2, float *output,
+                              const RoundFn &round) {
+  int64_t numSlots = router.numSlots();
+  std::vector<float> slotWeights(numTokens * numSlots);
+  std::vector<int32_t> slotIds(numTokens * numSlots);
+  gate(router, numTokens, numExperts, logits, bias, slotWeights.data(),
+       slotIds.data());
+
+  std::vector<float> h1(2 * intermediate), a(intermediate);
+  std::vector<float> y(hiddenSize);
+  for (int64_t t = 0; t < numTokens; ++t) {
+    const float *x = hidden + t * hiddenSize;
+    std::fill(y.begin(), y.end(), 0.0f);
+    for (int64_t s = 0; s < numSlots; ++s) {
+      int64_t expert = slotIds[t * numSlots + s];
+      float weight = slotWeights[t * numSlots + s];
+      // a = act(x . w13[e][:I]^T) * (x . w13[e][I:]^T), stored rounded.
+      for (int64_t jj = 0; jj < 2 * intermediate; ++jj) {
+        const float *w = w13 + (expert * 2 * intermediate + jj) * hiddenSize;
+        h1[jj] = 0.0f;
+        for (int64_t hh = 0; hh < hiddenSize; ++hh)
+          h1[jj] += x[hh] * w[hh];
+      }
+      for (int64_t j = 0; j < intermediate; ++j)
+        a[j] = round(activateAndMul(activation, h1[j], h1[j + intermediate]));
+      // The slot's row, weighted and stored rounded, then summed into y.
+      for (int64_t h = 0; h < hiddenSize; ++h) {
+        const float *w = w2 + (expert * hiddenSize + h) * intermediate;
+        float dot = 0.0f;
+        for (int64_t j = 0; j < intermediate; ++j)
+          dot += a[j] * w[j];
+        y[h] += round(weight * dot);
+      }
+    }
+    for (int64_t h = 0; h < hiddenSize; ++h)
+      output[t * hiddenSize + h] = round(y[h]);
+  }
+}
