@@ -12,7 +12,7 @@
 #include <limits>
 #include <numeric>
 
-using namespace moe::reference;
+using namespace mlir::moe::reference;
 
 /// The strict total order of selection: any number beats NaN, a larger
 /// value beats a smaller one, and ties (two NaNs included) go to the lower
@@ -104,7 +104,7 @@ static std::vector<int64_t> eligibleExperts(const Router &router,
   return kept;
 }
 
-void moe::reference::gate(const Router &router, int64_t numTokens,
+void mlir::moe::reference::gate(const Router &router, int64_t numTokens,
                           int64_t numExperts, const float *logits,
                           const float *bias, float *weights, int32_t *ids) {
   int64_t numSlots = router.numSlots();
@@ -144,12 +144,12 @@ void moe::reference::gate(const Router &router, int64_t numTokens,
   }
 }
 
-int64_t moe::reference::routeCapacity(int64_t numTokens, int64_t numSlots,
+int64_t mlir::moe::reference::routeCapacity(int64_t numTokens, int64_t numSlots,
                                       int64_t numExperts, int64_t blockM) {
   return numTokens * numSlots + numExperts * (blockM - 1);
 }
 
-Routing moe::reference::route(int64_t numTokens, int64_t numSlots,
+Routing mlir::moe::reference::route(int64_t numTokens, int64_t numSlots,
                               const int32_t *ids, int64_t numExperts,
                               int64_t blockM) {
   int64_t numRouted = numTokens * numSlots;
@@ -185,7 +185,7 @@ Routing moe::reference::route(int64_t numTokens, int64_t numSlots,
   return routing;
 }
 
-void moe::reference::groupedMatmul(const Routing &routing, int64_t numTokens,
+void mlir::moe::reference::groupedMatmul(const Routing &routing, int64_t numTokens,
                                    int64_t numSlots, int64_t blockM, int64_t n,
                                    int64_t k, const float *input,
                                    bool tokenOrder, const float *weights,
@@ -219,7 +219,7 @@ void moe::reference::groupedMatmul(const Routing &routing, int64_t numTokens,
   }
 }
 
-void moe::reference::combine(int64_t numTokens, int64_t numSlots,
+void mlir::moe::reference::combine(int64_t numTokens, int64_t numSlots,
                              int64_t hiddenSize, const float *rows,
                              const float *weights, float *output,
                              const RoundFn &round) {
@@ -235,7 +235,7 @@ void moe::reference::combine(int64_t numTokens, int64_t numSlots,
   }
 }
 
-void moe::reference::fusedMoe(const Router &router, Activation activation,
+void mlir::moe::reference::fusedMoe(const Router &router, Activation activation,
                               int64_t numTokens, int64_t hiddenSize,
                               int64_t numExperts, int64_t intermediate,
                               const float *hidden, const float *logits,

@@ -17,6 +17,7 @@
 #include <functional>
 #include <vector>
 
+namespace mlir {
 namespace moe {
 namespace reference {
 
@@ -92,5 +93,6 @@ void fusedMoe(const Router &router, Activation activation, int64_t numTokens,
 
 } // namespace reference
 } // namespace moe
+} // namespace mlir
 
 #endif // MOE_REFERENCE_REFERENCE_H

@@ -1,0 +1,50 @@
+//===- HostTensor.h - Dense host tensors of the moe element types -*- C++ -*-=//
+
+#ifndef MOE_RUNNER_HOSTTENSOR_H
+#define MOE_RUNNER_HOSTTENSOR_H
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mlir {
+namespace moe {
+
+/// The element types a layer's operands and results may have.
+enum class ElementType { F32, BF16, F16, I32 };
+
+/// Returns "f32", "bf16", "f16" or "i32".
+const char *elementTypeName(ElementType type);
+int64_t elementTypeBytes(ElementType type);
+
+/// Rounds `value` to the nearest value representable in `type` (ties to
+/// even; the identity for F32).
+float roundTo(ElementType type, float value);
+
+/// A dense row-major host tensor owning its bytes.
+struct HostTensor {
+  ElementType type = ElementType::F32;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+
+  HostTensor() = default;
+  HostTensor(ElementType type, std::vector<int64_t> shape);
+  /// Stores `values` converted (rounded) to `type`.
+  static HostTensor fromFloats(ElementType type, std::vector<int64_t> shape,
+                               const std::vector<float> &values);
+  static HostTensor fromInts(std::vector<int64_t> shape,
+                             const std::vector<int32_t> &values);
+
+  int64_t numElements() const;
+  /// The elements widened to float (F32, BF16, F16).
+  std::vector<float> toFloats() const;
+  /// The elements of an I32 tensor.
+  std::vector<int32_t> toInts() const;
+  /// E.g. "tensor<4x8xbf16>".
+  std::string typeString() const;
+};
+
+} // namespace moe
+} // namespace mlir
+
+#endif // MOE_RUNNER_HOSTTENSOR_H

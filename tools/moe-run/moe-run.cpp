@@ -1,0 +1,435 @@
+//===- moe-run.cpp - Run one MoE layer and check it -----------------------===//
+//
+// Runs one MoE layer end to end on the CPU path: the layer comes from an MLIR
+// file (a function holding a moe.fused_moe, or the primitive ops it
+// decomposes into) or from a named model preset. Inputs are seeded random
+// data; the output is compared against the plain C++ reference, and the
+// routing statistics and times are printed. Exits non-zero on any error or
+// mismatch.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/Dialect/Moe/IR/MoeOps.h"
+#include "moe/Reference/Reference.h"
+#include "moe/Registration/Registration.h"
+#include "moe/Runner/CpuRunner.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/SourceMgr.h"
+#include "mlir/Support/FileUtilities.h"
+
+#include <chrono>
+#include <cmath>
+#include <random>
+#include <unistd.h>
+
+using namespace mlir;
+using namespace mlir::moe;
+namespace cl = llvm::cl;
+
+static cl::opt<std::string> inputFile(cl::Positional,
+                                      cl::desc("[layer.mlir]"),
+                                      cl::init(""));
+static cl::opt<std::string>
+    presetName("preset",
+               cl::desc("Model preset: mixtral-8x7b, qwen3-30b-a3b, "
+                        "deepseek-v3, kimi-k2"),
+               cl::init(""));
+static cl::opt<bool>
+    reduced("reduced",
+            cl::desc("Shrink the preset's hidden and intermediate sizes 32x "
+                     "(routing unchanged) so that it runs in seconds"),
+            cl::init(false));
+static cl::opt<int64_t> tokens("tokens", cl::desc("Token count T"),
+                               cl::init(16));
+static cl::opt<std::string>
+    dtypeName("dtype", cl::desc("Preset element type: bf16, f16 or f32"),
+              cl::init("bf16"));
+static cl::opt<unsigned> seed("seed", cl::desc("Random seed of the inputs"),
+                              cl::init(0));
+static cl::opt<std::string> entry("entry",
+                                  cl::desc("Function to run (default: the "
+                                           "module's only function)"),
+                                  cl::init(""));
+
+namespace {
+/// A model's MoE layer: routing rules and sizes.
+struct Preset {
+  const char *name;
+  int64_t hiddenSize, intermediate, numExperts;
+  const char *router;
+  bool bias;
+};
+
+// Routing as the models ship it; sizes from their configs.
+const Preset kPresets[] = {
+    {"mixtral-8x7b", 4096, 14336, 8,
+     "scoring = softmax, top_k = 2, renormalize = true", false},
+    {"qwen3-30b-a3b", 2048, 768, 128,
+     "scoring = softmax, top_k = 8, renormalize = true", false},
+    {"deepseek-v3", 7168, 2048, 256,
+     "scoring = sigmoid, top_k = 8, num_groups = 8, topk_groups = 4, "
+     "renormalize = true, routed_scaling_factor = 2.5, num_shared_experts = 1",
+     true},
+    {"kimi-k2", 7168, 2048, 384,
+     "scoring = sigmoid, top_k = 8, renormalize = true, "
+     "routed_scaling_factor = 2.827, num_shared_experts = 1",
+     true},
+};
+
+/// Where the layer's operands are among the function's arguments, and what
+/// the layer computes.
+struct Layer {
+  RouterAttr router;
+  Activation activation = Activation::none;
+  int hidden = -1, logits = -1, w13 = -1, w2 = -1, bias = -1;
+  int64_t hiddenSize = 0, numExperts = 0, intermediate = 0;
+};
+
+int fail(const llvm::Twine &message) {
+  llvm::errs() << "moe-run: " << message << "\n";
+  return 1;
+}
+
+std::string presetSource(const Preset &preset, int64_t shrink,
+                         llvm::StringRef dtype) {
+  int64_t h = preset.hiddenSize / shrink, i = preset.intermediate / shrink;
+  int64_t e = preset.numExperts;
+  int64_t stored = e + (llvm::StringRef(preset.router).contains(
+                            "num_shared_experts = 1")
+                            ? 1
+                            : 0);
+  std::string x = llvm::formatv("tensor<?x{0}x{1}>", h, dtype);
+  std::string l = llvm::formatv("tensor<?x{0}xf32>", e);
+  std::string w13 = llvm::formatv("tensor<{0}x{1}x{2}x{3}>", stored, 2 * i, h,
+                                  dtype);
+  std::string w2 =
+      llvm::formatv("tensor<{0}x{1}x{2}x{3}>", stored, h, i, dtype);
+  std::string b = llvm::formatv("tensor<{0}xf32>", e);
+  std::string biasArg = preset.bias ? ", %bias: " + b : "";
+  std::string biasUse = preset.bias ? " bias(%bias)" : "";
+  std::string biasType = preset.bias ? ", " + b : "";
+  return llvm::formatv(
+      "func.func @layer(%x: {0}, %logits: {1}, %w13: {2}, %w2: {3}{4}) -> {0} "
+      "{{\n  %y = moe.fused_moe %x, %logits, %w13, %w2{5} "
+      "activation(silu_and_mul) {{router = #moe.router<{6}>} : ({0}, {1}, "
+      "{2}, {3}{7}) -> {0}\n  return %y : {0}\n}\n",
+      x, l, w13, w2, biasArg, biasUse, preset.router, biasType);
+}
+
+/// Index of `value` among the arguments of `function`, or -1.
+int argumentIndex(func::FuncOp function, Value value) {
+  auto argument = dyn_cast<BlockArgument>(value);
+  if (!argument || argument.getOwner() != &function.getBody().front())
+    return -1;
+  return argument.getArgNumber();
+}
+
+/// Finds the layer in `function`: a moe.fused_moe, or a moe.gate and the two
+/// grouped matmuls of its decomposition, reading operands from arguments.
+FailureOr<Layer> findLayer(func::FuncOp function, std::string &error) {
+  Layer layer;
+  auto dims = [](Value value) {
+    return cast<RankedTensorType>(value.getType()).getShape();
+  };
+  SmallVector<FusedMoeOp> fused(function.getOps<FusedMoeOp>());
+  SmallVector<GateOp> gates(function.getOps<GateOp>());
+  SmallVector<GroupedMatmulOp> gemms(function.getOps<GroupedMatmulOp>());
+  if (fused.size() == 1 && gates.empty() && gemms.empty()) {
+    FusedMoeOp op = fused.front();
+    layer.router = op.getRouter();
+    layer.activation = op.getActivation();
+    layer.hidden = argumentIndex(function, op.getHiddenStates());
+    layer.logits = argumentIndex(function, op.getRouterLogits());
+    layer.w13 = argumentIndex(function, op.getW13());
+    layer.w2 = argumentIndex(function, op.getW2());
+    if (op.getCorrectionBias())
+      layer.bias = argumentIndex(function, op.getCorrectionBias());
+  } else if (fused.empty() && gates.size() == 1 && gemms.size() == 2) {
+    GateOp gate = gates.front();
+    auto first = llvm::find_if(gemms, [](GroupedMatmulOp op) {
+      return op.getInputOrder() == RowOrder::token;
+    });
+    auto second = llvm::find_if(gemms, [](GroupedMatmulOp op) {
+      return op.getInputOrder() == RowOrder::sorted;
+    });
+    if (first == gemms.end() || second == gemms.end()) {
+      error = "expected one token-order and one sorted-order "
+              "moe.grouped_matmul";
+      return failure();
+    }
+    layer.router = gate.getRouter();
+    layer.activation = first->getActivation();
+    layer.hidden = argumentIndex(function, first->getInput());
+    layer.logits = argumentIndex(function, gate.getLogits());
+    layer.w13 = argumentIndex(function, first->getWeights());
+    layer.w2 = argumentIndex(function, second->getWeights());
+    if (gate.getCorrectionBias())
+      layer.bias = argumentIndex(function, gate.getCorrectionBias());
+  } else {
+    error = "expected a function holding one moe.fused_moe, or one moe.gate "
+            "and the two moe.grouped_matmul of a layer";
+    return failure();
+  }
+  if (layer.hidden < 0 || layer.logits < 0 || layer.w13 < 0 || layer.w2 < 0 ||
+      (layer.bias < 0 && function.getNumArguments() == 5)) {
+    error = "the layer's operands must be the function's arguments";
+    return failure();
+  }
+  if (layer.activation == Activation::none) {
+    error = "the layer's first grouped matmul needs a gated activation";
+    return failure();
+  }
+  if (function.getNumResults() != 1) {
+    error = "the function must return the layer's output only";
+    return failure();
+  }
+  BlockArgument hidden = function.getArgument(layer.hidden);
+  layer.hiddenSize = dims(hidden)[1];
+  layer.numExperts = dims(function.getArgument(layer.logits))[1];
+  layer.intermediate = dims(function.getArgument(layer.w2))[2];
+  return layer;
+}
+
+FailureOr<ElementType> elementTypeOf(Value value) {
+  Type type = cast<RankedTensorType>(value.getType()).getElementType();
+  if (type.isF32())
+    return ElementType::F32;
+  if (type.isBF16())
+    return ElementType::BF16;
+  if (type.isF16())
+    return ElementType::F16;
+  return failure();
+}
+
+reference::Router toReference(RouterAttr router) {
+  reference::Router result;
+  result.scoring = router.getScoring() == Scoring::softmax
+                       ? reference::Scoring::Softmax
+                       : reference::Scoring::Sigmoid;
+  result.topK = router.getTopK();
+  result.numGroups = router.getNumGroups();
+  result.topkGroups = router.getTopkGroups();
+  result.renormalize = router.getRenormalize();
+  result.routedScalingFactor =
+      router.getRoutedScalingFactor().convertToDouble();
+  result.numSharedExperts = router.getNumSharedExperts();
+  return result;
+}
+
+double seconds(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                       start)
+      .count();
+}
+} // namespace
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM initLLVM(argc, argv);
+  cl::ParseCommandLineOptions(
+      argc, argv,
+      "moe-run: run one MoE layer on the CPU path and check it against the "
+      "reference\n\n  moe-run --preset deepseek-v3 --reduced --tokens 16\n"
+      "  moe-run layer.mlir --tokens 4\n");
+
+  MLIRContext context;
+  DialectRegistry registry;
+  registerMoeDialects(registry);
+  context.appendDialectRegistry(registry);
+  registerMoePasses();
+
+  if (tokens < 1)
+    return fail("--tokens must be at least 1");
+  if (presetName.empty() == inputFile.empty())
+    return fail("give either a layer file or --preset (see --help)");
+
+  llvm::SourceMgr sourceMgr;
+  SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
+  OwningOpRef<ModuleOp> module;
+  std::string label;
+  if (!presetName.empty()) {
+    const Preset *preset = llvm::find_if(kPresets, [](const Preset &p) {
+      return presetName == p.name;
+    });
+    if (preset == std::end(kPresets))
+      return fail("unknown preset '" + presetName +
+                  "' (mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, kimi-k2)");
+    if (dtypeName != "bf16" && dtypeName != "f16" && dtypeName != "f32")
+      return fail("unknown --dtype '" + dtypeName + "' (bf16, f16, f32)");
+    module = parseSourceString<ModuleOp>(
+        presetSource(*preset, reduced ? 32 : 1, dtypeName), &context);
+    label = presetName + (reduced ? " (reduced)" : "");
+  } else {
+    std::string message;
+    auto file = openInputFile(inputFile, &message);
+    if (!file)
+      return fail(message);
+    sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
+    module = parseSourceFile<ModuleOp>(sourceMgr, &context);
+    label = inputFile;
+  }
+  if (!module)
+    return fail("could not parse or verify " + label);
+
+  func::FuncOp function;
+  for (auto candidate : module->getOps<func::FuncOp>())
+    if (!candidate.isDeclaration() && (entry.empty() || candidate.getName() == entry))
+      function = candidate;
+  if (!function)
+    return fail("no function to run in " + label);
+  std::string error;
+  FailureOr<Layer> layer = findLayer(function, error);
+  if (failed(layer))
+    return fail(label + ": " + error);
+
+  // Shapes: every `?` is the token count.
+  int64_t numTokens = tokens;
+  auto hiddenType =
+      cast<RankedTensorType>(function.getArgument(layer->hidden).getType());
+  if (!hiddenType.isDynamicDim(0)) {
+    if (tokens.getNumOccurrences() && tokens != hiddenType.getDimSize(0))
+      return fail(llvm::formatv("--tokens {0} does not match the layer's {1} "
+                                "tokens",
+                                int64_t(tokens), hiddenType.getDimSize(0))
+                      .str());
+    numTokens = hiddenType.getDimSize(0);
+  }
+  auto shapeOf = [&](int index) {
+    auto type = cast<RankedTensorType>(function.getArgument(index).getType());
+    std::vector<int64_t> shape(type.getShape().begin(), type.getShape().end());
+    for (int64_t &dim : shape)
+      if (ShapedType::isDynamic(dim))
+        dim = numTokens;
+    return shape;
+  };
+  int64_t totalBytes = 0;
+  for (BlockArgument argument : function.getArguments()) {
+    auto type = cast<RankedTensorType>(argument.getType());
+    int64_t elements = 1;
+    for (int64_t dim : shapeOf(argument.getArgNumber()))
+      elements *= dim;
+    totalBytes += elements * type.getElementTypeBitWidth() / 8;
+  }
+  // Inputs, their fp32 copies for the reference, and the compiled path's
+  // buffers: refuse what would not fit instead of dying half way.
+  int64_t memoryBytes = sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGE_SIZE);
+  if (totalBytes * 4 > memoryBytes)
+    return fail(llvm::formatv("{0} needs about {1:F1} GiB of host memory for "
+                              "T = {2}; this machine has {3:F1} GiB (try "
+                              "--reduced or fewer tokens)",
+                              label, totalBytes * 4.0 / (1 << 30), numTokens,
+                              memoryBytes * 1.0 / (1 << 30))
+                    .str());
+
+  // Seeded inputs: activations and logits of unit scale, weights scaled by
+  // 1/sqrt(fan-in) so that outputs stay O(1) in every precision.
+  std::mt19937 generator(seed);
+  std::vector<HostTensor> inputs(function.getNumArguments());
+  std::vector<std::vector<float>> values(function.getNumArguments());
+  for (BlockArgument argument : function.getArguments()) {
+    int index = argument.getArgNumber();
+    FailureOr<ElementType> type = elementTypeOf(argument);
+    if (failed(type))
+      return fail("argument #" + llvm::Twine(index) +
+                  " must be a tensor of f32, bf16 or f16");
+    std::vector<int64_t> shape = shapeOf(index);
+    float scale = 1.0f;
+    if (index == layer->w13)
+      scale = 1.0f / std::sqrt(float(layer->hiddenSize));
+    else if (index == layer->w2)
+      scale = 1.0f / std::sqrt(float(layer->intermediate));
+    else if (index == layer->logits)
+      scale = 2.0f;
+    else if (index == layer->bias)
+      scale = 0.1f;
+    std::uniform_real_distribution<float> uniform(-scale, scale);
+    std::vector<float> data(HostTensor(*type, shape).numElements());
+    for (float &value : data)
+      value = uniform(generator);
+    inputs[index] = HostTensor::fromFloats(*type, shape, data);
+    values[index] = inputs[index].toFloats();
+  }
+  ElementType outputType = inputs[layer->hidden].type;
+
+  auto start = std::chrono::steady_clock::now();
+  auto compiled = CpuFunction::compile(*module, function.getName());
+  if (!compiled)
+    return fail(llvm::toString(compiled.takeError()));
+  double compileTime = seconds(start);
+  start = std::chrono::steady_clock::now();
+  auto outputs = (*compiled)->run(inputs);
+  if (!outputs)
+    return fail(llvm::toString(outputs.takeError()));
+  double runTime = seconds(start);
+
+  reference::Router router = toReference(layer->router);
+  reference::Activation activation =
+      layer->activation == Activation::silu_and_mul
+          ? reference::Activation::SiluAndMul
+          : reference::Activation::GeluAndMul;
+  std::vector<float> expected(numTokens * layer->hiddenSize);
+  auto round = [&](float value) { return roundTo(outputType, value); };
+  reference::fusedMoe(router, activation, numTokens, layer->hiddenSize,
+                      layer->numExperts, layer->intermediate,
+                      values[layer->hidden].data(),
+                      values[layer->logits].data(),
+                      layer->bias >= 0 ? values[layer->bias].data() : nullptr,
+                      values[layer->w13].data(), values[layer->w2].data(),
+                      expected.data(), round);
+
+  // Routing statistics, from the reference router.
+  int64_t numSlots = router.numSlots();
+  std::vector<float> weights(numTokens * numSlots);
+  std::vector<int32_t> ids(numTokens * numSlots);
+  reference::gate(router, numTokens, layer->numExperts,
+                  values[layer->logits].data(),
+                  layer->bias >= 0 ? values[layer->bias].data() : nullptr,
+                  weights.data(), ids.data());
+  std::vector<int64_t> perExpert(layer->numExperts + router.numSharedExperts);
+  for (int32_t id : ids)
+    ++perExpert[id];
+
+  std::vector<float> actual = outputs->front().toFloats();
+  double maxError = 0, maxReference = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    maxError = std::max(maxError, double(std::fabs(actual[i] - expected[i])));
+    maxReference = std::max(maxReference, double(std::fabs(expected[i])));
+  }
+  double relative = maxError / std::max(maxReference, 1e-30);
+  // The reference rounds where the layer stores, so only the fp32
+  // summation order of the GEMMs separates the two: a few units in the last
+  // place of the output type.
+  double tolerance = outputType == ElementType::F32    ? 1e-5
+                     : outputType == ElementType::F16 ? 4e-3
+                                                      : 2e-2;
+
+  llvm::outs() << llvm::formatv(
+      "moe-run: {0}, T = {1}, {2}: H = {3}, I = {4}, E = {5}+{6}, top-{7}, "
+      "{8} groups (keep {9}), {10}{11}\n",
+      label, numTokens, elementTypeName(outputType), layer->hiddenSize,
+      layer->intermediate, layer->numExperts, router.numSharedExperts,
+      router.topK, router.numGroups, router.topkGroups,
+      router.scoring == reference::Scoring::Softmax ? "softmax" : "sigmoid",
+      layer->bias >= 0 ? " + bias" : "");
+  llvm::outs() << llvm::formatv("  CPU path: compile {0:F2} s, run {1:F4} s\n",
+                                compileTime, runTime);
+  int64_t idle = llvm::count(perExpert, 0);
+  auto [least, most] = std::minmax_element(perExpert.begin(), perExpert.end());
+  llvm::outs() << llvm::formatv(
+      "  routing: {0} slots over {1} experts; tokens per expert min {2}, max "
+      "{3}, {4} experts without tokens\n  tokens per expert:",
+      numTokens * numSlots, perExpert.size(), *least, *most, idle);
+  for (size_t e = 0; e < perExpert.size(); ++e)
+    llvm::outs() << (e % 32 == 0 ? "\n   " : "") << " " << perExpert[e];
+  bool pass = relative <= tolerance && std::isfinite(relative);
+  llvm::outs() << llvm::formatv(
+      "\n  check against the reference: max |error| {0:E2}, max |reference| "
+      "{1:E2}, relative {2:E2} (tolerance {3:E0}): {4}\n",
+      maxError, maxReference, relative, tolerance, pass ? "PASS" : "FAIL");
+  return pass ? 0 : 1;
+}
