@@ -1,0 +1,193 @@
+// convert-moe-to-loops lowers each primitive moe op to scf loops over buffers:
+// the gate's fp32 scoring and arg-max selection, the route's counting sort,
+// the grouped matmul's guarded rows with fp32 dots and epilogues, and the
+// combine's fp32 sums.
+// RUN: moe-opt %s --convert-moe-to-loops --split-input-file | FileCheck %s
+
+// Softmax scoring: NaN-propagating max, exp(x - max) summed, divided; bias
+// added for selection only; groups scored by their two best; arg-max under
+// "larger wins, NaN loses"; renormalise, scale, shared expert.
+// CHECK-LABEL: func @gate_softmax_groups
+// CHECK-DAG: %[[LOGITS:[a-z0-9_]+]] = bufferization.to_buffer %{{.*}} read_only : tensor<?x8xbf16> to memref<?x8xbf16>
+// CHECK-DAG: %[[BIAS:[a-z0-9_]+]] = bufferization.to_buffer %{{.*}} read_only : tensor<8xf32> to memref<8xf32>
+// CHECK: %[[T:[a-z0-9_]+]] = memref.dim %[[LOGITS]]
+// CHECK: %[[WEIGHTS:[a-z0-9_]+]] = memref.alloc(%[[T]]) : memref<?x3xf32>
+// CHECK: %[[IDS:[a-z0-9_]+]] = memref.alloc(%[[T]]) : memref<?x3xi32>
+// CHECK: %[[SCORES:[a-z0-9_]+]] = memref.alloc() : memref<8xf32>
+// CHECK: %[[GROUPS:[a-z0-9_]+]] = memref.alloc() : memref<4xf32>
+// CHECK: scf.for %[[TOKEN:[a-z0-9_]+]] =
+// CHECK:   %[[MAX:[a-z0-9_]+]] = scf.for {{.*}} -> (f32)
+// CHECK:     arith.extf %{{.*}} : bf16 to f32
+// CHECK:     arith.maximumf
+// CHECK:   %[[SUM:[a-z0-9_]+]] = scf.for {{.*}} -> (f32)
+// CHECK:     arith.subf %{{.*}}, %[[MAX]]
+// CHECK:     math.exp
+// CHECK:   arith.divf %{{.*}}, %[[SUM]]
+// CHECK:   memref.load %[[BIAS]]
+// CHECK:   arith.addf
+// Group scores: best, then best of the rest, summed.
+// CHECK:   scf.for
+// CHECK:     scf.for {{.*}} -> (index, f32, i1)
+// CHECK:       arith.cmpf ogt
+// CHECK:       arith.cmpf uno
+// CHECK:       arith.cmpf ord
+// CHECK:     scf.for {{.*}} -> (index, f32, i1)
+// CHECK:       arith.cmpi ne
+// CHECK:     arith.addf
+// CHECK:     memref.store %{{.*}}, %[[GROUPS]]
+// The top_k experts: weights from the unbiased scores, NaN weighs 0.
+// CHECK:   scf.for {{.*}} -> (f32)
+// CHECK:     arith.index_cast
+// CHECK:     memref.store %{{.*}}, %[[IDS]]
+// CHECK:     memref.load %[[SCORES]]
+// CHECK:     arith.cmpf uno
+// CHECK:     arith.select
+// CHECK:     memref.store %{{.*}}, %[[WEIGHTS]]
+// CHECK:   arith.constant 9.99999968E-21 : f32
+// CHECK:   scf.for
+// CHECK:     arith.divf
+// CHECK:     arith.constant 2.500000e+00 : f32
+// CHECK:     arith.mulf
+// The shared expert is id 8 with weight 1.
+// CHECK:   arith.constant 8 : i32
+// CHECK:   memref.store %{{.*}}, %[[IDS]]
+// CHECK:   arith.constant 1.000000e+00 : f32
+// CHECK:   memref.store %{{.*}}, %[[WEIGHTS]]
+// CHECK: bufferization.to_tensor %[[WEIGHTS]] restrict writable
+// CHECK: bufferization.to_tensor %[[IDS]] restrict writable
+func.func @gate_softmax_groups(%l: tensor<?x8xbf16>, %b: tensor<8xf32>) -> (tensor<?x3xf32>, tensor<?x3xi32>) {
+  %w, %i = moe.gate %l bias %b {router = #moe.router<scoring = softmax, top_k = 2, num_groups = 4, topk_groups = 2, renormalize = true, routed_scaling_factor = 2.5, num_shared_experts = 1>}
+    : (tensor<?x8xbf16>, tensor<8xf32>) -> (tensor<?x3xf32>, tensor<?x3xi32>)
+  return %w, %i : tensor<?x3xf32>, tensor<?x3xi32>
+}
+
+// -----
+
+// Sigmoid scoring without groups, renormalisation or scaling.
+// CHECK-LABEL: func @gate_sigmoid
+// CHECK: scf.for
+// CHECK:   arith.negf
+// CHECK:   math.exp
+// CHECK:   arith.addf
+// CHECK:   arith.divf
+// CHECK-NOT: memref<1xf32>
+// CHECK-NOT: 9.99999968E-21
+// CHECK: return
+func.func @gate_sigmoid(%l: tensor<4x16xf32>) -> (tensor<4x4xf32>, tensor<4x4xi32>) {
+  %w, %i = moe.gate %l {router = #moe.router<scoring = sigmoid, top_k = 4>}
+    : (tensor<4x16xf32>) -> (tensor<4x4xf32>, tensor<4x4xi32>)
+  return %w, %i : tensor<4x4xf32>, tensor<4x4xi32>
+}
+
+// -----
+
+// Counting sort: sentinel and -1 fills, per-expert counts of in-range ids,
+// padded offsets, then stable placement through per-expert cursors.
+// CHECK-LABEL: func @route
+// CHECK: %[[IDS:[a-z0-9_]+]] = bufferization.to_buffer
+// CHECK: %[[T:[a-z0-9_]+]] = memref.dim %[[IDS]]
+// CHECK: %[[SLOTS:[a-z0-9_]+]] = arith.muli %[[T]], %c2
+// CHECK: %[[CAP:[a-z0-9_]+]] = arith.addi %[[SLOTS]], %c60
+// CHECK: %[[BLOCKS:[a-z0-9_]+]] = arith.ceildivui %[[CAP]], %c16
+// CHECK: %[[SORTED:[a-z0-9_]+]] = memref.alloc(%[[CAP]]) : memref<?xi32>
+// CHECK: %[[EXPERTS:[a-z0-9_]+]] = memref.alloc(%[[BLOCKS]]) : memref<?xi32>
+// CHECK: %[[COUNT:[a-z0-9_]+]] = memref.alloc() : memref<i32>
+// CHECK: %[[COUNTS:[a-z0-9_]+]] = memref.alloc() : memref<4xi32>
+// CHECK: %[[CURSORS:[a-z0-9_]+]] = memref.alloc() : memref<4xi32>
+// CHECK: %[[SENTINEL:[a-z0-9_]+]] = arith.index_cast %[[SLOTS]] : index to i32
+// CHECK: memref.store %[[SENTINEL]], %[[SORTED]]
+// CHECK: memref.store %c-1_i32, %[[EXPERTS]]
+// CHECK: scf.for
+// CHECK:   scf.for
+// CHECK:     arith.cmpi sge
+// CHECK:     arith.cmpi slt
+// CHECK:     scf.if
+// CHECK:       memref.store %{{.*}}, %[[COUNTS]]
+// CHECK: %[[TOTAL:[a-z0-9_]+]] = scf.for {{.*}} -> (i32)
+// CHECK:   memref.store %{{.*}}, %[[CURSORS]]
+// CHECK:   arith.ceildivui
+// CHECK:   scf.for
+// CHECK:     memref.store %{{.*}}, %[[EXPERTS]]
+// CHECK: memref.store %[[TOTAL]], %[[COUNT]][]
+// CHECK: scf.if
+// CHECK:   memref.load %[[CURSORS]]
+// CHECK:   memref.store %{{.*}}, %[[SORTED]]
+// CHECK:   memref.store %{{.*}}, %[[CURSORS]]
+func.func @route(%ids: tensor<?x2xi32>) -> (tensor<?xi32>, tensor<?xi32>, tensor<i32>) {
+  %s, %e, %n = moe.route %ids {num_experts = 4, block_m = 16}
+    : (tensor<?x2xi32>) -> (tensor<?xi32>, tensor<?xi32>, tensor<i32>)
+  return %s, %e, %n : tensor<?xi32>, tensor<?xi32>, tensor<i32>
+}
+
+// -----
+
+// Token-order input, SiLU-and-mul: rows clamped to the capacity, guarded on
+// the slot and expert ranges, two fp32 dots per column (gate and up halves),
+// narrowed to bf16 at the store.
+// CHECK-LABEL: func @grouped_matmul_silu
+// CHECK: %[[OUT:[a-z0-9_]+]] = memref.alloc() : memref<66x8xbf16>
+// CHECK: memref.store %{{.*}}, %[[OUT]]
+// CHECK: %[[ROWS:[a-z0-9_]+]] = arith.minui
+// CHECK: scf.for %[[R:[a-z0-9_]+]] = %{{.*}} to %[[ROWS]]
+// CHECK:   arith.andi
+// CHECK:   scf.if
+// CHECK:     arith.divui
+// CHECK:     arith.remui
+// CHECK:     scf.for
+// CHECK:       %[[GATE:[a-z0-9_]+]] = scf.for {{.*}} -> (f32)
+// CHECK:         arith.extf %{{.*}} : bf16 to f32
+// CHECK:         arith.mulf
+// CHECK:         arith.addf
+// CHECK:       %[[UP:[a-z0-9_]+]] = scf.for {{.*}} -> (f32)
+// CHECK:       arith.negf %[[GATE]]
+// CHECK:       math.exp
+// CHECK:       %[[ACT:[a-z0-9_]+]] = arith.divf %[[GATE]]
+// CHECK:       %[[PROD:[a-z0-9_]+]] = arith.mulf %[[ACT]], %[[UP]]
+// CHECK:       %[[NARROW:[a-z0-9_]+]] = arith.truncf %[[PROD]] : f32 to bf16
+// CHECK:       memref.store %[[NARROW]], %[[OUT]][%[[R]],
+func.func @grouped_matmul_silu(%x: tensor<3x32xbf16>, %w: tensor<4x16x32xbf16>, %s: tensor<66xi32>, %e: tensor<5xi32>, %n: tensor<i32>) -> tensor<66x8xbf16> {
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n input(token) output(sorted) activation(silu_and_mul) {block_m = 16, num_slots = 2}
+    : (tensor<3x32xbf16>, tensor<4x16x32xbf16>, tensor<66xi32>, tensor<5xi32>, tensor<i32>) -> tensor<66x8xbf16>
+  return %o : tensor<66x8xbf16>
+}
+
+// -----
+
+// Sorted input, GELU-and-mul, routed weight, scattered to slot order.
+// CHECK-LABEL: func @grouped_matmul_gelu_slots
+// CHECK: %[[RW:[a-z0-9_]+]] = bufferization.to_buffer %{{.*}} read_only : tensor<3x2xf32>
+// CHECK: %[[OUT:[a-z0-9_]+]] = memref.alloc() : memref<3x2x8xf32>
+// CHECK: scf.if
+// CHECK:   %[[TOKEN:[a-z0-9_]+]] = arith.divui
+// CHECK:   %[[SLOT:[a-z0-9_]+]] = arith.remui
+// CHECK:   %[[WEIGHT:[a-z0-9_]+]] = memref.load %[[RW]][%[[TOKEN]], %[[SLOT]]]
+// CHECK:   scf.for %[[J:[a-z0-9_]+]] =
+// CHECK:     math.erf
+// CHECK:     %[[WEIGHTED:[a-z0-9_]+]] = arith.mulf %{{.*}}, %[[WEIGHT]]
+// CHECK:     memref.store %[[WEIGHTED]], %[[OUT]][%[[TOKEN]], %[[SLOT]], %[[J]]]
+func.func @grouped_matmul_gelu_slots(%h: tensor<66x32xf32>, %w: tensor<4x16x32xf32>, %s: tensor<66xi32>, %e: tensor<5xi32>, %n: tensor<i32>, %rw: tensor<3x2xf32>) -> tensor<3x2x8xf32> {
+  %o = moe.grouped_matmul %h, %w, %s, %e, %n routed_weights(%rw) input(sorted) output(slot) activation(gelu_and_mul) {block_m = 16, num_slots = 2}
+    : (tensor<66x32xf32>, tensor<4x16x32xf32>, tensor<66xi32>, tensor<5xi32>, tensor<i32>, tensor<3x2xf32>) -> tensor<3x2x8xf32>
+  return %o : tensor<3x2x8xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func @combine_weighted
+// CHECK: %[[ROWS:[a-z0-9_]+]] = bufferization.to_buffer %{{.*}} read_only : tensor<?x2x8xf16>
+// CHECK: %[[W:[a-z0-9_]+]] = bufferization.to_buffer %{{.*}} read_only : tensor<?x2xf32>
+// CHECK: %[[OUT:[a-z0-9_]+]] = memref.alloc(%{{.*}}) : memref<?x8xf16>
+// CHECK: scf.for %[[T:[a-z0-9_]+]] =
+// CHECK:   scf.for %[[H:[a-z0-9_]+]] =
+// CHECK:     %[[SUM:[a-z0-9_]+]] = scf.for %[[S:[a-z0-9_]+]] = {{.*}} -> (f32)
+// CHECK:       memref.load %[[ROWS]][%[[T]], %[[S]], %[[H]]]
+// CHECK:       arith.extf %{{.*}} : f16 to f32
+// CHECK:       memref.load %[[W]][%[[T]], %[[S]]]
+// CHECK:       arith.mulf
+// CHECK:       arith.addf
+// CHECK:     arith.truncf %[[SUM]] : f32 to f16
+// CHECK: bufferization.to_tensor %[[OUT]] restrict writable
+func.func @combine_weighted(%r: tensor<?x2x8xf16>, %w: tensor<?x2xf32>) -> tensor<?x8xf16> {
+  %y = moe.combine %r weights(%w) : (tensor<?x2x8xf16>, tensor<?x2xf32>) -> tensor<?x8xf16>
+  return %y : tensor<?x8xf16>
+}
