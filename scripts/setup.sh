@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what moe-mlir needs on Debian 12 (LLVM/MLIR 22, CMake, Ninja,
-# clang/lld), then configures and builds into build/ (or $MOE_BUILD_DIR).
+# clang/lld, GoogleTest), then configures and builds into build/ (or
+# $MOE_BUILD_DIR).
 # Safe to re-run: it installs only missing packages and rebuilds incrementally.
 #
 #   scripts/setup.sh                      # development build (libMLIR.so)
@@ -14,7 +15,7 @@ static_link=${MOE_STATIC_LINK:-OFF}
 packages=(
   cmake ninja-build g++ clang-22 lld-22
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
-  zlib1g-dev libzstd-dev
+  zlib1g-dev libzstd-dev libgtest-dev
 )
 
 missing=()
