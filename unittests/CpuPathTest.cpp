@@ -107,8 +107,8 @@ checkGate(const GateCase &gate, const std::vector<float> &logits,
   std::string logitsType =
       llvm::formatv("tensor<?x{0}x{1}>", e, name(gate.logitsType));
   std::string biasType = llvm::formatv("tensor<{0}xf32>", e);
-  std::string results = llvm::formatv(
-      "(tensor<?x{0}xf32>, tensor<?x{0}xi32>)", s);
+  std::string results =
+      llvm::formatv("(tensor<?x{0}xf32>, tensor<?x{0}xi32>)", s);
   std::string source = llvm::formatv(
       "func.func @gate(%l: {0}{1}) -> {2} {{\n"
       "  %w, %i = moe.gate %l{3} {{router = {4}} : ({0}{5}) -> {2}\n"
@@ -376,8 +376,8 @@ void checkGroupedMatmul(const GemmCase &gemm) {
   int64_t blocks = routing.expertIds.size();
   int64_t rows = gemm.tokenInput ? t : capacity;
 
-  HostTensor input = HostTensor::fromFloats(
-      gemm.type, {rows, k}, uniform(generator, rows * k, 1.0f));
+  HostTensor input = HostTensor::fromFloats(gemm.type, {rows, k},
+                                            uniform(generator, rows * k, 1.0f));
   HostTensor weights = HostTensor::fromFloats(
       gemm.type, {e, n, k}, uniform(generator, e * n * k, 0.2f));
   HostTensor routedWeights = HostTensor::fromFloats(
@@ -398,7 +398,8 @@ void checkGroupedMatmul(const GemmCase &gemm) {
       "func.func @gemm(%x: {0}, %w: {1}, %s: tensor<{2}xi32>, %e: "
       "tensor<{3}xi32>, %n: tensor<i32>{4}) -> {5} {{\n"
       "  %o = moe.grouped_matmul %x, %w, %s, %e, %n{6} input({7}) output({8}) "
-      "activation({9}) {{block_m = {10}, num_slots = {11}} : ({0}, {1}, {12}{13}) "
+      "activation({9}) {{block_m = {10}, num_slots = {11}} : ({0}, {1}, "
+      "{12}{13}) "
       "-> {5}\n  return %o : {5}\n}\n",
       inputType, weightsType, capacity, blocks,
       gemm.routedWeights ? ", %rw: " + rwType : "", outputType,
@@ -418,8 +419,8 @@ void checkGroupedMatmul(const GemmCase &gemm) {
   ASSERT_EQ(outputs.size(), 1u);
 
   // Rows the op never stores (padding) stay zero on the CPU path.
-  std::vector<float> expected(
-      (gemm.sortedOutput ? capacity : t * s) * columns, 0.0f);
+  std::vector<float> expected((gemm.sortedOutput ? capacity : t * s) * columns,
+                              0.0f);
   std::vector<float> inputValues = input.toFloats(),
                      weightValues = weights.toFloats(),
                      rwValues = routedWeights.toFloats();
@@ -476,10 +477,9 @@ TEST(Combine, WeightedAndUnweighted) {
       std::vector<float> expected(t * h);
       std::vector<float> rowFloats = rowValues.toFloats(),
                          weightFloats = weights.toFloats();
-      reference::combine(t, s, h, rowFloats.data(),
-                         weighted ? weightFloats.data() : nullptr,
-                         expected.data(),
-                         [&](float value) { return roundTo(type, value); });
+      reference::combine(
+          t, s, h, rowFloats.data(), weighted ? weightFloats.data() : nullptr,
+          expected.data(), [&](float value) { return roundTo(type, value); });
       expectClose(outputs[0].toFloats(), expected, tolerance(type));
     }
 }

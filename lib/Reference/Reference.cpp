@@ -105,8 +105,9 @@ static std::vector<int64_t> eligibleExperts(const Router &router,
 }
 
 void mlir::moe::reference::gate(const Router &router, int64_t numTokens,
-                          int64_t numExperts, const float *logits,
-                          const float *bias, float *weights, int32_t *ids) {
+                                int64_t numExperts, const float *logits,
+                                const float *bias, float *weights,
+                                int32_t *ids) {
   int64_t numSlots = router.numSlots();
   for (int64_t t = 0; t < numTokens; ++t) {
     std::vector<float> scores =
@@ -145,13 +146,14 @@ void mlir::moe::reference::gate(const Router &router, int64_t numTokens,
 }
 
 int64_t mlir::moe::reference::routeCapacity(int64_t numTokens, int64_t numSlots,
-                                      int64_t numExperts, int64_t blockM) {
+                                            int64_t numExperts,
+                                            int64_t blockM) {
   return numTokens * numSlots + numExperts * (blockM - 1);
 }
 
 Routing mlir::moe::reference::route(int64_t numTokens, int64_t numSlots,
-                              const int32_t *ids, int64_t numExperts,
-                              int64_t blockM) {
+                                    const int32_t *ids, int64_t numExperts,
+                                    int64_t blockM) {
   int64_t numRouted = numTokens * numSlots;
   int64_t capacity = routeCapacity(numTokens, numSlots, numExperts, blockM);
   auto isValid = [&](int32_t id) { return id >= 0 && id < numExperts; };
@@ -185,13 +187,11 @@ Routing mlir::moe::reference::route(int64_t numTokens, int64_t numSlots,
   return routing;
 }
 
-void mlir::moe::reference::groupedMatmul(const Routing &routing, int64_t numTokens,
-                                   int64_t numSlots, int64_t blockM, int64_t n,
-                                   int64_t k, const float *input,
-                                   bool tokenOrder, const float *weights,
-                                   const float *routedWeights,
-                                   Activation activation, bool sortedOutput,
-                                   float *output, const RoundFn &round) {
+void mlir::moe::reference::groupedMatmul(
+    const Routing &routing, int64_t numTokens, int64_t numSlots, int64_t blockM,
+    int64_t n, int64_t k, const float *input, bool tokenOrder,
+    const float *weights, const float *routedWeights, Activation activation,
+    bool sortedOutput, float *output, const RoundFn &round) {
   int64_t numRouted = numTokens * numSlots;
   bool gated = activation != Activation::None;
   int64_t outN = gated ? n / 2 : n;
@@ -220,9 +220,9 @@ void mlir::moe::reference::groupedMatmul(const Routing &routing, int64_t numToke
 }
 
 void mlir::moe::reference::combine(int64_t numTokens, int64_t numSlots,
-                             int64_t hiddenSize, const float *rows,
-                             const float *weights, float *output,
-                             const RoundFn &round) {
+                                   int64_t hiddenSize, const float *rows,
+                                   const float *weights, float *output,
+                                   const RoundFn &round) {
   for (int64_t t = 0; t < numTokens; ++t) {
     for (int64_t h = 0; h < hiddenSize; ++h) {
       float sum = 0.0f;
@@ -236,12 +236,12 @@ void mlir::moe::reference::combine(int64_t numTokens, int64_t numSlots,
 }
 
 void mlir::moe::reference::fusedMoe(const Router &router, Activation activation,
-                              int64_t numTokens, int64_t hiddenSize,
-                              int64_t numExperts, int64_t intermediate,
-                              const float *hidden, const float *logits,
-                              const float *bias, const float *w13,
-                              const float *w2, float *output,
-                              const RoundFn &round) {
+                                    int64_t numTokens, int64_t hiddenSize,
+                                    int64_t numExperts, int64_t intermediate,
+                                    const float *hidden, const float *logits,
+                                    const float *bias, const float *w13,
+                                    const float *w2, float *output,
+                                    const RoundFn &round) {
   int64_t numSlots = router.numSlots();
   std::vector<float> slotWeights(numTokens * numSlots);
   std::vector<int32_t> slotIds(numTokens * numSlots);

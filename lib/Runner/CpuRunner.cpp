@@ -161,9 +161,8 @@ CpuFunction::compile(ModuleOp module, llvm::StringRef entry) {
 llvm::Expected<std::vector<HostTensor>>
 CpuFunction::run(const std::vector<HostTensor> &inputs) const {
   if (inputs.size() != arguments.size())
-    return makeError("'" + name + "' takes " +
-                     llvm::Twine(arguments.size()) + " arguments, got " +
-                     llvm::Twine(inputs.size()));
+    return makeError("'" + name + "' takes " + llvm::Twine(arguments.size()) +
+                     " arguments, got " + llvm::Twine(inputs.size()));
   int64_t dynamicSize = ShapedType::kDynamic;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Signature &expected = arguments[i];
@@ -219,8 +218,7 @@ CpuFunction::run(const std::vector<HostTensor> &inputs) const {
     packed.push_back(&resultPointer);
   for (void *&pointer : descriptorPointers)
     packed.push_back(&pointer);
-  if (llvm::Error error =
-          engine->invokePacked("_mlir_ciface_" + name, packed))
+  if (llvm::Error error = engine->invokePacked("_mlir_ciface_" + name, packed))
     return std::move(error);
 
   std::vector<HostTensor> outputs;

@@ -17,11 +17,11 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
+#include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/SourceMgr.h"
-#include "mlir/Support/FileUtilities.h"
 
 #include <chrono>
 #include <cmath>
@@ -32,8 +32,7 @@ using namespace mlir;
 using namespace mlir::moe;
 namespace cl = llvm::cl;
 
-static cl::opt<std::string> inputFile(cl::Positional,
-                                      cl::desc("[layer.mlir]"),
+static cl::opt<std::string> inputFile(cl::Positional, cl::desc("[layer.mlir]"),
                                       cl::init(""));
 static cl::opt<std::string>
     presetName("preset",
@@ -100,14 +99,14 @@ std::string presetSource(const Preset &preset, int64_t shrink,
                          llvm::StringRef dtype) {
   int64_t h = preset.hiddenSize / shrink, i = preset.intermediate / shrink;
   int64_t e = preset.numExperts;
-  int64_t stored = e + (llvm::StringRef(preset.router).contains(
-                            "num_shared_experts = 1")
-                            ? 1
-                            : 0);
+  int64_t stored =
+      e + (llvm::StringRef(preset.router).contains("num_shared_experts = 1")
+               ? 1
+               : 0);
   std::string x = llvm::formatv("tensor<?x{0}x{1}>", h, dtype);
   std::string l = llvm::formatv("tensor<?x{0}xf32>", e);
-  std::string w13 = llvm::formatv("tensor<{0}x{1}x{2}x{3}>", stored, 2 * i, h,
-                                  dtype);
+  std::string w13 =
+      llvm::formatv("tensor<{0}x{1}x{2}x{3}>", stored, 2 * i, h, dtype);
   std::string w2 =
       llvm::formatv("tensor<{0}x{1}x{2}x{3}>", stored, h, i, dtype);
   std::string b = llvm::formatv("tensor<{0}xf32>", e);
@@ -223,8 +222,7 @@ reference::Router toReference(RouterAttr router) {
 }
 
 double seconds(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                       start)
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
       .count();
 }
 } // namespace
@@ -253,9 +251,8 @@ int main(int argc, char **argv) {
   OwningOpRef<ModuleOp> module;
   std::string label;
   if (!presetName.empty()) {
-    const Preset *preset = llvm::find_if(kPresets, [](const Preset &p) {
-      return presetName == p.name;
-    });
+    const Preset *preset = llvm::find_if(
+        kPresets, [](const Preset &p) { return presetName == p.name; });
     if (preset == std::end(kPresets))
       return fail("unknown preset '" + presetName +
                   "' (mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, kimi-k2)");
@@ -278,7 +275,8 @@ int main(int argc, char **argv) {
 
   func::FuncOp function;
   for (auto candidate : module->getOps<func::FuncOp>())
-    if (!candidate.isDeclaration() && (entry.empty() || candidate.getName() == entry))
+    if (!candidate.isDeclaration() &&
+        (entry.empty() || candidate.getName() == entry))
       function = candidate;
   if (!function)
     return fail("no function to run in " + label);
@@ -404,7 +402,7 @@ int main(int argc, char **argv) {
   // The reference rounds where the layer stores, so only the fp32
   // summation order of the GEMMs separates the two: a few units in the last
   // place of the output type.
-  double tolerance = outputType == ElementType::F32    ? 1e-5
+  double tolerance = outputType == ElementType::F32   ? 1e-5
                      : outputType == ElementType::F16 ? 4e-3
                                                       : 2e-2;
 

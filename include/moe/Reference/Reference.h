@@ -40,8 +40,7 @@ struct Router {
 /// moe.gate: logits [T, E] (and bias [E] or nullptr) -> weights [T, S] and
 /// ids [T, S], S = topK + numSharedExperts.
 void gate(const Router &router, int64_t numTokens, int64_t numExperts,
-          const float *logits, const float *bias, float *weights,
-          int32_t *ids);
+          const float *logits, const float *bias, float *weights, int32_t *ids);
 
 /// The result of moe.route.
 struct Routing {

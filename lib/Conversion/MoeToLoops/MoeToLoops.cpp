@@ -118,9 +118,9 @@ struct LoopBuilder {
   }
   /// `lhs <= value < rhs` on indices.
   Value inRange(Value value, Value lower, Value upper) {
-    return arith::AndIOp::create(
-        b, cmpi(arith::CmpIPredicate::sge, value, lower),
-        cmpi(arith::CmpIPredicate::slt, value, upper));
+    return arith::AndIOp::create(b,
+                                 cmpi(arith::CmpIPredicate::sge, value, lower),
+                                 cmpi(arith::CmpIPredicate::slt, value, upper));
   }
 
   /// Returns the index in [lb, ub) of the best `valueAt(i)` among those with
@@ -130,20 +130,20 @@ struct LoopBuilder {
                                   function_ref<Value(Value)> valueAt,
                                   function_ref<Value(Value)> isCandidate) {
     Value none = arith::ConstantIntOp::create(b, b.getI1Type(), 0);
-    SmallVector<Value> best = loop(
-        lb, ub, {index(0), f32(0.0), none},
-        [&](Value i, ValueRange carried) -> SmallVector<Value> {
-          Value value = valueAt(i);
-          Value found = carried[2];
-          Value notFound = arith::XOrIOp::create(
-              b, found, arith::ConstantIntOp::create(b, b.getI1Type(), 1));
-          Value better = arith::OrIOp::create(
-              b, notFound, ranksAbove(value, carried[1]));
-          Value take = arith::AndIOp::create(b, isCandidate(i), better);
-          Value taken = arith::OrIOp::create(b, found, take);
-          return {select(take, i, carried[0]), select(take, value, carried[1]),
-                  taken};
-        });
+    SmallVector<Value> best =
+        loop(lb, ub, {index(0), f32(0.0), none},
+             [&](Value i, ValueRange carried) -> SmallVector<Value> {
+               Value value = valueAt(i);
+               Value found = carried[2];
+               Value notFound = arith::XOrIOp::create(
+                   b, found, arith::ConstantIntOp::create(b, b.getI1Type(), 1));
+               Value better = arith::OrIOp::create(
+                   b, notFound, ranksAbove(value, carried[1]));
+               Value take = arith::AndIOp::create(b, isCandidate(i), better);
+               Value taken = arith::OrIOp::create(b, found, take);
+               return {select(take, i, carried[0]),
+                       select(take, value, carried[1]), taken};
+             });
     return {best[0], best[1]};
   }
 
@@ -210,8 +210,8 @@ struct GateToLoops : OpRewritePattern<GateOp> {
     int64_t topK = router.getTopK();
 
     Value logits = lb.toBuffer(op.getLogits());
-    Value bias = op.getCorrectionBias() ? lb.toBuffer(op.getCorrectionBias())
-                                        : Value();
+    Value bias =
+        op.getCorrectionBias() ? lb.toBuffer(op.getCorrectionBias()) : Value();
     Value numTokens = lb.dim(logits, 0);
     SmallVector<Value> dynamicTokens;
     if (logitsType.isDynamicDim(0))
@@ -284,23 +284,23 @@ struct GateToLoops : OpRewritePattern<GateOp> {
 
       // The top_k best remaining experts, best first; a NaN score weighs 0.
       Value zero = lb.f32(0.0);
-      SmallVector<Value> sum = lb.loop(
-          zeroIndex, lb.index(topK), {zero},
-          [&](Value s, ValueRange carried) -> SmallVector<Value> {
-            auto [expert, value] =
-                lb.argBest(zeroIndex, experts, selectionAt, notChosen);
-            lb.store(trueValue, chosen, expert);
-            lb.store(lb.toI32(expert), ids, {t, s});
-            Value score = lb.load(scores, expert);
-            Value weight = lb.select(lb.isNaN(score), zero, score);
-            lb.store(weight, weights, {t, s});
-            return {arith::AddFOp::create(b, carried[0], weight)};
-          });
+      SmallVector<Value> sum =
+          lb.loop(zeroIndex, lb.index(topK), {zero},
+                  [&](Value s, ValueRange carried) -> SmallVector<Value> {
+                    auto [expert, value] =
+                        lb.argBest(zeroIndex, experts, selectionAt, notChosen);
+                    lb.store(trueValue, chosen, expert);
+                    lb.store(lb.toI32(expert), ids, {t, s});
+                    Value score = lb.load(scores, expert);
+                    Value weight = lb.select(lb.isNaN(score), zero, score);
+                    lb.store(weight, weights, {t, s});
+                    return {arith::AddFOp::create(b, carried[0], weight)};
+                  });
 
-      Value denominator = router.getRenormalize()
-                              ? arith::AddFOp::create(b, sum[0], lb.f32(1e-20))
-                                    .getResult()
-                              : Value();
+      Value denominator =
+          router.getRenormalize()
+              ? arith::AddFOp::create(b, sum[0], lb.f32(1e-20)).getResult()
+              : Value();
       double scale = router.getRoutedScalingFactor().convertToDouble();
       if (denominator || scale != 1.0) {
         lb.loop(topK, [&](Value s) {
@@ -379,19 +379,17 @@ struct RouteToLoops : OpRewritePattern<RouteOp> {
 
     Value ids = lb.toBuffer(op.getIds());
     Value numTokens = lb.dim(ids, 0);
-    Value routedSlots =
-        arith::MulIOp::create(b, numTokens, lb.index(numSlots));
-    Value capacity = arith::AddIOp::create(
-        b, routedSlots, lb.index(numExperts * (blockM - 1)));
+    Value routedSlots = arith::MulIOp::create(b, numTokens, lb.index(numSlots));
+    Value capacity = arith::AddIOp::create(b, routedSlots,
+                                           lb.index(numExperts * (blockM - 1)));
     Value numBlocks = arith::CeilDivUIOp::create(b, capacity, lb.index(blockM));
     auto dynamicSize = [&](Value result, Value size) {
       return cast<RankedTensorType>(result.getType()).isDynamicDim(0)
                  ? SmallVector<Value>{size}
                  : SmallVector<Value>{};
     };
-    Value sortedIds =
-        lb.alloc(op.getSortedIds().getType(),
-                 dynamicSize(op.getSortedIds(), capacity));
+    Value sortedIds = lb.alloc(op.getSortedIds().getType(),
+                               dynamicSize(op.getSortedIds(), capacity));
     Value expertIds = lb.alloc(op.getExpertIds().getType(),
                                dynamicSize(op.getExpertIds(), numBlocks));
     Value numPadded = lb.alloc(op.getNumPadded().getType());
@@ -433,10 +431,9 @@ struct RouteToLoops : OpRewritePattern<RouteOp> {
               arith::CeilDivUIOp::create(b, lb.load(counts, e), blockRows);
           Value firstBlock = arith::DivUIOp::create(b, offset, blockRows);
           Value endBlock = arith::AddIOp::create(b, firstBlock, blocks);
-          lb.loop(lb.toIndex(firstBlock), lb.toIndex(endBlock),
-                  [&](Value block) {
-                    lb.store(lb.toI32(e), expertIds, block);
-                  });
+          lb.loop(
+              lb.toIndex(firstBlock), lb.toIndex(endBlock),
+              [&](Value block) { lb.store(lb.toI32(e), expertIds, block); });
           return {arith::AddIOp::create(
               b, offset, arith::MulIOp::create(b, blocks, blockRows))};
         })[0];
@@ -447,10 +444,10 @@ struct RouteToLoops : OpRewritePattern<RouteOp> {
       lb.store(arith::AddIOp::create(b, row, one), cursors, expert);
     });
 
-    rewriter.replaceOp(
-        op, {lb.toTensor(op.getSortedIds().getType(), sortedIds),
-             lb.toTensor(op.getExpertIds().getType(), expertIds),
-             lb.toTensor(op.getNumPadded().getType(), numPadded)});
+    rewriter.replaceOp(op,
+                       {lb.toTensor(op.getSortedIds().getType(), sortedIds),
+                        lb.toTensor(op.getExpertIds().getType(), expertIds),
+                        lb.toTensor(op.getNumPadded().getType(), numPadded)});
     return success();
   }
 };
@@ -511,20 +508,18 @@ struct GroupedMatmulToLoops : OpRewritePattern<GroupedMatmulOp> {
                         b, b.getZeroAttr(outputType.getElementType())));
 
     Value zeroIndex = lb.index(0);
-    Value rows = arith::MinUIOp::create(
-        b, lb.toIndex(lb.load(numPadded, {})), capacity);
+    Value rows =
+        arith::MinUIOp::create(b, lb.toIndex(lb.load(numPadded, {})), capacity);
     lb.loop(zeroIndex, rows, [&](Value r) {
       Value slot = lb.toIndex(lb.load(sortedIds, r));
       Value block = arith::DivUIOp::create(b, r, lb.index(blockM));
       Value expert = lb.toIndex(lb.load(expertIds, block));
-      Value valid =
-          arith::AndIOp::create(b, lb.inRange(slot, zeroIndex, routedSlots),
-                                lb.inRange(expert, zeroIndex,
-                                           lb.index(numExperts)));
+      Value valid = arith::AndIOp::create(
+          b, lb.inRange(slot, zeroIndex, routedSlots),
+          lb.inRange(expert, zeroIndex, lb.index(numExperts)));
       lb.ifThen(valid, [&] {
         Value token = arith::DivUIOp::create(b, slot, lb.index(numSlots));
-        Value slotInToken =
-            arith::RemUIOp::create(b, slot, lb.index(numSlots));
+        Value slotInToken = arith::RemUIOp::create(b, slot, lb.index(numSlots));
         Value source = tokenInput ? token : r;
         auto dot = [&](Value column) {
           return lb.loop(
@@ -536,9 +531,9 @@ struct GroupedMatmulToLoops : OpRewritePattern<GroupedMatmulOp> {
                 return {arith::AddFOp::create(b, carried[0], product)};
               })[0];
         };
-        Value routedWeight =
-            routedWeights ? lb.load(routedWeights, {token, slotInToken})
-                          : Value();
+        Value routedWeight = routedWeights
+                                 ? lb.load(routedWeights, {token, slotInToken})
+                                 : Value();
         lb.loop(columns, [&](Value j) {
           Value value = dot(j);
           if (gated) {
@@ -560,8 +555,7 @@ struct GroupedMatmulToLoops : OpRewritePattern<GroupedMatmulOp> {
   }
 
   /// act(x) in fp32: SiLU x / (1 + exp(-x)) or GELU 0.5 x (1 + erf(x/sqrt2)).
-  static Value emitActivation(LoopBuilder &lb, Activation activation,
-                              Value x) {
+  static Value emitActivation(LoopBuilder &lb, Activation activation, Value x) {
     ImplicitLocOpBuilder &b = lb.b;
     Value one = lb.f32(1.0);
     if (activation == Activation::silu_and_mul) {
@@ -595,10 +589,9 @@ struct CombineToLoops : OpRewritePattern<CombineOp> {
     Value weights = op.getWeights() ? lb.toBuffer(op.getWeights()) : Value();
     Value numTokens = lb.dim(rows, 0);
     auto outputType = cast<RankedTensorType>(op.getOutput().getType());
-    Value output =
-        lb.alloc(outputType, outputType.isDynamicDim(0)
-                                 ? SmallVector<Value>{numTokens}
-                                 : SmallVector<Value>{});
+    Value output = lb.alloc(outputType, outputType.isDynamicDim(0)
+                                            ? SmallVector<Value>{numTokens}
+                                            : SmallVector<Value>{});
     Value zeroIndex = lb.index(0);
     lb.loop(zeroIndex, numTokens, [&](Value t) {
       lb.loop(hiddenSize, [&](Value h) {
@@ -639,6 +632,6 @@ struct ConvertMoeToLoopsPass
 } // namespace
 
 void mlir::moe::populateMoeToLoopsPatterns(RewritePatternSet &patterns) {
-  patterns.add<GateToLoops, RouteToLoops, GroupedMatmulToLoops,
-               CombineToLoops>(patterns.getContext());
+  patterns.add<GateToLoops, RouteToLoops, GroupedMatmulToLoops, CombineToLoops>(
+      patterns.getContext());
 }

@@ -29,8 +29,7 @@ void MoeDialect::registerAttributes() {
 LogicalResult RouterAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                  Scoring scoring, int64_t topK,
                                  int64_t numGroups, int64_t topkGroups,
-                                 bool renormalize,
-                                 APFloat routedScalingFactor,
+                                 bool renormalize, APFloat routedScalingFactor,
                                  int64_t numSharedExperts) {
   if (topK < 1)
     return emitError() << "top_k must be at least 1, got " << topK;
@@ -66,9 +65,9 @@ RouterAttr::verifyForExperts(function_ref<InFlightDiagnostic()> emitError,
                        << groupSize;
   int64_t eligible = groupSize * getTopkGroups();
   if (getTopK() > eligible)
-    return emitError() << "top_k (" << getTopK() << ") exceeds the "
-                       << eligible << " experts of the topk_groups ("
-                       << getTopkGroups() << ") chosen groups";
+    return emitError() << "top_k (" << getTopK() << ") exceeds the " << eligible
+                       << " experts of the topk_groups (" << getTopkGroups()
+                       << ") chosen groups";
   return success();
 }
 
@@ -80,8 +79,8 @@ LogicalResult
 GemmConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                        int64_t blockM, int64_t blockN, int64_t blockK,
                        int64_t numStages, int64_t numWarpgroups, int64_t splitK,
-                       bool tmaA, bool tmaB, int64_t clusterM,
-                       int64_t clusterN, bool persistent) {
+                       bool tmaA, bool tmaB, int64_t clusterM, int64_t clusterN,
+                       bool persistent) {
   auto isPow2In = [](int64_t v, int64_t lo, int64_t hi) {
     return v >= lo && v <= hi && llvm::isPowerOf2_64(v);
   };

@@ -79,9 +79,9 @@ static LogicalResult verifyElementType(Operation *op, StringRef name,
                                        StringRef source) {
   Type actual = getElementTypeOrSelf(value.getType());
   if (actual != expected)
-    return op->emitOpError() << "expects '" << name << "' to have the element "
-                             << "type of " << source << " (" << expected
-                             << "), got " << actual;
+    return op->emitOpError()
+           << "expects '" << name << "' to have the element "
+           << "type of " << source << " (" << expected << "), got " << actual;
   return success();
 }
 
@@ -127,8 +127,8 @@ LogicalResult FusedMoeOp::verify() {
       failed(verifyStaticDims(op, "hidden_states", hidden, {1},
                               "hidden size H")) ||
       failed(verifyRank(op, "router_logits", logits, 2, "[T, E]")) ||
-      failed(verifyStaticDims(op, "router_logits", logits, {1},
-                              "expert count E")))
+      failed(
+          verifyStaticDims(op, "router_logits", logits, {1}, "expert count E")))
     return failure();
   int64_t numTokens = dimOf(hidden, 0), hiddenSize = dimOf(hidden, 1);
   int64_t numExperts = dimOf(logits, 1);
@@ -137,8 +137,8 @@ LogicalResult FusedMoeOp::verify() {
     return failure();
 
   RouterAttr router = getRouter();
-  if (failed(router.verifyForExperts([&] { return emitOpError(); },
-                                     numExperts)))
+  if (failed(
+          router.verifyForExperts([&] { return emitOpError(); }, numExperts)))
     return failure();
   if (getActivation() == Activation::none)
     return emitOpError() << "expects a gated activation (silu_and_mul or "
@@ -185,8 +185,8 @@ LogicalResult GateOp::verify() {
     return failure();
   int64_t numTokens = dimOf(logits, 0), numExperts = dimOf(logits, 1);
   RouterAttr router = getRouter();
-  if (failed(router.verifyForExperts([&] { return emitOpError(); },
-                                     numExperts)))
+  if (failed(
+          router.verifyForExperts([&] { return emitOpError(); }, numExperts)))
     return failure();
   if (Value bias = getCorrectionBias())
     if (failed(verifyShape(op, "correction_bias", bias, {numExperts}, "[E]")))
@@ -223,9 +223,8 @@ static LogicalResult verifyRouting(Operation *op, Value sortedIds,
                                    Value expertIds, int64_t numTokens,
                                    int64_t numSlots, int64_t numExperts,
                                    int64_t blockM) {
-  int64_t routedSlots = ShapedType::isDynamic(numTokens)
-                            ? ShapedType::kDynamic
-                            : numTokens * numSlots;
+  int64_t routedSlots = ShapedType::isDynamic(numTokens) ? ShapedType::kDynamic
+                                                         : numTokens * numSlots;
   int64_t capacity = RouteOp::getCapacity(routedSlots, numExperts, blockM);
   if (failed(verifyShape(op, "sorted_ids", sortedIds, {capacity},
                          "[T*S + E*(block_m-1)]")))
@@ -260,8 +259,8 @@ LogicalResult GroupedMatmulOp::verify() {
     return emitOpError() << "expects output_order sorted or slot, got token";
 
   if (failed(verifyRank(op, "weights", weights, 3, "[E, N, K]")) ||
-      failed(verifyStaticDims(op, "weights", weights, {0, 1, 2},
-                              "dimensions")) ||
+      failed(
+          verifyStaticDims(op, "weights", weights, {0, 1, 2}, "dimensions")) ||
       failed(verifyRank(op, "input", input, 2, "[rows, K]")) ||
       failed(verifyRank(op, "sorted_ids", getSortedIds(), 1, "[C]")) ||
       failed(verifyElementType(op, "input", input,
@@ -303,8 +302,7 @@ LogicalResult GroupedMatmulOp::verify() {
     return failure();
   int64_t inputRows = inputOrder == RowOrder::token ? *numTokens : capacity;
   if (failed(verifyShape(op, "input", input, {inputRows, k},
-                         inputOrder == RowOrder::token ? "[T, K]"
-                                                       : "[C, K]")))
+                         inputOrder == RowOrder::token ? "[T, K]" : "[C, K]")))
     return failure();
   if (Value routedWeights = getRoutedWeights())
     if (failed(verifyShape(op, "routed_weights", routedWeights,

@@ -42,9 +42,9 @@ struct DecomposeFusedMoe : OpRewritePattern<FusedMoeOp> {
     auto slotType = [&](Type type) {
       return RankedTensorType::get({numTokens, numSlots}, type);
     };
-    auto gate = GateOp::create(rewriter, loc, slotType(f32), slotType(i32),
-                               op.getRouterLogits(), op.getCorrectionBias(),
-                               router);
+    auto gate =
+        GateOp::create(rewriter, loc, slotType(f32), slotType(i32),
+                       op.getRouterLogits(), op.getCorrectionBias(), router);
 
     bool dynamicTokens = ShapedType::isDynamic(numTokens);
     int64_t capacity = RouteOp::getCapacity(
@@ -58,11 +58,12 @@ struct DecomposeFusedMoe : OpRewritePattern<FusedMoeOp> {
         gate.getIds(), storedExperts, blockM);
 
     auto gateUp = GroupedMatmulOp::create(
-        rewriter, loc, RankedTensorType::get({capacity, intermediate}, elementType),
+        rewriter, loc,
+        RankedTensorType::get({capacity, intermediate}, elementType),
         op.getHiddenStates(), op.getW13(), route.getSortedIds(),
         route.getExpertIds(), route.getNumPadded(), /*routed_weights=*/Value(),
-        blockM, numSlots, RowOrder::token, RowOrder::sorted,
-        op.getActivation(), /*config=*/GemmConfigAttr());
+        blockM, numSlots, RowOrder::token, RowOrder::sorted, op.getActivation(),
+        /*config=*/GemmConfigAttr());
     auto down = GroupedMatmulOp::create(
         rewriter, loc,
         RankedTensorType::get({numTokens, numSlots, hiddenSize}, elementType),
