@@ -23,18 +23,6 @@ llvm::Error makeError(const llvm::Twine &message) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
 }
 
-FailureOr<ElementType> elementTypeOf(Type type) {
-  if (type.isF32())
-    return ElementType::F32;
-  if (type.isBF16())
-    return ElementType::BF16;
-  if (type.isF16())
-    return ElementType::F16;
-  if (type.isSignlessInteger(32))
-    return ElementType::I32;
-  return failure();
-}
-
 /// The layout of a memref descriptor of any rank as the C interface passes
 /// it: allocated and aligned pointers, offset, then sizes and strides.
 struct Descriptor {
@@ -70,6 +58,18 @@ extern "C" uint16_t moeTruncateFloatToHalf(float value) {
 }
 } // namespace
 
+FailureOr<ElementType> mlir::moe::getHostElementType(Type type) {
+  if (type.isF32())
+    return ElementType::F32;
+  if (type.isBF16())
+    return ElementType::BF16;
+  if (type.isF16())
+    return ElementType::F16;
+  if (type.isSignlessInteger(32))
+    return ElementType::I32;
+  return failure();
+}
+
 CpuFunction::~CpuFunction() = default;
 
 llvm::Expected<std::unique_ptr<CpuFunction>>
@@ -94,7 +94,7 @@ CpuFunction::compile(ModuleOp module, llvm::StringRef entry) {
     for (Type type : types) {
       auto tensorType = dyn_cast<RankedTensorType>(type);
       FailureOr<ElementType> elementType =
-          tensorType ? elementTypeOf(tensorType.getElementType())
+          tensorType ? getHostElementType(tensorType.getElementType())
                      : FailureOr<ElementType>(failure());
       if (failed(elementType)) {
         std::string text;

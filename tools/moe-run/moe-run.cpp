@@ -195,17 +195,6 @@ FailureOr<Layer> findLayer(func::FuncOp function, std::string &error) {
   return layer;
 }
 
-FailureOr<ElementType> elementTypeOf(Value value) {
-  Type type = cast<RankedTensorType>(value.getType()).getElementType();
-  if (type.isF32())
-    return ElementType::F32;
-  if (type.isBF16())
-    return ElementType::BF16;
-  if (type.isF16())
-    return ElementType::F16;
-  return failure();
-}
-
 reference::Router toReference(RouterAttr router) {
   reference::Router result;
   result.scoring = router.getScoring() == Scoring::softmax
@@ -331,8 +320,9 @@ int main(int argc, char **argv) {
   std::vector<std::vector<float>> values(function.getNumArguments());
   for (BlockArgument argument : function.getArguments()) {
     int index = argument.getArgNumber();
-    FailureOr<ElementType> type = elementTypeOf(argument);
-    if (failed(type))
+    FailureOr<ElementType> type = getHostElementType(
+        cast<RankedTensorType>(argument.getType()).getElementType());
+    if (failed(type) || *type == ElementType::I32)
       return fail("argument #" + llvm::Twine(index) +
                   " must be a tensor of f32, bf16 or f16");
     std::vector<int64_t> shape = shapeOf(index);

@@ -20,6 +20,9 @@ class ExecutionEngine;
 
 namespace moe {
 
+/// The host element type of an MLIR element type (f32, bf16, f16, i32).
+FailureOr<ElementType> getHostElementType(Type type);
+
 /// A function of tensors compiled for the CPU. Its arguments and results are
 /// ranked tensors of f32/bf16/f16/i32; every dynamic dimension of the
 /// arguments denotes one size (the token count), which `run` checks.
