@@ -10,7 +10,9 @@ using namespace mlir;
 // Kept as a textual pipeline so that it reads like the moe-opt command line
 // it is equivalent to. bf16 widening/narrowing is expanded to integer ops
 // (arith-expand) because the host may lack native bf16 conversions; math ops
-// become libm calls (expf, erff) that the JIT resolves in the host process.
+// become LLVM intrinsics where LLVM has one (fma, roundeven: native
+// instructions) and libm calls otherwise (erff), which the JIT resolves in the
+// host process.
 static constexpr const char *kCpuPipeline =
     "moe-decompose,"
     "convert-moe-to-loops,"
@@ -22,6 +24,7 @@ static constexpr const char *kCpuPipeline =
     "lower-affine,"
     "convert-scf-to-cf,"
     "arith-expand{include-bf16},"
+    "convert-math-to-llvm,"
     "convert-math-to-libm,"
     "convert-to-llvm,"
     "reconcile-unrealized-casts";

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 
@@ -48,13 +49,38 @@ static float activateAndMul(Activation activation, float gate, float up) {
   return gate;
 }
 
+/// exp as moe.gate defines it (RoutingMath.h): Cephes expf in fmas, with
+/// fixed overflow and underflow bounds, so that every target rounds alike.
+static float routingExp(float x) {
+  if (std::isnan(x))
+    return x;
+  if (x > 88.0f)
+    return std::numeric_limits<float>::infinity();
+  if (x < -87.0f)
+    return 0.0f;
+  float n = std::nearbyint(x * 1.44269504f); // Ties to even.
+  float r = std::fma(n, -0.693359375f, x);
+  r = std::fma(n, 2.12194440e-4f, r);
+  float p = 1.9875691500e-4f;
+  for (float coefficient : {1.3981999507e-3f, 8.3334519073e-3f,
+                            4.1665795894e-2f, 1.6666665459e-1f,
+                            5.0000001201e-1f})
+    p = std::fma(p, r, coefficient);
+  float y = std::fma(p, r * r, r) + 1.0f;
+  uint32_t scaleBits = static_cast<uint32_t>(static_cast<int32_t>(n) + 127)
+                       << 23;
+  float scale;
+  std::memcpy(&scale, &scaleBits, sizeof(scale));
+  return y * scale;
+}
+
 /// The fp32 scores of one row of logits.
 static std::vector<float> computeScores(Scoring scoring, const float *logits,
                                         int64_t numExperts) {
   std::vector<float> scores(numExperts);
   if (scoring == Scoring::Sigmoid) {
     for (int64_t e = 0; e < numExperts; ++e)
-      scores[e] = 1.0f / (1.0f + std::exp(-logits[e]));
+      scores[e] = 1.0f / (1.0f + routingExp(-logits[e]));
     return scores;
   }
   // Unlike std::max, this max propagates NaN, so one NaN logit makes the
@@ -64,13 +90,18 @@ static std::vector<float> computeScores(Scoring scoring, const float *logits,
   for (int64_t e = 0; e < numExperts; ++e)
     max = (std::isnan(max) || std::isnan(logits[e])) ? nan
                                                      : std::max(max, logits[e]);
-  float sum = 0.0f;
+  // The denominator in its defined order: 32 strided partial sums, then
+  // added pairwise.
+  float partials[32] = {};
   for (int64_t e = 0; e < numExperts; ++e) {
-    scores[e] = std::exp(logits[e] - max);
-    sum += scores[e];
+    scores[e] = routingExp(logits[e] - max);
+    partials[e % 32] += scores[e];
   }
+  for (int stride = 1; stride < 32; stride *= 2)
+    for (int lane = 0; lane < 32; lane += 2 * stride)
+      partials[lane] += partials[lane + stride];
   for (int64_t e = 0; e < numExperts; ++e)
-    scores[e] /= sum;
+    scores[e] /= partials[0];
   return scores;
 }
 

@@ -1,6 +1,7 @@
 //===- MoeToLoops.cpp - moe ops to loops over buffers ---------------------===//
 
 #include "moe/Conversion/MoeToLoops/MoeToLoops.h"
+#include "moe/Conversion/MoeCommon/RoutingMath.h"
 #include "moe/Dialect/Moe/IR/MoeOps.h"
 
 #include "mlir/IR/ImplicitLocOpBuilder.h"
@@ -108,14 +109,6 @@ struct LoopBuilder {
   Value isNaN(Value value) {
     return cmpf(arith::CmpFPredicate::UNO, value, value);
   }
-  /// True when `lhs` ranks above `rhs`: larger wins and NaN loses (equal
-  /// values do not rank above each other, so a scan keeps the lower index).
-  Value ranksAbove(Value lhs, Value rhs) {
-    Value larger = cmpf(arith::CmpFPredicate::OGT, lhs, rhs);
-    Value beatsNaN = arith::AndIOp::create(
-        b, isNaN(rhs), cmpf(arith::CmpFPredicate::ORD, lhs, lhs));
-    return arith::OrIOp::create(b, larger, beatsNaN);
-  }
   /// `lhs <= value < rhs` on indices.
   Value inRange(Value value, Value lower, Value upper) {
     return arith::AndIOp::create(b,
@@ -124,7 +117,7 @@ struct LoopBuilder {
   }
 
   /// Returns the index in [lb, ub) of the best `valueAt(i)` among those with
-  /// `isCandidate(i)`, under `ranksAbove` (ties: lowest index), and its value.
+  /// `isCandidate(i)`, under emitRanksAbove (ties: lowest index), and its value.
   /// The caller guarantees a candidate exists.
   std::pair<Value, Value> argBest(Value lb, Value ub,
                                   function_ref<Value(Value)> valueAt,
@@ -138,7 +131,7 @@ struct LoopBuilder {
                Value notFound = arith::XOrIOp::create(
                    b, found, arith::ConstantIntOp::create(b, b.getI1Type(), 1));
                Value better = arith::OrIOp::create(
-                   b, notFound, ranksAbove(value, carried[1]));
+                   b, notFound, emitRanksAbove(b, b.getLoc(), value, carried[1]));
                Value take = arith::AndIOp::create(b, isCandidate(i), better);
                Value taken = arith::OrIOp::create(b, found, take);
                return {select(take, i, carried[0]),
@@ -223,6 +216,9 @@ struct GateToLoops : OpRewritePattern<GateOp> {
     Value scores = lb.scratch({numExperts}, f32);
     Value selection = lb.scratch({numExperts}, f32);
     Value chosen = lb.scratch({numExperts}, i1);
+    Value partialSums = router.getScoring() == Scoring::softmax
+                            ? lb.scratch({kSoftmaxSumLanes}, f32)
+                            : Value();
     Value groupScores, groupKept;
     if (numGroups > 1) {
       groupScores = lb.scratch({numGroups}, f32);
@@ -233,7 +229,8 @@ struct GateToLoops : OpRewritePattern<GateOp> {
     Value falseValue = arith::ConstantIntOp::create(b, i1, 0);
 
     lb.loop(zeroIndex, numTokens, [&](Value t) {
-      emitScores(lb, router.getScoring(), logits, t, numExperts, scores);
+      emitScores(lb, router.getScoring(), logits, t, numExperts, scores,
+                 partialSums);
       lb.loop(numExperts, [&](Value e) {
         Value score = lb.load(scores, e);
         if (bias)
@@ -325,39 +322,50 @@ struct GateToLoops : OpRewritePattern<GateOp> {
 
   /// Writes the fp32 scores of row `t` of `logits` into `scores`.
   static void emitScores(LoopBuilder &lb, Scoring scoring, Value logits,
-                         Value t, int64_t numExperts, Value scores) {
+                         Value t, int64_t numExperts, Value scores,
+                         Value partialSums) {
     ImplicitLocOpBuilder &b = lb.b;
+    Location loc = b.getLoc();
     Value zeroIndex = lb.index(0), experts = lb.index(numExperts);
     if (scoring == Scoring::sigmoid) {
       lb.loop(numExperts, [&](Value e) {
-        Value x = lb.loadF32(logits, {t, e});
-        Value negExp = math::ExpOp::create(b, arith::NegFOp::create(b, x));
-        Value one = lb.f32(1.0);
-        lb.store(arith::DivFOp::create(b, one,
-                                       arith::AddFOp::create(b, one, negExp)),
+        lb.store(emitRoutingSigmoid(b, loc, lb.loadF32(logits, {t, e})),
                  scores, e);
       });
       return;
     }
-    // Softmax: NaN-propagating max, then exp(x - max) summed in expert order.
+    // Softmax: NaN-propagating max, exp(x - max), and the denominator summed
+    // in the order kSoftmaxSumLanes fixes, which a warp reproduces.
     Value max = lb.loop(zeroIndex, experts,
                         {lb.f32(-std::numeric_limits<float>::infinity())},
                         [&](Value e, ValueRange carried) -> SmallVector<Value> {
                           return {arith::MaximumFOp::create(
                               b, carried[0], lb.loadF32(logits, {t, e}))};
                         })[0];
-    Value sum = lb.loop(zeroIndex, experts, {lb.f32(0.0)},
-                        [&](Value e, ValueRange carried) -> SmallVector<Value> {
-                          Value x = lb.loadF32(logits, {t, e});
-                          Value p = math::ExpOp::create(
-                              b, arith::SubFOp::create(b, x, max));
-                          lb.store(p, scores, e);
-                          return {arith::AddFOp::create(b, carried[0], p)};
-                        })[0];
+    lb.fill(partialSums, lb.f32(0.0));
+    Value lanes = lb.index(kSoftmaxSumLanes);
+    lb.loop(numExperts, [&](Value e) {
+      Value x = lb.loadF32(logits, {t, e});
+      Value p = emitRoutingExp(b, loc, arith::SubFOp::create(b, x, max));
+      lb.store(p, scores, e);
+      Value lane = arith::RemUIOp::create(b, e, lanes);
+      lb.store(arith::AddFOp::create(b, lb.load(partialSums, lane), p),
+               partialSums, lane);
+    });
+    for (int64_t stride = 1; stride < kSoftmaxSumLanes; stride *= 2) {
+      for (int64_t lane = 0; lane < kSoftmaxSumLanes; lane += 2 * stride) {
+        Value left = lb.index(lane), right = lb.index(lane + stride);
+        lb.store(arith::AddFOp::create(b, lb.load(partialSums, left),
+                                       lb.load(partialSums, right)),
+                 partialSums, left);
+      }
+    }
+    Value sum = lb.load(partialSums, zeroIndex);
     lb.loop(numExperts, [&](Value e) {
       lb.store(arith::DivFOp::create(b, lb.load(scores, e), sum), scores, e);
     });
   }
+
 };
 
 //===----------------------------------------------------------------------===//

@@ -4,25 +4,50 @@
 // combine's fp32 sums.
 // RUN: moe-opt %s --convert-moe-to-loops --split-input-file | FileCheck %s
 
-// Softmax scoring: NaN-propagating max, exp(x - max) summed, divided; bias
-// added for selection only; groups scored by their two best; arg-max under
-// "larger wins, NaN loses"; renormalise, scale, shared expert.
+// Softmax scoring: NaN-propagating max; exp(x - max) by the fixed routing
+// polynomial (clamp, roundeven, Cody-Waite and Horner fmas, 2^n from the
+// exponent bits); the denominator in 32 strided partial sums added pairwise;
+// bias added for selection only; groups scored by their two best; arg-max
+// under "larger wins, NaN loses"; renormalise, scale, shared expert.
 // CHECK-LABEL: func @gate_softmax_groups
-// CHECK-DAG: %[[LOGITS:[a-z0-9_]+]] = bufferization.to_buffer %{{.*}} read_only : tensor<?x8xbf16> to memref<?x8xbf16>
-// CHECK-DAG: %[[BIAS:[a-z0-9_]+]] = bufferization.to_buffer %{{.*}} read_only : tensor<8xf32> to memref<8xf32>
-// CHECK: %[[T:[a-z0-9_]+]] = memref.dim %[[LOGITS]]
-// CHECK: %[[WEIGHTS:[a-z0-9_]+]] = memref.alloc(%[[T]]) : memref<?x3xf32>
-// CHECK: %[[IDS:[a-z0-9_]+]] = memref.alloc(%[[T]]) : memref<?x3xi32>
-// CHECK: %[[SCORES:[a-z0-9_]+]] = memref.alloc() : memref<8xf32>
-// CHECK: %[[GROUPS:[a-z0-9_]+]] = memref.alloc() : memref<4xf32>
-// CHECK: scf.for %[[TOKEN:[a-z0-9_]+]] =
+// CHECK-DAG: %[[LOGITS:.*]] = bufferization.to_buffer %{{.*}} read_only : tensor<?x8xbf16> to memref<?x8xbf16>
+// CHECK-DAG: %[[BIAS:.*]] = bufferization.to_buffer %{{.*}} read_only : tensor<8xf32> to memref<8xf32>
+// CHECK: %[[T:.*]] = memref.dim %[[LOGITS]]
+// CHECK: %[[WEIGHTS:.*]] = memref.alloc(%[[T]]) : memref<?x3xf32>
+// CHECK: %[[IDS:.*]] = memref.alloc(%[[T]]) : memref<?x3xi32>
+// CHECK: %[[SCORES:.*]] = memref.alloc() : memref<8xf32>
+// CHECK: %[[PARTIALS:.*]] = memref.alloc() : memref<32xf32>
+// CHECK: %[[GROUPS:.*]] = memref.alloc() : memref<4xf32>
+// CHECK: scf.for %[[TOKEN:.*]] =
 // CHECK:   %[[MAX:[a-z0-9_]+]] = scf.for {{.*}} -> (f32)
 // CHECK:     arith.extf %{{.*}} : bf16 to f32
 // CHECK:     arith.maximumf
-// CHECK:   %[[SUM:[a-z0-9_]+]] = scf.for {{.*}} -> (f32)
+// CHECK:   scf.for
 // CHECK:     arith.subf %{{.*}}, %[[MAX]]
-// CHECK:     math.exp
-// CHECK:   arith.divf %{{.*}}, %[[SUM]]
+// CHECK:     arith.constant -8.700000e+01 : f32
+// CHECK:     arith.constant 8.800000e+01 : f32
+// CHECK:     arith.constant 1.44269502 : f32
+// CHECK:     math.roundeven
+// CHECK:     arith.constant -0.693359375 : f32
+// CHECK:     math.fma
+// CHECK-COUNT-6: math.fma
+// CHECK:     arith.addf
+// CHECK:     arith.fptosi
+// CHECK:     arith.shli
+// CHECK:     %[[SCALE:[a-z0-9_]+]] = arith.bitcast %{{.*}} : i32 to f32
+// CHECK:     arith.select
+// CHECK:     arith.select
+// CHECK:     %[[P:[a-z0-9_]+]] = arith.select
+// CHECK-NEXT: memref.store %[[P]], %[[SCORES]]
+// CHECK:     %[[LANE:[a-z0-9_]+]] = arith.remui %{{.*}}, %c32
+// CHECK:     memref.store %{{.*}}, %[[PARTIALS]][%[[LANE]]]
+// CHECK:   memref.load %[[PARTIALS]][%c0
+// CHECK:   memref.load %[[PARTIALS]][%c1
+// CHECK:   arith.addf
+// CHECK:   memref.store %{{.*}}, %[[PARTIALS]][%c0
+// CHECK:   scf.for
+// CHECK:     memref.load %[[SCORES]]
+// CHECK:     arith.divf
 // CHECK:   memref.load %[[BIAS]]
 // CHECK:   arith.addf
 // Group scores: best, then best of the rest, summed.
@@ -63,11 +88,14 @@ func.func @gate_softmax_groups(%l: tensor<?x8xbf16>, %b: tensor<8xf32>) -> (tens
 
 // -----
 
-// Sigmoid scoring without groups, renormalisation or scaling.
+// Sigmoid scoring, 1 / (1 + exp(-x)) with the routing exp, without groups,
+// renormalisation or scaling.
 // CHECK-LABEL: func @gate_sigmoid
+// CHECK-NOT: memref<32xf32>
 // CHECK: scf.for
 // CHECK:   arith.negf
-// CHECK:   math.exp
+// CHECK:   math.roundeven
+// CHECK:   arith.bitcast
 // CHECK:   arith.addf
 // CHECK:   arith.divf
 // CHECK-NOT: memref<1xf32>

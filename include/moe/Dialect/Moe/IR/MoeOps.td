@@ -76,7 +76,11 @@ def Moe_GateOp : Moe_Op<"gate"> {
     Turns `logits` `[T, E]` into `weights` `[T, S] f32` and `ids` `[T, S] i32`
     with S = `top_k` + `num_shared_experts` (see `#moe.router`):
 
-    1. scores in fp32: `softmax` over E, or `sigmoid` per expert;
+    1. scores in fp32: `softmax` over E, or `sigmoid` per expert, where exp
+       is the fixed routing polynomial (`RoutingMath.h`: Cephes expf in fmas,
+       0 below -87, +inf above 88) rather than a library exp, and the softmax
+       denominator adds 32 strided partial sums pairwise, so that every
+       target computes bit-identical scores and picks the same ids;
     2. selection scores = scores + `correction_bias` (the bias affects
        selection only);
     3. with `num_groups` G > 1, each group of E/G experts scores the sum of its

@@ -1,0 +1,43 @@
+//===- RoutingMath.h - Routing arithmetic shared by the lowerings -*- C++ -*-=//
+//
+// The arithmetic of moe.gate that decides which experts a token gets. Every
+// lowering (CPU loops, GPU kernels) emits it through these helpers so that
+// all targets pick bit-identical ids: exp is a fixed polynomial (not libm or
+// libdevice, which round differently), only correctly rounded operations and
+// explicit fmas are used, and the softmax denominator is summed in one fixed
+// order. lib/Reference implements the same formulas in C++.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOE_CONVERSION_MOECOMMON_ROUTINGMATH_H
+#define MOE_CONVERSION_MOECOMMON_ROUTINGMATH_H
+
+#include "mlir/IR/Builders.h"
+
+namespace mlir {
+namespace moe {
+
+/// Lanes of the softmax denominator: expert e adds into partial sum e % 32,
+/// in increasing e, and the 32 partials are added pairwise (p0 + p1,
+/// p2 + p3, ..., then those pairs, ...), the order of a warp butterfly.
+constexpr int64_t kSoftmaxSumLanes = 32;
+
+/// exp(x) for f32 `x`, bit-identical on every target: NaN passes through,
+/// x > 88 gives +inf, x < -87 gives 0; otherwise n = roundeven(x log2 e),
+/// r = x - n ln2 (two fmas, Cody-Waite), a degree-5 polynomial in r by
+/// Horner's rule in fmas (Cephes expf), scaled by 2^n through the exponent
+/// bits.
+Value emitRoutingExp(OpBuilder &b, Location loc, Value x);
+
+/// sigmoid(x) = 1 / (1 + emitRoutingExp(-x)).
+Value emitRoutingSigmoid(OpBuilder &b, Location loc, Value x);
+
+/// True when `lhs` ranks above `rhs` for selection: the larger wins and NaN
+/// loses; equal values do not rank above each other, so a scan in index
+/// order keeps the lower index.
+Value emitRanksAbove(OpBuilder &b, Location loc, Value lhs, Value rhs);
+
+} // namespace moe
+} // namespace mlir
+
+#endif // MOE_CONVERSION_MOECOMMON_ROUTINGMATH_H

@@ -1,0 +1,73 @@
+//===- RoutingMath.cpp - Routing arithmetic shared by the lowerings -------===//
+
+#include "moe/Conversion/MoeCommon/RoutingMath.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+
+using namespace mlir;
+
+Value mlir::moe::emitRoutingExp(OpBuilder &b, Location loc, Value x) {
+  Type f32 = b.getF32Type(), i32 = b.getI32Type();
+  auto constant = [&](float value) -> Value {
+    return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(value));
+  };
+  auto fma = [&](Value m, Value n, Value c) -> Value {
+    return math::FmaOp::create(b, loc, m, n, c);
+  };
+  // Reduce on a clamped copy so that NaN and infinities never reach the
+  // float-to-int conversion; the selects at the end restore them.
+  Value isNaN = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::UNO, x, x);
+  Value clamped = arith::SelectOp::create(b, loc, isNaN, constant(0.0f), x);
+  clamped = arith::MinimumFOp::create(
+      b, loc, arith::MaximumFOp::create(b, loc, clamped, constant(-87.0f)),
+      constant(88.0f));
+  Value n = math::RoundEvenOp::create(
+      b, loc, arith::MulFOp::create(b, loc, clamped, constant(1.44269504f)));
+  Value r = fma(n, constant(-0.693359375f), clamped);
+  r = fma(n, constant(2.12194440e-4f), r);
+  Value p = constant(1.9875691500e-4f);
+  for (float coefficient : {1.3981999507e-3f, 8.3334519073e-3f,
+                            4.1665795894e-2f, 1.6666665459e-1f,
+                            5.0000001201e-1f})
+    p = fma(p, r, constant(coefficient));
+  Value y = arith::AddFOp::create(
+      b, loc, fma(p, arith::MulFOp::create(b, loc, r, r), r), constant(1.0f));
+  // 2^n from its exponent bits; n lies in [-126, 127] after the clamp.
+  Value exponent = arith::AddIOp::create(
+      b, loc, arith::FPToSIOp::create(b, loc, i32, n),
+      arith::ConstantIntOp::create(b, loc, i32, 127));
+  Value scale = arith::BitcastOp::create(
+      b, loc, f32,
+      arith::ShLIOp::create(b, loc, exponent,
+                            arith::ConstantIntOp::create(b, loc, i32, 23)));
+  Value result = arith::MulFOp::create(b, loc, y, scale);
+  Value tooLarge = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, x,
+                                         constant(88.0f));
+  Value tooSmall = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLT, x,
+                                         constant(-87.0f));
+  result = arith::SelectOp::create(
+      b, loc, tooLarge, constant(std::numeric_limits<float>::infinity()),
+      result);
+  result = arith::SelectOp::create(b, loc, tooSmall, constant(0.0f), result);
+  return arith::SelectOp::create(b, loc, isNaN, x, result);
+}
+
+Value mlir::moe::emitRoutingSigmoid(OpBuilder &b, Location loc, Value x) {
+  Value one = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(1.0f));
+  Value negExp = emitRoutingExp(b, loc, arith::NegFOp::create(b, loc, x));
+  return arith::DivFOp::create(b, loc, one,
+                               arith::AddFOp::create(b, loc, one, negExp));
+}
+
+Value mlir::moe::emitRanksAbove(OpBuilder &b, Location loc, Value lhs,
+                                Value rhs) {
+  Value larger =
+      arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, lhs, rhs);
+  Value rhsIsNaN =
+      arith::CmpFOp::create(b, loc, arith::CmpFPredicate::UNO, rhs, rhs);
+  Value lhsIsNumber =
+      arith::CmpFOp::create(b, loc, arith::CmpFPredicate::ORD, lhs, lhs);
+  return arith::OrIOp::create(
+      b, loc, larger, arith::AndIOp::create(b, loc, rhsIsNaN, lhsIsNumber));
+}
