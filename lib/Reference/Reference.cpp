@@ -58,7 +58,8 @@ static float routingExp(float x) {
     return std::numeric_limits<float>::infinity();
   if (x < -87.0f)
     return 0.0f;
-  float n = std::nearbyint(x * 1.44269504f); // Ties to even.
+  // Round to nearest even through the 1.5 * 2^23 shift, as the IR does.
+  float n = (x * 1.44269504f + 12582912.0f) - 12582912.0f;
   float r = std::fma(n, -0.693359375f, x);
   r = std::fma(n, 2.12194440e-4f, r);
   float p = 1.9875691500e-4f;

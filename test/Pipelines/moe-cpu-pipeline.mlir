@@ -1,6 +1,6 @@
 // moe-cpu-pipeline lowers a whole layer to the LLVM dialect: nothing of moe,
-// tensors, scf or memref is left, the routing math becomes LLVM's fma and
-// roundeven, erf a libm call, buffers come from malloc and intermediates are
+// tensors, scf or memref is left, the routing math becomes LLVM's fma, erf a
+// libm call, buffers come from malloc and intermediates are
 // freed.
 // RUN: moe-opt %s --moe-cpu-pipeline | FileCheck %s
 
@@ -12,7 +12,6 @@
 // CHECK-DAG: llvm.func @malloc(i64) -> !llvm.ptr
 // CHECK-DAG: llvm.func @free(!llvm.ptr)
 // CHECK: llvm.func @layer(
-// CHECK: llvm.intr.roundeven
 // CHECK: llvm.intr.fma
 // CHECK: llvm.call @erff
 // CHECK: llvm.call @free

@@ -22,8 +22,12 @@ Value mlir::moe::emitRoutingExp(OpBuilder &b, Location loc, Value x) {
   clamped = arith::MinimumFOp::create(
       b, loc, arith::MaximumFOp::create(b, loc, clamped, constant(-87.0f)),
       constant(88.0f));
-  Value n = math::RoundEvenOp::create(
-      b, loc, arith::MulFOp::create(b, loc, clamped, constant(1.44269504f)));
+  // Round to nearest even by adding and subtracting 1.5 * 2^23, exact for
+  // |v| < 2^22; unlike roundeven it needs no libm or libdevice call.
+  Value v = arith::MulFOp::create(b, loc, clamped, constant(1.44269504f));
+  Value n = arith::SubFOp::create(
+      b, loc, arith::AddFOp::create(b, loc, v, constant(12582912.0f)),
+      constant(12582912.0f));
   Value r = fma(n, constant(-0.693359375f), clamped);
   r = fma(n, constant(2.12194440e-4f), r);
   Value p = constant(1.9875691500e-4f);

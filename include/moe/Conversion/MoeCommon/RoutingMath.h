@@ -23,7 +23,8 @@ namespace moe {
 constexpr int64_t kSoftmaxSumLanes = 32;
 
 /// exp(x) for f32 `x`, bit-identical on every target: NaN passes through,
-/// x > 88 gives +inf, x < -87 gives 0; otherwise n = roundeven(x log2 e),
+/// x > 88 gives +inf, x < -87 gives 0; otherwise n = x log2 e rounded to
+/// nearest even (by adding and subtracting 1.5 * 2^23),
 /// r = x - n ln2 (two fmas, Cody-Waite), a degree-5 polynomial in r by
 /// Horner's rule in fmas (Cephes expf), scaled by 2^n through the exponent
 /// bits.
