@@ -3,6 +3,7 @@
 #ifndef MOE_CONVERSION_PASSES_H
 #define MOE_CONVERSION_PASSES_H
 
+#include "moe/Conversion/MoeToGPU/MoeToGPU.h"
 #include "moe/Conversion/MoeToLoops/MoeToLoops.h"
 
 #include "mlir/Pass/Pass.h"

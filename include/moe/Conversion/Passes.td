@@ -65,4 +65,69 @@ def ConvertMoeToLoops : Pass<"convert-moe-to-loops"> {
   ];
 }
 
+def ConvertMoeToGPU : Pass<"convert-moe-to-gpu", "::mlir::ModuleOp"> {
+  let summary = "Compile a layer's primitive moe ops into GPU kernels and a launch plan";
+  let description = [{
+    Turns the function of a layer (its primitive moe ops on tensors, after
+    `moe-decompose`) into kernels in a `gpu.module @moe_kernels` and a launch
+    plan recorded on them, which `moe-compile` writes out as a bundle
+    (docs/BUNDLE.md) once the kernels are lowered to NVVM and serialized.
+
+    * Buffers: the function's arguments become the plan's input tensors
+      (`arg0`, `arg1`, ...), its results the output tensors (`result0`, ...),
+      and every other value a workspace named after its op. The gpu.module
+      lists them in `moe.buffers` with their element type and dims, where the
+      dynamic token count is written `T` and derived sizes are expressions
+      in T (the route capacity `T*S+E*(block_m-1)`, ...).
+    * Kernels take one pointer per buffer (the bare-pointer calling
+      convention) typed with the shapes at `tokens-max`, plus T as an i32,
+      and carry their launch in `moe.launch`: grid and block sizes, dynamic
+      shared memory, and the buffer names of their arguments.
+
+    The kernels, each a direct transcription of the op's semantics:
+
+    * `moe.gate`: one warp per token. Lane l holds experts l, l+32, ...;
+      scores use the routing arithmetic shared with the CPU path
+      (RoutingMath.h) and warp butterflies whose summation order is the one
+      the op defines, so ids are bit-identical to the CPU path. Arg-max runs
+      on 64-bit keys (order-preserving bits of the score, then the inverted
+      expert id) with one max per butterfly step; grouped routing scores the
+      groups first.
+    * `moe.route`: three kernels, no host synchronisation: per-block expert
+      histograms (shared-memory atomics), one block that scans them into
+      stable per-block offsets and padded per-expert offsets and writes the
+      block experts and the padding sentinels, and a placement kernel that
+      ranks slots within a warp (`match.any` + `popc`) and across warps
+      through shared memory, keeping slot order within each expert.
+    * `moe.combine`: one thread per 16 bytes of a token's output row, summing
+      its slot rows in fp32.
+
+    Example:
+
+    ```mlir
+    gpu.func @moe_gate_0(%logits: memref<16384x256xf32>, ...) kernel
+        attributes {moe.launch = {args = ["arg1", "arg4", "gate0_weights",
+                    "gate0_ids", "i32:T"], block = array<i64: 128, 1, 1>,
+                    grid = ["cdiv(T,4)", "1", "1"], smem = "0"}}
+    ```
+  }];
+  let options = [
+    Option<"tokensMax", "tokens-max", "int64_t", /*default=*/"16384",
+           "Largest token count the kernels and workspaces are sized for">,
+    Option<"chip", "chip", "std::string", /*default=*/"\"sm_90a\"",
+           "Target GPU of the kernel module">,
+    Option<"features", "features", "std::string", /*default=*/"\"+ptx80\"",
+           "PTX features of the kernel module">
+  ];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect",
+    "::mlir::gpu::GPUDialect",
+    "::mlir::math::MathDialect",
+    "::mlir::memref::MemRefDialect",
+    "::mlir::NVVM::NVVMDialect",
+    "::mlir::scf::SCFDialect",
+    "::mlir::vector::VectorDialect",
+  ];
+}
+
 #endif // MOE_CONVERSION_PASSES_TD

@@ -1,0 +1,894 @@
+//===- MoeToGPU.cpp - moe ops to GPU kernels and a launch plan ------------===//
+
+#include "moe/Conversion/MoeToGPU/MoeToGPU.h"
+#include "moe/Conversion/MoeCommon/LoopBuilder.h"
+#include "moe/Conversion/MoeCommon/RoutingMath.h"
+#include "moe/Dialect/Moe/IR/MoeOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/FormatVariadic.h"
+
+namespace mlir {
+namespace moe {
+#define GEN_PASS_DEF_CONVERTMOETOGPU
+#include "moe/Conversion/Passes.h.inc"
+} // namespace moe
+} // namespace mlir
+
+using namespace mlir;
+using namespace mlir::moe;
+
+namespace {
+
+constexpr int64_t kWarpSize = 32;
+
+/// One buffer of the launch plan.
+struct Buffer {
+  std::string name;
+  StringRef role; // input, output or workspace
+  Type elementType;
+  SmallVector<std::string> dims;   // size expressions in T
+  SmallVector<int64_t> shapeAtMax; // the sizes at T = tokens-max
+};
+
+/// Size expressions in the token count T (docs/BUNDLE.md), with their value
+/// at tokens-max.
+struct SizeExpr {
+  std::string text;
+  int64_t atMax;
+};
+
+/// Collects buffers and kernels while the ops of a layer are compiled.
+class PlanBuilder {
+public:
+  PlanBuilder(ModuleOp module, gpu::GPUModuleOp kernels, int64_t tokensMax)
+      : module(module), kernels(kernels), tokensMax(tokensMax) {}
+
+  SizeExpr tokens() const { return {"T", tokensMax}; }
+  static SizeExpr constant(int64_t value) {
+    return {std::to_string(value), value};
+  }
+  /// a * T + b.
+  SizeExpr affine(int64_t a, int64_t b) const {
+    std::string text = a == 1 ? "T" : "T*" + std::to_string(a);
+    if (b)
+      text += "+" + std::to_string(b);
+    return {text, a * tokensMax + b};
+  }
+  static SizeExpr ceilDiv(const SizeExpr &value, int64_t divisor) {
+    return {"cdiv(" + value.text + "," + std::to_string(divisor) + ")",
+            static_cast<int64_t>(llvm::divideCeil(value.atMax, divisor))};
+  }
+
+  /// Registers `value` (a function argument, a result, or an op result) as a
+  /// buffer whose dims are `dims`; returns its index.
+  unsigned define(Value value, StringRef workspaceName,
+                  ArrayRef<SizeExpr> dims) {
+    auto found = bufferOf.find(value);
+    if (found != bufferOf.end())
+      return found->second;
+    Buffer buffer;
+    buffer.elementType = cast<ShapedType>(value.getType()).getElementType();
+    for (const SizeExpr &dim : dims) {
+      buffer.dims.push_back(dim.text);
+      buffer.shapeAtMax.push_back(dim.atMax);
+    }
+    buffer.name = workspaceName.str();
+    buffer.role = "workspace";
+    if (auto argument = dyn_cast<BlockArgument>(value)) {
+      buffer.name = "arg" + std::to_string(argument.getArgNumber());
+      buffer.role = "input";
+    }
+    bufferOf[value] = buffers.size();
+    buffers.push_back(std::move(buffer));
+    return buffers.size() - 1;
+  }
+  /// Registers a workspace that no tensor of the function holds.
+  unsigned scratch(StringRef name, Type elementType, ArrayRef<SizeExpr> dims) {
+    Buffer buffer{name.str(), "workspace", elementType, {}, {}};
+    for (const SizeExpr &dim : dims) {
+      buffer.dims.push_back(dim.text);
+      buffer.shapeAtMax.push_back(dim.atMax);
+    }
+    buffers.push_back(std::move(buffer));
+    return buffers.size() - 1;
+  }
+  /// The buffer holding `value`, which an earlier op or the signature
+  /// defined with its type's dims (dynamic dims are T).
+  unsigned use(Value value) {
+    auto found = bufferOf.find(value);
+    if (found != bufferOf.end())
+      return found->second;
+    SmallVector<SizeExpr> dims;
+    for (int64_t dim : cast<ShapedType>(value.getType()).getShape())
+      dims.push_back(ShapedType::isDynamic(dim) ? tokens() : constant(dim));
+    return define(value, "unnamed", dims);
+  }
+  void markOutputs(func::ReturnOp ret) {
+    for (auto [index, value] : llvm::enumerate(ret.getOperands())) {
+      Buffer &buffer = buffers[use(value)];
+      buffer.name = "result" + std::to_string(index);
+      buffer.role = "output";
+    }
+  }
+  void zero(unsigned buffer) { zeroed.push_back(buffer); }
+
+  /// Creates kernel `base_<n>` taking `args` (then T as i32) and records its
+  /// launch; moves the builder to the start of its body.
+  gpu::GPUFuncOp createKernel(OpBuilder &builder, Location loc, StringRef base,
+                              ArrayRef<unsigned> args, ArrayRef<SizeExpr> grid,
+                              ArrayRef<int64_t> block,
+                              ArrayRef<MemRefType> workgroup = {}) {
+    SmallVector<Type> types;
+    for (unsigned arg : args) {
+      const Buffer &buffer = buffers[arg];
+      types.push_back(MemRefType::get(buffer.shapeAtMax, buffer.elementType));
+    }
+    types.push_back(builder.getI32Type());
+    builder.setInsertionPointToEnd(kernels.getBody());
+    auto kernel = gpu::GPUFuncOp::create(
+        builder, loc, (base + "_" + Twine(kernelCount++)).str(),
+        builder.getFunctionType(types, {}),
+        SmallVector<Type>(workgroup.begin(), workgroup.end()), TypeRange());
+    kernel->setAttr(gpu::GPUDialect::getKernelFuncAttrName(),
+                    builder.getUnitAttr());
+    Launch launch{kernel, SmallVector<unsigned>(args), {}, {}};
+    for (const SizeExpr &size : grid)
+      launch.grid.push_back(builder.getStringAttr(size.text));
+    launch.block.assign(block.begin(), block.end());
+    launches.push_back(std::move(launch));
+    kernel.setKnownBlockSizeAttr(builder.getDenseI32ArrayAttr(
+        {static_cast<int32_t>(block[0]), static_cast<int32_t>(block[1]),
+         static_cast<int32_t>(block[2])}));
+    builder.setInsertionPointToStart(&kernel.getBody().front());
+    gpu::ReturnOp::create(builder, loc);
+    builder.setInsertionPointToStart(&kernel.getBody().front());
+    return kernel;
+  }
+
+  /// Writes the buffers and fills onto the kernel module.
+  void finish(OpBuilder &builder) {
+    SmallVector<Attribute> entries;
+    for (const Buffer &buffer : buffers) {
+      SmallVector<Attribute> dims;
+      for (const std::string &dim : buffer.dims)
+        dims.push_back(builder.getStringAttr(dim));
+      entries.push_back(builder.getDictionaryAttr(
+          {builder.getNamedAttr("name", builder.getStringAttr(buffer.name)),
+           builder.getNamedAttr("role", builder.getStringAttr(buffer.role)),
+           builder.getNamedAttr("type", TypeAttr::get(buffer.elementType)),
+           builder.getNamedAttr("dims", builder.getArrayAttr(dims))}));
+    }
+    SmallVector<Attribute> zeros;
+    for (unsigned buffer : zeroed)
+      zeros.push_back(builder.getStringAttr(buffers[buffer].name));
+    // Names are final only now: results are named when the return is seen.
+    for (Launch &launch : launches) {
+      SmallVector<Attribute> argNames;
+      for (unsigned arg : launch.args)
+        argNames.push_back(builder.getStringAttr(buffers[arg].name));
+      argNames.push_back(builder.getStringAttr("i32:T"));
+      launch.kernel->setAttr(
+          "moe.launch",
+          builder.getDictionaryAttr(
+              {builder.getNamedAttr("grid", builder.getArrayAttr(launch.grid)),
+               builder.getNamedAttr("block",
+                                    builder.getDenseI64ArrayAttr(launch.block)),
+               builder.getNamedAttr("smem", builder.getStringAttr("0")),
+               builder.getNamedAttr("args", builder.getArrayAttr(argNames))}));
+    }
+    kernels->setAttr("moe.buffers", builder.getArrayAttr(entries));
+    kernels->setAttr("moe.zero", builder.getArrayAttr(zeros));
+    kernels->setAttr("moe.tokens_max", builder.getI64IntegerAttr(tokensMax));
+  }
+
+  ModuleOp module;
+  gpu::GPUModuleOp kernels;
+  int64_t tokensMax;
+
+private:
+  /// A kernel and the buffers it takes, named when the plan is finished.
+  struct Launch {
+    gpu::GPUFuncOp kernel;
+    SmallVector<unsigned> args;
+    SmallVector<Attribute> grid;
+    SmallVector<int64_t> block;
+  };
+
+  DenseMap<Value, unsigned> bufferOf;
+  std::vector<Launch> launches;
+  std::vector<Buffer> buffers;
+  SmallVector<unsigned> zeroed;
+  unsigned kernelCount = 0;
+};
+
+/// Warp-level helpers on top of LoopBuilder.
+struct WarpBuilder : LoopBuilder {
+  Value lane;    // index
+  Value laneI32; // i32
+
+  Value shuffleXor(Value value, int64_t offset) {
+    return gpu::ShuffleOp::create(b, value, static_cast<int32_t>(offset),
+                                  static_cast<int32_t>(kWarpSize),
+                                  gpu::ShuffleMode::XOR)
+        .getShuffleResult();
+  }
+  Value shuffleFrom(Value value, Value sourceLane) {
+    return gpu::ShuffleOp::create(
+               b, value, sourceLane, i32(kWarpSize),
+               gpu::ShuffleModeAttr::get(b.getContext(), gpu::ShuffleMode::IDX))
+        .getShuffleResult();
+  }
+  /// `combine` over the warp with a butterfly (offsets 1, 2, 4, 8, 16): lane
+  /// groups combine in index order, so an fp sum is the pairwise sum that
+  /// kSoftmaxSumLanes defines, identical in every lane.
+  Value allReduce(Value value, function_ref<Value(Value, Value)> combine) {
+    for (int64_t offset = 1; offset < kWarpSize; offset *= 2)
+      value = combine(value, shuffleXor(value, offset));
+    return value;
+  }
+  Value i64(int64_t value) {
+    return arith::ConstantIntOp::create(b, b.getI64Type(), value);
+  }
+  /// The selection key of score `value` for expert `expert` (i32): larger
+  /// keys rank higher; NaN ranks lowest, -0 equals +0, and among equal scores
+  /// the lower expert wins. Zero means "no candidate".
+  Value key(Value value, Value expert) {
+    Value canonical = arith::AddFOp::create(b, value, f32(0.0)); // -0 -> +0
+    Value bits = arith::BitcastOp::create(b, b.getI32Type(), canonical);
+    Value positive = cmpi(arith::CmpIPredicate::sge, bits, i32(0));
+    Value ordered =
+        select(positive, arith::XOrIOp::create(b, bits, i32(INT32_MIN)),
+               arith::XOrIOp::create(b, bits, i32(-1)));
+    ordered = select(isNaN(value), i32(0), ordered);
+    Value high = arith::ShLIOp::create(
+        b, arith::ExtUIOp::create(b, b.getI64Type(), ordered), i64(32));
+    Value low = arith::ExtUIOp::create(
+        b, b.getI64Type(), arith::XOrIOp::create(b, expert, i32(-1)));
+    return arith::OrIOp::create(b, high, low);
+  }
+  Value expertOfKey(Value key) {
+    return arith::XOrIOp::create(
+        b, arith::TruncIOp::create(b, b.getI32Type(), key), i32(-1));
+  }
+  Value scoreOfKey(Value key) {
+    Value ordered = arith::TruncIOp::create(
+        b, b.getI32Type(), arith::ShRUIOp::create(b, key, i64(32)));
+    Value wasPositive = cmpi(arith::CmpIPredicate::slt, ordered, i32(0));
+    Value bits =
+        select(wasPositive, arith::XOrIOp::create(b, ordered, i32(INT32_MIN)),
+               arith::XOrIOp::create(b, ordered, i32(-1)));
+    return arith::BitcastOp::create(b, b.getF32Type(), bits);
+  }
+  /// The largest key over the warp (64-bit shuffles as two 32-bit halves).
+  Value maxKeyButterfly(Value key) {
+    for (int64_t offset = 1; offset < kWarpSize; offset *= 2) {
+      Value low = arith::TruncIOp::create(b, b.getI32Type(), key);
+      Value high = arith::TruncIOp::create(
+          b, b.getI32Type(), arith::ShRUIOp::create(b, key, i64(32)));
+      Value other = arith::OrIOp::create(
+          b,
+          arith::ShLIOp::create(
+              b,
+              arith::ExtUIOp::create(b, b.getI64Type(),
+                                     shuffleXor(high, offset)),
+              i64(32)),
+          arith::ExtUIOp::create(b, b.getI64Type(), shuffleXor(low, offset)));
+      key = arith::MaxUIOp::create(b, key, other);
+    }
+    return key;
+  }
+};
+
+/// The i32 token count, the kernel's last argument (workgroup attributions
+/// follow the arguments among the entry block's values).
+Value tokenCount(gpu::GPUFuncOp kernel) {
+  return kernel.getArgument(kernel.getFunctionType().getNumInputs() - 1);
+}
+
+WarpBuilder makeWarpBuilder(ImplicitLocOpBuilder &b) {
+  WarpBuilder wb{{b}, Value(), Value()};
+  Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
+  wb.lane = arith::RemUIOp::create(b, tid, wb.index(kWarpSize));
+  wb.laneI32 = wb.toI32(wb.lane);
+  return wb;
+}
+
+//===----------------------------------------------------------------------===//
+// moe.gate
+//===----------------------------------------------------------------------===//
+
+constexpr int64_t kGateWarpsPerBlock = 4;
+
+/// One warp per token: scores, grouped top-k and the weights of moe.gate.
+void emitGate(PlanBuilder &plan, OpBuilder &builder, GateOp op) {
+  OpBuilder::InsertionGuard guard(builder);
+  RouterAttr router = op.getRouter();
+  auto logitsType = cast<RankedTensorType>(op.getLogits().getType());
+  int64_t numExperts = logitsType.getDimSize(1);
+  int64_t numGroups = router.getNumGroups(), topK = router.getTopK();
+  int64_t groupSize = numExperts / numGroups;
+  int64_t perLane = llvm::divideCeil(numExperts, kWarpSize);
+  bool hasBias = static_cast<bool>(op.getCorrectionBias());
+  SizeExpr t = plan.tokens();
+  int64_t slots = router.getNumSlots();
+
+  SmallVector<unsigned> args = {plan.use(op.getLogits())};
+  if (hasBias)
+    args.push_back(plan.use(op.getCorrectionBias()));
+  args.push_back(plan.define(op.getWeights(), "gate_weights",
+                             {t, PlanBuilder::constant(slots)}));
+  args.push_back(
+      plan.define(op.getIds(), "gate_ids", {t, PlanBuilder::constant(slots)}));
+  gpu::GPUFuncOp kernel =
+      plan.createKernel(builder, op.getLoc(), "moe_gate", args,
+                        {PlanBuilder::ceilDiv(t, kGateWarpsPerBlock),
+                         PlanBuilder::constant(1), PlanBuilder::constant(1)},
+                        {kGateWarpsPerBlock * kWarpSize, 1, 1});
+  ImplicitLocOpBuilder b(op.getLoc(), builder);
+  WarpBuilder wb = makeWarpBuilder(b);
+  Value logits = kernel.getArgument(0);
+  Value bias = hasBias ? kernel.getArgument(1) : Value();
+  Value weights = kernel.getArgument(hasBias ? 2 : 1);
+  Value ids = kernel.getArgument(hasBias ? 3 : 2);
+  Value numTokens = wb.toIndex(tokenCount(kernel));
+
+  Value warp = arith::DivUIOp::create(
+      b, gpu::ThreadIdOp::create(b, gpu::Dimension::x), wb.index(kWarpSize));
+  Value token = arith::AddIOp::create(
+      b,
+      arith::MulIOp::create(b, gpu::BlockIdOp::create(b, gpu::Dimension::x),
+                            wb.index(kGateWarpsPerBlock)),
+      warp);
+  wb.ifThen(wb.cmpi(arith::CmpIPredicate::ult, token, numTokens), [&] {
+    Location loc = b.getLoc();
+    Value trueValue = arith::ConstantIntOp::create(b, b.getI1Type(), 1);
+    // Lane l holds experts l, l + 32, ...
+    SmallVector<Value> experts, expertsI32, valid, x;
+    for (int64_t j = 0; j < perLane; ++j) {
+      Value expert = arith::AddIOp::create(b, wb.lane, wb.index(j * kWarpSize));
+      bool allValid = (j + 1) * kWarpSize <= numExperts;
+      Value isValid = allValid ? trueValue
+                               : wb.cmpi(arith::CmpIPredicate::ult, expert,
+                                         wb.index(numExperts));
+      Value safe = allValid ? expert : wb.select(isValid, expert, wb.index(0));
+      experts.push_back(expert);
+      expertsI32.push_back(wb.toI32(expert));
+      valid.push_back(isValid);
+      x.push_back(wb.loadF32(logits, {token, safe}));
+    }
+
+    SmallVector<Value> scores(perLane);
+    if (router.getScoring() == Scoring::sigmoid) {
+      for (int64_t j = 0; j < perLane; ++j)
+        scores[j] = emitRoutingSigmoid(b, loc, x[j]);
+    } else {
+      Value negInf = wb.f32(-std::numeric_limits<float>::infinity());
+      Value max = negInf;
+      for (int64_t j = 0; j < perLane; ++j)
+        max = arith::MaximumFOp::create(b, max,
+                                        wb.select(valid[j], x[j], negInf));
+      max = wb.allReduce(max, [&](Value l, Value r) {
+        return arith::MaximumFOp::create(b, l, r).getResult();
+      });
+      Value partial = wb.f32(0.0);
+      SmallVector<Value> p(perLane);
+      for (int64_t j = 0; j < perLane; ++j) {
+        p[j] = wb.select(
+            valid[j],
+            emitRoutingExp(b, loc, arith::SubFOp::create(b, x[j], max)),
+            wb.f32(0.0));
+        partial = arith::AddFOp::create(b, partial, p[j]);
+      }
+      Value sum = wb.allReduce(partial, [&](Value l, Value r) {
+        return arith::AddFOp::create(b, l, r).getResult();
+      });
+      for (int64_t j = 0; j < perLane; ++j)
+        scores[j] = arith::DivFOp::create(b, p[j], sum);
+    }
+    SmallVector<Value> selection(scores);
+    if (bias)
+      for (int64_t j = 0; j < perLane; ++j)
+        selection[j] = arith::AddFOp::create(
+            b, scores[j],
+            wb.load(bias, wb.select(valid[j], experts[j], wb.index(0))));
+    SmallVector<Value> keys;
+    for (int64_t j = 0; j < perLane; ++j)
+      keys.push_back(wb.key(selection[j], expertsI32[j]));
+    Value noKey = wb.i64(0);
+    auto bestKey = [&](function_ref<Value(int64_t)> isCandidate) {
+      Value best = noKey;
+      for (int64_t j = 0; j < perLane; ++j)
+        best = arith::MaxUIOp::create(
+            b, best, wb.select(isCandidate(j), keys[j], noKey));
+      return wb.maxKeyButterfly(best);
+    };
+
+    SmallVector<Value> eligible(valid);
+    if (numGroups > 1) {
+      SmallVector<Value> groupOf, groupScores;
+      for (int64_t j = 0; j < perLane; ++j)
+        groupOf.push_back(
+            arith::DivUIOp::create(b, expertsI32[j], wb.i32(groupSize)));
+      for (int64_t g = 0; g < numGroups; ++g) {
+        auto inGroup = [&](int64_t j) {
+          return arith::AndIOp::create(
+                     b, valid[j],
+                     wb.cmpi(arith::CmpIPredicate::eq, groupOf[j], wb.i32(g)))
+              .getResult();
+        };
+        Value first = bestKey(inGroup);
+        Value firstExpert = wb.expertOfKey(first);
+        Value second = bestKey([&](int64_t j) {
+          return arith::AndIOp::create(b, inGroup(j),
+                                       wb.cmpi(arith::CmpIPredicate::ne,
+                                               expertsI32[j], firstExpert))
+              .getResult();
+        });
+        groupScores.push_back(arith::AddFOp::create(b, wb.scoreOfKey(first),
+                                                    wb.scoreOfKey(second)));
+      }
+      // Keep the topk_groups best groups: warp-uniform, so no shuffles.
+      SmallVector<Value> kept(
+          numGroups, arith::ConstantIntOp::create(b, b.getI1Type(), 0));
+      for (int64_t round = 0; round < router.getTopkGroups(); ++round) {
+        Value best = noKey;
+        for (int64_t g = 0; g < numGroups; ++g)
+          best = arith::MaxUIOp::create(
+              b, best,
+              wb.select(kept[g], noKey, wb.key(groupScores[g], wb.i32(g))));
+        Value winner = wb.expertOfKey(best);
+        for (int64_t g = 0; g < numGroups; ++g)
+          kept[g] = arith::OrIOp::create(
+              b, kept[g], wb.cmpi(arith::CmpIPredicate::eq, winner, wb.i32(g)));
+      }
+      for (int64_t j = 0; j < perLane; ++j) {
+        Value keptGroup = arith::ConstantIntOp::create(b, b.getI1Type(), 0);
+        for (int64_t g = 0; g < numGroups; ++g)
+          keptGroup = wb.select(
+              wb.cmpi(arith::CmpIPredicate::eq, groupOf[j], wb.i32(g)), kept[g],
+              keptGroup);
+        eligible[j] = arith::AndIOp::create(b, valid[j], keptGroup);
+      }
+    }
+
+    // top_k rounds of arg-max; the winner's unbiased score comes from the
+    // lane that holds it.
+    SmallVector<Value> chosen(
+        perLane, arith::ConstantIntOp::create(b, b.getI1Type(), 0));
+    SmallVector<Value> slotIds, slotWeights;
+    Value sum = wb.f32(0.0);
+    for (int64_t s = 0; s < topK; ++s) {
+      Value best = bestKey([&](int64_t j) {
+        return arith::AndIOp::create(
+                   b, eligible[j],
+                   arith::XOrIOp::create(b, chosen[j], trueValue))
+            .getResult();
+      });
+      Value expert = wb.expertOfKey(best);
+      Value score = wb.scoreOfKey(best);
+      if (bias) {
+        Value slotInLane = arith::DivUIOp::create(b, expert, wb.i32(kWarpSize));
+        Value mine = wb.f32(0.0);
+        for (int64_t j = 0; j < perLane; ++j)
+          mine = wb.select(
+              wb.cmpi(arith::CmpIPredicate::eq, slotInLane, wb.i32(j)),
+              scores[j], mine);
+        score = wb.shuffleFrom(
+            mine, arith::RemUIOp::create(b, expert, wb.i32(kWarpSize)));
+      }
+      for (int64_t j = 0; j < perLane; ++j)
+        chosen[j] = arith::OrIOp::create(
+            b, chosen[j],
+            wb.cmpi(arith::CmpIPredicate::eq, expertsI32[j], expert));
+      Value weight = wb.select(wb.isNaN(score), wb.f32(0.0), score);
+      sum = arith::AddFOp::create(b, sum, weight);
+      slotIds.push_back(expert);
+      slotWeights.push_back(weight);
+    }
+    double scale = router.getRoutedScalingFactor().convertToDouble();
+    Value denominator =
+        router.getRenormalize()
+            ? arith::AddFOp::create(b, sum, wb.f32(1e-20)).getResult()
+            : Value();
+    for (Value &weight : slotWeights) {
+      if (denominator)
+        weight = arith::DivFOp::create(b, weight, denominator);
+      if (scale != 1.0)
+        weight = arith::MulFOp::create(b, weight, wb.f32(scale));
+    }
+    for (int64_t i = 0; i < router.getNumSharedExperts(); ++i) {
+      slotIds.push_back(wb.i32(numExperts + i));
+      slotWeights.push_back(wb.f32(1.0));
+    }
+    wb.ifThen(wb.cmpi(arith::CmpIPredicate::eq, wb.lane, wb.index(0)), [&] {
+      for (int64_t s = 0; s < slots; ++s) {
+        wb.store(slotIds[s], ids, {token, wb.index(s)});
+        wb.store(slotWeights[s], weights, {token, wb.index(s)});
+      }
+    });
+  });
+}
+
+//===----------------------------------------------------------------------===//
+// moe.route
+//===----------------------------------------------------------------------===//
+
+constexpr int64_t kRouteThreads = 512;
+constexpr int64_t kRouteWarps = kRouteThreads / kWarpSize;
+constexpr int64_t kScanThreads = 1024;
+
+/// The workgroup (shared) memory type of `shape` x `type`.
+MemRefType workgroupMemRef(ArrayRef<int64_t> shape, Type type) {
+  return MemRefType::get(shape, type, MemRefLayoutAttrInterface(),
+                         gpu::AddressSpaceAttr::get(
+                             type.getContext(), gpu::AddressSpace::Workgroup));
+}
+
+/// Emits `for i = start; i < end; i += step` (index values).
+void strided(LoopBuilder &lb, Value start, Value end, int64_t step,
+             function_ref<void(Value)> body) {
+  auto forOp = scf::ForOp::create(lb.b, start, end, lb.index(step));
+  OpBuilder::InsertionGuard guard(lb.b);
+  lb.b.setInsertionPointToStart(forOp.getBody());
+  body(forOp.getInductionVar());
+}
+
+/// Counting sort on the device: histogram, scan, stable placement.
+LogicalResult emitRoute(PlanBuilder &plan, OpBuilder &builder, RouteOp op) {
+  OpBuilder::InsertionGuard guard(builder);
+  int64_t numExperts = op.getNumExperts(), blockM = op.getBlockM();
+  int64_t slots = cast<RankedTensorType>(op.getIds().getType()).getDimSize(1);
+  if (numExperts > kScanThreads)
+    return op.emitOpError() << "has no GPU lowering for more than "
+                            << kScanThreads << " experts";
+  Location loc = op.getLoc();
+  Type i32 = builder.getI32Type();
+  SizeExpr routed = plan.affine(slots, 0);
+  SizeExpr capacity = plan.affine(slots, numExperts * (blockM - 1));
+  SizeExpr chunks = PlanBuilder::ceilDiv(routed, kRouteThreads);
+  SizeExpr experts = PlanBuilder::constant(numExperts);
+
+  unsigned ids = plan.use(op.getIds());
+  unsigned sortedIds =
+      plan.define(op.getSortedIds(), "route_sorted_ids", {capacity});
+  unsigned expertIds = plan.define(op.getExpertIds(), "route_expert_ids",
+                                   {PlanBuilder::ceilDiv(capacity, blockM)});
+  unsigned numPadded = plan.define(op.getNumPadded(), "route_num_padded", {});
+  unsigned blockOffsets =
+      plan.scratch("route_block_offsets", i32, {chunks, experts});
+  unsigned expertOffsets = plan.scratch("route_expert_offsets", i32, {experts});
+
+  // Slot `slot` of the chunk, its expert, and whether that is in range.
+  auto loadSlot = [&](WarpBuilder &wb, Value idsBuffer,
+                      Value numTokens) -> std::tuple<Value, Value, Value> {
+    ImplicitLocOpBuilder &b = wb.b;
+    Value slot = arith::AddIOp::create(
+        b,
+        arith::MulIOp::create(b, gpu::BlockIdOp::create(b, gpu::Dimension::x),
+                              wb.index(kRouteThreads)),
+        gpu::ThreadIdOp::create(b, gpu::Dimension::x));
+    Value inRange =
+        wb.cmpi(arith::CmpIPredicate::ult, slot,
+                arith::MulIOp::create(b, numTokens, wb.index(slots)));
+    Value safe = wb.select(inRange, slot, wb.index(0));
+    Value expert =
+        wb.load(idsBuffer, {arith::DivUIOp::create(b, safe, wb.index(slots)),
+                            arith::RemUIOp::create(b, safe, wb.index(slots))});
+    Value valid = arith::AndIOp::create(
+        b, inRange, wb.inRange(expert, wb.i32(0), wb.i32(numExperts)));
+    return {slot, wb.select(valid, expert, wb.i32(-1)), valid};
+  };
+
+  // 1. Per-chunk histograms.
+  {
+    gpu::GPUFuncOp kernel = plan.createKernel(
+        builder, loc, "moe_route_count", {ids, blockOffsets},
+        {chunks, PlanBuilder::constant(1), PlanBuilder::constant(1)},
+        {kRouteThreads, 1, 1}, {workgroupMemRef({numExperts}, i32)});
+    ImplicitLocOpBuilder b(loc, builder);
+    WarpBuilder wb = makeWarpBuilder(b);
+    Value counts = kernel.getWorkgroupAttributions()[0];
+    Value numTokens = wb.toIndex(tokenCount(kernel));
+    Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
+    strided(wb, tid, wb.index(numExperts), kRouteThreads,
+            [&](Value e) { wb.store(wb.i32(0), counts, e); });
+    gpu::BarrierOp::create(b);
+    Value slot, expert, valid;
+    std::tie(slot, expert, valid) =
+        loadSlot(wb, kernel.getArgument(0), numTokens);
+    wb.ifThen(valid, [&] {
+      memref::AtomicRMWOp::create(b, arith::AtomicRMWKind::addi, wb.i32(1),
+                                  counts, ValueRange{wb.toIndex(expert)});
+    });
+    gpu::BarrierOp::create(b);
+    Value chunk = gpu::BlockIdOp::create(b, gpu::Dimension::x);
+    strided(wb, tid, wb.index(numExperts), kRouteThreads, [&](Value e) {
+      wb.store(wb.load(counts, e), kernel.getArgument(1), {chunk, e});
+    });
+  }
+
+  // 2. One block: stable per-chunk offsets, padded expert offsets, block
+  // experts, padding sentinels and the padded count.
+  {
+    gpu::GPUFuncOp kernel = plan.createKernel(
+        builder, loc, "moe_route_scan",
+        {blockOffsets, expertOffsets, sortedIds, expertIds, numPadded},
+        {PlanBuilder::constant(1), PlanBuilder::constant(1),
+         PlanBuilder::constant(1)},
+        {kScanThreads, 1, 1}, {workgroupMemRef({kScanThreads}, i32)});
+    ImplicitLocOpBuilder b(loc, builder);
+    WarpBuilder wb = makeWarpBuilder(b);
+    Value scan = kernel.getWorkgroupAttributions()[0];
+    Value offsetsPerChunk = kernel.getArgument(0);
+    Value numTokens = wb.toIndex(tokenCount(kernel));
+    Value routedSlots = arith::MulIOp::create(b, numTokens, wb.index(slots));
+    Value sentinel = wb.toI32(routedSlots);
+    Value numChunks =
+        arith::CeilDivUIOp::create(b, routedSlots, wb.index(kRouteThreads));
+    Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
+    Value isExpert =
+        wb.cmpi(arith::CmpIPredicate::ult, tid, wb.index(numExperts));
+    Value expert = wb.select(isExpert, tid, wb.index(0));
+    // Exclusive prefix over chunks, in chunk order: slots keep their order.
+    Value total = wb.loop(
+        wb.index(0), wb.select(isExpert, numChunks, wb.index(0)), {wb.i32(0)},
+        [&](Value chunk, ValueRange carried) -> SmallVector<Value> {
+          Value count = wb.load(offsetsPerChunk, {chunk, expert});
+          wb.store(carried[0], offsetsPerChunk, {chunk, expert});
+          return {arith::AddIOp::create(b, carried[0], count)};
+        })[0];
+    Value blockRows = wb.i32(blockM);
+    Value padded = arith::MulIOp::create(
+        b, arith::CeilDivUIOp::create(b, total, blockRows), blockRows);
+    // Inclusive scan of the padded counts over the block (Hillis-Steele).
+    wb.store(padded, scan, tid);
+    gpu::BarrierOp::create(b);
+    for (int64_t distance = 1; distance < kScanThreads; distance *= 2) {
+      Value hasLeft =
+          wb.cmpi(arith::CmpIPredicate::uge, tid, wb.index(distance));
+      Value left = wb.load(
+          scan,
+          wb.select(hasLeft, arith::SubIOp::create(b, tid, wb.index(distance)),
+                    wb.index(0)));
+      left = wb.select(hasLeft, left, wb.i32(0));
+      gpu::BarrierOp::create(b);
+      wb.store(arith::AddIOp::create(b, wb.load(scan, tid), left), scan, tid);
+      gpu::BarrierOp::create(b);
+    }
+    Value offset = arith::SubIOp::create(b, wb.load(scan, tid), padded);
+    Value totalPadded = wb.load(scan, wb.index(kScanThreads - 1));
+    Value sortedBuffer = kernel.getArgument(2),
+          expertBuffer = kernel.getArgument(3);
+    wb.ifThen(isExpert, [&] {
+      wb.store(offset, kernel.getArgument(1), expert);
+      Value firstBlock = arith::DivUIOp::create(b, offset, blockRows);
+      Value endBlock = arith::DivUIOp::create(
+          b, arith::AddIOp::create(b, offset, padded), blockRows);
+      wb.loop(wb.toIndex(firstBlock), wb.toIndex(endBlock), [&](Value block) {
+        wb.store(wb.toI32(expert), expertBuffer, block);
+      });
+      wb.loop(wb.toIndex(arith::AddIOp::create(b, offset, total)),
+              wb.toIndex(arith::AddIOp::create(b, offset, padded)),
+              [&](Value row) { wb.store(sentinel, sortedBuffer, row); });
+    });
+    wb.ifThen(wb.cmpi(arith::CmpIPredicate::eq, tid, wb.index(0)),
+              [&] { wb.store(totalPadded, kernel.getArgument(4), {}); });
+    Value rowCapacity = arith::AddIOp::create(
+        b, routedSlots, wb.index(numExperts * (blockM - 1)));
+    strided(wb, arith::AddIOp::create(b, wb.toIndex(totalPadded), tid),
+            rowCapacity, kScanThreads,
+            [&](Value row) { wb.store(sentinel, sortedBuffer, row); });
+    strided(wb,
+            arith::AddIOp::create(
+                b,
+                wb.toIndex(arith::DivUIOp::create(b, totalPadded, blockRows)),
+                tid),
+            arith::CeilDivUIOp::create(b, rowCapacity, wb.index(blockM)),
+            kScanThreads,
+            [&](Value block) { wb.store(wb.i32(-1), expertBuffer, block); });
+  }
+
+  // 3. Stable placement: rank within the warp by match.any, across warps
+  // through shared per-warp counts, across chunks by the scanned offsets.
+  {
+    gpu::GPUFuncOp kernel = plan.createKernel(
+        builder, loc, "moe_route_place",
+        {ids, blockOffsets, expertOffsets, sortedIds},
+        {chunks, PlanBuilder::constant(1), PlanBuilder::constant(1)},
+        {kRouteThreads, 1, 1},
+        {workgroupMemRef({kRouteWarps, numExperts}, i32)});
+    ImplicitLocOpBuilder b(loc, builder);
+    WarpBuilder wb = makeWarpBuilder(b);
+    Value warpCounts = kernel.getWorkgroupAttributions()[0];
+    Value numTokens = wb.toIndex(tokenCount(kernel));
+    Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
+    Value warp = arith::DivUIOp::create(b, tid, wb.index(kWarpSize));
+    Value chunk = gpu::BlockIdOp::create(b, gpu::Dimension::x);
+    strided(wb, tid, wb.index(kRouteWarps * numExperts), kRouteThreads,
+            [&](Value i) {
+              wb.store(wb.i32(0), warpCounts,
+                       {arith::DivUIOp::create(b, i, wb.index(numExperts)),
+                        arith::RemUIOp::create(b, i, wb.index(numExperts))});
+            });
+    gpu::BarrierOp::create(b);
+    Value slot, expert, valid;
+    std::tie(slot, expert, valid) =
+        loadSlot(wb, kernel.getArgument(0), numTokens);
+    Value same = NVVM::MatchSyncOp::create(
+        b, i32, wb.i32(-1), expert,
+        NVVM::MatchSyncKindAttr::get(b.getContext(), NVVM::MatchSyncKind::any));
+    Value below =
+        arith::AndIOp::create(b, same, NVVM::LaneMaskLtOp::create(b, i32));
+    Value rank = math::CtPopOp::create(b, below);
+    Value leader = wb.cmpi(arith::CmpIPredicate::eq, below, wb.i32(0));
+    wb.ifThen(arith::AndIOp::create(b, valid, leader), [&] {
+      wb.store(math::CtPopOp::create(b, same), warpCounts,
+               {warp, wb.toIndex(expert)});
+    });
+    gpu::BarrierOp::create(b);
+    strided(wb, tid, wb.index(numExperts), kRouteThreads, [&](Value e) {
+      Value start =
+          arith::AddIOp::create(b, wb.load(kernel.getArgument(2), e),
+                                wb.load(kernel.getArgument(1), {chunk, e}));
+      wb.loop(wb.index(0), wb.index(kRouteWarps), {start},
+              [&](Value w, ValueRange carried) -> SmallVector<Value> {
+                Value count = wb.load(warpCounts, {w, e});
+                wb.store(carried[0], warpCounts, {w, e});
+                return {arith::AddIOp::create(b, carried[0], count)};
+              });
+    });
+    gpu::BarrierOp::create(b);
+    wb.ifThen(valid, [&] {
+      Value row = arith::AddIOp::create(
+          b, wb.load(warpCounts, {warp, wb.toIndex(expert)}), rank);
+      wb.store(wb.toI32(slot), kernel.getArgument(3), wb.toIndex(row));
+    });
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// moe.combine
+//===----------------------------------------------------------------------===//
+
+constexpr int64_t kCombineThreads = 256;
+
+/// One thread per 16 bytes of an output row: sum the token's slot rows.
+void emitCombine(PlanBuilder &plan, OpBuilder &builder, CombineOp op) {
+  OpBuilder::InsertionGuard guard(builder);
+  auto rowsType = cast<RankedTensorType>(op.getRows().getType());
+  int64_t slots = rowsType.getDimSize(1), hidden = rowsType.getDimSize(2);
+  Type elementType = rowsType.getElementType();
+  int64_t width = 16 / (elementType.getIntOrFloatBitWidth() / 8);
+  while (hidden % width)
+    width /= 2;
+  int64_t chunksPerRow = hidden / width;
+  bool weighted = static_cast<bool>(op.getWeights());
+
+  SmallVector<unsigned> args = {plan.use(op.getRows())};
+  if (weighted)
+    args.push_back(plan.use(op.getWeights()));
+  args.push_back(plan.define(op.getOutput(), "combine_output",
+                             {plan.tokens(), PlanBuilder::constant(hidden)}));
+  gpu::GPUFuncOp kernel = plan.createKernel(
+      builder, op.getLoc(), "moe_combine", args,
+      {PlanBuilder::ceilDiv(plan.affine(chunksPerRow, 0), kCombineThreads),
+       PlanBuilder::constant(1), PlanBuilder::constant(1)},
+      {kCombineThreads, 1, 1});
+  ImplicitLocOpBuilder b(op.getLoc(), builder);
+  WarpBuilder wb = makeWarpBuilder(b);
+  Value rows = kernel.getArgument(0);
+  Value weights = weighted ? kernel.getArgument(1) : Value();
+  Value output = kernel.getArgument(weighted ? 2 : 1);
+  Value numTokens = wb.toIndex(tokenCount(kernel));
+  Value item = arith::AddIOp::create(
+      b,
+      arith::MulIOp::create(b, gpu::BlockIdOp::create(b, gpu::Dimension::x),
+                            wb.index(kCombineThreads)),
+      gpu::ThreadIdOp::create(b, gpu::Dimension::x));
+  Value token = arith::DivUIOp::create(b, item, wb.index(chunksPerRow));
+  Value column = arith::MulIOp::create(
+      b, arith::RemUIOp::create(b, item, wb.index(chunksPerRow)),
+      wb.index(width));
+  wb.ifThen(wb.cmpi(arith::CmpIPredicate::ult, token, numTokens), [&] {
+    auto f32Vector = VectorType::get({width}, b.getF32Type());
+    auto rowVector = VectorType::get({width}, elementType);
+    Value zero =
+        arith::ConstantOp::create(b, DenseElementsAttr::get(f32Vector, 0.0f));
+    Value sum =
+        wb.loop(wb.index(0), wb.index(slots), {zero},
+                [&](Value s, ValueRange carried) -> SmallVector<Value> {
+                  Value row = vector::LoadOp::create(
+                      b, rowVector, rows, ValueRange{token, s, column});
+                  if (elementType != b.getF32Type())
+                    row = arith::ExtFOp::create(b, f32Vector, row);
+                  if (weights)
+                    row = arith::MulFOp::create(
+                        b, row,
+                        vector::BroadcastOp::create(
+                            b, f32Vector, wb.load(weights, {token, s})));
+                  return {arith::AddFOp::create(b, carried[0], row)};
+                })[0];
+    if (elementType != b.getF32Type())
+      sum = arith::TruncFOp::create(b, rowVector, sum);
+    vector::StoreOp::create(b, sum, output, ValueRange{token, column});
+  });
+}
+
+struct ConvertMoeToGPUPass
+    : moe::impl::ConvertMoeToGPUBase<ConvertMoeToGPUPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    SmallVector<func::FuncOp> functions;
+    for (auto function : module.getOps<func::FuncOp>())
+      if (!function.isDeclaration())
+        functions.push_back(function);
+    if (functions.size() != 1) {
+      module.emitError() << "convert-moe-to-gpu: expected one layer function, "
+                            "got "
+                         << functions.size();
+      return signalPassFailure();
+    }
+    if (tokensMax < 1) {
+      module.emitError() << "convert-moe-to-gpu: tokens-max must be positive";
+      return signalPassFailure();
+    }
+    func::FuncOp function = functions.front();
+    OpBuilder builder(module.getContext());
+    builder.setInsertionPointToEnd(module.getBody());
+    module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(),
+                    builder.getUnitAttr());
+    auto target = NVVM::NVVMTargetAttr::get(
+        module.getContext(), /*O=*/3, "nvptx64-nvidia-cuda", chip, features);
+    auto kernels =
+        gpu::GPUModuleOp::create(builder, function.getLoc(), kKernelModuleName,
+                                 builder.getArrayAttr({target}));
+    PlanBuilder plan(module, kernels, tokensMax);
+    for (BlockArgument argument : function.getArguments())
+      plan.use(argument);
+    WalkResult result = function.walk([&](Operation *op) {
+      LogicalResult lowered =
+          TypeSwitch<Operation *, LogicalResult>(op)
+              .Case([&](GateOp gate) -> LogicalResult {
+                emitGate(plan, builder, gate);
+                return success();
+              })
+              .Case([&](RouteOp route) -> LogicalResult {
+                return emitRoute(plan, builder, route);
+              })
+              .Case([&](CombineOp combine) -> LogicalResult {
+                emitCombine(plan, builder, combine);
+                return success();
+              })
+              .Case([&](GroupedMatmulOp gemm) -> LogicalResult {
+                return gemm.emitOpError()
+                       << "has no GPU lowering yet (convert-moe-to-gpu)";
+              })
+              .Case([&](FusedMoeOp fused) -> LogicalResult {
+                return fused.emitOpError()
+                       << "must be decomposed first (moe-decompose)";
+              })
+              .Case([&](func::ReturnOp ret) -> LogicalResult {
+                plan.markOutputs(ret);
+                return success();
+              })
+              .Default([&](Operation *other) -> LogicalResult {
+                if (isa<func::FuncOp>(other))
+                  return success();
+                return other->emitOpError()
+                       << "is not part of a moe layer (convert-moe-to-gpu)";
+              });
+      return failed(lowered) ? WalkResult::interrupt() : WalkResult::advance();
+    });
+    if (result.wasInterrupted())
+      return signalPassFailure();
+    plan.finish(builder);
+  }
+};
+
+} // namespace
