@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe/Dialect/Moe/IR/MoeOps.h"
+#include "moe/Presets/Presets.h"
 #include "moe/Reference/Reference.h"
 #include "moe/Registration/Registration.h"
 #include "moe/Runner/CpuRunner.h"
@@ -57,30 +58,6 @@ static cl::opt<std::string> entry("entry",
                                   cl::init(""));
 
 namespace {
-/// A model's MoE layer: routing rules and sizes.
-struct Preset {
-  const char *name;
-  int64_t hiddenSize, intermediate, numExperts;
-  const char *router;
-  bool bias;
-};
-
-// Routing as the models ship it; sizes from their configs.
-const Preset kPresets[] = {
-    {"mixtral-8x7b", 4096, 14336, 8,
-     "scoring = softmax, top_k = 2, renormalize = true", false},
-    {"qwen3-30b-a3b", 2048, 768, 128,
-     "scoring = softmax, top_k = 8, renormalize = true", false},
-    {"deepseek-v3", 7168, 2048, 256,
-     "scoring = sigmoid, top_k = 8, num_groups = 8, topk_groups = 4, "
-     "renormalize = true, routed_scaling_factor = 2.5, num_shared_experts = 1",
-     true},
-    {"kimi-k2", 7168, 2048, 384,
-     "scoring = sigmoid, top_k = 8, renormalize = true, "
-     "routed_scaling_factor = 2.827, num_shared_experts = 1",
-     true},
-};
-
 /// Where the layer's operands are among the function's arguments, and what
 /// the layer computes.
 struct Layer {
@@ -93,32 +70,6 @@ struct Layer {
 int fail(const llvm::Twine &message) {
   llvm::errs() << "moe-run: " << message << "\n";
   return 1;
-}
-
-std::string presetSource(const Preset &preset, int64_t shrink,
-                         llvm::StringRef dtype) {
-  int64_t h = preset.hiddenSize / shrink, i = preset.intermediate / shrink;
-  int64_t e = preset.numExperts;
-  int64_t stored =
-      e + (llvm::StringRef(preset.router).contains("num_shared_experts = 1")
-               ? 1
-               : 0);
-  std::string x = llvm::formatv("tensor<?x{0}x{1}>", h, dtype);
-  std::string l = llvm::formatv("tensor<?x{0}xf32>", e);
-  std::string w13 =
-      llvm::formatv("tensor<{0}x{1}x{2}x{3}>", stored, 2 * i, h, dtype);
-  std::string w2 =
-      llvm::formatv("tensor<{0}x{1}x{2}x{3}>", stored, h, i, dtype);
-  std::string b = llvm::formatv("tensor<{0}xf32>", e);
-  std::string biasArg = preset.bias ? ", %bias: " + b : "";
-  std::string biasUse = preset.bias ? " bias(%bias)" : "";
-  std::string biasType = preset.bias ? ", " + b : "";
-  return llvm::formatv(
-      "func.func @layer(%x: {0}, %logits: {1}, %w13: {2}, %w2: {3}{4}) -> {0} "
-      "{{\n  %y = moe.fused_moe %x, %logits, %w13, %w2{5} "
-      "activation(silu_and_mul) {{router = #moe.router<{6}>} : ({0}, {1}, "
-      "{2}, {3}{7}) -> {0}\n  return %y : {0}\n}\n",
-      x, l, w13, w2, biasArg, biasUse, preset.router, biasType);
 }
 
 /// Index of `value` among the arguments of `function`, or -1.
@@ -240,15 +191,14 @@ int main(int argc, char **argv) {
   OwningOpRef<ModuleOp> module;
   std::string label;
   if (!presetName.empty()) {
-    const Preset *preset = llvm::find_if(
-        kPresets, [](const Preset &p) { return presetName == p.name; });
-    if (preset == std::end(kPresets))
-      return fail("unknown preset '" + presetName +
-                  "' (mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, kimi-k2)");
+    const Preset *preset = findPreset(presetName);
+    if (!preset)
+      return fail("unknown preset '" + presetName + "' (" + presetNames() +
+                  ")");
     if (dtypeName != "bf16" && dtypeName != "f16" && dtypeName != "f32")
       return fail("unknown --dtype '" + dtypeName + "' (bf16, f16, f32)");
     module = parseSourceString<ModuleOp>(
-        presetSource(*preset, reduced ? 32 : 1, dtypeName), &context);
+        getLayerSource(preset->shrunk(reduced ? 32 : 1), dtypeName), &context);
     label = presetName + (reduced ? " (reduced)" : "");
   } else {
     std::string message;

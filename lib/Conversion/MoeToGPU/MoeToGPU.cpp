@@ -766,6 +766,9 @@ void emitCombine(PlanBuilder &plan, OpBuilder &builder, CombineOp op) {
   while (hidden % width)
     width /= 2;
   int64_t chunksPerRow = hidden / width;
+  // Rows start 16-byte aligned (the runtime checks the base) and every chunk
+  // is a multiple of its own size into the row, so the vectors are aligned.
+  llvm::Align alignment(width * elementType.getIntOrFloatBitWidth() / 8);
   bool weighted = static_cast<bool>(op.getWeights());
 
   SmallVector<unsigned> args = {plan.use(op.getRows())};
@@ -798,23 +801,25 @@ void emitCombine(PlanBuilder &plan, OpBuilder &builder, CombineOp op) {
     auto rowVector = VectorType::get({width}, elementType);
     Value zero =
         arith::ConstantOp::create(b, DenseElementsAttr::get(f32Vector, 0.0f));
-    Value sum =
-        wb.loop(wb.index(0), wb.index(slots), {zero},
-                [&](Value s, ValueRange carried) -> SmallVector<Value> {
-                  Value row = vector::LoadOp::create(
-                      b, rowVector, rows, ValueRange{token, s, column});
-                  if (elementType != b.getF32Type())
-                    row = arith::ExtFOp::create(b, f32Vector, row);
-                  if (weights)
-                    row = arith::MulFOp::create(
-                        b, row,
-                        vector::BroadcastOp::create(
-                            b, f32Vector, wb.load(weights, {token, s})));
-                  return {arith::AddFOp::create(b, carried[0], row)};
-                })[0];
+    Value sum = wb.loop(
+        wb.index(0), wb.index(slots), {zero},
+        [&](Value s, ValueRange carried) -> SmallVector<Value> {
+          Value row = vector::LoadOp::create(b, rowVector, rows,
+                                             ValueRange{token, s, column},
+                                             /*nontemporal=*/false, alignment);
+          if (elementType != b.getF32Type())
+            row = arith::ExtFOp::create(b, f32Vector, row);
+          if (weights)
+            row = arith::MulFOp::create(
+                b, row,
+                vector::BroadcastOp::create(b, f32Vector,
+                                            wb.load(weights, {token, s})));
+          return {arith::AddFOp::create(b, carried[0], row)};
+        })[0];
     if (elementType != b.getF32Type())
       sum = arith::TruncFOp::create(b, rowVector, sum);
-    vector::StoreOp::create(b, sum, output, ValueRange{token, column});
+    vector::StoreOp::create(b, sum, output, ValueRange{token, column},
+                            /*nontemporal=*/false, alignment);
   });
 }
 

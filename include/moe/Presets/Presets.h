@@ -1,0 +1,45 @@
+//===- Presets.h - The MoE layers of well-known models ----------*- C++ -*-===//
+
+#ifndef MOE_PRESETS_PRESETS_H
+#define MOE_PRESETS_PRESETS_H
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <string>
+
+namespace mlir {
+namespace moe {
+
+/// A model's MoE layer: sizes and routing rules as the model ships them.
+struct Preset {
+  const char *name;
+  int64_t hiddenSize, intermediate, numExperts, topK, numSharedExperts;
+  const char *router; // the #moe.router parameters (agreeing with the above)
+  bool bias;
+
+  /// Hidden and intermediate sizes divided by `shrink` (routing unchanged).
+  Preset shrunk(int64_t shrink) const;
+};
+
+/// mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, kimi-k2.
+llvm::ArrayRef<Preset> getPresets();
+/// The preset called `name`, or null.
+const Preset *findPreset(llvm::StringRef name);
+/// "mixtral-8x7b, qwen3-30b-a3b, ..." for messages.
+std::string presetNames();
+
+/// The layer as a function of a moe.fused_moe: (hidden [T,H], logits [T,E],
+/// w13, w2[, bias]) -> [T,H], element type `dtype`.
+std::string getLayerSource(const Preset &preset, llvm::StringRef dtype);
+
+/// The routing of the layer as a function of moe.gate, moe.route (block_m
+/// rows) and moe.combine: (logits [T,E][, bias], rows [T,S,H]) ->
+/// (weights, ids, sorted_ids, expert_ids, num_padded, combined [T,H]).
+std::string getRoutingSource(const Preset &preset, llvm::StringRef dtype,
+                             int64_t blockM);
+
+} // namespace moe
+} // namespace mlir
+
+#endif // MOE_PRESETS_PRESETS_H

@@ -1,0 +1,39 @@
+//===- Bundle.h - Compile a layer to a kernel bundle ------------*- C++ -*-===//
+//
+// The last IR level: kernels lowered through NVVM to a cubin (and PTX), and
+// the launch plan that convert-moe-to-gpu recorded, written as a bundle
+// directory in the format of docs/BUNDLE.md.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOE_TARGET_BUNDLE_H
+#define MOE_TARGET_BUNDLE_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/Error.h"
+
+#include <string>
+
+namespace mlir {
+namespace moe {
+
+struct BundleOptions {
+  int64_t tokensMax = 16384;
+  int64_t blockM = 64;
+  std::string chip = "sm_90a";
+  std::string features = "+ptx80";
+  /// CUDA toolkit for ptxas; without one only PTX is written and the driver
+  /// JIT-compiles it at load.
+  std::string toolkit = "/usr/local/cuda";
+};
+
+/// Compiles the layer function of `module` (a moe.fused_moe or primitive moe
+/// ops on tensors) and writes the bundle into `directory`, creating it.
+/// `module` is transformed in place.
+llvm::Error compileBundle(ModuleOp module, const BundleOptions &options,
+                          llvm::StringRef directory);
+
+} // namespace moe
+} // namespace mlir
+
+#endif // MOE_TARGET_BUNDLE_H

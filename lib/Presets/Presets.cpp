@@ -1,0 +1,96 @@
+//===- Presets.cpp - The MoE layers of well-known models ------------------===//
+
+#include "moe/Presets/Presets.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+
+using namespace mlir::moe;
+
+// Sizes and routing from the models' configs.
+static const Preset kPresets[] = {
+    {"mixtral-8x7b", 4096, 14336, 8, 2, 0,
+     "scoring = softmax, top_k = 2, renormalize = true", false},
+    {"qwen3-30b-a3b", 2048, 768, 128, 8, 0,
+     "scoring = softmax, top_k = 8, renormalize = true", false},
+    {"deepseek-v3", 7168, 2048, 256, 8, 1,
+     "scoring = sigmoid, top_k = 8, num_groups = 8, topk_groups = 4, "
+     "renormalize = true, routed_scaling_factor = 2.5, num_shared_experts = 1",
+     true},
+    {"kimi-k2", 7168, 2048, 384, 8, 1,
+     "scoring = sigmoid, top_k = 8, renormalize = true, "
+     "routed_scaling_factor = 2.827, num_shared_experts = 1",
+     true},
+};
+
+Preset Preset::shrunk(int64_t shrink) const {
+  Preset result = *this;
+  result.hiddenSize /= shrink;
+  result.intermediate /= shrink;
+  return result;
+}
+
+llvm::ArrayRef<Preset> mlir::moe::getPresets() { return kPresets; }
+
+const Preset *mlir::moe::findPreset(llvm::StringRef name) {
+  const Preset *found = llvm::find_if(
+      kPresets, [&](const Preset &preset) { return name == preset.name; });
+  return found == std::end(kPresets) ? nullptr : found;
+}
+
+std::string mlir::moe::presetNames() {
+  std::string names;
+  for (const Preset &preset : kPresets)
+    names += (names.empty() ? "" : ", ") + std::string(preset.name);
+  return names;
+}
+
+std::string mlir::moe::getLayerSource(const Preset &preset,
+                                      llvm::StringRef dtype) {
+  int64_t h = preset.hiddenSize, i = preset.intermediate;
+  int64_t e = preset.numExperts, stored = e + preset.numSharedExperts;
+  std::string x = llvm::formatv("tensor<?x{0}x{1}>", h, dtype);
+  std::string l = llvm::formatv("tensor<?x{0}xf32>", e);
+  std::string w13 =
+      llvm::formatv("tensor<{0}x{1}x{2}x{3}>", stored, 2 * i, h, dtype);
+  std::string w2 =
+      llvm::formatv("tensor<{0}x{1}x{2}x{3}>", stored, h, i, dtype);
+  std::string b = llvm::formatv("tensor<{0}xf32>", e);
+  std::string biasArg = preset.bias ? ", %bias: " + b : "";
+  std::string biasUse = preset.bias ? " bias(%bias)" : "";
+  std::string biasType = preset.bias ? ", " + b : "";
+  return llvm::formatv(
+      "func.func @layer(%x: {0}, %logits: {1}, %w13: {2}, %w2: {3}{4}) -> {0} "
+      "{{\n  %y = moe.fused_moe %x, %logits, %w13, %w2{5} "
+      "activation(silu_and_mul) {{router = #moe.router<{6}>} : ({0}, {1}, "
+      "{2}, {3}{7}) -> {0}\n  return %y : {0}\n}\n",
+      x, l, w13, w2, biasArg, biasUse, preset.router, biasType);
+}
+
+std::string mlir::moe::getRoutingSource(const Preset &preset,
+                                        llvm::StringRef dtype, int64_t blockM) {
+  int64_t e = preset.numExperts, h = preset.hiddenSize;
+  int64_t slots = preset.topK + preset.numSharedExperts;
+  std::string l = llvm::formatv("tensor<?x{0}xf32>", e);
+  std::string b = llvm::formatv("tensor<{0}xf32>", e);
+  std::string rows = llvm::formatv("tensor<?x{0}x{1}x{2}>", slots, h, dtype);
+  std::string out = llvm::formatv("tensor<?x{0}x{1}>", h, dtype);
+  std::string w = llvm::formatv("tensor<?x{0}xf32>", slots);
+  std::string ids = llvm::formatv("tensor<?x{0}xi32>", slots);
+  std::string routing = "tensor<?xi32>, tensor<?xi32>, tensor<i32>";
+  std::string results =
+      llvm::formatv("{0}, {1}, {2}, {3}", w, ids, routing, out);
+  return llvm::formatv(
+      "func.func @routing(%logits: {0}{1}, %rows: {2}) -> ({3}) {{\n"
+      "  %w, %ids = moe.gate %logits{4} {{router = #moe.router<{5}>} : "
+      "({0}{6}) "
+      "-> ({7}, {8})\n"
+      "  %s, %e, %n = moe.route %ids {{num_experts = {9}, block_m = {10}} : "
+      "({8}) -> ({11})\n"
+      "  %y = moe.combine %rows : ({2}) -> {12}\n"
+      "  return %w, %ids, %s, %e, %n, %y : {3}\n}\n",
+      l, preset.bias ? ", %bias: " + b : "", rows, results,
+      preset.bias ? " bias %bias" : "", preset.router,
+      preset.bias ? ", " + b : "", w, ids, e + preset.numSharedExperts, blockM,
+      routing, out);
+}

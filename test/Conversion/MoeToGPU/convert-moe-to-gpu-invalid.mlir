@@ -1,0 +1,42 @@
+// convert-moe-to-gpu reports what it cannot compile instead of dropping it.
+// RUN: moe-opt %s --convert-moe-to-gpu --split-input-file --verify-diagnostics
+
+func.func @fused(%x: tensor<?x64xbf16>, %l: tensor<?x8xf32>, %w13: tensor<8x32x64xbf16>, %w2: tensor<8x64x16xbf16>) -> tensor<?x64xbf16> {
+  // expected-error @below {{'moe.fused_moe' op must be decomposed first (moe-decompose)}}
+  %y = moe.fused_moe %x, %l, %w13, %w2 activation(silu_and_mul) {router = #moe.router<scoring = softmax, top_k = 2>}
+    : (tensor<?x64xbf16>, tensor<?x8xf32>, tensor<8x32x64xbf16>, tensor<8x64x16xbf16>) -> tensor<?x64xbf16>
+  return %y : tensor<?x64xbf16>
+}
+
+// -----
+
+func.func @gemm(%x: tensor<?x32xbf16>, %w: tensor<4x16x32xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>) -> tensor<?x16xbf16> {
+  // expected-error @below {{'moe.grouped_matmul' op has no GPU lowering yet (convert-moe-to-gpu)}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n input(token) output(sorted) {block_m = 16, num_slots = 2}
+    : (tensor<?x32xbf16>, tensor<4x16x32xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>) -> tensor<?x16xbf16>
+  return %o : tensor<?x16xbf16>
+}
+
+// -----
+
+func.func @too_many_experts(%ids: tensor<?x2xi32>) -> (tensor<?xi32>, tensor<?xi32>, tensor<i32>) {
+  // expected-error @below {{'moe.route' op has no GPU lowering for more than 1024 experts}}
+  %s, %e, %n = moe.route %ids {num_experts = 2048, block_m = 16} : (tensor<?x2xi32>) -> (tensor<?xi32>, tensor<?xi32>, tensor<i32>)
+  return %s, %e, %n : tensor<?xi32>, tensor<?xi32>, tensor<i32>
+}
+
+// -----
+
+func.func @other(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @below {{'arith.addf' op is not part of a moe layer (convert-moe-to-gpu)}}
+  %y = arith.addf %x, %x : tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @below {{convert-moe-to-gpu: expected one layer function, got 2}}
+module {
+  func.func @a() { return }
+  func.func @b() { return }
+}

@@ -1,0 +1,68 @@
+// convert-moe-to-gpu compiles a layer's gate, route and combine into kernels
+// of gpu.module @moe_kernels and records the launch plan: buffers named after
+// the signature (argN, resultN) or the op (workspaces) with dims in T, and
+// per kernel its grid, block and argument buffers.
+// RUN: moe-opt %s --convert-moe-to-gpu="tokens-max=1024" | FileCheck %s
+
+// CHECK: module attributes {gpu.container_module}
+// CHECK: gpu.module @moe_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx80">]
+// CHECK-SAME: moe.buffers = [
+// CHECK-SAME: {dims = ["T", "256"], name = "arg0", role = "input", type = f32}
+// CHECK-SAME: {dims = ["256"], name = "arg1", role = "input", type = f32}
+// CHECK-SAME: {dims = ["T", "9", "64"], name = "arg2", role = "input", type = bf16}
+// CHECK-SAME: {dims = ["T", "9"], name = "result0", role = "output", type = f32}
+// CHECK-SAME: {dims = ["T", "9"], name = "result1", role = "output", type = i32}
+// CHECK-SAME: {dims = ["T*9+16191"], name = "result2", role = "output", type = i32}
+// CHECK-SAME: {dims = ["cdiv(T*9+16191,64)"], name = "result3", role = "output", type = i32}
+// CHECK-SAME: {dims = [], name = "result4", role = "output", type = i32}
+// CHECK-SAME: {dims = ["cdiv(T*9,512)", "257"], name = "route_block_offsets", role = "workspace", type = i32}
+// CHECK-SAME: {dims = ["257"], name = "route_expert_offsets", role = "workspace", type = i32}
+// CHECK-SAME: {dims = ["T", "64"], name = "result5", role = "output", type = bf16}
+// CHECK-SAME: moe.tokens_max = 1024 : i64
+
+// The gate: a warp per token, shapes at tokens-max, T last.
+// CHECK: gpu.func @moe_gate_0(%{{.*}}: memref<1024x256xf32>, %{{.*}}: memref<256xf32>, %{{.*}}: memref<1024x9xf32>, %{{.*}}: memref<1024x9xi32>, %{{.*}}: i32) kernel
+// CHECK-SAME: known_block_size = array<i32: 128, 1, 1>
+// CHECK-SAME: moe.launch = {args = ["arg0", "arg1", "result0", "result1", "i32:T"], block = array<i64: 128, 1, 1>, grid = ["cdiv(T,4)", "1", "1"], smem = "0"}
+// Softmax-free: sigmoid through the routing exp, then 64-bit arg-max keys
+// reduced by butterflies of 32-bit shuffles.
+// CHECK: math.fma
+// CHECK: arith.divf
+// CHECK: arith.shli %{{.*}} : i64
+// CHECK: gpu.shuffle xor
+// CHECK: arith.maxui %{{.*}} : i64
+// The winner's unbiased score comes from the lane that holds it.
+// CHECK: gpu.shuffle idx
+// CHECK: memref.store
+
+// CHECK: gpu.func @moe_route_count_1(%{{.*}}: memref<1024x9xi32>, %{{.*}}: memref<18x257xi32>, %{{.*}}: i32) workgroup(%[[COUNTS:.*]] : memref<257xi32, #gpu.address_space<workgroup>>) kernel
+// CHECK-SAME: grid = ["cdiv(T*9,512)", "1", "1"]
+// CHECK: gpu.barrier
+// CHECK: memref.atomic_rmw addi %{{.*}}, %[[COUNTS]]
+// CHECK: gpu.barrier
+
+// CHECK: gpu.func @moe_route_scan_2(
+// CHECK-SAME: workgroup(%{{.*}} : memref<1024xi32, #gpu.address_space<workgroup>>) kernel
+// CHECK-SAME: args = ["route_block_offsets", "route_expert_offsets", "result2", "result3", "result4", "i32:T"]
+// CHECK-SAME: grid = ["1", "1", "1"]
+
+// CHECK: gpu.func @moe_route_place_3(
+// CHECK-SAME: workgroup(%{{.*}} : memref<16x257xi32, #gpu.address_space<workgroup>>) kernel
+// CHECK: nvvm.match.sync any
+// CHECK: nvvm.read.ptx.sreg.lanemask.lt
+// CHECK: math.ctpop
+
+// 16 bytes per thread: 8 bf16 of a row, summed over the 9 slots in fp32.
+// CHECK: gpu.func @moe_combine_4(%{{.*}}: memref<1024x9x64xbf16>, %{{.*}}: memref<1024x64xbf16>, %{{.*}}: i32) kernel
+// CHECK-SAME: grid = ["cdiv(T*8,256)", "1", "1"]
+// CHECK: vector.load %{{.*}} : memref<1024x9x64xbf16>, vector<8xbf16>
+// CHECK: arith.extf %{{.*}} : vector<8xbf16> to vector<8xf32>
+// CHECK: vector.store %{{.*}} : memref<1024x64xbf16>, vector<8xbf16>
+func.func @routing(%logits: tensor<?x256xf32>, %bias: tensor<256xf32>, %rows: tensor<?x9x64xbf16>)
+    -> (tensor<?x9xf32>, tensor<?x9xi32>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, tensor<?x64xbf16>) {
+  %w, %ids = moe.gate %logits bias %bias {router = #moe.router<scoring = sigmoid, top_k = 8, num_groups = 8, topk_groups = 4, renormalize = true, routed_scaling_factor = 2.5, num_shared_experts = 1>}
+    : (tensor<?x256xf32>, tensor<256xf32>) -> (tensor<?x9xf32>, tensor<?x9xi32>)
+  %s, %e, %n = moe.route %ids {num_experts = 257, block_m = 64} : (tensor<?x9xi32>) -> (tensor<?xi32>, tensor<?xi32>, tensor<i32>)
+  %y = moe.combine %rows : (tensor<?x9x64xbf16>) -> tensor<?x64xbf16>
+  return %w, %ids, %s, %e, %n, %y : tensor<?x9xf32>, tensor<?x9xi32>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, tensor<?x64xbf16>
+}

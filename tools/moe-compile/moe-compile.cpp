@@ -1,0 +1,118 @@
+//===- moe-compile.cpp - Compile an MoE layer to a kernel bundle ----------===//
+//
+// One command from a layer (an MLIR file, or a model preset) to a bundle
+// directory that the runtime loads: kernels for sm_90a and their launch plan.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/Presets/Presets.h"
+#include "moe/Registration/Registration.h"
+#include "moe/Target/Bundle.h"
+
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/SourceMgr.h"
+
+using namespace mlir;
+using namespace mlir::moe;
+namespace cl = llvm::cl;
+
+static cl::opt<std::string> inputFile(cl::Positional,
+                                      cl::desc("[layer.mlir]"), cl::init(""));
+static cl::opt<std::string> output("o", cl::desc("Bundle directory to write"),
+                                   cl::value_desc("dir"), cl::Required);
+static cl::opt<std::string> presetName(
+    "preset", cl::desc("Model preset instead of a file: " + presetNames()),
+    cl::init(""));
+static cl::opt<std::string>
+    part("part",
+         cl::desc("Of a preset: 'layer' (moe.fused_moe) or 'routing' "
+                  "(gate, route and combine)"),
+         cl::init("layer"));
+static cl::opt<bool> reduced("reduced",
+                             cl::desc("Shrink the preset's hidden and "
+                                      "intermediate sizes 32x"),
+                             cl::init(false));
+static cl::opt<std::string> dtype("dtype",
+                                  cl::desc("Preset element type: bf16, f16 "
+                                           "or f32"),
+                                  cl::init("bf16"));
+static cl::opt<int64_t> tokensMax("tokens-max",
+                                  cl::desc("Largest token count to size for"),
+                                  cl::init(16384));
+static cl::opt<int64_t> blockM("block-m",
+                               cl::desc("Rows per routing block"),
+                               cl::init(64));
+static cl::opt<std::string> chip("chip", cl::desc("GPU architecture"),
+                                 cl::init("sm_90a"));
+static cl::opt<std::string>
+    toolkit("toolkit",
+            cl::desc("CUDA toolkit whose ptxas makes the cubin (PTX only when "
+                     "it has none)"),
+            cl::init("/usr/local/cuda"));
+
+static int fail(const llvm::Twine &message) {
+  llvm::errs() << "moe-compile: " << message << "\n";
+  return 1;
+}
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM initLLVM(argc, argv);
+  cl::ParseCommandLineOptions(
+      argc, argv,
+      "moe-compile: compile an MoE layer to a kernel bundle\n\n"
+      "  moe-compile --preset kimi-k2 --part routing --tokens-max 16384 -o "
+      "kimi.moeb\n  moe-compile layer.mlir --tokens-max 4096 -o layer.moeb\n");
+  if (tokensMax < 1)
+    return fail("--tokens-max must be at least 1");
+  if (blockM < 1)
+    return fail("--block-m must be at least 1");
+  if (presetName.empty() == inputFile.empty())
+    return fail("give either a layer file or --preset (see --help)");
+
+  MLIRContext context;
+  DialectRegistry registry;
+  registerMoeDialects(registry);
+  context.appendDialectRegistry(registry);
+  registerMoePasses();
+  llvm::SourceMgr sourceMgr;
+  SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
+
+  OwningOpRef<ModuleOp> module;
+  if (!presetName.empty()) {
+    const Preset *preset = findPreset(presetName);
+    if (!preset)
+      return fail("unknown preset '" + presetName + "' (" + presetNames() +
+                  ")");
+    if (dtype != "bf16" && dtype != "f16" && dtype != "f32")
+      return fail("unknown --dtype '" + dtype + "' (bf16, f16, f32)");
+    if (part != "layer" && part != "routing")
+      return fail("unknown --part '" + part + "' (layer, routing)");
+    Preset sized = preset->shrunk(reduced ? 32 : 1);
+    module = parseSourceString<ModuleOp>(
+        part == "layer" ? getLayerSource(sized, dtype)
+                        : getRoutingSource(sized, dtype, blockM),
+        &context);
+  } else {
+    std::string message;
+    auto file = openInputFile(inputFile, &message);
+    if (!file)
+      return fail(message);
+    sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
+    module = parseSourceFile<ModuleOp>(sourceMgr, &context);
+  }
+  if (!module)
+    return fail("could not parse or verify the layer");
+
+  BundleOptions options;
+  options.tokensMax = tokensMax;
+  options.blockM = blockM;
+  options.chip = chip;
+  options.toolkit = toolkit;
+  if (llvm::Error error = compileBundle(*module, options, output))
+    return fail(llvm::toString(std::move(error)));
+  return 0;
+}
