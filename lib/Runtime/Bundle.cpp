@@ -1,0 +1,606 @@
+//===- Bundle.cpp - A kernel bundle loaded onto a device ------------------===//
+//
+// Loading resolves everything that does not depend on T (module, kernels,
+// workspaces, argument slots). A run evaluates the whole plan at T, checks
+// it and builds missing tensor maps before it enqueues anything, so that a
+// failing check leaves the stream untouched; in the steady state it
+// allocates nothing and builds no tensor map.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Driver.h"
+#include "Manifest.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <map>
+
+using namespace moe::runtime;
+
+namespace {
+/// Tensor maps cached per `tensormap` line. Past this many (base pointer, T)
+/// pairs the cache starts over, so that a caller that never reuses buffers
+/// cannot grow it without bound.
+constexpr size_t kMaxCachedTensorMaps = 1024;
+
+constexpr int64_t kMaxUnsigned = std::numeric_limits<unsigned>::max();
+constexpr int64_t kMaxInt64 = std::numeric_limits<int64_t>::max();
+
+/// Makes a context current for the lifetime of the scope, then restores the
+/// one that was current before.
+class ContextScope {
+public:
+  ContextScope(const Driver &driver, CUcontext context) : driver(driver) {
+    if (CUresult result = driver.ctxPushCurrent(context))
+      status = driver.error(result, "cuCtxPushCurrent");
+  }
+  ~ContextScope() {
+    CUcontext popped;
+    if (status.ok())
+      driver.ctxPopCurrent(&popped);
+  }
+  /// Whether the context was made current.
+  Status status;
+
+private:
+  const Driver &driver;
+};
+
+CUtensorMapDataType tensorMapDataType(MoeDtype dtype) {
+  switch (dtype) {
+  case MOE_DTYPE_F32:
+    return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  case MOE_DTYPE_BF16:
+    return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  case MOE_DTYPE_F16:
+    return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  case MOE_DTYPE_I32:
+    return CU_TENSOR_MAP_DATA_TYPE_INT32;
+  case MOE_DTYPE_I64:
+    return CU_TENSOR_MAP_DATA_TYPE_INT64;
+  case MOE_DTYPE_U8:
+    return CU_TENSOR_MAP_DATA_TYPE_UINT8;
+  }
+  return CU_TENSOR_MAP_DATA_TYPE_UINT8;
+}
+
+CUtensorMapSwizzle tensorMapSwizzle(int bytes) {
+  switch (bytes) {
+  case 32:
+    return CU_TENSOR_MAP_SWIZZLE_32B;
+  case 64:
+    return CU_TENSOR_MAP_SWIZZLE_64B;
+  case 128:
+    return CU_TENSOR_MAP_SWIZZLE_128B;
+  default:
+    return CU_TENSOR_MAP_SWIZZLE_NONE;
+  }
+}
+
+/// Evaluates `expression` at `tokens` into `value` and checks that it lies in
+/// [min, max]; a message starts with `owner` and names `what`.
+Status evaluateInRange(const Expression &expression, int64_t tokens,
+                       int64_t min, int64_t max, const std::string &owner,
+                       const char *what, int64_t &value) {
+  Status status = expression.evaluate(tokens, value);
+  if (!status.ok())
+    return Status(status.code(), owner + ": " + status.message());
+  if (value < min || value > max)
+    return Status(MOE_ERROR_INVALID_BUNDLE,
+                  owner + ": " + what + " '" + expression.text() + "' is " +
+                      std::to_string(value) +
+                      " at T=" + std::to_string(tokens) + ", outside [" +
+                      std::to_string(min) + ", " + std::to_string(max) + "]");
+  return Status();
+}
+} // namespace
+
+struct Bundle::State {
+  /// A kernel of the module and the dynamic shared memory it may use.
+  struct Kernel {
+    std::string name;
+    CUfunction function = nullptr;
+    int64_t smemLimit = 0;
+  };
+
+  /// One launch evaluated at a run's T, with storage for its arguments.
+  struct Launch {
+    std::string owner; ///< Names the launch in messages.
+    int kernel = 0;
+    unsigned grid[3] = {}, block[3] = {}, cluster[3] = {}, smem = 0;
+    bool hasCluster = false;
+    bool skipped = false;
+    std::vector<uint64_t> values; ///< Pointer and scalar arguments.
+    std::vector<void *> params;   ///< Into `values` or a cached tensor map.
+  };
+
+  /// The tensor maps of one `tensormap` line, per (base pointer, T).
+  struct TensorMapCache {
+    std::string owner;
+    std::map<std::pair<CUdeviceptr, int64_t>, CUtensorMap> maps;
+    CUtensorMap *current = nullptr; ///< The one for the run in progress.
+  };
+
+  ~State();
+  Status attach(int ordinal);
+  Status loadModule(const std::string &directory);
+  Status resolveKernels();
+  Status allocateWorkspaces();
+  Status raiseSmemLimit(Kernel &kernel, int64_t smem);
+  CUdeviceptr pointer(BufferRef buffer, const MoeTensor *tensors) const;
+  Status prepare(int64_t tokens, const MoeTensor *tensors);
+  Status prepareTensorMap(size_t index, int64_t tokens,
+                          const MoeTensor *tensors);
+  Status prepareLaunch(Launch &launch, const LaunchDecl &declared,
+                       int64_t tokens, const MoeTensor *tensors);
+  Status enqueue(CUstream stream);
+
+  Manifest manifest;
+  const Driver *driver = nullptr;
+  CUdevice device = 0;
+  CUcontext context = nullptr; ///< The retained primary context.
+  CUmodule module = nullptr;
+  std::string moduleFile; ///< The file the module was loaded from.
+  std::vector<Kernel> kernels;
+  std::vector<CUdeviceptr> workspaces;
+  std::vector<int64_t> workspaceBytes;
+  std::vector<Launch> launches;
+  std::vector<TensorMapCache> tensorMaps;
+  std::vector<std::pair<CUdeviceptr, size_t>> zeroFills;
+};
+
+Bundle::State::~State() {
+  if (!context)
+    return;
+  {
+    ContextScope scope(*driver, context);
+    if (scope.status.ok()) {
+      for (CUdeviceptr workspace : workspaces)
+        driver->memFree(workspace);
+      if (module)
+        driver->moduleUnload(module);
+    }
+  }
+  driver->primaryCtxRelease(device);
+}
+
+Status Bundle::State::attach(int ordinal) {
+  std::string which = "device " + std::to_string(ordinal);
+  if (CUresult result = driver->deviceGet(&device, ordinal))
+    return driver->error(result, "cuDeviceGet for " + which);
+  int major = 0, minor = 0;
+  if (CUresult result = driver->deviceGetAttribute(
+          &major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device))
+    return driver->error(result, "cuDeviceGetAttribute for " + which);
+  if (CUresult result = driver->deviceGetAttribute(
+          &minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device))
+    return driver->error(result, "cuDeviceGetAttribute for " + which);
+  if (major != manifest.computeMajor || minor != manifest.computeMinor)
+    return Status(MOE_ERROR_UNSUPPORTED_DEVICE,
+                  "the bundle targets " + manifest.target +
+                      " (compute capability " +
+                      std::to_string(manifest.computeMajor) + "." +
+                      std::to_string(manifest.computeMinor) + ") but " + which +
+                      " has compute capability " + std::to_string(major) + "." +
+                      std::to_string(minor));
+  if (CUresult result = driver->primaryCtxRetain(&context, device)) {
+    context = nullptr;
+    return driver->error(result, "cuDevicePrimaryCtxRetain for " + which);
+  }
+  return Status();
+}
+
+Status Bundle::State::loadModule(const std::string &directory) {
+  std::string failures;
+  if (!manifest.cubin.empty()) {
+    std::string image;
+    if (Status status =
+            readFile(bundleFilePath(directory, manifest.cubin), image);
+        !status.ok())
+      return status;
+    CUresult result =
+        driver->moduleLoadDataEx(&module, image.data(), 0, nullptr, nullptr);
+    if (result == CUDA_SUCCESS) {
+      moduleFile = manifest.cubin;
+      return Status();
+    }
+    failures = driver->error(result, "loading " + manifest.cubin).message();
+    if (manifest.ptx.empty())
+      return Status(MOE_ERROR_CUDA, failures);
+    failures += "; ";
+  }
+
+  // The driver JIT-compiles PTX; its log says why PTX does not compile.
+  std::string ptx;
+  if (Status status = readFile(bundleFilePath(directory, manifest.ptx), ptx);
+      !status.ok())
+    return status;
+  char log[8192] = {};
+  CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER,
+                            CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+  void *values[] = {log, reinterpret_cast<void *>(sizeof(log))};
+  CUresult result =
+      driver->moduleLoadDataEx(&module, ptx.c_str(), 2, options, values);
+  if (result == CUDA_SUCCESS) {
+    moduleFile = manifest.ptx;
+    return Status();
+  }
+  failures += driver->error(result, "JIT-compiling " + manifest.ptx).message();
+  return Status(MOE_ERROR_CUDA, log[0] ? failures + ": " + log : failures);
+}
+
+Status Bundle::State::resolveKernels() {
+  launches.resize(manifest.launches.size());
+  for (size_t i = 0; i < launches.size(); ++i) {
+    const LaunchDecl &declared = manifest.launches[i];
+    Launch &launch = launches[i];
+    launch.owner = "launch " + std::to_string(i) + " of '" + declared.kernel +
+                   "' (line " + std::to_string(declared.line) + ")";
+    launch.hasCluster = declared.hasCluster;
+    launch.values.resize(declared.args.size());
+    launch.params.resize(declared.args.size());
+
+    auto known =
+        std::find_if(kernels.begin(), kernels.end(), [&](const Kernel &kernel) {
+          return kernel.name == declared.kernel;
+        });
+    launch.kernel = static_cast<int>(known - kernels.begin());
+    if (known != kernels.end())
+      continue;
+    Kernel kernel;
+    kernel.name = declared.kernel;
+    CUresult result = driver->moduleGetFunction(&kernel.function, module,
+                                                declared.kernel.c_str());
+    if (result == CUDA_ERROR_NOT_FOUND)
+      return Status(MOE_ERROR_INVALID_BUNDLE, launch.owner + ": kernel '" +
+                                                  declared.kernel +
+                                                  "' is not in " + moduleFile);
+    if (result)
+      return driver->error(result, launch.owner + ": cuModuleGetFunction");
+    // The default limit is 48 KiB less the kernel's static shared memory.
+    int smemLimit = 0;
+    result = driver->funcGetAttribute(
+        &smemLimit, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        kernel.function);
+    if (result)
+      return driver->error(result, launch.owner + ": cuFuncGetAttribute");
+    kernel.smemLimit = smemLimit;
+    kernels.push_back(std::move(kernel));
+  }
+
+  // Opt in to large shared memory now for T = tokens-max; a run raises the
+  // limit again only if a smaller T needs more.
+  for (size_t i = 0; i < launches.size(); ++i) {
+    int64_t smem = 0;
+    Status status =
+        evaluateInRange(manifest.launches[i].smem, manifest.tokensMax, 0,
+                        kMaxUnsigned, launches[i].owner, "smem", smem);
+    if (status.ok())
+      status = raiseSmemLimit(kernels[launches[i].kernel], smem);
+    if (!status.ok())
+      return status;
+  }
+  return Status();
+}
+
+Status Bundle::State::raiseSmemLimit(Kernel &kernel, int64_t smem) {
+  if (smem <= kernel.smemLimit)
+    return Status();
+  if (CUresult result = driver->funcSetAttribute(
+          kernel.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+          static_cast<int>(smem)))
+    return driver->error(result, "cuFuncSetAttribute(" + kernel.name +
+                                     ", max dynamic shared memory " +
+                                     std::to_string(smem) + ")");
+  kernel.smemLimit = smem;
+  return Status();
+}
+
+Status Bundle::State::allocateWorkspaces() {
+  for (const BufferDecl &declared : manifest.workspaces) {
+    int64_t bytes = 0;
+    if (Status status = bufferBytes(declared, manifest.tokensMax, bytes);
+        !status.ok())
+      return status;
+    // cuMemAlloc refuses zero bytes; an empty workspace still gets a valid
+    // pointer.
+    CUdeviceptr workspace = 0;
+    if (CUresult result = driver->memAlloc(
+            &workspace, static_cast<size_t>(std::max<int64_t>(bytes, 1))))
+      return driver->error(result, "allocating workspace '" + declared.name +
+                                       "' (" + std::to_string(bytes) +
+                                       " bytes)");
+    workspaces.push_back(workspace);
+    workspaceBytes.push_back(bytes);
+  }
+  return Status();
+}
+
+CUdeviceptr Bundle::State::pointer(BufferRef buffer,
+                                   const MoeTensor *tensors) const {
+  return buffer.isWorkspace
+             ? workspaces[buffer.index]
+             : reinterpret_cast<CUdeviceptr>(tensors[buffer.index].data);
+}
+
+Status Bundle::State::prepare(int64_t tokens, const MoeTensor *tensors) {
+  // Workspaces were sized for tokens-max; a plan whose sizes are not
+  // monotonic in T must not overrun them.
+  for (size_t i = 0; i < workspaces.size(); ++i) {
+    int64_t bytes = 0;
+    if (Status status = bufferBytes(manifest.workspaces[i], tokens, bytes);
+        !status.ok())
+      return status;
+    if (bytes > workspaceBytes[i])
+      return Status(MOE_ERROR_INVALID_BUNDLE,
+                    "workspace '" + manifest.workspaces[i].name + "' needs " +
+                        std::to_string(bytes) +
+                        " bytes at T=" + std::to_string(tokens) + " but has " +
+                        std::to_string(workspaceBytes[i]) +
+                        " (sized at tokens-max)");
+  }
+  for (size_t i = 0; i < zeroFills.size(); ++i) {
+    BufferRef buffer = manifest.zeros[i];
+    const BufferDecl &declared = buffer.isWorkspace
+                                     ? manifest.workspaces[buffer.index]
+                                     : manifest.tensors[buffer.index];
+    int64_t bytes = 0;
+    if (Status status = bufferBytes(declared, tokens, bytes); !status.ok())
+      return status;
+    zeroFills[i] = {pointer(buffer, tensors), static_cast<size_t>(bytes)};
+  }
+  for (size_t i = 0; i < tensorMaps.size(); ++i)
+    if (Status status = prepareTensorMap(i, tokens, tensors); !status.ok())
+      return status;
+  for (size_t i = 0; i < launches.size(); ++i)
+    if (Status status =
+            prepareLaunch(launches[i], manifest.launches[i], tokens, tensors);
+        !status.ok())
+      return status;
+  return Status();
+}
+
+Status Bundle::State::prepareTensorMap(size_t index, int64_t tokens,
+                                       const MoeTensor *tensors) {
+  const TensorMapDecl &declared = manifest.tensorMaps[index];
+  TensorMapCache &cache = tensorMaps[index];
+  CUdeviceptr base = pointer(declared.buffer, tensors);
+  auto key = std::make_pair(base, tokens);
+  auto cached = cache.maps.find(key);
+  if (cached != cache.maps.end()) {
+    cache.current = &cached->second;
+    return Status();
+  }
+
+  int rank = static_cast<int>(declared.dims.size());
+  cuuint64_t dims[5], strides[4];
+  cuuint32_t box[5], elementStrides[5];
+  for (int i = 0; i < rank; ++i) {
+    int64_t dim = 0, boxDim = 0;
+    Status status = evaluateInRange(declared.dims[i], tokens, 0, kMaxInt64,
+                                    cache.owner, "dim", dim);
+    if (status.ok())
+      status = evaluateInRange(declared.box[i], tokens, 0, kMaxUnsigned,
+                               cache.owner, "box size", boxDim);
+    if (!status.ok())
+      return status;
+    dims[i] = static_cast<cuuint64_t>(dim);
+    box[i] = static_cast<cuuint32_t>(boxDim);
+    elementStrides[i] = 1;
+  }
+  for (int i = 0; i + 1 < rank; ++i) {
+    int64_t stride = 0;
+    if (Status status =
+            evaluateInRange(declared.strides[i], tokens, 0, kMaxInt64,
+                            cache.owner, "stride", stride);
+        !status.ok())
+      return status;
+    strides[i] = static_cast<cuuint64_t>(stride);
+  }
+
+  CUtensorMap map;
+  if (CUresult result = driver->tensorMapEncodeTiled(
+          &map, tensorMapDataType(declared.dtype), rank,
+          reinterpret_cast<void *>(base), dims, strides, box, elementStrides,
+          CU_TENSOR_MAP_INTERLEAVE_NONE,
+          tensorMapSwizzle(declared.swizzleBytes),
+          CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+          declared.oobNan ? CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA
+                          : CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE))
+    return driver->error(
+        result, cache.owner +
+                    ": cuTensorMapEncodeTiled at T=" + std::to_string(tokens));
+  if (cache.maps.size() >= kMaxCachedTensorMaps)
+    cache.maps.clear();
+  cache.current = &cache.maps.emplace(key, map).first->second;
+  return Status();
+}
+
+Status Bundle::State::prepareLaunch(Launch &launch, const LaunchDecl &declared,
+                                    int64_t tokens, const MoeTensor *tensors) {
+  static const char *const kGridNames[] = {"grid x", "grid y", "grid z"};
+  static const char *const kBlockNames[] = {"block x", "block y", "block z"};
+  static const char *const kClusterNames[] = {"cluster x", "cluster y",
+                                              "cluster z"};
+  launch.skipped = false;
+  for (int i = 0; i < 3; ++i) {
+    int64_t grid = 0, block = 0, cluster = 1;
+    Status status = evaluateInRange(declared.grid[i], tokens, 0, kMaxUnsigned,
+                                    launch.owner, kGridNames[i], grid);
+    if (status.ok())
+      status = evaluateInRange(declared.block[i], tokens, 1, kMaxUnsigned,
+                               launch.owner, kBlockNames[i], block);
+    if (status.ok() && declared.hasCluster)
+      status = evaluateInRange(declared.cluster[i], tokens, 1, kMaxUnsigned,
+                               launch.owner, kClusterNames[i], cluster);
+    if (!status.ok())
+      return status;
+    launch.grid[i] = static_cast<unsigned>(grid);
+    launch.block[i] = static_cast<unsigned>(block);
+    launch.cluster[i] = static_cast<unsigned>(cluster);
+    launch.skipped |= grid == 0;
+  }
+  int64_t smem = 0;
+  if (Status status = evaluateInRange(declared.smem, tokens, 0, kMaxUnsigned,
+                                      launch.owner, "smem", smem);
+      !status.ok())
+    return status;
+  launch.smem = static_cast<unsigned>(smem);
+  if (!launch.skipped)
+    if (Status status = raiseSmemLimit(kernels[launch.kernel], smem);
+        !status.ok())
+      return status;
+
+  for (size_t i = 0; i < declared.args.size(); ++i) {
+    const LaunchArg &arg = declared.args[i];
+    uint64_t &value = launch.values[i];
+    launch.params[i] = &value;
+    int64_t scalar = 0;
+    switch (arg.kind) {
+    case LaunchArg::Kind::Buffer:
+      value = pointer(arg.buffer, tensors);
+      break;
+    case LaunchArg::Kind::I32: {
+      if (Status status = evaluateInRange(arg.scalar, tokens,
+                                          std::numeric_limits<int32_t>::min(),
+                                          std::numeric_limits<int32_t>::max(),
+                                          launch.owner, "i32 argument", scalar);
+          !status.ok())
+        return status;
+      int32_t narrow = static_cast<int32_t>(scalar);
+      std::memcpy(&value, &narrow, sizeof(narrow));
+      break;
+    }
+    case LaunchArg::Kind::I64:
+      if (Status status = evaluateInRange(
+              arg.scalar, tokens, std::numeric_limits<int64_t>::min(),
+              kMaxInt64, launch.owner, "i64 argument", scalar);
+          !status.ok())
+        return status;
+      value = static_cast<uint64_t>(scalar);
+      break;
+    case LaunchArg::Kind::TensorMap:
+      launch.params[i] = tensorMaps[arg.tensorMap].current;
+      break;
+    }
+  }
+  return Status();
+}
+
+Status Bundle::State::enqueue(CUstream stream) {
+  for (size_t i = 0; i < zeroFills.size(); ++i) {
+    auto [pointer, bytes] = zeroFills[i];
+    if (!bytes)
+      continue;
+    if (CUresult result = driver->memsetD8Async(pointer, 0, bytes, stream))
+      return driver->error(result, "cuMemsetD8Async for zero statement " +
+                                       std::to_string(i));
+  }
+  for (Launch &launch : launches) {
+    if (launch.skipped)
+      continue;
+    CUfunction function = kernels[launch.kernel].function;
+    CUresult result;
+    if (launch.hasCluster) {
+      CUlaunchAttribute cluster = {};
+      cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+      cluster.value.clusterDim.x = launch.cluster[0];
+      cluster.value.clusterDim.y = launch.cluster[1];
+      cluster.value.clusterDim.z = launch.cluster[2];
+      CUlaunchConfig config = {};
+      config.gridDimX = launch.grid[0];
+      config.gridDimY = launch.grid[1];
+      config.gridDimZ = launch.grid[2];
+      config.blockDimX = launch.block[0];
+      config.blockDimY = launch.block[1];
+      config.blockDimZ = launch.block[2];
+      config.sharedMemBytes = launch.smem;
+      config.hStream = stream;
+      config.attrs = &cluster;
+      config.numAttrs = 1;
+      result = driver->launchKernelEx(&config, function, launch.params.data(),
+                                      nullptr);
+    } else {
+      result = driver->launchKernel(
+          function, launch.grid[0], launch.grid[1], launch.grid[2],
+          launch.block[0], launch.block[1], launch.block[2], launch.smem,
+          stream, launch.params.data(), nullptr);
+    }
+    if (result)
+      return driver->error(result, launch.owner);
+  }
+  return Status();
+}
+
+Bundle::Bundle(std::unique_ptr<State> state) : state(std::move(state)) {}
+
+Bundle::~Bundle() = default;
+
+Status Bundle::open(const std::string &path, int device,
+                    std::unique_ptr<Bundle> &bundle) {
+  bundle.reset();
+  auto state = std::make_unique<State>();
+  if (Status status = loadManifest(path, state->manifest); !status.ok())
+    return status;
+  if (Status status = getDriver(state->driver); !status.ok())
+    return status;
+  if (Status status = state->attach(device); !status.ok())
+    return status;
+
+  ContextScope scope(*state->driver, state->context);
+  if (!scope.status.ok())
+    return scope.status;
+  Status status = state->loadModule(path);
+  if (status.ok())
+    status = state->resolveKernels();
+  if (status.ok())
+    status = state->allocateWorkspaces();
+  if (!status.ok())
+    return status;
+  state->tensorMaps.resize(state->manifest.tensorMaps.size());
+  for (size_t i = 0; i < state->tensorMaps.size(); ++i)
+    state->tensorMaps[i].owner =
+        "tensor map '" + state->manifest.tensorMaps[i].name + "'";
+  state->zeroFills.resize(state->manifest.zeros.size());
+  bundle.reset(new Bundle(std::move(state)));
+  return Status();
+}
+
+Status Bundle::run(int64_t tokens, const MoeTensor *tensors, int count,
+                   CUstream stream) {
+  if (Status status =
+          checkRunArguments(state->manifest, tokens, tensors, count);
+      !status.ok())
+    return status;
+  ContextScope scope(*state->driver, state->context);
+  if (!scope.status.ok())
+    return scope.status;
+  if (Status status = state->prepare(tokens, tensors); !status.ok())
+    return status;
+  return state->enqueue(stream);
+}
+
+int64_t Bundle::tokensMax() const { return state->manifest.tokensMax; }
+
+int Bundle::numTensors() const {
+  return static_cast<int>(state->manifest.tensors.size());
+}
+
+Status Bundle::tensorInfo(int index, int64_t tokens,
+                          MoeTensorInfo &info) const {
+  const Manifest &manifest = state->manifest;
+  if (index < 0 || index >= numTensors())
+    return Status(MOE_ERROR_INVALID_ARGUMENT,
+                  "tensor index " + std::to_string(index) + " is outside [0, " +
+                      std::to_string(numTensors()) + ")");
+  if (Status status = checkTokens(manifest, tokens); !status.ok())
+    return status;
+  const BufferDecl &declared = manifest.tensors[index];
+  info = MoeTensorInfo();
+  info.name = declared.name.c_str();
+  info.role = declared.role;
+  info.dtype = declared.dtype;
+  info.rank = static_cast<int32_t>(declared.dims.size());
+  return evaluateDims(declared, tokens, info.dims);
+}

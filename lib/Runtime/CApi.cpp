@@ -1,0 +1,72 @@
+//===- CApi.cpp - The C API over moe::runtime::Bundle ---------------------===//
+
+#include "moe/Runtime/Runtime.h"
+
+#include <algorithm>
+#include <cstring>
+
+using namespace moe::runtime;
+
+struct MoeBundle {
+  std::unique_ptr<Bundle> bundle;
+};
+
+namespace {
+/// Copies the message of `status` into the caller's buffer and returns its
+/// code.
+int report(const Status &status, char *errbuf, size_t errlen) {
+  if (errbuf && errlen) {
+    size_t length = std::min(status.message().size(), errlen - 1);
+    std::memcpy(errbuf, status.message().data(), length);
+    errbuf[length] = '\0';
+  }
+  return status.code();
+}
+
+Status nullArgument(const char *name) {
+  return Status(MOE_ERROR_INVALID_ARGUMENT, std::string(name) + " is null");
+}
+} // namespace
+
+int moe_bundle_open(const char *path, int device, MoeBundle **bundle,
+                    char *errbuf, size_t errlen) {
+  if (!bundle)
+    return report(nullArgument("the bundle handle pointer"), errbuf, errlen);
+  *bundle = nullptr;
+  if (!path)
+    return report(nullArgument("the bundle path"), errbuf, errlen);
+  std::unique_ptr<Bundle> opened;
+  Status status = Bundle::open(path, device, opened);
+  if (status.ok())
+    *bundle = new MoeBundle{std::move(opened)};
+  return report(status, errbuf, errlen);
+}
+
+int moe_bundle_run(MoeBundle *bundle, int64_t tokens, const MoeTensor *tensors,
+                   int count, void *stream, char *errbuf, size_t errlen) {
+  if (!bundle)
+    return report(nullArgument("the bundle"), errbuf, errlen);
+  return report(bundle->bundle->run(tokens, tensors, count,
+                                    static_cast<CUstream>(stream)),
+                errbuf, errlen);
+}
+
+void moe_bundle_close(MoeBundle *bundle) { delete bundle; }
+
+int64_t moe_bundle_tokens_max(const MoeBundle *bundle) {
+  return bundle ? bundle->bundle->tokensMax() : 0;
+}
+
+int moe_bundle_num_tensors(const MoeBundle *bundle) {
+  return bundle ? bundle->bundle->numTensors() : 0;
+}
+
+int moe_bundle_tensor_info(const MoeBundle *bundle, int index, int64_t tokens,
+                           MoeTensorInfo *info, char *errbuf, size_t errlen) {
+  if (!bundle)
+    return report(nullArgument("the bundle"), errbuf, errlen);
+  if (!info)
+    return report(nullArgument("the tensor info"), errbuf, errlen);
+  return report(bundle->bundle->tensorInfo(index, tokens, *info), errbuf,
+                errlen);
+}

@@ -1,0 +1,116 @@
+//===- Manifest.h - The launch plan of a kernel bundle ----------*- C++ -*-===//
+//
+// A bundle's manifest.txt parsed and checked (docs/BUNDLE.md), and the checks
+// of a run's tensors against it. Nothing here touches the GPU, so all of it
+// is testable on a machine without one.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOE_LIB_RUNTIME_MANIFEST_H
+#define MOE_LIB_RUNTIME_MANIFEST_H
+
+#include "Expression.h"
+
+#include <array>
+
+namespace moe {
+namespace runtime {
+
+/// "f32", "bf16", ...; "?" for a value that is no MoeDtype.
+const char *dtypeName(int32_t dtype);
+/// The size of one element in bytes; 0 for a value that is no MoeDtype.
+int64_t dtypeBytes(int32_t dtype);
+
+/// A caller tensor (`tensor` line) or runtime-owned workspace (`workspace`).
+struct BufferDecl {
+  std::string name;
+  MoeRole role = MOE_ROLE_INPUT; ///< Tensors only.
+  MoeDtype dtype = MOE_DTYPE_F32;
+  std::vector<Expression> dims;
+};
+
+/// A name that denotes a buffer: caller tensor or workspace `index`.
+struct BufferRef {
+  bool isWorkspace = false;
+  int index = 0;
+};
+
+/// A `tensormap` line; dims, strides and box are innermost first.
+struct TensorMapDecl {
+  std::string name;
+  BufferRef buffer;
+  MoeDtype dtype = MOE_DTYPE_F32;
+  std::vector<Expression> dims, strides, box;
+  int swizzleBytes = 0;
+  bool oobNan = false;
+};
+
+/// One kernel argument of a launch.
+struct LaunchArg {
+  enum class Kind { Buffer, I32, I64, TensorMap };
+  Kind kind = Kind::Buffer;
+  BufferRef buffer;  ///< Kind::Buffer.
+  Expression scalar; ///< Kind::I32, Kind::I64.
+  int tensorMap = 0; ///< Kind::TensorMap: index into Manifest::tensorMaps.
+};
+
+/// A `launch` line.
+struct LaunchDecl {
+  std::string kernel;
+  int line = 0; ///< In manifest.txt, for messages.
+  std::array<Expression, 3> grid, block, cluster;
+  Expression smem;
+  bool hasCluster = false;
+  std::vector<LaunchArg> args;
+};
+
+/// A parsed manifest whose names all resolve.
+struct Manifest {
+  std::string target; ///< E.g. "sm_90a".
+  int computeMajor = 0, computeMinor = 0;
+  /// Module files as written (relative to the bundle); `ptx` may be empty.
+  std::string cubin, ptx;
+  int64_t tokensMax = 0;
+  std::vector<BufferDecl> tensors, workspaces;
+  std::vector<TensorMapDecl> tensorMaps;
+  std::vector<BufferRef> zeros;
+  std::vector<LaunchDecl> launches;
+};
+
+/// Parses manifest text; `source` names it in messages, which read
+/// "<source>:<line>: ...".
+Status parseManifest(const std::string &text, const std::string &source,
+                     Manifest &manifest);
+
+/// Reads the whole file at `path` into `contents`.
+Status readFile(const std::string &path, std::string &contents);
+
+/// Joins a file name in the bundle to the bundle's directory.
+std::string bundleFilePath(const std::string &directory,
+                           const std::string &file);
+
+/// Reads and parses `<directory>/manifest.txt` and checks that at least one
+/// module file exists; a listed file that does not exist is dropped (`cubin`
+/// or `ptx` becomes empty).
+Status loadManifest(const std::string &directory, Manifest &manifest);
+
+/// Evaluates the dims of `buffer` at T = `tokens` into `dims`; each must be
+/// non-negative.
+Status evaluateDims(const BufferDecl &buffer, int64_t tokens, int64_t *dims);
+
+/// The size of `buffer` in bytes at T = `tokens`.
+Status bufferBytes(const BufferDecl &buffer, int64_t tokens, int64_t &bytes);
+
+/// Checks 1 <= tokens <= tokens-max.
+Status checkTokens(const Manifest &manifest, int64_t tokens);
+
+/// Checks a run's arguments: 1 <= tokens <= tokens-max, one tensor per
+/// `tensor` line with its element type and its dims at `tokens`, pointers
+/// non-null and 16-byte aligned.
+Status checkRunArguments(const Manifest &manifest, int64_t tokens,
+                         const MoeTensor *tensors, int count);
+
+} // namespace runtime
+} // namespace moe
+
+#endif // MOE_LIB_RUNTIME_MANIFEST_H

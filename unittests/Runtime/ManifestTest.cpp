@@ -1,0 +1,437 @@
+//===- ManifestTest.cpp - Parsing and checking bundle manifests -----------===//
+//
+// Pins down what the runtime checks when it loads a bundle, short of the
+// GPU (docs/BUNDLE.md, "What the runtime checks"): the magic and version,
+// each statement's syntax and arity, names defined once and before use,
+// element types, expressions, and that a module file exists. Every error
+// names the manifest line and the offending token.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Manifest.h"
+#include "TempBundle.h"
+
+using namespace moe::runtime;
+
+namespace {
+
+/// The example of docs/BUNDLE.md, with a tensor map and a cluster launch.
+const char *const kExample = R"(moe-bundle 1
+target sm_90a
+module kernels.cubin kernels.ptx
+tokens-max 16384
+
+# Tensors the caller passes, in this order: name, role, element type, dims.
+tensor logits  input  f32 T 256
+tensor bias    input  f32 256
+tensor weights output f32 T 9
+tensor ids     output i32 T 9
+
+workspace counts i32 cdiv(T*9,1024) 257
+zero counts
+zero ids
+
+tensormap logits_map logits f32 rank 2 dims 256 T strides 1024 box 64 128 swizzle 128 oob nan
+launch moe_gate grid cdiv(T,4) 1 1 block 128 1 1 smem 0 args logits bias weights ids i32:T
+launch moe_route_count grid cdiv(T*9,1024) 1 1 block 1024 1 1 smem 4096 args ids counts i32:T*9
+launch moe_tma grid 2 1 1 block 128 1 1 smem 65536 cluster 2 1 1 args map:logits_map i64:T
+)";
+
+/// kExample up to its launches, for tests that append a statement.
+std::string header() {
+  std::string text = kExample;
+  return text.substr(0, text.find("launch "));
+}
+
+/// The line number `header() + statement` gives `statement`.
+int statementLine() {
+  std::string text = header();
+  return static_cast<int>(std::count(text.begin(), text.end(), '\n')) + 1;
+}
+
+/// The message of parsing `text`, which must fail.
+std::string parseError(const std::string &text) {
+  Manifest manifest;
+  Status status = parseManifest(text, "manifest.txt", manifest);
+  EXPECT_FALSE(status.ok()) << text;
+  EXPECT_EQ(status.code(), MOE_ERROR_INVALID_BUNDLE);
+  return status.message();
+}
+
+/// The message of parsing the header followed by `statement`, which must
+/// fail, less the "manifest.txt:<line>: " prefix, which it checks.
+std::string statementError(const std::string &statement) {
+  std::string message = parseError(header() + statement + "\n");
+  std::string prefix = "manifest.txt:" + std::to_string(statementLine()) + ": ";
+  EXPECT_EQ(message.substr(0, prefix.size()), prefix) << message;
+  return message.substr(std::min(prefix.size(), message.size()));
+}
+
+TEST(Manifest, ParsesTheExample) {
+  Manifest manifest;
+  Status status = parseManifest(kExample, "manifest.txt", manifest);
+  ASSERT_TRUE(status.ok()) << status.message();
+  EXPECT_EQ(manifest.target, "sm_90a");
+  EXPECT_EQ(manifest.computeMajor, 9);
+  EXPECT_EQ(manifest.computeMinor, 0);
+  EXPECT_EQ(manifest.cubin, "kernels.cubin");
+  EXPECT_EQ(manifest.ptx, "kernels.ptx");
+  EXPECT_EQ(manifest.tokensMax, 16384);
+
+  ASSERT_EQ(manifest.tensors.size(), 4u);
+  EXPECT_EQ(manifest.tensors[1].name, "bias");
+  EXPECT_EQ(manifest.tensors[1].role, MOE_ROLE_INPUT);
+  EXPECT_EQ(manifest.tensors[3].role, MOE_ROLE_OUTPUT);
+  EXPECT_EQ(manifest.tensors[3].dtype, MOE_DTYPE_I32);
+  int64_t dims[MOE_MAX_RANK];
+  ASSERT_TRUE(evaluateDims(manifest.tensors[2], 5, dims).ok());
+  EXPECT_EQ(dims[0], 5);
+  EXPECT_EQ(dims[1], 9);
+
+  ASSERT_EQ(manifest.workspaces.size(), 1u);
+  int64_t bytes = 0;
+  ASSERT_TRUE(bufferBytes(manifest.workspaces[0], 16384, bytes).ok());
+  EXPECT_EQ(bytes, 144 * 257 * 4);
+  ASSERT_EQ(manifest.zeros.size(), 2u);
+  EXPECT_TRUE(manifest.zeros[0].isWorkspace);
+  EXPECT_FALSE(manifest.zeros[1].isWorkspace);
+  EXPECT_EQ(manifest.zeros[1].index, 3);
+
+  ASSERT_EQ(manifest.tensorMaps.size(), 1u);
+  const TensorMapDecl &map = manifest.tensorMaps[0];
+  EXPECT_EQ(map.dims.size(), 2u);
+  EXPECT_EQ(map.strides.size(), 1u);
+  EXPECT_EQ(map.box[1].text(), "128");
+  EXPECT_EQ(map.swizzleBytes, 128);
+  EXPECT_TRUE(map.oobNan);
+
+  ASSERT_EQ(manifest.launches.size(), 3u);
+  const LaunchDecl &gate = manifest.launches[0];
+  EXPECT_EQ(gate.kernel, "moe_gate");
+  EXPECT_EQ(gate.line, 17);
+  EXPECT_EQ(gate.grid[0].text(), "cdiv(T,4)");
+  EXPECT_FALSE(gate.hasCluster);
+  ASSERT_EQ(gate.args.size(), 5u);
+  EXPECT_EQ(gate.args[2].kind, LaunchArg::Kind::Buffer);
+  EXPECT_EQ(gate.args[2].buffer.index, 2);
+  EXPECT_EQ(gate.args[4].kind, LaunchArg::Kind::I32);
+  EXPECT_EQ(manifest.launches[1].args[1].buffer.isWorkspace, true);
+  const LaunchDecl &tma = manifest.launches[2];
+  EXPECT_TRUE(tma.hasCluster);
+  EXPECT_EQ(tma.cluster[0].text(), "2");
+  EXPECT_EQ(tma.args[0].kind, LaunchArg::Kind::TensorMap);
+  EXPECT_EQ(tma.args[1].kind, LaunchArg::Kind::I64);
+}
+
+TEST(Manifest, CommentsBlankLinesAndCarriageReturns) {
+  Manifest manifest;
+  Status status = parseManifest(
+      "# a bundle\n\n  moe-bundle 1   # magic\r\ntarget\tsm_80\r\n"
+      "module k.cubin\ntokens-max 1\nlaunch k grid 1 1 1 block 1 1 1 smem 0 "
+      "args",
+      "m", manifest);
+  ASSERT_TRUE(status.ok()) << status.message();
+  EXPECT_EQ(manifest.computeMajor, 8);
+  EXPECT_TRUE(manifest.ptx.empty());
+  ASSERT_EQ(manifest.launches.size(), 1u);
+  EXPECT_EQ(manifest.launches[0].line, 7);
+  EXPECT_TRUE(manifest.launches[0].args.empty());
+}
+
+TEST(Manifest, MagicAndVersion) {
+  EXPECT_EQ(parseError(""), "manifest.txt: missing 'moe-bundle 1' statement");
+  EXPECT_EQ(parseError("# only a comment\n"),
+            "manifest.txt: missing 'moe-bundle 1' statement");
+  EXPECT_EQ(parseError("\ntarget sm_90a\nmoe-bundle 1\n"),
+            "manifest.txt:2: expected 'moe-bundle 1' as the first statement, "
+            "got 'target'");
+  EXPECT_EQ(parseError("moe-bundel 1\n"),
+            "manifest.txt:1: expected 'moe-bundle 1' as the first statement, "
+            "got 'moe-bundel'");
+  EXPECT_EQ(parseError("moe-bundle 2\n"),
+            "manifest.txt:1: unsupported bundle format version '2'; this "
+            "runtime reads version 1");
+  EXPECT_EQ(parseError("moe-bundle\n"),
+            "manifest.txt:1: wrong number of operands; expected 'moe-bundle "
+            "1'");
+  EXPECT_EQ(statementError("moe-bundle 1"),
+            "'moe-bundle' must be the first statement, and only once");
+}
+
+TEST(Manifest, RequiredStatements) {
+  EXPECT_EQ(parseError("moe-bundle 1\nmodule k.cubin\ntokens-max 4\n"),
+            "manifest.txt: missing 'target' statement");
+  EXPECT_EQ(parseError("moe-bundle 1\ntarget sm_90a\ntokens-max 4\n"),
+            "manifest.txt: missing 'module' statement");
+  EXPECT_EQ(parseError("moe-bundle 1\ntarget sm_90a\nmodule k.cubin\n"),
+            "manifest.txt: missing 'tokens-max' statement");
+  EXPECT_EQ(statementError("target sm_80"),
+            "duplicate 'target' statement (first on line 2)");
+  EXPECT_EQ(statementError("module a.cubin"),
+            "duplicate 'module' statement (first on line 3)");
+  EXPECT_EQ(statementError("tokens-max 8"),
+            "duplicate 'tokens-max' statement (first on line 4)");
+}
+
+TEST(Manifest, UnknownStatement) {
+  EXPECT_EQ(statementError("lanch moe_gate grid 1 1 1"),
+            "unknown statement 'lanch'");
+  EXPECT_EQ(statementError("Tensor x input f32"), "unknown statement 'Tensor'");
+}
+
+TEST(Manifest, Targets) {
+  struct Case {
+    const char *target;
+    int major, minor;
+  };
+  for (Case good :
+       {Case{"sm_90a", 9, 0}, Case{"sm_90", 9, 0}, Case{"sm_80", 8, 0},
+        Case{"sm_86", 8, 6}, Case{"sm_100a", 10, 0}, Case{"sm_120f", 12, 0}}) {
+    Manifest manifest;
+    std::string text = std::string("moe-bundle 1\ntarget ") + good.target +
+                       "\nmodule k.cubin\ntokens-max 1\n";
+    ASSERT_TRUE(parseManifest(text, "m", manifest).ok()) << good.target;
+    EXPECT_EQ(manifest.computeMajor, good.major) << good.target;
+    EXPECT_EQ(manifest.computeMinor, good.minor) << good.target;
+  }
+  for (const char *bad :
+       {"sm90", "sm_9", "sm_90b", "sm_", "gfx90a", "sm_90aa", "sm_a90"})
+    EXPECT_EQ(parseError(std::string("moe-bundle 1\ntarget ") + bad + "\n"),
+              std::string("manifest.txt:2: bad target '") + bad +
+                  "'; expected e.g. sm_90a");
+}
+
+TEST(Manifest, Arity) {
+  const char *const wrong = "wrong number of operands; expected ";
+  EXPECT_EQ(statementError("target"), std::string(wrong) + "'target <arch>'");
+  EXPECT_EQ(statementError("module"),
+            std::string(wrong) + "'module <cubin> [<ptx>]'");
+  EXPECT_EQ(statementError("module a b c"),
+            std::string(wrong) + "'module <cubin> [<ptx>]'");
+  EXPECT_EQ(statementError("tokens-max 1 2"),
+            std::string(wrong) + "'tokens-max <int>'");
+  EXPECT_EQ(statementError("tensor x input"),
+            std::string(wrong) +
+                "'tensor <name> input|output <dtype> <dim>... (0 to 4 dims)'");
+  EXPECT_EQ(statementError("tensor x input f32 1 2 3 4 5"),
+            std::string(wrong) +
+                "'tensor <name> input|output <dtype> <dim>... (0 to 4 dims)'");
+  EXPECT_EQ(statementError("workspace w i32 1 2 3 4 5"),
+            std::string(wrong) +
+                "'workspace <name> <dtype> <dim>... (0 to 4 dims)'");
+  EXPECT_EQ(statementError("zero"), std::string(wrong) + "'zero <name>'");
+  EXPECT_EQ(statementError("zero counts ids"),
+            std::string(wrong) + "'zero <name>'");
+  EXPECT_EQ(statementError("launch"),
+            std::string(wrong) +
+                "'launch <kernel> grid <x> <y> <z> block <x> <y> <z> smem "
+                "<bytes> [cluster <x> <y> <z>] args <arg>...'");
+}
+
+TEST(Manifest, LaunchSyntax) {
+  EXPECT_EQ(statementError("launch k grid 1 1"),
+            "expected 3 values after 'grid'");
+  EXPECT_EQ(statementError("launch k grid 1 1 1 smem 0 args"),
+            "expected 'block', got 'smem'");
+  EXPECT_EQ(statementError("launch k grid 1 1 1 block 1 1 1 smem 0"),
+            "expected 'args' at the end of the line");
+  EXPECT_EQ(statementError("launch k grid 1 1 1 block 1 1 1 smem 0 cluster 2 "
+                           "1 args"),
+            "bad cluster value: expected an integer, 'T', 'cdiv(', 'max(' or "
+            "'(' at column 1 of 'args'");
+  EXPECT_EQ(statementError("launch k block 1 1 1 grid 1 1 1 smem 0 args"),
+            "expected 'grid', got 'block'");
+  EXPECT_EQ(statementError("launch k grid 1 1 1 block 1 1 1 smem 0 args f32:1"),
+            "bad argument 'f32:1'; expected a name, i32:<expr>, i64:<expr> or "
+            "map:<name>");
+}
+
+TEST(Manifest, TensorMapSyntax) {
+  const std::string map = "tensormap m logits bf16 ";
+  Manifest manifest;
+  ASSERT_TRUE(
+      parseManifest(header() + map + "rank 1 dims T strides box 64 swizzle 0\n",
+                    "manifest.txt", manifest)
+          .ok());
+  EXPECT_FALSE(manifest.tensorMaps.back().oobNan);
+  EXPECT_TRUE(manifest.tensorMaps.back().strides.empty());
+  EXPECT_EQ(statementError(map + "rank 0 dims strides box swizzle 0"),
+            "bad tensor map rank; expected 1 to 5");
+  EXPECT_EQ(statementError(map + "rank 6"),
+            "bad tensor map rank; expected 1 to 5");
+  EXPECT_EQ(statementError(map + "rank 2 dims 1 2 strides box 1 1 swizzle 0"),
+            "bad strides value: expected an integer, 'T', 'cdiv(', 'max(' or "
+            "'(' at column 1 of 'box'");
+  EXPECT_EQ(statementError(map + "rank 2 dims 1"),
+            "expected 2 values after 'dims'");
+  EXPECT_EQ(statementError(map + "rank 2 dims 1 2 strides 4 box 1 1"),
+            "expected 'swizzle' at the end of the line");
+  EXPECT_EQ(statementError(map + "rank 1 dims 1 strides box 1 swizzle 16"),
+            "bad swizzle; expected 0, 32, 64 or 128");
+  EXPECT_EQ(
+      statementError(map + "rank 1 dims 1 strides box 1 swizzle 0 oob inf"),
+      "bad oob fill; expected zero or nan");
+  EXPECT_EQ(
+      statementError(map + "rank 1 dims 1 strides box 1 swizzle 0 oob zero x"),
+      "unexpected 'x' after the tensor map");
+  EXPECT_EQ(statementError("tensormap m logits"),
+            "wrong number of operands; expected 'tensormap <name> <tensor> "
+            "<dtype> rank <r> dims <d>... strides <s>... box <b>... swizzle "
+            "<bytes> [oob zero|nan]'");
+}
+
+TEST(Manifest, NamesAreDefinedOnce) {
+  EXPECT_EQ(statementError("tensor bias input f32 4"),
+            "'bias' is already defined on line 8");
+  EXPECT_EQ(statementError("workspace logits u8 4"),
+            "'logits' is already defined on line 7");
+  EXPECT_EQ(statementError("tensormap counts logits f32 rank 1 dims 1 "
+                           "strides box 1 swizzle 0"),
+            "'counts' is already defined on line 12");
+  EXPECT_EQ(statementError("tensor 1x input f32 4"),
+            "bad name '1x'; names match [A-Za-z_][A-Za-z0-9_]*");
+  EXPECT_EQ(statementError("workspace a-b u8 4"),
+            "bad name 'a-b'; names match [A-Za-z_][A-Za-z0-9_]*");
+}
+
+TEST(Manifest, NamesAreDefinedBeforeUse) {
+  EXPECT_EQ(parseError("moe-bundle 1\nzero w\nworkspace w u8 4\n"),
+            "manifest.txt:2: 'w' is not a tensor or workspace defined above");
+  EXPECT_EQ(statementError("zero nothing"),
+            "'nothing' is not a tensor or workspace defined above");
+  EXPECT_EQ(statementError("zero logits_map"),
+            "'logits_map' is not a tensor or workspace defined above");
+  EXPECT_EQ(statementError("launch k grid 1 1 1 block 1 1 1 smem 0 args "
+                           "logits nothing"),
+            "'nothing' is not a tensor or workspace defined above");
+  EXPECT_EQ(statementError("launch k grid 1 1 1 block 1 1 1 smem 0 args "
+                           "logits_map"),
+            "'logits_map' is not a tensor or workspace defined above");
+  EXPECT_EQ(statementError("launch k grid 1 1 1 block 1 1 1 smem 0 args "
+                           "map:logits"),
+            "'logits' is not a tensor map defined above");
+  EXPECT_EQ(statementError("launch k grid 1 1 1 block 1 1 1 smem 0 args "
+                           "map:nothing"),
+            "'nothing' is not a tensor map defined above");
+  EXPECT_EQ(statementError("tensormap m nothing f32 rank 1 dims 1 strides "
+                           "box 1 swizzle 0"),
+            "'nothing' is not a tensor or workspace defined above");
+}
+
+TEST(Manifest, ZeroOnlyWhatTheKernelsWrite) {
+  EXPECT_EQ(statementError("zero bias"), "cannot zero input tensor 'bias'");
+}
+
+TEST(Manifest, RolesAndElementTypes) {
+  EXPECT_EQ(statementError("tensor x inout f32 4"),
+            "unknown role 'inout'; expected input or output");
+  EXPECT_EQ(statementError("tensor x input f64 4"),
+            "unknown element type 'f64'; expected f32, bf16, f16, i32, i64 or "
+            "u8");
+  EXPECT_EQ(statementError("workspace x F32 4"),
+            "unknown element type 'F32'; expected f32, bf16, f16, i32, i64 or "
+            "u8");
+  EXPECT_EQ(statementError("tensormap m logits fp8 rank 1 dims 1 strides box "
+                           "1 swizzle 0"),
+            "unknown element type 'fp8'; expected f32, bf16, f16, i32, i64 or "
+            "u8");
+  Manifest manifest;
+  ASSERT_TRUE(parseManifest(header() +
+                                "tensor a input bf16\ntensor b input f16 1\n"
+                                "tensor c input i64 1\nworkspace d u8 1\n",
+                            "manifest.txt", manifest)
+                  .ok());
+  EXPECT_EQ(manifest.tensors[4].dtype, MOE_DTYPE_BF16);
+  EXPECT_TRUE(manifest.tensors[4].dims.empty());
+  EXPECT_EQ(manifest.tensors[5].dtype, MOE_DTYPE_F16);
+  EXPECT_EQ(manifest.tensors[6].dtype, MOE_DTYPE_I64);
+  EXPECT_EQ(manifest.workspaces[1].dtype, MOE_DTYPE_U8);
+}
+
+TEST(Manifest, BadExpressions) {
+  EXPECT_EQ(statementError("tensor x input f32 T cdiv(T,4"),
+            "bad dim 1 of 'x': expected ')' at column 9 of 'cdiv(T,4'");
+  EXPECT_EQ(statementError("launch k grid T/2 1 1 block 1 1 1 smem 0 args"),
+            "bad grid value: unexpected '/' at column 2 of 'T/2'");
+  EXPECT_EQ(statementError("launch k grid 1 1 1 block 1 1 1 smem 1k args"),
+            "bad smem value: unexpected 'k' at column 2 of '1k'");
+  EXPECT_EQ(statementError("launch k grid 1 1 1 block 1 1 1 smem 0 args "
+                           "i32:T+"),
+            "bad argument 'i32:T+': expected an integer, 'T', 'cdiv(', "
+            "'max(' or '(' at column 3 of 'T+'");
+  EXPECT_EQ(statementError("launch k grid 1 1 1 block 1 1 1 smem 0 args i64:"),
+            "bad argument 'i64:': expected an integer, 'T', 'cdiv(', 'max(' "
+            "or '(' at column 1 of ''");
+  EXPECT_EQ(statementError("tensormap m logits f32 rank 1 dims 1 strides box "
+                           "max(1) swizzle 0"),
+            "bad box value: expected ',' at column 6 of 'max(1)'");
+}
+
+TEST(Manifest, TokensMax) {
+  for (const char *bad : {"0", "-1", "many", "1e3", "99999999999999999999"})
+    EXPECT_EQ(parseError(std::string("moe-bundle 1\ntokens-max ") + bad),
+              std::string("manifest.txt:2: bad tokens-max '") + bad +
+                  "'; expected a positive integer");
+}
+
+TEST(Manifest, DimsAtT) {
+  Manifest manifest;
+  ASSERT_TRUE(parseManifest(header() + "tensor x input f32 T-5 4\n"
+                                       "workspace huge u8 T*T*T*T\n",
+                            "manifest.txt", manifest)
+                  .ok());
+  int64_t dims[MOE_MAX_RANK];
+  Status status = evaluateDims(manifest.tensors[4], 2, dims);
+  EXPECT_EQ(status.message(), "dim 0 of 'x' is -3 at T=2");
+  int64_t bytes = 0;
+  status = bufferBytes(manifest.workspaces[1], 16384, bytes);
+  EXPECT_TRUE(status.ok());
+  EXPECT_EQ(bytes, int64_t(1) << 56);
+  status = bufferBytes(manifest.workspaces[1], 1 << 16, bytes);
+  EXPECT_EQ(status.message(), "'T*T*T*T' overflows 64 bits at T=65536");
+}
+
+TEST(Manifest, LoadChecksTheFiles) {
+  TempBundle bundle;
+  Manifest manifest;
+  Status status = loadManifest(bundle.path, manifest);
+  EXPECT_EQ(status.code(), MOE_ERROR_INVALID_BUNDLE);
+  EXPECT_EQ(status.message(), "cannot open " + bundle.path +
+                                  "/manifest.txt: No such file or directory");
+
+  std::string text = kExample;
+  bundle.write("manifest.txt", text);
+  status = loadManifest(bundle.path, manifest);
+  EXPECT_EQ(status.message(), bundle.path +
+                                  "/manifest.txt: neither kernels.cubin nor "
+                                  "kernels.ptx exists in " +
+                                  bundle.path);
+
+  bundle.write("kernels.ptx", ".version 8.0\n");
+  status = loadManifest(bundle.path, manifest);
+  ASSERT_TRUE(status.ok()) << status.message();
+  EXPECT_EQ(manifest.cubin, "");
+  EXPECT_EQ(manifest.ptx, "kernels.ptx");
+
+  bundle.write("kernels.cubin", "\x7f"
+                                "ELF");
+  ASSERT_TRUE(loadManifest(bundle.path, manifest).ok());
+  EXPECT_EQ(manifest.cubin, "kernels.cubin");
+  EXPECT_EQ(manifest.ptx, "kernels.ptx");
+
+  text.replace(text.find("kernels.cubin kernels.ptx"), 25, "other.cubin");
+  bundle.write("manifest.txt", text);
+  status = loadManifest(bundle.path, manifest);
+  EXPECT_EQ(status.message(), bundle.path +
+                                  "/manifest.txt: other.cubin does not exist "
+                                  "in " +
+                                  bundle.path);
+
+  bundle.write("manifest.txt", "moe-bundle 3\n");
+  status = loadManifest(bundle.path, manifest);
+  EXPECT_EQ(status.message(), bundle.path +
+                                  "/manifest.txt:1: unsupported bundle format "
+                                  "version '3'; this runtime reads version 1");
+}
+
+} // namespace
