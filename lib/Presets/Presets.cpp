@@ -94,3 +94,19 @@ std::string mlir::moe::getRoutingSource(const Preset &preset,
       preset.bias ? ", " + b : "", w, ids, e + preset.numSharedExperts, blockM,
       routing, out);
 }
+
+std::string mlir::moe::getRouterSource(const Preset &preset) {
+  int64_t e = preset.numExperts;
+  int64_t slots = preset.topK + preset.numSharedExperts;
+  std::string l = llvm::formatv("tensor<?x{0}xf32>", e);
+  std::string b = llvm::formatv("tensor<{0}xf32>", e);
+  std::string w = llvm::formatv("tensor<?x{0}xf32>", slots);
+  std::string ids = llvm::formatv("tensor<?x{0}xi32>", slots);
+  return llvm::formatv("func.func @router(%logits: {0}{1}) -> ({2}, {3}) {{\n"
+                       "  %w, %ids = moe.gate %logits{4} {{router = "
+                       "#moe.router<{5}>} : ({0}{6}) "
+                       "-> ({2}, {3})\n  return %w, %ids : {2}, {3}\n}\n",
+                       l, preset.bias ? ", %bias: " + b : "", w, ids,
+                       preset.bias ? " bias %bias" : "", preset.router,
+                       preset.bias ? ", " + b : "");
+}

@@ -20,17 +20,18 @@ using namespace mlir;
 using namespace mlir::moe;
 namespace cl = llvm::cl;
 
-static cl::opt<std::string> inputFile(cl::Positional,
-                                      cl::desc("[layer.mlir]"), cl::init(""));
+static cl::opt<std::string> inputFile(cl::Positional, cl::desc("[layer.mlir]"),
+                                      cl::init(""));
 static cl::opt<std::string> output("o", cl::desc("Bundle directory to write"),
                                    cl::value_desc("dir"), cl::Required);
-static cl::opt<std::string> presetName(
-    "preset", cl::desc("Model preset instead of a file: " + presetNames()),
-    cl::init(""));
+static cl::opt<std::string>
+    presetName("preset",
+               cl::desc("Model preset instead of a file: " + presetNames()),
+               cl::init(""));
 static cl::opt<std::string>
     part("part",
-         cl::desc("Of a preset: 'layer' (moe.fused_moe) or 'routing' "
-                  "(gate, route and combine)"),
+         cl::desc("Of a preset: 'layer' (moe.fused_moe), 'routing' (gate, "
+                  "route and combine) or 'router' (gate)"),
          cl::init("layer"));
 static cl::opt<bool> reduced("reduced",
                              cl::desc("Shrink the preset's hidden and "
@@ -43,8 +44,7 @@ static cl::opt<std::string> dtype("dtype",
 static cl::opt<int64_t> tokensMax("tokens-max",
                                   cl::desc("Largest token count to size for"),
                                   cl::init(16384));
-static cl::opt<int64_t> blockM("block-m",
-                               cl::desc("Rows per routing block"),
+static cl::opt<int64_t> blockM("block-m", cl::desc("Rows per routing block"),
                                cl::init(64));
 static cl::opt<std::string> chip("chip", cl::desc("GPU architecture"),
                                  cl::init("sm_90a"));
@@ -89,13 +89,17 @@ int main(int argc, char **argv) {
                   ")");
     if (dtype != "bf16" && dtype != "f16" && dtype != "f32")
       return fail("unknown --dtype '" + dtype + "' (bf16, f16, f32)");
-    if (part != "layer" && part != "routing")
-      return fail("unknown --part '" + part + "' (layer, routing)");
     Preset sized = preset->shrunk(reduced ? 32 : 1);
-    module = parseSourceString<ModuleOp>(
-        part == "layer" ? getLayerSource(sized, dtype)
-                        : getRoutingSource(sized, dtype, blockM),
-        &context);
+    std::string source;
+    if (part == "layer")
+      source = getLayerSource(sized, dtype);
+    else if (part == "routing")
+      source = getRoutingSource(sized, dtype, blockM);
+    else if (part == "router")
+      source = getRouterSource(sized);
+    else
+      return fail("unknown --part '" + part + "' (layer, routing, router)");
+    module = parseSourceString<ModuleOp>(source, &context);
   } else {
     std::string message;
     auto file = openInputFile(inputFile, &message);

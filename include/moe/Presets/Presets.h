@@ -39,6 +39,10 @@ std::string getLayerSource(const Preset &preset, llvm::StringRef dtype);
 std::string getRoutingSource(const Preset &preset, llvm::StringRef dtype,
                              int64_t blockM);
 
+/// The router alone, a function of one moe.gate: (logits [T,E][, bias]) ->
+/// (weights [T,S], ids [T,S]).
+std::string getRouterSource(const Preset &preset);
+
 } // namespace moe
 } // namespace mlir
 

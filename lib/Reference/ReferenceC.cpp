@@ -1,0 +1,56 @@
+//===- ReferenceC.cpp - C entry points to the reference -------------------===//
+//
+// Lets test drivers in other languages (the GPU tests in Python) check device
+// results against the same reference as the CPU path. Values are fp32; the
+// caller rounds to a storage type where it needs one.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/Reference/Reference.h"
+
+#include <cstring>
+
+using namespace mlir::moe::reference;
+
+extern "C" {
+
+/// moe.gate; `scoring` 0 is softmax, 1 sigmoid; `bias` may be null.
+void moe_reference_gate(int scoring, int64_t topK, int64_t numGroups,
+                        int64_t topkGroups, int renormalize,
+                        float routedScalingFactor, int64_t numSharedExperts,
+                        int64_t numTokens, int64_t numExperts,
+                        const float *logits, const float *bias, float *weights,
+                        int32_t *ids) {
+  Router router;
+  router.scoring = scoring ? Scoring::Sigmoid : Scoring::Softmax;
+  router.topK = topK;
+  router.numGroups = numGroups;
+  router.topkGroups = topkGroups;
+  router.renormalize = renormalize != 0;
+  router.routedScalingFactor = routedScalingFactor;
+  router.numSharedExperts = numSharedExperts;
+  gate(router, numTokens, numExperts, logits, bias, weights, ids);
+}
+
+/// moe.route into caller buffers of routeCapacity and its blocks.
+void moe_reference_route(int64_t numTokens, int64_t numSlots,
+                         const int32_t *ids, int64_t numExperts, int64_t blockM,
+                         int32_t *sortedIds, int32_t *expertIds,
+                         int32_t *numPadded) {
+  Routing routing = route(numTokens, numSlots, ids, numExperts, blockM);
+  std::memcpy(sortedIds, routing.sortedIds.data(),
+              routing.sortedIds.size() * sizeof(int32_t));
+  std::memcpy(expertIds, routing.expertIds.data(),
+              routing.expertIds.size() * sizeof(int32_t));
+  *numPadded = routing.numPadded;
+}
+
+/// moe.combine in fp32; `weights` may be null.
+void moe_reference_combine(int64_t numTokens, int64_t numSlots,
+                           int64_t hiddenSize, const float *rows,
+                           const float *weights, float *output) {
+  combine(numTokens, numSlots, hiddenSize, rows, weights, output,
+          [](float value) { return value; });
+}
+
+} // extern "C"

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The GPU machine's part, in one go: build the runtime and the reference
+# (no MLIR there), run the runtime's GPU tests, the routing tests against the
+# reference and a compute-sanitizer pass, then the router benchmark. Bundles
+# come prebuilt in out/gpu-bundles (scripts/make-gpu-bundles.sh, carried).
+# Logs go to $OUT; every step has a timeout, since a lost wait hangs forever.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-out/gpu-results}
+mkdir -p "$OUT"
+status=0
+step() {
+  local name=$1 limit=$2
+  shift 2
+  echo "=== $name"
+  timeout "$limit" "$@" 2>&1 | tee "$OUT/$name.log"
+  local result=${PIPESTATUS[0]}
+  [[ $result -eq 0 ]] || { echo "=== $name FAILED ($result)"; status=1; }
+}
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv \
+  | tee "$OUT/device.log"
+step build 300 bash -c "cmake -G Ninja -S . -B build-runtime \
+  -DMOE_ENABLE_COMPILER=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null && \
+  ninja -C build-runtime"
+step runtime-tests 300 build-runtime/bin/MoeRuntimeTests
+step routing-tests 600 python3 test/GPU/routing_test.py
+step sanitizer 600 compute-sanitizer --tool memcheck --error-exitcode 1 \
+  python3 test/GPU/routing_test.py --tokens 7,300 --only routing-deepseek
+step router-bench 600 python3 bench/router_bench.py "$@"
+exit $status

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Compiles the bundles of test/GPU/bundles.json with moe-compile into
+# out/gpu-bundles/ (here, where MLIR is), to be carried to the GPU machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+compiler=${MOE_COMPILE:-build/bin/moe-compile}
+rm -rf out/gpu-bundles
+mkdir -p out/gpu-bundles
+/usr/bin/python3 - "$compiler" <<'PY'
+import json, subprocess, sys
+compiler = sys.argv[1]
+for bundle in json.load(open("test/GPU/bundles.json"))["bundles"]:
+    command = [compiler, *bundle["args"], "--tokens-max", "16384",
+               "-o", f"out/gpu-bundles/{bundle['name']}.moeb"]
+    print(" ".join(command), flush=True)
+    subprocess.run(command, check=True)
+PY
+cp test/GPU/bundles.json out/gpu-bundles/
