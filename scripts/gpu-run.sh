@@ -4,7 +4,11 @@
 # reference and a compute-sanitizer pass, then the router benchmark. Bundles
 # come prebuilt in out/gpu-bundles (scripts/make-gpu-bundles.sh, carried).
 # Logs go to $OUT; every step has a timeout, since a lost wait hangs forever.
+#
+#   scripts/gpu-run.sh [tests|bench|all] [benchmark options]
 set -uo pipefail
+what=${1:-all}
+shift || true
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu-results}
 mkdir -p "$OUT"
@@ -23,9 +27,13 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv \
 step build 300 bash -c "cmake -G Ninja -S . -B build-runtime \
   -DMOE_ENABLE_COMPILER=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null && \
   ninja -C build-runtime"
-step runtime-tests 300 build-runtime/bin/MoeRuntimeTests
-step routing-tests 600 python3 test/GPU/routing_test.py
-step sanitizer 600 compute-sanitizer --tool memcheck --error-exitcode 1 \
-  python3 test/GPU/routing_test.py --tokens 7,300 --only routing-deepseek
-step router-bench 600 python3 bench/router_bench.py "$@"
+if [[ $what != bench ]]; then
+  step runtime-tests 300 build-runtime/bin/MoeRuntimeTests
+  step routing-tests 400 python3 test/GPU/routing_test.py
+  step sanitizer 400 compute-sanitizer --tool memcheck --error-exitcode 1 \
+    python3 test/GPU/routing_test.py --tokens 7,300 --only routing-deepseek
+fi
+if [[ $what != tests ]]; then
+  step router-bench 500 python3 bench/router_bench.py "$@"
+fi
 exit $status
