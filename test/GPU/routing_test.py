@@ -25,7 +25,7 @@ def make_logits(tokens, experts, dtype, generator):
         logits[0] = float("nan")                # all NaN
         logits[1, ::2] = float("nan")           # every other expert NaN
         logits[2] = 0.5                          # all tied
-        logits[3, 5] = logits[3, 9] = logits[3].max() + 1  # duplicate maxima
+        logits[3, 1] = logits[3, -1] = logits[3].max() + 1  # duplicate maxima
         logits[4] = -200.0                       # sigmoid scores underflow to 0
     return logits.to(dtype)
 
