@@ -229,56 +229,62 @@ struct WarpBuilder : LoopBuilder {
       value = combine(value, shuffleXor(value, offset));
     return value;
   }
-  Value i64(int64_t value) {
-    return arith::ConstantIntOp::create(b, b.getI64Type(), value);
-  }
-  /// The selection key of score `value` for expert `expert` (i32): larger
-  /// keys rank higher; NaN ranks lowest, -0 equals +0, and among equal scores
-  /// the lower expert wins. Zero means "no candidate".
-  Value key(Value value, Value expert) {
+  /// The order-preserving 32-bit image of an f32 score, compared unsigned:
+  /// larger scores give larger keys, NaN gives 0 (below every number), and
+  /// -0 and +0 give one key, as they tie in the op's order.
+  Value orderedKey(Value value) {
     Value canonical = arith::AddFOp::create(b, value, f32(0.0)); // -0 -> +0
     Value bits = arith::BitcastOp::create(b, b.getI32Type(), canonical);
     Value positive = cmpi(arith::CmpIPredicate::sge, bits, i32(0));
     Value ordered =
         select(positive, arith::XOrIOp::create(b, bits, i32(INT32_MIN)),
                arith::XOrIOp::create(b, bits, i32(-1)));
-    ordered = select(isNaN(value), i32(0), ordered);
-    Value high = arith::ShLIOp::create(
-        b, arith::ExtUIOp::create(b, b.getI64Type(), ordered), i64(32));
-    Value low = arith::ExtUIOp::create(
-        b, b.getI64Type(), arith::XOrIOp::create(b, expert, i32(-1)));
-    return arith::OrIOp::create(b, high, low);
+    return select(isNaN(value), i32(0), ordered);
   }
-  Value expertOfKey(Value key) {
-    return arith::XOrIOp::create(
-        b, arith::TruncIOp::create(b, b.getI32Type(), key), i32(-1));
-  }
+  /// The score of a key (NaN for 0).
   Value scoreOfKey(Value key) {
-    Value ordered = arith::TruncIOp::create(
-        b, b.getI32Type(), arith::ShRUIOp::create(b, key, i64(32)));
-    Value wasPositive = cmpi(arith::CmpIPredicate::slt, ordered, i32(0));
+    Value wasPositive = cmpi(arith::CmpIPredicate::slt, key, i32(0));
     Value bits =
-        select(wasPositive, arith::XOrIOp::create(b, ordered, i32(INT32_MIN)),
-               arith::XOrIOp::create(b, ordered, i32(-1)));
+        select(wasPositive, arith::XOrIOp::create(b, key, i32(INT32_MIN)),
+               arith::XOrIOp::create(b, key, i32(-1)));
     return arith::BitcastOp::create(b, b.getF32Type(), bits);
   }
-  /// The largest key over the warp (64-bit shuffles as two 32-bit halves).
-  Value maxKeyButterfly(Value key) {
+
+  /// An expert in the running for selection: its key and id. "None" is
+  /// (0, INT32_MAX), below every candidate, NaN ones included.
+  struct Candidate {
+    Value key, expert;
+  };
+  Candidate none() { return {i32(0), i32(INT32_MAX)}; }
+  /// The better of two candidates: the larger key, then the lower expert.
+  Candidate better(Candidate a, Candidate c) {
+    Value larger = cmpi(arith::CmpIPredicate::ugt, c.key, a.key);
+    Value tieLower = arith::AndIOp::create(
+        b, cmpi(arith::CmpIPredicate::eq, c.key, a.key),
+        cmpi(arith::CmpIPredicate::slt, c.expert, a.expert));
+    Value take = arith::OrIOp::create(b, larger, tieLower);
+    return {select(take, c.key, a.key), select(take, c.expert, a.expert)};
+  }
+  /// The best candidate of the warp, in every lane.
+  Candidate warpBest(Candidate candidate) {
+    for (int64_t offset = 1; offset < kWarpSize; offset *= 2)
+      candidate = better(candidate, {shuffleXor(candidate.key, offset),
+                                     shuffleXor(candidate.expert, offset)});
+    return candidate;
+  }
+  /// The two largest keys of the warp (as a multiset), from each lane's two
+  /// largest (`first` >= `second`, unsigned).
+  std::pair<Value, Value> warpTopTwo(Value first, Value second) {
     for (int64_t offset = 1; offset < kWarpSize; offset *= 2) {
-      Value low = arith::TruncIOp::create(b, b.getI32Type(), key);
-      Value high = arith::TruncIOp::create(
-          b, b.getI32Type(), arith::ShRUIOp::create(b, key, i64(32)));
-      Value other = arith::OrIOp::create(
-          b,
-          arith::ShLIOp::create(
-              b,
-              arith::ExtUIOp::create(b, b.getI64Type(),
-                                     shuffleXor(high, offset)),
-              i64(32)),
-          arith::ExtUIOp::create(b, b.getI64Type(), shuffleXor(low, offset)));
-      key = arith::MaxUIOp::create(b, key, other);
+      Value otherFirst = shuffleXor(first, offset);
+      Value otherSecond = shuffleXor(second, offset);
+      Value newSecond = arith::MaxUIOp::create(
+          b, arith::MinUIOp::create(b, first, otherFirst),
+          arith::MaxUIOp::create(b, second, otherSecond));
+      first = arith::MaxUIOp::create(b, first, otherFirst);
+      second = newSecond;
     }
-    return key;
+    return {first, second};
   }
 };
 
@@ -396,53 +402,55 @@ void emitGate(PlanBuilder &plan, OpBuilder &builder, GateOp op) {
             wb.load(bias, wb.select(valid[j], experts[j], wb.index(0))));
     SmallVector<Value> keys;
     for (int64_t j = 0; j < perLane; ++j)
-      keys.push_back(wb.key(selection[j], expertsI32[j]));
-    Value noKey = wb.i64(0);
-    auto bestKey = [&](function_ref<Value(int64_t)> isCandidate) {
-      Value best = noKey;
-      for (int64_t j = 0; j < perLane; ++j)
-        best = arith::MaxUIOp::create(
-            b, best, wb.select(isCandidate(j), keys[j], noKey));
-      return wb.maxKeyButterfly(best);
-    };
+      keys.push_back(wb.orderedKey(selection[j]));
+    Value noKey = wb.i32(0);
 
     SmallVector<Value> eligible(valid);
     if (numGroups > 1) {
-      SmallVector<Value> groupOf, groupScores;
+      // A group's score: the sum of its two largest selection scores. All
+      // groups reduce at once, on keys alone: the multiset top-2 needs no
+      // expert ids.
+      bool staticGroups = groupSize % kWarpSize == 0;
+      SmallVector<Value> groupOf;
       for (int64_t j = 0; j < perLane; ++j)
         groupOf.push_back(
-            arith::DivUIOp::create(b, expertsI32[j], wb.i32(groupSize)));
+            staticGroups
+                ? wb.i32(j * kWarpSize / groupSize)
+                : arith::DivUIOp::create(b, expertsI32[j], wb.i32(groupSize))
+                      .getResult());
+      SmallVector<Value> groupScores;
       for (int64_t g = 0; g < numGroups; ++g) {
-        auto inGroup = [&](int64_t j) {
-          return arith::AndIOp::create(
-                     b, valid[j],
-                     wb.cmpi(arith::CmpIPredicate::eq, groupOf[j], wb.i32(g)))
-              .getResult();
-        };
-        Value first = bestKey(inGroup);
-        Value firstExpert = wb.expertOfKey(first);
-        Value second = bestKey([&](int64_t j) {
-          return arith::AndIOp::create(b, inGroup(j),
-                                       wb.cmpi(arith::CmpIPredicate::ne,
-                                               expertsI32[j], firstExpert))
-              .getResult();
-        });
-        groupScores.push_back(arith::AddFOp::create(b, wb.scoreOfKey(first),
-                                                    wb.scoreOfKey(second)));
+        Value first = noKey, second = noKey;
+        for (int64_t j = 0; j < perLane; ++j) {
+          if (staticGroups && j * kWarpSize / groupSize != g)
+            continue;
+          Value member = valid[j];
+          if (!staticGroups)
+            member = arith::AndIOp::create(
+                b, member,
+                wb.cmpi(arith::CmpIPredicate::eq, groupOf[j], wb.i32(g)));
+          Value key = wb.select(member, keys[j], noKey);
+          second = arith::MaxUIOp::create(
+              b, second, arith::MinUIOp::create(b, first, key));
+          first = arith::MaxUIOp::create(b, first, key);
+        }
+        auto [top, runnerUp] = wb.warpTopTwo(first, second);
+        groupScores.push_back(arith::AddFOp::create(b, wb.scoreOfKey(top),
+                                                    wb.scoreOfKey(runnerUp)));
       }
       // Keep the topk_groups best groups: warp-uniform, so no shuffles.
       SmallVector<Value> kept(
           numGroups, arith::ConstantIntOp::create(b, b.getI1Type(), 0));
       for (int64_t round = 0; round < router.getTopkGroups(); ++round) {
-        Value best = noKey;
+        WarpBuilder::Candidate best = wb.none();
         for (int64_t g = 0; g < numGroups; ++g)
-          best = arith::MaxUIOp::create(
-              b, best,
-              wb.select(kept[g], noKey, wb.key(groupScores[g], wb.i32(g))));
-        Value winner = wb.expertOfKey(best);
+          best = wb.better(
+              best, {wb.select(kept[g], noKey, wb.orderedKey(groupScores[g])),
+                     wb.select(kept[g], wb.i32(INT32_MAX), wb.i32(g))});
         for (int64_t g = 0; g < numGroups; ++g)
           kept[g] = arith::OrIOp::create(
-              b, kept[g], wb.cmpi(arith::CmpIPredicate::eq, winner, wb.i32(g)));
+              b, kept[g],
+              wb.cmpi(arith::CmpIPredicate::eq, best.expert, wb.i32(g)));
       }
       for (int64_t j = 0; j < perLane; ++j) {
         Value keptGroup = arith::ConstantIntOp::create(b, b.getI1Type(), 0);
@@ -454,21 +462,23 @@ void emitGate(PlanBuilder &plan, OpBuilder &builder, GateOp op) {
       }
     }
 
-    // top_k rounds of arg-max; the winner's unbiased score comes from the
-    // lane that holds it.
-    SmallVector<Value> chosen(
-        perLane, arith::ConstantIntOp::create(b, b.getI1Type(), 0));
+    // top_k rounds of arg-max over the remaining candidates; the winner
+    // leaves the running, and its unbiased score comes from the lane that
+    // holds it (or from its key, when selection and score agree).
+    SmallVector<WarpBuilder::Candidate> candidates;
+    for (int64_t j = 0; j < perLane; ++j)
+      candidates.push_back(
+          {wb.select(eligible[j], keys[j], noKey),
+           wb.select(eligible[j], expertsI32[j], wb.i32(INT32_MAX))});
     SmallVector<Value> slotIds, slotWeights;
     Value sum = wb.f32(0.0);
     for (int64_t s = 0; s < topK; ++s) {
-      Value best = bestKey([&](int64_t j) {
-        return arith::AndIOp::create(
-                   b, eligible[j],
-                   arith::XOrIOp::create(b, chosen[j], trueValue))
-            .getResult();
-      });
-      Value expert = wb.expertOfKey(best);
-      Value score = wb.scoreOfKey(best);
+      WarpBuilder::Candidate best = wb.none();
+      for (const WarpBuilder::Candidate &candidate : candidates)
+        best = wb.better(best, candidate);
+      best = wb.warpBest(best);
+      Value expert = best.expert;
+      Value score = wb.scoreOfKey(best.key);
       if (bias) {
         Value slotInLane = arith::DivUIOp::create(b, expert, wb.i32(kWarpSize));
         Value mine = wb.f32(0.0);
@@ -479,10 +489,11 @@ void emitGate(PlanBuilder &plan, OpBuilder &builder, GateOp op) {
         score = wb.shuffleFrom(
             mine, arith::RemUIOp::create(b, expert, wb.i32(kWarpSize)));
       }
-      for (int64_t j = 0; j < perLane; ++j)
-        chosen[j] = arith::OrIOp::create(
-            b, chosen[j],
-            wb.cmpi(arith::CmpIPredicate::eq, expertsI32[j], expert));
+      for (WarpBuilder::Candidate &candidate : candidates) {
+        Value won = wb.cmpi(arith::CmpIPredicate::eq, candidate.expert, expert);
+        candidate = {wb.select(won, noKey, candidate.key),
+                     wb.select(won, wb.i32(INT32_MAX), candidate.expert)};
+      }
       Value weight = wb.select(wb.isNaN(score), wb.f32(0.0), score);
       sum = arith::AddFOp::create(b, sum, weight);
       slotIds.push_back(expert);
