@@ -27,5 +27,7 @@ config.substitutions.append(
 # gpu-module-to-binary finds libdevice and ptxas through the toolkit path; lit
 # does not pass CUDA_HOME through, so tests name it explicitly.
 config.substitutions.append(("%cuda_toolkit", config.cuda_toolkit))
+if config.enable_runtime:
+    config.available_features.add("runtime")
 if os.access(os.path.join(config.cuda_toolkit, "bin", "ptxas"), os.X_OK):
     config.available_features.add("ptxas")
