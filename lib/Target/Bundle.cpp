@@ -153,10 +153,11 @@ llvm::Error mlir::moe::compileBundle(ModuleOp module,
   if (!plan)
     return plan.takeError();
 
-  // Kernels to NVVM with one pointer per buffer; the routing arithmetic uses
-  // fma only, which LLVM lowers without libdevice.
+  // Kernels to NVVM with one pointer per buffer. Math ops (the GEMM
+  // epilogues' exp and erf) become libdevice calls, linked at serialization
+  // from the toolkit; the routing kernels need none.
   if (llvm::Error error = runPipeline(
-          module, "gpu.module(convert-scf-to-cf,convert-math-to-llvm,"
+          module, "gpu.module(convert-scf-to-cf,"
                   "convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=true},"
                   "canonicalize,cse,reconcile-unrealized-casts)"))
     return error;

@@ -3,7 +3,7 @@
 #include "moe/Conversion/MoeCommon/RoutingMath.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
-#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 
 using namespace mlir;
 
@@ -12,8 +12,10 @@ Value mlir::moe::emitRoutingExp(OpBuilder &b, Location loc, Value x) {
   auto constant = [&](float value) -> Value {
     return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(value));
   };
+  // llvm.intr.fma rather than math.fma: every target has it natively and
+  // the GPU lowering would otherwise route math.fma to libdevice.
   auto fma = [&](Value m, Value n, Value c) -> Value {
-    return math::FmaOp::create(b, loc, m, n, c);
+    return LLVM::FMAOp::create(b, loc, m, n, c);
   };
   // Reduce on a clamped copy so that NaN and infinities never reach the
   // float-to-int conversion; the selects at the end restore them.

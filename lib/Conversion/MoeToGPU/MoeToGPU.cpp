@@ -6,6 +6,7 @@
 #include "moe/Dialect/Moe/IR/MoeOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -733,10 +734,10 @@ LogicalResult emitRoute(PlanBuilder &plan, OpBuilder &builder, RouteOp op) {
         NVVM::MatchSyncKindAttr::get(b.getContext(), NVVM::MatchSyncKind::any));
     Value below =
         arith::AndIOp::create(b, same, NVVM::LaneMaskLtOp::create(b, i32));
-    Value rank = math::CtPopOp::create(b, below);
+    Value rank = LLVM::CtPopOp::create(b, below);
     Value leader = wb.cmpi(arith::CmpIPredicate::eq, below, wb.i32(0));
     wb.ifThen(arith::AndIOp::create(b, valid, leader), [&] {
-      wb.store(math::CtPopOp::create(b, same), warpCounts,
+      wb.store(LLVM::CtPopOp::create(b, same), warpCounts,
                {warp, wb.toIndex(expert)});
     });
     gpu::BarrierOp::create(b);

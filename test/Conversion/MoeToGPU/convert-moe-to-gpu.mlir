@@ -26,7 +26,7 @@
 // CHECK-SAME: moe.launch = {args = ["arg0", "arg1", "result0", "result1", "i32:T"], block = array<i64: 128, 1, 1>, grid = ["cdiv(T,4)", "1", "1"], smem = "0"}
 // Sigmoid through the routing exp; group scores from a butterfly of top-two
 // keys; arg-max on (order-preserving key, expert) pairs.
-// CHECK: math.fma
+// CHECK: llvm.intr.fma
 // CHECK: arith.divf
 // CHECK: arith.bitcast %{{.*}} : f32 to i32
 // CHECK: arith.minui
@@ -53,7 +53,7 @@
 // CHECK-SAME: workgroup(%{{.*}} : memref<16x257xi32, #gpu.address_space<workgroup>>) kernel
 // CHECK: nvvm.match.sync any
 // CHECK: nvvm.read.ptx.sreg.lanemask.lt
-// CHECK: math.ctpop
+// CHECK: llvm.intr.ctpop
 
 // 16 bytes per thread: 8 bf16 of a row, summed over the 9 slots in fp32.
 // CHECK: gpu.func @moe_combine_4(%{{.*}}: memref<1024x9x64xbf16>, %{{.*}}: memref<1024x64xbf16>, %{{.*}}: i32) kernel

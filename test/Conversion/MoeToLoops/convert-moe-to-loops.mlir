@@ -31,8 +31,8 @@
 // CHECK:     arith.addf
 // CHECK:     arith.subf
 // CHECK:     arith.constant -0.693359375 : f32
-// CHECK:     math.fma
-// CHECK-COUNT-6: math.fma
+// CHECK:     llvm.intr.fma
+// CHECK-COUNT-6: llvm.intr.fma
 // CHECK:     arith.addf
 // CHECK:     arith.fptosi
 // CHECK:     arith.shli
@@ -96,7 +96,7 @@ func.func @gate_softmax_groups(%l: tensor<?x8xbf16>, %b: tensor<8xf32>) -> (tens
 // CHECK-NOT: memref<32xf32>
 // CHECK: scf.for
 // CHECK:   arith.negf
-// CHECK:   math.fma
+// CHECK:   llvm.intr.fma
 // CHECK:   arith.bitcast
 // CHECK:   arith.addf
 // CHECK:   arith.divf
