@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "moe/Reference/Float16.h"
 #include "moe/Reference/Reference.h"
 
 #include <cstring>
@@ -51,6 +52,38 @@ void moe_reference_combine(int64_t numTokens, int64_t numSlots,
                            const float *weights, float *output) {
   combine(numTokens, numSlots, hiddenSize, rows, weights, output,
           [](float value) { return value; });
+}
+
+/// moe.fused_moe with the intermediates rounded to the storage type `dtype`
+/// (0 f32, 1 bf16, 2 f16); `activation` 1 is SiLU-and-mul, 2 GELU-and-mul.
+void moe_reference_fused_moe(int scoring, int64_t topK, int64_t numGroups,
+                             int64_t topkGroups, int renormalize,
+                             float routedScalingFactor,
+                             int64_t numSharedExperts, int activation,
+                             int dtype, int64_t numTokens, int64_t hiddenSize,
+                             int64_t numExperts, int64_t intermediate,
+                             const float *hidden, const float *logits,
+                             const float *bias, const float *w13,
+                             const float *w2, float *output) {
+  Router router;
+  router.scoring = scoring ? Scoring::Sigmoid : Scoring::Softmax;
+  router.topK = topK;
+  router.numGroups = numGroups;
+  router.topkGroups = topkGroups;
+  router.renormalize = renormalize != 0;
+  router.routedScalingFactor = routedScalingFactor;
+  router.numSharedExperts = numSharedExperts;
+  RoundFn round = [dtype](float value) {
+    if (dtype == 1)
+      return fromBFloat16Bits(toBFloat16Bits(value));
+    if (dtype == 2)
+      return fromHalfBits(toHalfBits(value));
+    return value;
+  };
+  fusedMoe(router,
+           activation == 2 ? Activation::GeluAndMul : Activation::SiluAndMul,
+           numTokens, hiddenSize, numExperts, intermediate, hidden, logits,
+           bias, w13, w2, output, round);
 }
 
 } // extern "C"

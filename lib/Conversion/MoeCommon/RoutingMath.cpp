@@ -4,6 +4,7 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 
 using namespace mlir;
 
@@ -33,16 +34,16 @@ Value mlir::moe::emitRoutingExp(OpBuilder &b, Location loc, Value x) {
   Value r = fma(n, constant(-0.693359375f), clamped);
   r = fma(n, constant(2.12194440e-4f), r);
   Value p = constant(1.9875691500e-4f);
-  for (float coefficient : {1.3981999507e-3f, 8.3334519073e-3f,
-                            4.1665795894e-2f, 1.6666665459e-1f,
-                            5.0000001201e-1f})
+  for (float coefficient :
+       {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f,
+        5.0000001201e-1f})
     p = fma(p, r, constant(coefficient));
   Value y = arith::AddFOp::create(
       b, loc, fma(p, arith::MulFOp::create(b, loc, r, r), r), constant(1.0f));
   // 2^n from its exponent bits; n lies in [-126, 127] after the clamp.
-  Value exponent = arith::AddIOp::create(
-      b, loc, arith::FPToSIOp::create(b, loc, i32, n),
-      arith::ConstantIntOp::create(b, loc, i32, 127));
+  Value exponent =
+      arith::AddIOp::create(b, loc, arith::FPToSIOp::create(b, loc, i32, n),
+                            arith::ConstantIntOp::create(b, loc, i32, 127));
   Value scale = arith::BitcastOp::create(
       b, loc, f32,
       arith::ShLIOp::create(b, loc, exponent,
@@ -76,4 +77,24 @@ Value mlir::moe::emitRanksAbove(OpBuilder &b, Location loc, Value lhs,
       arith::CmpFOp::create(b, loc, arith::CmpFPredicate::ORD, lhs, lhs);
   return arith::OrIOp::create(
       b, loc, larger, arith::AndIOp::create(b, loc, rhsIsNaN, lhsIsNumber));
+}
+
+Value mlir::moe::emitGatedActivation(OpBuilder &b, Location loc,
+                                     Activation activation, Value x) {
+  auto constant = [&](float value) -> Value {
+    return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(value));
+  };
+  Value one = constant(1.0f);
+  if (activation == Activation::silu_and_mul) {
+    Value negExp =
+        math::ExpOp::create(b, loc, arith::NegFOp::create(b, loc, x));
+    return arith::DivFOp::create(b, loc, x,
+                                 arith::AddFOp::create(b, loc, one, negExp));
+  }
+  Value erf = math::ErfOp::create(
+      b, loc,
+      arith::MulFOp::create(b, loc, x, constant(0.70710678118654752440f)));
+  Value half = arith::MulFOp::create(b, loc, constant(0.5f), x);
+  return arith::MulFOp::create(b, loc, half,
+                               arith::AddFOp::create(b, loc, one, erf));
 }

@@ -76,7 +76,7 @@ public:
       buffer.dims.push_back(dim.text);
       buffer.shapeAtMax.push_back(dim.atMax);
     }
-    buffer.name = workspaceName.str();
+    buffer.name = uniqueName(workspaceName);
     buffer.role = "workspace";
     if (auto argument = dyn_cast<BlockArgument>(value)) {
       buffer.name = "arg" + std::to_string(argument.getArgNumber());
@@ -88,7 +88,7 @@ public:
   }
   /// Registers a workspace that no tensor of the function holds.
   unsigned scratch(StringRef name, Type elementType, ArrayRef<SizeExpr> dims) {
-    Buffer buffer{name.str(), "workspace", elementType, {}, {}};
+    Buffer buffer{uniqueName(name), "workspace", elementType, {}, {}};
     for (const SizeExpr &dim : dims) {
       buffer.dims.push_back(dim.text);
       buffer.shapeAtMax.push_back(dim.atMax);
@@ -96,6 +96,20 @@ public:
     buffers.push_back(std::move(buffer));
     return buffers.size() - 1;
   }
+
+  /// Gives an input tensor the dims an op derives for it (a `?` in the
+  /// signature reads as T, but routing arrays are sized by the capacity).
+  void refineInput(unsigned buffer, ArrayRef<SizeExpr> dims) {
+    if (buffers[buffer].role != "input")
+      return;
+    buffers[buffer].dims.clear();
+    buffers[buffer].shapeAtMax.clear();
+    for (const SizeExpr &dim : dims) {
+      buffers[buffer].dims.push_back(dim.text);
+      buffers[buffer].shapeAtMax.push_back(dim.atMax);
+    }
+  }
+
   /// The buffer holding `value`, which an earlier op or the signature
   /// defined with its type's dims (dynamic dims are T).
   unsigned use(Value value) {
@@ -190,6 +204,12 @@ public:
   int64_t tokensMax;
 
 private:
+  /// `base`, or `base_<n>` when a layer has several ops of one kind.
+  std::string uniqueName(StringRef base) {
+    unsigned uses = nameUses[base]++;
+    return uses ? (base + "_" + Twine(uses)).str() : base.str();
+  }
+
   /// A kernel and the buffers it takes, named when the plan is finished.
   struct Launch {
     gpu::GPUFuncOp kernel;
@@ -199,6 +219,7 @@ private:
   };
 
   DenseMap<Value, unsigned> bufferOf;
+  llvm::StringMap<unsigned> nameUses;
   std::vector<Launch> launches;
   std::vector<Buffer> buffers;
   SmallVector<unsigned> zeroed;
@@ -763,6 +784,235 @@ LogicalResult emitRoute(PlanBuilder &plan, OpBuilder &builder, RouteOp op) {
 }
 
 //===----------------------------------------------------------------------===//
+// moe.grouped_matmul
+//===----------------------------------------------------------------------===//
+
+constexpr int64_t kGemmThreadsPerSide = 16;
+constexpr int64_t kGemmTileN = 64, kGemmTileK = 16;
+constexpr int64_t kGemmColumnsPerThread = kGemmTileN / kGemmThreadsPerSide;
+
+/// A shared-memory tiled SIMT kernel: one block per (block_m rows of one
+/// expert) x 64 columns, fp32 accumulation over K in order, the epilogue on
+/// the accumulators. The correct baseline the tensor-core path is measured
+/// against; gathered and sorted rows, padding rows skipped, both output
+/// orders.
+LogicalResult emitGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
+                                GroupedMatmulOp op) {
+  OpBuilder::InsertionGuard guard(builder);
+  auto weightsType = cast<RankedTensorType>(op.getWeights().getType());
+  int64_t numExperts = weightsType.getDimSize(0);
+  int64_t n = weightsType.getDimSize(1), k = weightsType.getDimSize(2);
+  int64_t slots = op.getNumSlots(), blockM = op.getBlockM();
+  Activation activation = op.getActivation();
+  bool gated = activation != Activation::none;
+  int64_t columns = gated ? n / 2 : n;
+  bool tokenInput = op.getInputOrder() == RowOrder::token;
+  bool slotOutput = op.getOutputOrder() == RowOrder::slot;
+  bool weighted = static_cast<bool>(op.getRoutedWeights());
+  if (blockM % kGemmThreadsPerSide != 0 || blockM > 128)
+    return op.emitOpError() << "has no GPU lowering for block_m " << blockM
+                            << " (a multiple of 16 up to 128)";
+  int64_t rowsPerThread = blockM / kGemmThreadsPerSide;
+  int64_t threads = kGemmThreadsPerSide * kGemmThreadsPerSide;
+
+  SizeExpr capacity = plan.affine(slots, numExperts * (blockM - 1));
+  unsigned sortedIds = plan.use(op.getSortedIds());
+  unsigned expertIds = plan.use(op.getExpertIds());
+  unsigned rows = plan.use(op.getInput());
+  plan.refineInput(sortedIds, {capacity});
+  plan.refineInput(expertIds, {PlanBuilder::ceilDiv(capacity, blockM)});
+  if (!tokenInput)
+    plan.refineInput(rows, {capacity, PlanBuilder::constant(k)});
+  SmallVector<unsigned> args = {rows, plan.use(op.getWeights()), sortedIds,
+                                expertIds, plan.use(op.getNumPadded())};
+  if (weighted)
+    args.push_back(plan.use(op.getRoutedWeights()));
+  SmallVector<SizeExpr> outputDims =
+      slotOutput
+          ? SmallVector<SizeExpr>{plan.tokens(), PlanBuilder::constant(slots),
+                                  PlanBuilder::constant(columns)}
+          : SmallVector<SizeExpr>{capacity, PlanBuilder::constant(columns)};
+  args.push_back(plan.define(op.getOutput(), "gemm_output", outputDims));
+  Type f32 = builder.getF32Type();
+  SmallVector<MemRefType> shared = {
+      workgroupMemRef({blockM, kGemmTileK + 1}, f32),
+      workgroupMemRef({kGemmTileN, kGemmTileK + 1}, f32)};
+  if (gated)
+    shared.push_back(workgroupMemRef({kGemmTileN, kGemmTileK + 1}, f32));
+  gpu::GPUFuncOp kernel = plan.createKernel(
+      builder, op.getLoc(), "moe_grouped_matmul", args,
+      {PlanBuilder::constant(llvm::divideCeil(columns, kGemmTileN)),
+       PlanBuilder::ceilDiv(capacity, blockM), PlanBuilder::constant(1)},
+      {threads, 1, 1}, shared);
+
+  ImplicitLocOpBuilder b(op.getLoc(), builder);
+  WarpBuilder wb = makeWarpBuilder(b);
+  Value input = kernel.getArgument(0), weights = kernel.getArgument(1);
+  Value sorted = kernel.getArgument(2), experts = kernel.getArgument(3);
+  Value padded = kernel.getArgument(4);
+  Value routedWeights = weighted ? Value(kernel.getArgument(5)) : Value();
+  Value output = kernel.getArgument(weighted ? 6 : 5);
+  auto attributions = kernel.getWorkgroupAttributions();
+  Value tileA = attributions[0], tileB = attributions[1];
+  Value tileUp = gated ? Value(attributions[2]) : Value();
+  Value numTokens = wb.toIndex(tokenCount(kernel));
+  Value routedSlots = arith::MulIOp::create(b, numTokens, wb.index(slots));
+
+  Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
+  Value tx = arith::RemUIOp::create(b, tid, wb.index(kGemmThreadsPerSide));
+  Value ty = arith::DivUIOp::create(b, tid, wb.index(kGemmThreadsPerSide));
+  Value rowBlock = gpu::BlockIdOp::create(b, gpu::Dimension::y);
+  Value firstColumn = arith::MulIOp::create(
+      b, gpu::BlockIdOp::create(b, gpu::Dimension::x), wb.index(kGemmTileN));
+  Value firstRow = arith::MulIOp::create(b, rowBlock, wb.index(blockM));
+  Value expert = wb.toIndex(wb.load(experts, rowBlock));
+  // Blocks past the padded rows, or of no expert, have nothing to do; the
+  // condition is uniform over the block, so its barriers stay matched.
+  Value active = arith::AndIOp::create(
+      b,
+      wb.cmpi(arith::CmpIPredicate::ult, firstRow,
+              wb.toIndex(wb.load(padded, {}))),
+      wb.inRange(expert, wb.index(0), wb.index(numExperts)));
+  // The slot of sorted row `row`, and whether it is a routed slot.
+  auto slotOf = [&](Value row) -> std::pair<Value, Value> {
+    Value slot = wb.toIndex(wb.load(sorted, row));
+    return {slot, wb.inRange(slot, wb.index(0), routedSlots)};
+  };
+  wb.ifThen(active, [&] {
+    Value zero = wb.f32(0.0);
+    int64_t accumulators = rowsPerThread * kGemmColumnsPerThread;
+    SmallVector<Value> inits(gated ? 2 * accumulators : accumulators, zero);
+    SmallVector<Value> sums = wb.loop(
+        wb.index(0), wb.index(k), inits,
+        [&](Value k0, ValueRange carried) -> SmallVector<Value> {
+          // Stage the A rows (gathered, zero for padding) and the B columns
+          // of this K step in shared memory, as f32.
+          for (int64_t base = 0; base < blockM * kGemmTileK; base += threads) {
+            Value item = arith::AddIOp::create(b, tid, wb.index(base));
+            Value i = arith::DivUIOp::create(b, item, wb.index(kGemmTileK));
+            Value kk = arith::RemUIOp::create(b, item, wb.index(kGemmTileK));
+            Value kIndex = arith::AddIOp::create(b, k0, kk);
+            auto [slot, routed] = slotOf(arith::AddIOp::create(b, firstRow, i));
+            Value source =
+                tokenInput ? arith::DivUIOp::create(b, slot, wb.index(slots))
+                                 .getResult()
+                           : arith::AddIOp::create(b, firstRow, i).getResult();
+            Value valid = arith::AndIOp::create(
+                b, routed,
+                wb.cmpi(arith::CmpIPredicate::ult, kIndex, wb.index(k)));
+            Value value =
+                wb.loadF32(input, {wb.select(valid, source, wb.index(0)),
+                                   wb.select(valid, kIndex, wb.index(0))});
+            wb.store(wb.select(valid, value, zero), tileA, {i, kk});
+          }
+          for (int64_t base = 0; base < kGemmTileN * kGemmTileK;
+               base += threads) {
+            Value item = arith::AddIOp::create(b, tid, wb.index(base));
+            Value jj = arith::DivUIOp::create(b, item, wb.index(kGemmTileK));
+            Value kk = arith::RemUIOp::create(b, item, wb.index(kGemmTileK));
+            Value column = arith::AddIOp::create(b, firstColumn, jj);
+            Value kIndex = arith::AddIOp::create(b, k0, kk);
+            Value valid = arith::AndIOp::create(
+                b,
+                wb.cmpi(arith::CmpIPredicate::ult, column, wb.index(columns)),
+                wb.cmpi(arith::CmpIPredicate::ult, kIndex, wb.index(k)));
+            Value safeColumn = wb.select(valid, column, wb.index(0));
+            Value safeK = wb.select(valid, kIndex, wb.index(0));
+            wb.store(wb.select(valid,
+                               wb.loadF32(weights, {expert, safeColumn, safeK}),
+                               zero),
+                     tileB, {jj, kk});
+            if (gated) {
+              Value upColumn =
+                  arith::AddIOp::create(b, safeColumn, wb.index(columns));
+              wb.store(wb.select(valid,
+                                 wb.loadF32(weights, {expert, upColumn, safeK}),
+                                 zero),
+                       tileUp, {jj, kk});
+            }
+          }
+          gpu::BarrierOp::create(b);
+          SmallVector<Value> next(carried.begin(), carried.end());
+          for (int64_t kk = 0; kk < kGemmTileK; ++kk) {
+            Value kkIndex = wb.index(kk);
+            SmallVector<Value> a, bGate, bUp;
+            for (int64_t ri = 0; ri < rowsPerThread; ++ri)
+              a.push_back(wb.load(
+                  tileA,
+                  {arith::AddIOp::create(
+                       b, arith::MulIOp::create(b, ty, wb.index(rowsPerThread)),
+                       wb.index(ri)),
+                   kkIndex}));
+            for (int64_t ci = 0; ci < kGemmColumnsPerThread; ++ci) {
+              Value jj = arith::AddIOp::create(
+                  b,
+                  arith::MulIOp::create(b, tx, wb.index(kGemmColumnsPerThread)),
+                  wb.index(ci));
+              bGate.push_back(wb.load(tileB, {jj, kkIndex}));
+              if (gated)
+                bUp.push_back(wb.load(tileUp, {jj, kkIndex}));
+            }
+            // Multiply, then add: no contraction, so the sums round as the
+            // CPU loops' do (k ascending).
+            for (int64_t ri = 0; ri < rowsPerThread; ++ri)
+              for (int64_t ci = 0; ci < kGemmColumnsPerThread; ++ci) {
+                int64_t slot = ri * kGemmColumnsPerThread + ci;
+                next[slot] = arith::AddFOp::create(
+                    b, next[slot], arith::MulFOp::create(b, a[ri], bGate[ci]));
+                if (gated)
+                  next[accumulators + slot] = arith::AddFOp::create(
+                      b, next[accumulators + slot],
+                      arith::MulFOp::create(b, a[ri], bUp[ci]));
+              }
+          }
+          gpu::BarrierOp::create(b);
+          return next;
+        },
+        kGemmTileK);
+
+    for (int64_t ri = 0; ri < rowsPerThread; ++ri) {
+      Value row = arith::AddIOp::create(
+          b, firstRow,
+          arith::AddIOp::create(
+              b, arith::MulIOp::create(b, ty, wb.index(rowsPerThread)),
+              wb.index(ri)));
+      auto [slot, routed] = slotOf(row);
+      Value token = arith::DivUIOp::create(b, slot, wb.index(slots));
+      Value slotInToken = arith::RemUIOp::create(b, slot, wb.index(slots));
+      wb.ifThen(routed, [&] {
+        Value weight =
+            weighted ? wb.load(routedWeights, {token, slotInToken}) : Value();
+        for (int64_t ci = 0; ci < kGemmColumnsPerThread; ++ci) {
+          Value column = arith::AddIOp::create(
+              b, firstColumn,
+              arith::AddIOp::create(
+                  b,
+                  arith::MulIOp::create(b, tx, wb.index(kGemmColumnsPerThread)),
+                  wb.index(ci)));
+          int64_t index = ri * kGemmColumnsPerThread + ci;
+          wb.ifThen(
+              wb.cmpi(arith::CmpIPredicate::ult, column, wb.index(columns)),
+              [&] {
+                Value value = sums[index];
+                if (gated)
+                  value = arith::MulFOp::create(
+                      b, emitGatedActivation(b, b.getLoc(), activation, value),
+                      sums[accumulators + index]);
+                if (weight)
+                  value = arith::MulFOp::create(b, value, weight);
+                if (slotOutput)
+                  wb.storeF32(value, output, {token, slotInToken, column});
+                else
+                  wb.storeF32(value, output, {row, column});
+              });
+        }
+      });
+    }
+  });
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // moe.combine
 //===----------------------------------------------------------------------===//
 
@@ -883,8 +1133,7 @@ struct ConvertMoeToGPUPass
                 return success();
               })
               .Case([&](GroupedMatmulOp gemm) -> LogicalResult {
-                return gemm.emitOpError()
-                       << "has no GPU lowering yet (convert-moe-to-gpu)";
+                return emitGroupedMatmul(plan, builder, gemm);
               })
               .Case([&](FusedMoeOp fused) -> LogicalResult {
                 return fused.emitOpError()

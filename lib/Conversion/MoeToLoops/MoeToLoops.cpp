@@ -385,7 +385,7 @@ struct GroupedMatmulToLoops : OpRewritePattern<GroupedMatmulOp> {
           if (gated) {
             Value up = dot(arith::AddIOp::create(b, j, lb.index(columns)));
             value = arith::MulFOp::create(
-                b, emitActivation(lb, activation, value), up);
+                b, emitGatedActivation(b, b.getLoc(), activation, value), up);
           }
           if (routedWeight)
             value = arith::MulFOp::create(b, value, routedWeight);
@@ -398,20 +398,6 @@ struct GroupedMatmulToLoops : OpRewritePattern<GroupedMatmulOp> {
     });
     rewriter.replaceOp(op, lb.toTensor(outputType, output));
     return success();
-  }
-
-  /// act(x) in fp32: SiLU x / (1 + exp(-x)) or GELU 0.5 x (1 + erf(x/sqrt2)).
-  static Value emitActivation(LoopBuilder &lb, Activation activation, Value x) {
-    ImplicitLocOpBuilder &b = lb.b;
-    Value one = lb.f32(1.0);
-    if (activation == Activation::silu_and_mul) {
-      Value negExp = math::ExpOp::create(b, arith::NegFOp::create(b, x));
-      return arith::DivFOp::create(b, x, arith::AddFOp::create(b, one, negExp));
-    }
-    Value erf = math::ErfOp::create(
-        b, arith::MulFOp::create(b, x, lb.f32(0.70710678118654752440)));
-    Value half = arith::MulFOp::create(b, lb.f32(0.5), x);
-    return arith::MulFOp::create(b, half, arith::AddFOp::create(b, one, erf));
   }
 };
 

@@ -68,12 +68,13 @@ struct LoopBuilder {
     return memref::DimOp::create(b, memref, dim);
   }
 
-  /// Emits `for iv in [lb, ub)` carrying `inits`; `body` returns the values
-  /// yielded to the next iteration. Returns the loop results.
+  /// Emits `for iv in [lb, ub) step step` carrying `inits`; `body` returns
+  /// the values yielded to the next iteration. Returns the loop results.
   SmallVector<Value>
   loop(Value lb, Value ub, ValueRange inits,
-       function_ref<SmallVector<Value>(Value, ValueRange)> body) {
-    auto forOp = scf::ForOp::create(b, lb, ub, index(1), inits);
+       function_ref<SmallVector<Value>(Value, ValueRange)> body,
+       int64_t step = 1) {
+    auto forOp = scf::ForOp::create(b, lb, ub, index(step), inits);
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(forOp.getBody());
     SmallVector<Value> yielded =

@@ -12,6 +12,8 @@
 #ifndef MOE_CONVERSION_MOECOMMON_ROUTINGMATH_H
 #define MOE_CONVERSION_MOECOMMON_ROUTINGMATH_H
 
+#include "moe/Dialect/Moe/IR/MoeAttrs.h"
+
 #include "mlir/IR/Builders.h"
 
 namespace mlir {
@@ -37,6 +39,13 @@ Value emitRoutingSigmoid(OpBuilder &b, Location loc, Value x);
 /// loses; equal values do not rank above each other, so a scan in index
 /// order keeps the lower index.
 Value emitRanksAbove(OpBuilder &b, Location loc, Value lhs, Value rhs);
+
+/// act(x) in f32 of a gated activation (the first half of a gated pair):
+/// SiLU x / (1 + exp(-x)) or GELU 0.5 x (1 + erf(x / sqrt 2)), with the
+/// target's exp and erf (libm, libdevice): GEMM outputs are compared to a
+/// tolerance, unlike routing decisions.
+Value emitGatedActivation(OpBuilder &b, Location loc, Activation activation,
+                          Value x);
 
 } // namespace moe
 } // namespace mlir
