@@ -86,7 +86,7 @@ def main():
               f"{'speed-up':>8} {'floor':>7}  (us)")
     print(header)
     for spec in load_specs(args.bundles):
-        if not spec.get("bench"):
+        if spec["kind"] != "router":
             continue
         router = spec["router"]
         name = spec["name"].removeprefix("router-")

@@ -30,6 +30,7 @@ step build 300 bash -c "cmake -G Ninja -S . -B build-runtime \
 if [[ $what != bench ]]; then
   step runtime-tests 300 build-runtime/bin/MoeRuntimeTests
   step routing-tests 400 python3 test/GPU/routing_test.py
+  step layer-tests 400 python3 test/GPU/layer_test.py
   step sanitizer 400 compute-sanitizer --tool memcheck --error-exitcode 1 \
     python3 test/GPU/routing_test.py --tokens 7,300 --only routing-deepseek
 fi

@@ -109,6 +109,12 @@ class Reference:
         self.lib.moe_reference_combine.argtypes = [
             ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, pointer, pointer,
             pointer]
+        self.lib.moe_reference_fused_moe.argtypes = [
+            ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+            ctypes.c_int, ctypes.c_float, ctypes.c_int64, ctypes.c_int,
+            ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+            ctypes.c_int64, pointer, pointer, pointer, pointer, pointer,
+            pointer]
 
     def gate(self, router, logits, bias):
         tokens, experts = logits.shape
@@ -145,6 +151,26 @@ class Reference:
         output = torch.empty(tokens, hidden)
         self.lib.moe_reference_combine(tokens, slots, hidden, rows.data_ptr(),
                                        None, output.data_ptr())
+        return output
+
+
+    def fused_moe(self, router, activation, dtype, hidden, logits, bias, w13,
+                  w2):
+        """The layer with intermediates rounded to `dtype` (a DTYPES key)."""
+        tokens, hidden_size = hidden.shape
+        experts = logits.shape[1]
+        intermediate = w2.shape[2]
+        args = [tensor.float().contiguous() for tensor in (hidden, logits, w13, w2)]
+        bias = bias.float().contiguous() if bias is not None else None
+        output = torch.empty(tokens, hidden_size)
+        self.lib.moe_reference_fused_moe(
+            1 if router["scoring"] == "sigmoid" else 0, router["top_k"],
+            router["groups"], router["topk_groups"], int(router["renormalize"]),
+            router["scale"], router["shared"],
+            2 if activation == "gelu" else 1, DTYPES[dtype][0], tokens,
+            hidden_size, experts, intermediate, args[0].data_ptr(),
+            args[1].data_ptr(), bias.data_ptr() if bias is not None else None,
+            args[2].data_ptr(), args[3].data_ptr(), output.data_ptr())
         return output
 
 

@@ -101,7 +101,7 @@ def main():
     reference = Reference(args.build)
     failed = 0
     for spec in load_specs(args.bundles):
-        if "rows" not in spec or (args.only and spec["name"] != args.only):
+        if spec["kind"] != "routing" or (args.only and spec["name"] != args.only):
             continue
         bundle = Bundle(args.build,
                         os.path.join(args.bundles, spec["name"] + ".moeb"))
