@@ -287,26 +287,33 @@ struct WarpBuilder : LoopBuilder {
     Value take = arith::OrIOp::create(b, larger, tieLower);
     return {select(take, c.key, a.key), select(take, c.expert, a.expert)};
   }
-  /// The best candidate of the warp, in every lane.
+  /// redux.sync `kind` of the i32 `value` over the full warp (sm_80+): one
+  /// instruction where a butterfly takes five shuffles.
+  Value redux(NVVM::ReduxKind kind, Value value) {
+    return NVVM::ReduxOp::create(b, b.getI32Type(), value,
+                                 NVVM::ReduxKindAttr::get(b.getContext(), kind),
+                                 i32(-1));
+  }
+  /// The best candidate of the warp, in every lane: the largest key, then
+  /// among its holders the lowest expert.
   Candidate warpBest(Candidate candidate) {
-    for (int64_t offset = 1; offset < kWarpSize; offset *= 2)
-      candidate = better(candidate, {shuffleXor(candidate.key, offset),
-                                     shuffleXor(candidate.expert, offset)});
-    return candidate;
+    Value key = redux(NVVM::ReduxKind::UMAX, candidate.key);
+    Value holds = cmpi(arith::CmpIPredicate::eq, candidate.key, key);
+    Value expert = redux(NVVM::ReduxKind::UMIN,
+                         select(holds, candidate.expert, i32(INT32_MAX)));
+    return {key, expert};
   }
   /// The two largest keys of the warp (as a multiset), from each lane's two
   /// largest (`first` >= `second`, unsigned).
   std::pair<Value, Value> warpTopTwo(Value first, Value second) {
-    for (int64_t offset = 1; offset < kWarpSize; offset *= 2) {
-      Value otherFirst = shuffleXor(first, offset);
-      Value otherSecond = shuffleXor(second, offset);
-      Value newSecond = arith::MaxUIOp::create(
-          b, arith::MinUIOp::create(b, first, otherFirst),
-          arith::MaxUIOp::create(b, second, otherSecond));
-      first = arith::MaxUIOp::create(b, first, otherFirst);
-      second = newSecond;
-    }
-    return {first, second};
+    Value top = redux(NVVM::ReduxKind::UMAX, first);
+    Value holds = cmpi(arith::CmpIPredicate::eq, first, top);
+    // One holder of the top gives up its first for its second; a second
+    // holder makes the runner-up equal to the top.
+    Value holders = redux(NVVM::ReduxKind::ADD, select(holds, i32(1), i32(0)));
+    Value runnerUp = redux(NVVM::ReduxKind::UMAX, select(holds, second, first));
+    return {top, select(cmpi(arith::CmpIPredicate::uge, holders, i32(2)), top,
+                        runnerUp)};
   }
 };
 
@@ -463,12 +470,15 @@ void emitGate(PlanBuilder &plan, OpBuilder &builder, GateOp op) {
       // Keep the topk_groups best groups: warp-uniform, so no shuffles.
       SmallVector<Value> kept(
           numGroups, arith::ConstantIntOp::create(b, b.getI1Type(), 0));
+      SmallVector<Value> groupKeys;
+      for (Value score : groupScores)
+        groupKeys.push_back(wb.orderedKey(score));
       for (int64_t round = 0; round < router.getTopkGroups(); ++round) {
         WarpBuilder::Candidate best = wb.none();
         for (int64_t g = 0; g < numGroups; ++g)
-          best = wb.better(
-              best, {wb.select(kept[g], noKey, wb.orderedKey(groupScores[g])),
-                     wb.select(kept[g], wb.i32(INT32_MAX), wb.i32(g))});
+          best = wb.better(best,
+                           {wb.select(kept[g], noKey, groupKeys[g]),
+                            wb.select(kept[g], wb.i32(INT32_MAX), wb.i32(g))});
         for (int64_t g = 0; g < numGroups; ++g)
           kept[g] = arith::OrIOp::create(
               b, kept[g],
@@ -476,10 +486,14 @@ void emitGate(PlanBuilder &plan, OpBuilder &builder, GateOp op) {
       }
       for (int64_t j = 0; j < perLane; ++j) {
         Value keptGroup = arith::ConstantIntOp::create(b, b.getI1Type(), 0);
-        for (int64_t g = 0; g < numGroups; ++g)
-          keptGroup = wb.select(
-              wb.cmpi(arith::CmpIPredicate::eq, groupOf[j], wb.i32(g)), kept[g],
-              keptGroup);
+        if (staticGroups) {
+          keptGroup = kept[j * kWarpSize / groupSize];
+        } else {
+          for (int64_t g = 0; g < numGroups; ++g)
+            keptGroup = wb.select(
+                wb.cmpi(arith::CmpIPredicate::eq, groupOf[j], wb.i32(g)),
+                kept[g], keptGroup);
+        }
         eligible[j] = arith::AndIOp::create(b, valid[j], keptGroup);
       }
     }
@@ -495,9 +509,16 @@ void emitGate(PlanBuilder &plan, OpBuilder &builder, GateOp op) {
     SmallVector<Value> slotIds, slotWeights;
     Value sum = wb.f32(0.0);
     for (int64_t s = 0; s < topK; ++s) {
-      WarpBuilder::Candidate best = wb.none();
-      for (const WarpBuilder::Candidate &candidate : candidates)
-        best = wb.better(best, candidate);
+      // A lane's experts increase with j, so a strictly larger key decides
+      // within the lane; warpBest settles ties across lanes.
+      WarpBuilder::Candidate best = candidates.front();
+      for (const WarpBuilder::Candidate &candidate :
+           llvm::drop_begin(candidates)) {
+        Value larger =
+            wb.cmpi(arith::CmpIPredicate::ugt, candidate.key, best.key);
+        best = {wb.select(larger, candidate.key, best.key),
+                wb.select(larger, candidate.expert, best.expert)};
+      }
       best = wb.warpBest(best);
       Value expert = best.expert;
       Value score = wb.scoreOfKey(best.key);

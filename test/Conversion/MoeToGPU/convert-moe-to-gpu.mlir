@@ -24,16 +24,19 @@
 // CHECK: gpu.func @moe_gate_0(%{{.*}}: memref<1024x256xf32>, %{{.*}}: memref<256xf32>, %{{.*}}: memref<1024x9xf32>, %{{.*}}: memref<1024x9xi32>, %{{.*}}: i32) kernel
 // CHECK-SAME: known_block_size = array<i32: 128, 1, 1>
 // CHECK-SAME: moe.launch = {args = ["arg0", "arg1", "result0", "result1", "i32:T"], block = array<i64: 128, 1, 1>, grid = ["cdiv(T,4)", "1", "1"], smem = "0"}
-// Sigmoid through the routing exp; group scores from a butterfly of top-two
-// keys; arg-max on (order-preserving key, expert) pairs.
+// Sigmoid through the routing exp; group scores from warp reductions of
+// top-two keys (max, count of holders, max of the rest); arg-max on
+// (order-preserving key, expert): redux max of the keys, redux min of the
+// experts that hold the maximum.
 // CHECK: llvm.intr.fma
 // CHECK: arith.divf
 // CHECK: arith.bitcast %{{.*}} : f32 to i32
-// CHECK: arith.minui
-// CHECK: gpu.shuffle xor
-// CHECK: arith.maxui
+// CHECK: nvvm.redux.sync umax
+// CHECK: nvvm.redux.sync add
+// CHECK: nvvm.redux.sync umax
 // CHECK: arith.cmpi ugt
-// CHECK: gpu.shuffle xor
+// CHECK: nvvm.redux.sync umax
+// CHECK: nvvm.redux.sync umin
 // The winner's unbiased score comes from the lane that holds it.
 // CHECK: gpu.shuffle idx
 // CHECK: memref.store
