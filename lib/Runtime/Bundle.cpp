@@ -27,26 +27,6 @@ constexpr size_t kMaxCachedTensorMaps = 1024;
 constexpr int64_t kMaxUnsigned = std::numeric_limits<unsigned>::max();
 constexpr int64_t kMaxInt64 = std::numeric_limits<int64_t>::max();
 
-/// Makes a context current for the lifetime of the scope, then restores the
-/// one that was current before.
-class ContextScope {
-public:
-  ContextScope(const Driver &driver, CUcontext context) : driver(driver) {
-    if (CUresult result = driver.ctxPushCurrent(context))
-      status = driver.error(result, "cuCtxPushCurrent");
-  }
-  ~ContextScope() {
-    CUcontext popped;
-    if (status.ok())
-      driver.ctxPopCurrent(&popped);
-  }
-  /// Whether the context was made current.
-  Status status;
-
-private:
-  const Driver &driver;
-};
-
 CUtensorMapDataType tensorMapDataType(MoeDtype dtype) {
   switch (dtype) {
   case MOE_DTYPE_F32:

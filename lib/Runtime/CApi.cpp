@@ -70,3 +70,33 @@ int moe_bundle_tensor_info(const MoeBundle *bundle, int index, int64_t tokens,
   return report(bundle->bundle->tensorInfo(index, tokens, *info), errbuf,
                 errlen);
 }
+
+int moe_device_alloc(int device, size_t bytes, void **pointer, char *errbuf,
+                     size_t errlen) {
+  if (!pointer)
+    return report(nullArgument("the pointer to store into"), errbuf, errlen);
+  return report(allocateDevice(device, bytes, *pointer), errbuf, errlen);
+}
+
+int moe_device_free(int device, void *pointer, char *errbuf, size_t errlen) {
+  return report(freeDevice(device, pointer), errbuf, errlen);
+}
+
+int moe_device_upload(int device, void *destination, const void *source,
+                      size_t bytes, char *errbuf, size_t errlen) {
+  if (!destination || !source)
+    return report(nullArgument("a copy's pointer"), errbuf, errlen);
+  return report(copyToDevice(device, destination, source, bytes), errbuf,
+                errlen);
+}
+
+int moe_device_download(int device, void *destination, const void *source,
+                        size_t bytes, char *errbuf, size_t errlen) {
+  if (!destination || !source)
+    return report(nullArgument("a copy's pointer"), errbuf, errlen);
+  return report(copyToHost(device, destination, source, bytes), errbuf, errlen);
+}
+
+int moe_device_synchronize(int device, char *errbuf, size_t errlen) {
+  return report(synchronizeDevice(device), errbuf, errlen);
+}

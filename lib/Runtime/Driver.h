@@ -36,6 +36,9 @@ namespace runtime {
   X(memAlloc, cuMemAlloc_v2)                                                   \
   X(memFree, cuMemFree_v2)                                                     \
   X(memsetD8Async, cuMemsetD8Async)                                            \
+  X(memcpyHtoD, cuMemcpyHtoD_v2)                                               \
+  X(memcpyDtoH, cuMemcpyDtoH_v2)                                               \
+  X(ctxSynchronize, cuCtxSynchronize)                                          \
   X(launchKernel, cuLaunchKernel)                                              \
   X(launchKernelEx, cuLaunchKernelEx)                                          \
   X(tensorMapEncodeTiled, cuTensorMapEncodeTiled)                              \
@@ -52,6 +55,26 @@ struct Driver {
   /// failed call. Callers build `what` only on failure, so that the launch
   /// path allocates nothing.
   Status error(CUresult result, const std::string &what) const;
+};
+
+/// Makes a context current for the lifetime of the scope, then restores the
+/// one that was current before.
+class ContextScope {
+public:
+  ContextScope(const Driver &driver, CUcontext context) : driver(driver) {
+    if (CUresult result = driver.ctxPushCurrent(context))
+      status = driver.error(result, "cuCtxPushCurrent");
+  }
+  ~ContextScope() {
+    CUcontext popped;
+    if (status.ok())
+      driver.ctxPopCurrent(&popped);
+  }
+  /// Whether the context was made current.
+  Status status;
+
+private:
+  const Driver &driver;
 };
 
 /// Loads libcuda.so.1 and initialises it on the first call (thread-safe);

@@ -14,12 +14,18 @@
 #include "moe/Reference/Reference.h"
 #include "moe/Registration/Registration.h"
 #include "moe/Runner/CpuRunner.h"
+#ifdef MOE_ENABLE_RUNTIME
+#include "moe/Runtime/Runtime.h"
+#include "moe/Target/Bundle.h"
+#endif
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Support/FileUtilities.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/SourceMgr.h"
@@ -52,6 +58,11 @@ static cl::opt<std::string>
               cl::init("bf16"));
 static cl::opt<unsigned> seed("seed", cl::desc("Random seed of the inputs"),
                               cl::init(0));
+static cl::opt<std::string>
+    deviceName("device",
+               cl::desc("cpu, gpu, or auto: the GPU when the runtime finds "
+                        "one, else the CPU path"),
+               cl::init("auto"));
 static cl::opt<std::string> entry("entry",
                                   cl::desc("Function to run (default: the "
                                            "module's only function)"),
@@ -165,6 +176,114 @@ double seconds(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
       .count();
 }
+
+#ifdef MOE_ENABLE_RUNTIME
+MoeDtype runtimeDtype(ElementType type) {
+  switch (type) {
+  case ElementType::F32:
+    return MOE_DTYPE_F32;
+  case ElementType::BF16:
+    return MOE_DTYPE_BF16;
+  case ElementType::F16:
+    return MOE_DTYPE_F16;
+  case ElementType::I32:
+    return MOE_DTYPE_I32;
+  }
+  return MOE_DTYPE_F32;
+}
+
+/// Compiles the layer to a bundle sized for `numTokens`, runs it on device 0
+/// on `inputs` and fetches its one output. The run is timed after a warm-up,
+/// synchronised, as the median of five.
+bool runOnGpu(ModuleOp module, const std::vector<HostTensor> &inputs,
+              int64_t numTokens, std::vector<HostTensor> &outputs,
+              double &compileTime, double &runTime, std::string &error) {
+  namespace rt = ::moe::runtime;
+  llvm::SmallString<128> directory;
+  if (std::error_code code =
+          llvm::sys::fs::createUniqueDirectory("moe-run", directory)) {
+    error = "cannot create a bundle directory: " + code.message();
+    return false;
+  }
+  llvm::scope_exit cleanup(
+      [&] { llvm::sys::fs::remove_directories(directory); });
+  auto start = std::chrono::steady_clock::now();
+  OwningOpRef<ModuleOp> clone(module.clone());
+  BundleOptions options;
+  options.tokensMax = numTokens;
+  if (llvm::Error compileError = compileBundle(*clone, options, directory)) {
+    error = llvm::toString(std::move(compileError));
+    return false;
+  }
+  compileTime = seconds(start);
+
+  std::unique_ptr<rt::Bundle> bundle;
+  rt::Status status = rt::Bundle::open(std::string(directory), 0, bundle);
+  std::vector<void *> buffers;
+  llvm::scope_exit freeBuffers([&] {
+    for (void *buffer : buffers)
+      (void)rt::freeDevice(0, buffer);
+  });
+  std::vector<MoeTensor> tensors;
+  auto describe = [&](const HostTensor &tensor, void *data) {
+    MoeTensor described{data,
+                        runtimeDtype(tensor.type),
+                        static_cast<int32_t>(tensor.shape.size()),
+                        {}};
+    for (size_t d = 0; d < tensor.shape.size(); ++d)
+      described.dims[d] = tensor.shape[d];
+    tensors.push_back(described);
+  };
+  for (const HostTensor &input : inputs) {
+    void *buffer = nullptr;
+    if (status.ok())
+      status = rt::allocateDevice(0, input.bytes.size(), buffer);
+    if (status.ok()) {
+      buffers.push_back(buffer);
+      status =
+          rt::copyToDevice(0, buffer, input.bytes.data(), input.bytes.size());
+    }
+    describe(input, buffer);
+  }
+  MoeTensorInfo info;
+  if (status.ok())
+    status = bundle->tensorInfo(bundle->numTensors() - 1, numTokens, info);
+  HostTensor output;
+  if (status.ok()) {
+    ElementType type = info.dtype == MOE_DTYPE_BF16  ? ElementType::BF16
+                       : info.dtype == MOE_DTYPE_F16 ? ElementType::F16
+                                                     : ElementType::F32;
+    output = HostTensor(type,
+                        std::vector<int64_t>(info.dims, info.dims + info.rank));
+    void *buffer = nullptr;
+    status = rt::allocateDevice(0, output.bytes.size(), buffer);
+    if (status.ok())
+      buffers.push_back(buffer);
+    describe(output, buffer);
+  }
+  std::vector<double> times;
+  for (int run = 0; status.ok() && run < 6; ++run) {
+    start = std::chrono::steady_clock::now();
+    status = bundle->run(numTokens, tensors.data(),
+                         static_cast<int>(tensors.size()), nullptr);
+    if (status.ok())
+      status = rt::synchronizeDevice(0);
+    if (run > 0)
+      times.push_back(seconds(start));
+  }
+  if (status.ok())
+    status = rt::copyToHost(0, output.bytes.data(), tensors.back().data,
+                            output.bytes.size());
+  if (!status.ok()) {
+    error = "GPU path: " + status.message();
+    return false;
+  }
+  llvm::sort(times);
+  runTime = times[times.size() / 2];
+  outputs.push_back(std::move(output));
+  return true;
+}
+#endif
 } // namespace
 
 int main(int argc, char **argv) {
@@ -183,6 +302,8 @@ int main(int argc, char **argv) {
 
   if (tokens < 1)
     return fail("--tokens must be at least 1");
+  if (deviceName != "cpu" && deviceName != "gpu" && deviceName != "auto")
+    return fail("unknown --device '" + deviceName + "' (cpu, gpu, auto)");
   if (presetName.empty() == inputFile.empty())
     return fail("give either a layer file or --preset (see --help)");
 
@@ -294,16 +415,45 @@ int main(int argc, char **argv) {
   }
   ElementType outputType = inputs[layer->hidden].type;
 
-  auto start = std::chrono::steady_clock::now();
-  auto compiled = CpuFunction::compile(*module, function.getName());
-  if (!compiled)
-    return fail(llvm::toString(compiled.takeError()));
-  double compileTime = seconds(start);
-  start = std::chrono::steady_clock::now();
-  auto outputs = (*compiled)->run(inputs);
-  if (!outputs)
-    return fail(llvm::toString(outputs.takeError()));
-  double runTime = seconds(start);
+  // The path: the GPU when asked for, or (auto) when the runtime finds one.
+  std::string path = "CPU";
+  std::string note;
+#ifdef MOE_ENABLE_RUNTIME
+  if (deviceName != "cpu") {
+    ::moe::runtime::Status probe = ::moe::runtime::synchronizeDevice(0);
+    if (probe.ok())
+      path = "GPU";
+    else if (deviceName == "gpu")
+      return fail("--device gpu: " + probe.message());
+    else
+      note = " (no GPU: " + probe.message() + ")";
+  }
+#else
+  if (deviceName == "gpu")
+    return fail("--device gpu: this moe-run was built without the runtime "
+                "(no cuda.h)");
+#endif
+  std::vector<HostTensor> outputs;
+  double compileTime = 0, runTime = 0;
+  if (path == "CPU") {
+    auto start = std::chrono::steady_clock::now();
+    auto compiled = CpuFunction::compile(*module, function.getName());
+    if (!compiled)
+      return fail(llvm::toString(compiled.takeError()));
+    compileTime = seconds(start);
+    start = std::chrono::steady_clock::now();
+    auto results = (*compiled)->run(inputs);
+    if (!results)
+      return fail(llvm::toString(results.takeError()));
+    runTime = seconds(start);
+    outputs = std::move(*results);
+  }
+#ifdef MOE_ENABLE_RUNTIME
+  else if (!runOnGpu(*module, inputs, numTokens, outputs, compileTime, runTime,
+                     error)) {
+    return fail(error);
+  }
+#endif
 
   reference::Router router = toReference(layer->router);
   reference::Activation activation =
@@ -332,7 +482,7 @@ int main(int argc, char **argv) {
   for (int32_t id : ids)
     ++perExpert[id];
 
-  std::vector<float> actual = outputs->front().toFloats();
+  std::vector<float> actual = outputs.front().toFloats();
   double maxError = 0, maxReference = 0;
   for (size_t i = 0; i < expected.size(); ++i) {
     maxError = std::max(maxError, double(std::fabs(actual[i] - expected[i])));
@@ -354,8 +504,9 @@ int main(int argc, char **argv) {
       router.topK, router.numGroups, router.topkGroups,
       router.scoring == reference::Scoring::Softmax ? "softmax" : "sigmoid",
       layer->bias >= 0 ? " + bias" : "");
-  llvm::outs() << llvm::formatv("  CPU path: compile {0:F2} s, run {1:F4} s\n",
-                                compileTime, runTime);
+  llvm::outs() << llvm::formatv(
+      "  {0} path{1}: compile {2:F2} s, run {3:F4} s\n", path, note,
+      compileTime, runTime);
   int64_t idle = llvm::count(perExpert, 0);
   auto [least, most] = std::minmax_element(perExpert.begin(), perExpert.end());
   llvm::outs() << llvm::formatv(

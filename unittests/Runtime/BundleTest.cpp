@@ -169,8 +169,26 @@ TEST_F(NoDriver, CApi) {
             MOE_ERROR_DRIVER_UNAVAILABLE);
 }
 
+TEST_F(NoDriver, DeviceMemory) {
+  void *pointer = &bundle;
+  char message[256];
+  EXPECT_EQ(moe_device_alloc(0, 64, &pointer, message, sizeof(message)),
+            MOE_ERROR_DRIVER_UNAVAILABLE);
+  EXPECT_EQ(pointer, nullptr);
+  EXPECT_EQ(std::string(message).rfind(kNoDriver, 0), 0u) << message;
+  EXPECT_EQ(moe_device_synchronize(0, message, sizeof(message)),
+            MOE_ERROR_DRIVER_UNAVAILABLE);
+}
+
 TEST(CApi, NullArguments) {
   char message[128];
+  EXPECT_EQ(moe_device_alloc(0, 8, nullptr, message, sizeof(message)),
+            MOE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(moe_device_upload(0, nullptr, message, 8, message, sizeof(message)),
+            MOE_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(message, "a copy's pointer is null");
+  // Freeing null is a no-op, as with free().
+  EXPECT_EQ(moe_device_free(0, nullptr, message, sizeof(message)), MOE_OK);
   EXPECT_EQ(moe_bundle_open(nullptr, 0, nullptr, message, sizeof(message)),
             MOE_ERROR_INVALID_ARGUMENT);
   EXPECT_STREQ(message, "the bundle handle pointer is null");

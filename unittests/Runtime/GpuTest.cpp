@@ -322,6 +322,21 @@ protected:
   TempBundle bundle;
 };
 
+TEST_F(Gpu, DeviceMemoryRoundTrip) {
+  std::vector<int32_t> source(1000), back(1000, -1);
+  for (size_t i = 0; i < source.size(); ++i)
+    source[i] = static_cast<int32_t>(i * 7 - 3);
+  void *pointer = nullptr;
+  size_t bytes = source.size() * sizeof(int32_t);
+  ASSERT_TRUE(allocateDevice(0, bytes, pointer).ok());
+  ASSERT_NE(pointer, nullptr);
+  EXPECT_TRUE(copyToDevice(0, pointer, source.data(), bytes).ok());
+  EXPECT_TRUE(synchronizeDevice(0).ok());
+  EXPECT_TRUE(copyToHost(0, back.data(), pointer, bytes).ok());
+  EXPECT_EQ(back, source);
+  EXPECT_TRUE(freeDevice(0, pointer).ok());
+}
+
 TEST_F(Gpu, RunsThePlan) {
   std::unique_ptr<Bundle> opened;
   Status status = Bundle::open(bundle.path, 0, opened);

@@ -109,6 +109,20 @@ int moe_bundle_num_tensors(const MoeBundle *bundle);
 int moe_bundle_tensor_info(const MoeBundle *bundle, int index, int64_t tokens,
                            MoeTensorInfo *info, char *errbuf, size_t errlen);
 
+/// Device memory and copies for hosts that link no CUDA runtime of their own
+/// (moe-run, tests). Each call makes `device`'s primary context current
+/// around itself; an allocation keeps that context alive until it is freed.
+/// Copies and synchronisation are blocking: these are for setting up and
+/// checking a run, not for the steady state.
+int moe_device_alloc(int device, size_t bytes, void **pointer, char *errbuf,
+                     size_t errlen);
+int moe_device_free(int device, void *pointer, char *errbuf, size_t errlen);
+int moe_device_upload(int device, void *destination, const void *source,
+                      size_t bytes, char *errbuf, size_t errlen);
+int moe_device_download(int device, void *destination, const void *source,
+                        size_t bytes, char *errbuf, size_t errlen);
+int moe_device_synchronize(int device, char *errbuf, size_t errlen);
+
 #ifdef __cplusplus
 } // extern "C"
 
@@ -169,6 +183,15 @@ private:
 
   std::unique_ptr<State> state;
 };
+
+/// See moe_device_alloc and the functions after it.
+Status allocateDevice(int device, size_t bytes, void *&pointer);
+Status freeDevice(int device, void *pointer);
+Status copyToDevice(int device, void *destination, const void *source,
+                    size_t bytes);
+Status copyToHost(int device, void *destination, const void *source,
+                  size_t bytes);
+Status synchronizeDevice(int device);
 
 } // namespace runtime
 } // namespace moe
