@@ -505,8 +505,8 @@ int main(int argc, char **argv) {
       router.scoring == reference::Scoring::Softmax ? "softmax" : "sigmoid",
       layer->bias >= 0 ? " + bias" : "");
   llvm::outs() << llvm::formatv(
-      "  {0} path{1}: compile {2:F2} s, run {3:F4} s\n", path, note,
-      compileTime, runTime);
+      "  {0} path{1}: compile {2:F2} s, run {3:F3} ms\n", path, note,
+      compileTime, runTime * 1e3);
   int64_t idle = llvm::count(perExpert, 0);
   auto [least, most] = std::minmax_element(perExpert.begin(), perExpert.end());
   llvm::outs() << llvm::formatv(
