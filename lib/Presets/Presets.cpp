@@ -110,3 +110,26 @@ std::string mlir::moe::getRouterSource(const Preset &preset) {
                        preset.bias ? " bias %bias" : "", preset.router,
                        preset.bias ? ", " + b : "");
 }
+
+llvm::Expected<std::string> mlir::moe::getPresetSource(llvm::StringRef name,
+                                                       llvm::StringRef part,
+                                                       int64_t shrink,
+                                                       llvm::StringRef dtype,
+                                                       int64_t blockM) {
+  auto error = [](const llvm::Twine &message) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
+  };
+  const Preset *preset = findPreset(name);
+  if (!preset)
+    return error("unknown preset '" + name + "' (" + presetNames() + ")");
+  if (dtype != "bf16" && dtype != "f16" && dtype != "f32")
+    return error("unknown --dtype '" + dtype + "' (bf16, f16, f32)");
+  Preset sized = preset->shrunk(shrink);
+  if (part == "layer")
+    return getLayerSource(sized, dtype);
+  if (part == "routing")
+    return getRoutingSource(sized, dtype, blockM);
+  if (part == "router")
+    return getRouterSource(sized);
+  return error("unknown --part '" + part + "' (layer, routing, router)");
+}

@@ -13,6 +13,21 @@
 
 using namespace mlir::moe::reference;
 
+/// The router of the C entry points' flat arguments.
+static Router makeRouter(int scoring, int64_t topK, int64_t numGroups,
+                         int64_t topkGroups, int renormalize,
+                         float routedScalingFactor, int64_t numSharedExperts) {
+  Router router;
+  router.scoring = scoring ? Scoring::Sigmoid : Scoring::Softmax;
+  router.topK = topK;
+  router.numGroups = numGroups;
+  router.topkGroups = topkGroups;
+  router.renormalize = renormalize != 0;
+  router.routedScalingFactor = routedScalingFactor;
+  router.numSharedExperts = numSharedExperts;
+  return router;
+}
+
 extern "C" {
 
 /// moe.gate; `scoring` 0 is softmax, 1 sigmoid; `bias` may be null.
@@ -22,14 +37,8 @@ void moe_reference_gate(int scoring, int64_t topK, int64_t numGroups,
                         int64_t numTokens, int64_t numExperts,
                         const float *logits, const float *bias, float *weights,
                         int32_t *ids) {
-  Router router;
-  router.scoring = scoring ? Scoring::Sigmoid : Scoring::Softmax;
-  router.topK = topK;
-  router.numGroups = numGroups;
-  router.topkGroups = topkGroups;
-  router.renormalize = renormalize != 0;
-  router.routedScalingFactor = routedScalingFactor;
-  router.numSharedExperts = numSharedExperts;
+  Router router = makeRouter(scoring, topK, numGroups, topkGroups, renormalize,
+                             routedScalingFactor, numSharedExperts);
   gate(router, numTokens, numExperts, logits, bias, weights, ids);
 }
 
@@ -65,14 +74,8 @@ void moe_reference_fused_moe(int scoring, int64_t topK, int64_t numGroups,
                              const float *hidden, const float *logits,
                              const float *bias, const float *w13,
                              const float *w2, float *output) {
-  Router router;
-  router.scoring = scoring ? Scoring::Sigmoid : Scoring::Softmax;
-  router.topK = topK;
-  router.numGroups = numGroups;
-  router.topkGroups = topkGroups;
-  router.renormalize = renormalize != 0;
-  router.routedScalingFactor = routedScalingFactor;
-  router.numSharedExperts = numSharedExperts;
+  Router router = makeRouter(scoring, topK, numGroups, topkGroups, renormalize,
+                             routedScalingFactor, numSharedExperts);
   RoundFn round = [dtype](float value) {
     if (dtype == 1)
       return fromBFloat16Bits(toBFloat16Bits(value));

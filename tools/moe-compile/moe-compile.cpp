@@ -83,23 +83,11 @@ int main(int argc, char **argv) {
 
   OwningOpRef<ModuleOp> module;
   if (!presetName.empty()) {
-    const Preset *preset = findPreset(presetName);
-    if (!preset)
-      return fail("unknown preset '" + presetName + "' (" + presetNames() +
-                  ")");
-    if (dtype != "bf16" && dtype != "f16" && dtype != "f32")
-      return fail("unknown --dtype '" + dtype + "' (bf16, f16, f32)");
-    Preset sized = preset->shrunk(reduced ? 32 : 1);
-    std::string source;
-    if (part == "layer")
-      source = getLayerSource(sized, dtype);
-    else if (part == "routing")
-      source = getRoutingSource(sized, dtype, blockM);
-    else if (part == "router")
-      source = getRouterSource(sized);
-    else
-      return fail("unknown --part '" + part + "' (layer, routing, router)");
-    module = parseSourceString<ModuleOp>(source, &context);
+    auto source =
+        getPresetSource(presetName, part, reduced ? 32 : 1, dtype, blockM);
+    if (!source)
+      return fail(llvm::toString(source.takeError()));
+    module = parseSourceString<ModuleOp>(*source, &context);
   } else {
     std::string message;
     auto file = openInputFile(inputFile, &message);

@@ -312,14 +312,11 @@ int main(int argc, char **argv) {
   OwningOpRef<ModuleOp> module;
   std::string label;
   if (!presetName.empty()) {
-    const Preset *preset = findPreset(presetName);
-    if (!preset)
-      return fail("unknown preset '" + presetName + "' (" + presetNames() +
-                  ")");
-    if (dtypeName != "bf16" && dtypeName != "f16" && dtypeName != "f32")
-      return fail("unknown --dtype '" + dtypeName + "' (bf16, f16, f32)");
-    module = parseSourceString<ModuleOp>(
-        getLayerSource(preset->shrunk(reduced ? 32 : 1), dtypeName), &context);
+    auto source = getPresetSource(presetName, "layer", reduced ? 32 : 1,
+                                  dtypeName, /*blockM=*/64);
+    if (!source)
+      return fail(llvm::toString(source.takeError()));
+    module = parseSourceString<ModuleOp>(*source, &context);
     label = presetName + (reduced ? " (reduced)" : "");
   } else {
     std::string message;

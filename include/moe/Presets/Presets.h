@@ -5,6 +5,7 @@
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
 
 #include <string>
 
@@ -42,6 +43,14 @@ std::string getRoutingSource(const Preset &preset, llvm::StringRef dtype,
 /// The router alone, a function of one moe.gate: (logits [T,E][, bias]) ->
 /// (weights [T,S], ids [T,S]).
 std::string getRouterSource(const Preset &preset);
+
+/// The source of `part` ("layer", "routing" or "router") of preset `name`
+/// with its hidden and intermediate sizes divided by `shrink`, element type
+/// `dtype` (bf16, f16, f32) and routing blocks of `blockM` rows; an error
+/// names the valid choices.
+llvm::Expected<std::string>
+getPresetSource(llvm::StringRef name, llvm::StringRef part, int64_t shrink,
+                llvm::StringRef dtype, int64_t blockM);
 
 } // namespace moe
 } // namespace mlir
