@@ -31,6 +31,11 @@ if [[ $what != bench ]]; then
   step runtime-tests 300 build-runtime/bin/MoeRuntimeTests
   step routing-tests 400 python3 test/GPU/routing_test.py
   step layer-tests 400 python3 test/GPU/layer_test.py
+  # The moe_mlir package (runtime only) for the python3 that has torch.
+  step python-tests 400 bash -c "cmake -S . -B build-runtime \
+    -DPython3_EXECUTABLE=\"\$(command -v python3)\" >/dev/null && \
+    ninja -C build-runtime moe-python && \
+    PYTHONPATH=build-runtime/python python3 test/GPU/python_test.py"
   step sanitizer 400 compute-sanitizer --tool memcheck --error-exitcode 1 \
     python3 test/GPU/routing_test.py --tokens 7,300 --only routing-deepseek
 fi

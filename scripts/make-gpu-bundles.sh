@@ -16,3 +16,4 @@ for bundle in json.load(open("test/GPU/bundles.json"))["bundles"]:
     subprocess.run(command, check=True)
 PY
 cp test/GPU/bundles.json out/gpu-bundles/
+/usr/bin/python3 test/GPU/python_test.py --prepare

@@ -31,3 +31,14 @@ if config.enable_runtime:
     config.available_features.add("runtime")
 if os.access(os.path.join(config.cuda_toolkit, "bin", "ptxas"), os.X_OK):
     config.available_features.add("ptxas")
+
+# The Python package's tests (test/Python) run the interpreter the package
+# was built for, with the build's package first on its path; where it was
+# not built they are unsupported (test/Python/lit.local.cfg).
+python_dir = os.path.join(config.moe_obj_root, "python")
+interpreter_file = os.path.join(python_dir, "interpreter.txt")
+if os.path.exists(interpreter_file):
+    with open(interpreter_file) as file:
+        config.substitutions.append(("%python", file.read().strip()))
+    config.environment["PYTHONPATH"] = python_dir
+    config.available_features.add("python")

@@ -1,0 +1,216 @@
+//===- RuntimeModule.cpp - moe_mlir._runtime ------------------------------===//
+//
+// The runtime half of the moe_mlir package: a bundle loaded onto one CUDA
+// device and launched on a caller's stream with raw device pointers, over
+// the runtime's C++ API, plus a reader of DLPack capsules. It links no MLIR,
+// so the GPU machine builds it too. The torch and DLPack conveniences live
+// in moe_mlir/runtime.py.
+//
+//===----------------------------------------------------------------------===//
+
+#include "PythonError.h"
+
+#include "moe/Runtime/Runtime.h"
+
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <tuple>
+
+namespace py = pybind11;
+using moe_python::Error;
+
+namespace {
+
+/// The runtime's element type names, indexed by MoeDtype.
+constexpr const char *kDtypeNames[] = {"f32", "bf16", "f16",
+                                       "i32", "i64",  "u8"};
+
+int32_t parseDtype(const std::string &name) {
+  for (int32_t code = 0; code < static_cast<int32_t>(std::size(kDtypeNames));
+       ++code)
+    if (name == kDtypeNames[code])
+      return code;
+  throw py::value_error("unknown element type '" + name +
+                        "' (f32, bf16, f16, i32, i64, u8)");
+}
+
+/// One caller tensor as Python describes it: device pointer, element type
+/// name, dims.
+using TensorDescription =
+    std::tuple<uintptr_t, std::string, std::vector<int64_t>>;
+
+/// A bundle loaded onto one device (moe::runtime::Bundle).
+class Bundle {
+public:
+  Bundle(const std::string &path, int device) {
+    moe::runtime::Status status =
+        moe::runtime::Bundle::open(path, device, bundle);
+    if (!status.ok())
+      throw Error("cannot open bundle " + path + ": " + status.message());
+  }
+
+  /// Frees the workspaces and the module; the caller must have synchronised
+  /// the streams that ran the bundle.
+  void close() { bundle.reset(); }
+  bool closed() const { return !bundle; }
+
+  int64_t tokensMax() const { return get().tokensMax(); }
+  int numTensors() const { return get().numTensors(); }
+
+  /// (name, role, dtype, shape) of each caller tensor at `tokens` tokens.
+  py::list tensors(int64_t tokens) const {
+    py::list list;
+    for (int index = 0; index < get().numTensors(); ++index) {
+      MoeTensorInfo info;
+      moe::runtime::Status status = get().tensorInfo(index, tokens, info);
+      if (!status.ok())
+        throw Error(status.message());
+      py::tuple shape(info.rank);
+      for (int d = 0; d < info.rank; ++d)
+        shape[d] = info.dims[d];
+      list.append(py::make_tuple(
+          info.name, info.role == MOE_ROLE_INPUT ? "input" : "output",
+          kDtypeNames[info.dtype], shape));
+    }
+    return list;
+  }
+
+  /// Enqueues the plan for `tokens` tokens on `stream` (a CUstream; 0 is
+  /// the legacy default stream). Never synchronises.
+  void run(int64_t tokens, const std::vector<TensorDescription> &tensors,
+           uintptr_t stream) {
+    std::vector<MoeTensor> described(tensors.size());
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const auto &[pointer, dtype, dims] = tensors[i];
+      if (dims.size() > MOE_MAX_RANK)
+        throw py::value_error("tensor #" + std::to_string(i) + " has rank " +
+                              std::to_string(dims.size()) +
+                              "; bundles take at most " +
+                              std::to_string(MOE_MAX_RANK));
+      MoeTensor &tensor = described[i];
+      tensor.data = reinterpret_cast<void *>(pointer);
+      tensor.dtype = parseDtype(dtype);
+      tensor.rank = static_cast<int32_t>(dims.size());
+      std::copy(dims.begin(), dims.end(), tensor.dims);
+    }
+    moe::runtime::Status status =
+        get().run(tokens, described.data(), static_cast<int>(described.size()),
+                  reinterpret_cast<CUstream>(stream));
+    if (!status.ok())
+      throw Error(status.message());
+  }
+
+private:
+  moe::runtime::Bundle &get() const {
+    if (!bundle)
+      throw Error("the bundle is closed");
+    return *bundle;
+  }
+
+  std::unique_ptr<moe::runtime::Bundle> bundle;
+};
+
+//===----------------------------------------------------------------------===//
+// DLPack (the ABI of dlpack.h, version 0.x capsules "dltensor")
+//===----------------------------------------------------------------------===//
+
+struct DLDevice {
+  int32_t deviceType;
+  int32_t deviceId;
+};
+struct DLDataType {
+  uint8_t code;
+  uint8_t bits;
+  uint16_t lanes;
+};
+struct DLTensor {
+  void *data;
+  DLDevice device;
+  int32_t ndim;
+  DLDataType dtype;
+  int64_t *shape;
+  int64_t *strides; // In elements; null for a compact row-major tensor.
+  uint64_t byteOffset;
+};
+struct DLManagedTensor {
+  DLTensor tensor;
+  void *managerContext;
+  void (*deleter)(DLManagedTensor *);
+};
+
+enum DLDataTypeCode : uint8_t {
+  kDLInt = 0,
+  kDLUInt = 1,
+  kDLFloat = 2,
+  kDLBfloat = 4
+};
+
+/// The runtime's name of a DLPack element type.
+std::string dlpackDtype(DLDataType dtype) {
+  if (dtype.lanes == 1) {
+    if (dtype.code == kDLFloat && dtype.bits == 32)
+      return "f32";
+    if (dtype.code == kDLBfloat && dtype.bits == 16)
+      return "bf16";
+    if (dtype.code == kDLFloat && dtype.bits == 16)
+      return "f16";
+    if (dtype.code == kDLInt && dtype.bits == 32)
+      return "i32";
+    if (dtype.code == kDLInt && dtype.bits == 64)
+      return "i64";
+    if (dtype.code == kDLUInt && dtype.bits == 8)
+      return "u8";
+  }
+  throw py::type_error(
+      "DLPack element type (code " + std::to_string(dtype.code) + ", " +
+      std::to_string(dtype.bits) + " bits, " + std::to_string(dtype.lanes) +
+      " lanes) is none of f32, bf16, f16, i32, i64, u8");
+}
+
+/// What a DLPack capsule describes: (pointer, dtype, shape, device type,
+/// device id, contiguous). The capsule is read, not consumed: the producer's
+/// array keeps owning the memory, so the caller keeps it alive.
+py::tuple readDlpack(py::capsule capsule) {
+  if (!PyCapsule_IsValid(capsule.ptr(), "dltensor"))
+    throw py::type_error("expected an unconsumed DLPack capsule (named "
+                         "'dltensor'), as __dlpack__() returns");
+  auto *managed = static_cast<DLManagedTensor *>(
+      PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
+  const DLTensor &tensor = managed->tensor;
+  py::tuple shape(tensor.ndim);
+  bool contiguous = true;
+  int64_t stride = 1;
+  for (int32_t d = tensor.ndim - 1; d >= 0; --d) {
+    shape[d] = tensor.shape[d];
+    // A dim of size 1 may have any stride.
+    if (tensor.strides && tensor.shape[d] != 1 && tensor.strides[d] != stride)
+      contiguous = false;
+    stride *= tensor.shape[d];
+  }
+  uintptr_t pointer =
+      reinterpret_cast<uintptr_t>(tensor.data) + tensor.byteOffset;
+  return py::make_tuple(pointer, dlpackDtype(tensor.dtype), shape,
+                        tensor.device.deviceType, tensor.device.deviceId,
+                        contiguous);
+}
+
+} // namespace
+
+PYBIND11_MODULE(_runtime, m) {
+  m.doc() = "The moe runtime: bundles on CUDA devices (see moe_mlir.Bundle "
+            "for the documented API).";
+  moe_python::registerErrorTranslator();
+
+  py::class_<Bundle>(m, "Bundle")
+      .def(py::init<const std::string &, int>(), py::arg("path"),
+           py::arg("device"))
+      .def("close", &Bundle::close)
+      .def_property_readonly("closed", &Bundle::closed)
+      .def_property_readonly("tokens_max", &Bundle::tokensMax)
+      .def_property_readonly("num_tensors", &Bundle::numTensors)
+      .def("tensors", &Bundle::tensors, py::arg("tokens"))
+      .def("run", &Bundle::run, py::arg("tokens"), py::arg("tensors"),
+           py::arg("stream"));
+  m.def("read_dlpack", &readDlpack, py::arg("capsule"));
+}

@@ -1,0 +1,274 @@
+"""MoE layers described in Python: sizes and routing rules, the model
+presets, a layer's MLIR source, and its bundle compiled once into a cache.
+
+A ``Layer`` is plain data, so that a machine without the compiler (the GPU
+machine builds moe_mlir with the runtime only) still finds a layer's bundle
+in a cache filled elsewhere; making sources and bundles needs the compiler.
+"""
+
+import dataclasses
+import hashlib
+import importlib.util
+import json
+import math
+import os
+import shutil
+import tempfile
+
+from ._errors import Error
+
+# A runtime-only build has no _compiler (see require_compiler); one that
+# exists but fails to load raises here, with the loader's reason.
+if importlib.util.find_spec(__package__ + "._compiler"):
+    from . import _compiler
+else:
+    _compiler = None
+
+LAYER_DTYPES = ("bf16", "f16", "f32")
+
+
+def require_compiler(what):
+    """Raises Error unless this build of moe_mlir has its compiler part."""
+    if _compiler is None:
+        raise Error(f"{what} needs moe_mlir's compiler (the _compiler "
+                    "extension), which this build lacks: it was built "
+                    "without MLIR (MOE_ENABLE_COMPILER=OFF)")
+    return _compiler
+
+
+def _mlir_float(value):
+    """`value` as an MLIR float literal, which needs a '.' before any
+    exponent (repr gives '1e-05')."""
+    text = repr(float(value))
+    return text if "." in text.split("e")[0] else f"{value:.17e}"
+
+
+def _check_count(name, value, least):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < least:
+        raise ValueError(f"{name} must be at least {least}, got {value}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Router:
+    """How a layer routes tokens: the fields of ``#moe.router``.
+
+    ``scoring`` is "softmax" or "sigmoid" of the fp32 logits; ``top_k``
+    routed experts per token; experts split into ``num_groups`` groups of
+    which the ``topk_groups`` best stay eligible; ``renormalize`` divides
+    the chosen weights by their sum; ``routed_scaling_factor`` multiplies
+    them; ``num_shared_experts`` fused shared experts follow every token's
+    routed ones with weight 1. The checks here are those of the
+    compiler's verifier that need no expert count, so that they fail early
+    on any machine; the rest fail when the layer is compiled.
+    """
+
+    scoring: str
+    top_k: int
+    num_groups: int = 1
+    topk_groups: int = 1
+    renormalize: bool = False
+    routed_scaling_factor: float = 1.0
+    num_shared_experts: int = 0
+
+    def __post_init__(self):
+        if self.scoring not in ("softmax", "sigmoid"):
+            raise ValueError(f"scoring must be 'softmax' or 'sigmoid', got "
+                             f"{self.scoring!r}")
+        _check_count("top_k", self.top_k, 1)
+        _check_count("num_groups", self.num_groups, 1)
+        _check_count("topk_groups", self.topk_groups, 1)
+        _check_count("num_shared_experts", self.num_shared_experts, 0)
+        if self.topk_groups > self.num_groups:
+            raise ValueError(f"topk_groups ({self.topk_groups}) exceeds "
+                             f"num_groups ({self.num_groups})")
+        scale = self.routed_scaling_factor
+        if not (math.isfinite(scale) and scale > 0):
+            raise ValueError(f"routed_scaling_factor must be finite and "
+                             f"positive, got {scale}")
+        object.__setattr__(self, "renormalize", bool(self.renormalize))
+        object.__setattr__(self, "routed_scaling_factor", float(scale))
+
+    @property
+    def num_slots(self):
+        """Experts per token: routed plus shared."""
+        return self.top_k + self.num_shared_experts
+
+    def params(self):
+        """The ``#moe.router<...>`` parameters, e.g. "scoring = softmax,
+        top_k = 2, ..." (every field written out)."""
+        return (f"scoring = {self.scoring}, top_k = {self.top_k}, "
+                f"num_groups = {self.num_groups}, "
+                f"topk_groups = {self.topk_groups}, "
+                f"renormalize = {str(self.renormalize).lower()}, "
+                f"routed_scaling_factor = "
+                f"{_mlir_float(self.routed_scaling_factor)}, "
+                f"num_shared_experts = {self.num_shared_experts}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Layer:
+    """One MoE layer's sizes and routing (DESIGN.md's names: H hidden, I
+    intermediate, E routed experts, X shared experts).
+
+    Its operands: hidden states [T, H], router logits [T, E] (fp32), w13
+    [E+X, 2I, H] (gate rows, then up rows), w2 [E+X, H, I], and with
+    ``correction_bias`` a bias [E] (fp32) added to the scores for selection
+    only. The activation is SiLU-and-mul.
+    """
+
+    hidden_size: int
+    intermediate_size: int
+    num_experts: int
+    router: Router
+    correction_bias: bool = False
+
+    def __post_init__(self):
+        _check_count("hidden_size", self.hidden_size, 1)
+        _check_count("intermediate_size", self.intermediate_size, 1)
+        _check_count("num_experts", self.num_experts, 1)
+        if not isinstance(self.router, Router):
+            raise TypeError(f"router must be a moe_mlir.Router, got "
+                            f"{type(self.router).__name__}")
+        object.__setattr__(self, "correction_bias", bool(self.correction_bias))
+
+    @classmethod
+    def preset(cls, name, reduced=False):
+        """The layer of a model preset (preset_names()); ``reduced`` divides
+        the hidden and intermediate sizes by 32, routing unchanged, as the
+        tools' --reduced does."""
+        for entry in require_compiler("Layer.preset").preset_table():
+            if entry["name"] == name:
+                layer = cls(entry["hidden_size"], entry["intermediate_size"],
+                            entry["num_experts"], Router(**entry["router"]),
+                            entry["correction_bias"])
+                return layer.shrunk(32) if reduced else layer
+        raise ValueError(f"unknown preset {name!r} "
+                         f"({', '.join(preset_names())})")
+
+    def shrunk(self, factor):
+        """This layer with hidden and intermediate sizes divided by
+        ``factor`` (rounding down), routing unchanged."""
+        return dataclasses.replace(
+            self, hidden_size=self.hidden_size // factor,
+            intermediate_size=self.intermediate_size // factor)
+
+    @property
+    def num_stored_experts(self):
+        """E + X: the experts whose weights w13 and w2 hold."""
+        return self.num_experts + self.router.num_shared_experts
+
+    @property
+    def w13_shape(self):
+        return (self.num_stored_experts, 2 * self.intermediate_size,
+                self.hidden_size)
+
+    @property
+    def w2_shape(self):
+        return (self.num_stored_experts, self.hidden_size,
+                self.intermediate_size)
+
+    def source(self, dtype="bf16"):
+        """The layer as MLIR: ``func.func @layer(%x, %logits, %w13, %w2[,
+        %bias])`` of one moe.fused_moe, activations and weights in
+        ``dtype`` (bf16, f16, f32), logits and bias in f32, T dynamic."""
+        return self._part_source("layer", dtype)
+
+    def routing_source(self, dtype="bf16", block_m=64):
+        """The layer's routing as MLIR: moe.gate, moe.route (``block_m``
+        rows per block) and moe.combine, as moe-compile --part routing."""
+        return self._part_source("routing", dtype, block_m)
+
+    def router_source(self):
+        """The layer's router as MLIR: one moe.gate."""
+        return self._part_source("router", "f32")
+
+    def _part_source(self, part, dtype, block_m=64):
+        compiler = require_compiler("Layer." + ("source" if part == "layer"
+                                                else part + "_source"))
+        return compiler.layer_part_source(
+            part, hidden_size=self.hidden_size,
+            intermediate_size=self.intermediate_size,
+            num_experts=self.num_experts, top_k=self.router.top_k,
+            num_shared_experts=self.router.num_shared_experts,
+            router=self.router.params(),
+            correction_bias=self.correction_bias, dtype=dtype,
+            block_m=block_m)
+
+
+def preset_names():
+    """The names of the model presets (mixtral-8x7b, ...)."""
+    return [entry["name"]
+            for entry in require_compiler("preset_names").preset_table()]
+
+
+def default_cache_dir():
+    """Where layer_bundle keeps bundles unless told: a directory of this
+    user's in the system's temporary directory."""
+    return os.path.join(tempfile.gettempdir(), f"moe_mlir-{os.getuid()}")
+
+
+def layer_bundle(layer, dtype="bf16", *, cache_dir=None, tokens_max=16384,
+                 block_m=64, chip="sm_90a", toolkit="/usr/local/cuda"):
+    """The path of ``layer``'s bundle for ``dtype``, compiled on first use.
+
+    Bundles live in ``cache_dir`` (default_cache_dir() when None) under a
+    name derived from the layer, dtype, tokens_max, block_m and chip, so a
+    cache filled on a machine with the compiler serves one without it. The
+    key does not cover the compiler's own version: give a fresh cache_dir
+    (or empty it) after changing the compiler. A bundle appears atomically
+    (compiled beside it, then renamed), so concurrent processes never load
+    a partial one. Beside the runtime's files it holds layer.mlir (the
+    source) and layer.json (the key).
+
+    Raises moe_mlir.Error when the layer cannot be compiled (the message
+    has the compiler's diagnostics) or when no compiler is there to make a
+    missing bundle.
+    """
+    if dtype not in LAYER_DTYPES:
+        raise ValueError(f"unknown layer dtype {dtype!r} "
+                         f"({', '.join(LAYER_DTYPES)})")
+    key = {"layer": dataclasses.asdict(layer), "dtype": dtype,
+           "tokens_max": tokens_max, "block_m": block_m, "chip": chip}
+    key_text = json.dumps(key, sort_keys=True, indent=1)
+    digest = hashlib.sha256(key_text.encode()).hexdigest()[:16]
+    name = (f"layer-e{layer.num_stored_experts}-h{layer.hidden_size}-"
+            f"i{layer.intermediate_size}-{dtype}-{digest}.moeb")
+    # The default directory is this user's alone; a given one is the
+    # caller's to share.
+    private = cache_dir is None
+    cache_dir = default_cache_dir() if private else os.fspath(cache_dir)
+    path = os.path.join(cache_dir, name)
+    if os.path.isfile(os.path.join(path, "manifest.txt")):
+        return path
+
+    compiler = require_compiler(f"compiling {name} (not in {cache_dir})")
+    os.makedirs(cache_dir, mode=0o700 if private else 0o777, exist_ok=True)
+    source = layer.source(dtype)
+    staging = tempfile.mkdtemp(prefix=name + ".", dir=cache_dir)
+    try:
+        try:
+            compiler.compile_bundle(source, staging, tokens_max=tokens_max,
+                                    block_m=block_m, chip=chip,
+                                    toolkit=toolkit)
+        except Error as error:
+            raise Error(f"cannot compile the layer (E={layer.num_experts}+"
+                        f"{layer.router.num_shared_experts}, "
+                        f"H={layer.hidden_size}, "
+                        f"I={layer.intermediate_size}, {dtype}) to a "
+                        f"bundle: {error}") from error
+        with open(os.path.join(staging, "layer.mlir"), "w") as file:
+            file.write(source)
+        with open(os.path.join(staging, "layer.json"), "w") as file:
+            file.write(key_text + "\n")
+        os.chmod(staging, 0o755)  # mkdtemp's 0700 would hide it from others
+        try:
+            os.rename(staging, path)
+        except OSError:
+            # Another process finished the same bundle first.
+            if not os.path.isfile(os.path.join(path, "manifest.txt")):
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return path

@@ -1,0 +1,448 @@
+#!/usr/bin/env python3
+"""GPU test of the moe_mlir package on torch tensors.
+
+- moe_mlir.Bundle on routing-deepseek (bundles.json): tensors() as the ctypes
+  runtime reports them, and outputs bit-identical to the ctypes path's with
+  tensors passed through data_ptr(), DLPack and raw pointers (on a side
+  stream), and from a replayed CUDA graph; wrong tensors raise.
+- moe_mlir.torch.FusedMoE on each of LAYERS against a torch reference of the
+  layer (float64 on the host, from DESIGN.md's semantics): max |error| over
+  max |reference| within TOLERANCE, with torch's sync debug mode set to
+  "error" around forward; captured in a CUDA graph and replayed on new
+  inputs, equal to eager runs; its argument checks raise TypeError or
+  ValueError, and a capture before the bundle is loaded RuntimeError.
+  Tokens whose routing the reference decides by less than TIE_MARGIN
+  (relative to the token's largest selection score) are left out of the
+  comparison: float32 on the GPU may decide them the other way (the routing
+  tests check ties bit-exactly).
+
+The GPU machine has no compiler, so the FusedMoE bundles come from here:
+    /usr/bin/python3 test/GPU/python_test.py --prepare   # here, with MLIR
+    PYTHONPATH=build-runtime/python python3 test/GPU/python_test.py  # there
+(scripts/gpu-run.sh runs the second). Exits non-zero on any failure.
+"""
+
+import argparse
+import copy
+import os
+import sys
+import time
+import warnings
+
+import moe_mlir
+
+try:
+    import torch
+except ImportError:  # --prepare runs where MLIR is, which has no torch.
+    torch = None
+
+LAYERS = {
+    "mixtral-like-bf16": (moe_mlir.Layer(
+        256, 128, 8, moe_mlir.Router("softmax", 2, renormalize=True)),
+        "bf16"),
+    "deepseek-reduced-bf16": (moe_mlir.Layer(
+        224, 64, 256,
+        moe_mlir.Router("sigmoid", 8, num_groups=8, topk_groups=4,
+                        renormalize=True, routed_scaling_factor=2.5,
+                        num_shared_experts=1),
+        correction_bias=True), "bf16"),
+    "qwen-like-f16": (moe_mlir.Layer(
+        64, 32, 128, moe_mlir.Router("softmax", 8, renormalize=True)), "f16"),
+    "softmax-f32": (moe_mlir.Layer(
+        64, 48, 16, moe_mlir.Router("softmax", 4)), "f32"),
+}
+TOKENS_MAX = 1024
+TOKEN_COUNTS = (1, 7, 64, 1000)
+TOLERANCE = {"f32": 1e-5, "f16": 4e-3, "bf16": 2e-2}
+TIE_MARGIN = 1e-5
+ROUTING_BUNDLE = "routing-deepseek"
+
+
+def prepare(cache_dir):
+    """Compiles the bundles FusedMoE will look for (no torch needed)."""
+    for name, (layer, dtype) in LAYERS.items():
+        path = moe_mlir.layer_bundle(layer, dtype, cache_dir=cache_dir,
+                                     tokens_max=TOKENS_MAX)
+        print(f"{name}: {path}")
+
+
+class Results:
+    """PASS/FAIL lines and the count of failures."""
+
+    def __init__(self):
+        self.failed = 0
+
+    def check(self, name, passed, detail=""):
+        print(f"{'PASS' if passed else 'FAIL'} {name}"
+              + (f": {detail}" if detail else ""), flush=True)
+        self.failed += not passed
+
+    def raises(self, name, kind, call):
+        """Checks that `call` raises `kind`, and prints its message."""
+        try:
+            call()
+        except kind as error:
+            self.check(name, True, f"{kind.__name__}: {error}")
+            return
+        except Exception as error:  # noqa: BLE001 - reported as a failure
+            self.check(name, False, f"raised {type(error).__name__}: {error}")
+            return
+        self.check(name, False, f"raised no {kind.__name__}")
+
+
+def bits(tensor):
+    """The tensor's bit patterns, so that NaN == NaN."""
+    width = {4: torch.int32, 2: torch.int16}[tensor.element_size()]
+    return tensor.contiguous().view(-1).view(width)
+
+
+def same_bits(first, second):
+    return all(torch.equal(bits(a), bits(b)) for a, b in zip(first, second))
+
+
+class DlpackOnly:
+    """A tensor seen only through the DLPack protocol, as a non-torch
+    producer (CuPy, JAX) would hand it over."""
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+    def __dlpack__(self, stream=None):
+        return self.tensor.__dlpack__(stream=stream)
+
+    def __dlpack_device__(self):
+        return self.tensor.__dlpack_device__()
+
+
+def test_bundle(results, args, generator):
+    from moe_ctypes import Bundle as CtypesBundle  # noqa: E402
+    from moe_mlir.torch import TORCH_DTYPES, empty_outputs
+
+    path = os.path.join(args.bundles, ROUTING_BUNDLE + ".moeb")
+    ctypes_bundle = CtypesBundle(args.build, path)
+    bundle = moe_mlir.Bundle(path)
+    tokens = 300
+    expected_infos = [(name, "input" if role == 0 else "output", dtype, shape)
+                      for name, role, dtype, shape
+                      in ctypes_bundle.infos(tokens)]
+    infos = [(info.name, info.role, TORCH_DTYPES[info.dtype], info.shape)
+             for info in bundle.tensors(tokens)]
+    results.check("Bundle.tensors matches the ctypes runtime",
+                  infos == expected_infos, f"{infos}")
+
+    def inputs(count):
+        logits = torch.randn(count, 256, generator=generator) * 2
+        bias = torch.randn(256, generator=generator) * 0.1
+        rows = torch.randn(count, 9, 224, generator=generator)
+        return [logits.cuda(), bias.cuda(), rows.to(torch.bfloat16).cuda()]
+
+    def poisoned(count):
+        outputs = empty_outputs(bundle, count)
+        for output in outputs:
+            output.fill_(float("nan") if output.is_floating_point() else -7)
+        return outputs
+
+    def ctypes_run(count, tensors):
+        outputs = poisoned(count)
+        ctypes_bundle.run(count, tensors + outputs)
+        torch.cuda.synchronize()
+        return outputs
+
+    tensors = inputs(tokens)
+    expected = ctypes_run(tokens, tensors)
+    outputs = poisoned(tokens)
+    bundle.run(tokens, tensors + outputs)
+    torch.cuda.synchronize()
+    results.check("Bundle.run on torch tensors",
+                  same_bits(outputs, expected))
+
+    outputs = poisoned(tokens)
+    bundle.run(tokens, [DlpackOnly(tensor) for tensor in tensors + outputs])
+    torch.cuda.synchronize()
+    results.check("Bundle.run through DLPack", same_bits(outputs, expected))
+
+    outputs = poisoned(tokens)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    raw = [(tensor.data_ptr(), info.dtype, tuple(tensor.shape))
+           for tensor, info in zip(tensors + outputs,
+                                   bundle.tensors(tokens))]
+    bundle.run(tokens, raw, stream=side.cuda_stream)
+    side.synchronize()
+    results.check("Bundle.run on raw pointers and a side stream",
+                  same_bits(outputs, expected))
+
+    # A CUDA graph of one run, replayed on new inputs.
+    static_inputs, static_outputs = inputs(64), poisoned(64)
+    bundle.run(64, static_inputs + static_outputs)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        bundle.run(64, static_inputs + static_outputs)
+    replays_match = True
+    for _ in range(2):
+        fresh = inputs(64)
+        for static, new in zip(static_inputs, fresh):
+            static.copy_(new)
+        graph.replay()
+        torch.cuda.synchronize()
+        replays_match &= same_bits(static_outputs, ctypes_run(64, fresh))
+    results.check("Bundle.run captured in a CUDA graph", replays_match)
+
+    results.raises("Bundle.run: host tensor", ValueError, lambda: bundle.run(
+        tokens, [tensors[0].cpu()] + tensors[1:] + outputs))
+    results.raises("Bundle.run: dtype no bundle takes", TypeError,
+                   lambda: bundle.run(tokens, [tensors[0].double()]
+                                      + tensors[1:] + outputs))
+    results.raises("Bundle.run: not contiguous", ValueError,
+                   lambda: bundle.run(tokens, [tensors[0].t()]
+                                      + tensors[1:] + outputs))
+    results.raises("Bundle.run: wrong dims", moe_mlir.Error,
+                   lambda: bundle.run(tokens, [torch.empty(
+                       tokens, 255, device="cuda")] + tensors[1:] + outputs))
+    results.raises("Bundle.run: wrong tensor count", moe_mlir.Error,
+                   lambda: bundle.run(tokens, tensors))
+    results.raises("Bundle.run: beyond tokens_max", moe_mlir.Error,
+                   lambda: bundle.run(bundle.tokens_max + 1,
+                                      tensors + outputs))
+    torch.cuda.synchronize()
+    bundle.close()
+    ctypes_bundle.close()
+
+
+def reference_routing(router, logits, bias):
+    """(weights, ids, margin) per token, in float64 on the host: margin is
+    the smallest gap at a routing decision (k-th vs next expert, kept vs
+    dropped group) over the token's largest selection score."""
+    tokens, experts = logits.shape
+    if router.scoring == "softmax":
+        scores = torch.softmax(logits, dim=1)
+    else:
+        scores = torch.sigmoid(logits)
+    selection = scores + bias if bias is not None else scores.clone()
+    scale = selection.abs().amax(dim=1).clamp_min(1e-30)
+    margin = torch.full((tokens,), float("inf"), dtype=torch.float64)
+    if router.num_groups > 1:
+        grouped = selection.view(tokens, router.num_groups, -1)
+        group_scores = grouped.topk(2, dim=2).values.sum(dim=2)
+        ordered, order = group_scores.sort(dim=1, descending=True,
+                                           stable=True)
+        if router.topk_groups < router.num_groups:
+            margin = torch.minimum(margin,
+                                   ordered[:, router.topk_groups - 1]
+                                   - ordered[:, router.topk_groups])
+        dropped = order[:, router.topk_groups:]
+        mask = torch.zeros_like(group_scores, dtype=torch.bool)
+        mask.scatter_(1, dropped, True)
+        selection = selection.masked_fill(
+            mask.repeat_interleave(experts // router.num_groups, dim=1),
+            float("-inf"))
+    ordered, order = selection.sort(dim=1, descending=True, stable=True)
+    ids = order[:, :router.top_k]
+    if router.top_k < experts:
+        gap = ordered[:, router.top_k - 1] - ordered[:, router.top_k]
+        margin = torch.minimum(margin, gap)
+    margin = margin / scale
+    weights = scores.gather(1, ids)
+    if router.renormalize:
+        weights = weights / (weights.sum(dim=1, keepdim=True) + 1e-20)
+    weights = weights * router.routed_scaling_factor
+    shared = torch.arange(experts, experts + router.num_shared_experts)
+    ids = torch.cat([ids, shared.expand(tokens, -1)], dim=1)
+    weights = torch.cat(
+        [weights, torch.ones(tokens, router.num_shared_experts,
+                             dtype=torch.float64)], dim=1)
+    return weights, ids, margin
+
+
+def reference_layer(layer, hidden, logits, w13, w2, bias):
+    """The layer in float64 on the host, and each token's routing margin:
+    y[t] = sum over slots of weight * w2[e] @ (silu(g) * u), (g, u) the
+    halves of w13[e] @ x[t]."""
+    hidden, logits, w13, w2 = (tensor.cpu().double()
+                               for tensor in (hidden, logits, w13, w2))
+    bias = bias.cpu().double() if bias is not None else None
+    weights, ids, margin = reference_routing(layer.router, logits, bias)
+    intermediate = layer.intermediate_size
+    output = torch.zeros(hidden.shape, dtype=torch.float64)
+    for expert in ids.unique().tolist():
+        token, slot = (ids == expert).nonzero(as_tuple=True)
+        h = hidden[token] @ w13[expert].T
+        activated = torch.nn.functional.silu(h[:, :intermediate]) * (
+            h[:, intermediate:])
+        output.index_add_(0, token,
+                          (activated @ w2[expert].T)
+                          * weights[token, slot, None])
+    return output, margin
+
+
+def compare(layer, dtype, output, hidden, logits, moe):
+    """('' if `output` matches the reference, else why not; what was left
+    out)."""
+    bias = moe.correction_bias
+    expected, margin = reference_layer(layer, hidden, logits, moe.w13,
+                                       moe.w2, bias)
+    actual = output.cpu().double()
+    clear = margin > TIE_MARGIN
+    skipped = f"{int((~clear).sum())} near-tie token(s) left out"
+    if not torch.isfinite(actual).all():
+        return "output not finite", skipped
+    if not clear.any():
+        return "no token routes clearly", skipped
+    error = (actual - expected)[clear].abs().max().item()
+    scale = expected[clear].abs().max().item()
+    relative = error / max(scale, 1e-30)
+    if relative > TOLERANCE[dtype]:
+        return f"max |error| {error:.3g}, relative {relative:.3g}", skipped
+    return "", skipped
+
+
+def test_fused_moe(results, args, generator):
+    from moe_mlir.torch import FusedMoE, TORCH_DTYPES
+
+    def uniform(*shape, scale=1.0):
+        return ((torch.rand(*shape, generator=generator) * 2 - 1)
+                * scale).cuda()
+
+    for name, (layer, dtype) in LAYERS.items():
+        torch_dtype = TORCH_DTYPES[dtype]
+        moe = FusedMoE(layer=layer, dtype=torch_dtype, device="cuda",
+                       cache_dir=args.cache, tokens_max=TOKENS_MAX)
+        with torch.no_grad():
+            moe.w13.copy_(uniform(*layer.w13_shape,
+                                  scale=layer.hidden_size ** -0.5))
+            moe.w2.copy_(uniform(*layer.w2_shape,
+                                 scale=layer.intermediate_size ** -0.5))
+            if moe.correction_bias is not None:
+                moe.correction_bias.copy_(uniform(layer.num_experts,
+                                                  scale=0.1))
+
+        def inputs(tokens):
+            return (uniform(tokens, layer.hidden_size).to(torch_dtype),
+                    uniform(tokens, layer.num_experts, scale=2.0))
+
+        for tokens in TOKEN_COUNTS:
+            hidden, logits = inputs(tokens)
+            with warnings.catch_warnings():  # "a prototype feature"
+                warnings.simplefilter("ignore", UserWarning)
+                torch.cuda.set_sync_debug_mode("error")
+            try:
+                output = moe(hidden, logits)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+            torch.cuda.synchronize()
+            failure, skipped = compare(layer, dtype, output, hidden, logits,
+                                       moe)
+            results.check(f"FusedMoE {name} T={tokens}", not failure,
+                          failure or skipped)
+
+        # Graph capture, once the bundle is loaded (it is, from above).
+        static_hidden, static_logits = inputs(64)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_output = moe(static_hidden, static_logits)
+        failures = []
+        for _ in range(2):
+            hidden, logits = inputs(64)
+            static_hidden.copy_(hidden)
+            static_logits.copy_(logits)
+            graph.replay()
+            eager = moe(hidden, logits)
+            torch.cuda.synchronize()
+            if not torch.equal(bits(static_output), bits(eager)):
+                failures.append("replay differs from eager")
+            failure, _ = compare(layer, dtype, static_output, hidden, logits,
+                                 moe)
+            if failure:
+                failures.append(failure)
+        results.check(f"FusedMoE {name} CUDA graph", not failures,
+                      "; ".join(failures))
+
+    # The checks of forward, on the last layer (f32).
+    hidden, logits = inputs(5)
+    results.raises("FusedMoE: hidden size", ValueError,
+                   lambda: moe(hidden[:, 1:], logits))
+    results.raises("FusedMoE: token counts", ValueError,
+                   lambda: moe(hidden, logits[1:]))
+    results.raises("FusedMoE: hidden dtype", TypeError,
+                   lambda: moe(hidden.half(), logits))
+    results.raises("FusedMoE: integer logits", TypeError,
+                   lambda: moe(hidden, logits.int()))
+    results.raises("FusedMoE: host tensors", ValueError,
+                   lambda: moe(hidden.cpu(), logits.cpu()))
+    results.raises("FusedMoE: logits on another device", ValueError,
+                   lambda: moe(hidden, logits.cpu()))
+    results.raises("FusedMoE: beyond tokens_max", ValueError,
+                   lambda: moe(*inputs(TOKENS_MAX + 1)))
+    results.raises("FusedMoE: not a tensor", TypeError,
+                   lambda: moe(hidden.tolist(), logits))
+    empty = moe(hidden[:0], logits[:0])
+    results.check("FusedMoE: no tokens", empty.shape == (0, layer.hidden_size))
+    bf16_logits = moe(hidden, logits.to(torch.bfloat16))
+    torch.cuda.synchronize()
+    results.check("FusedMoE: bf16 logits are read as float32",
+                  torch.equal(bf16_logits,
+                              moe(hidden, logits.to(torch.bfloat16).float())))
+    results.raises("FusedMoE: conflicting arguments", ValueError,
+                   lambda: FusedMoE(8, 64, 32, 2, preset="deepseek-v3"))
+    results.raises("FusedMoE: unsupported dtype", TypeError,
+                   lambda: FusedMoE(layer=layer, dtype=torch.float64,
+                                    cache_dir=args.cache))
+
+    # A copy loads its own bundle and computes the same.
+    copied = copy.deepcopy(moe)
+    results.check("FusedMoE: a deep copy runs",
+                  torch.equal(copied(hidden, logits), moe(hidden, logits)))
+
+    converted = FusedMoE(layer=layer, dtype=torch.float32, device="cuda",
+                         cache_dir=args.cache,
+                         tokens_max=TOKENS_MAX).half()
+    results.raises("FusedMoE: parameters converted after construction",
+                   TypeError, lambda: converted(hidden, logits))
+
+    # A module whose bundle is not loaded yet cannot load it while
+    # capturing.
+    fresh = FusedMoE(layer=layer, dtype=torch.float32, device="cuda",
+                     cache_dir=args.cache, tokens_max=TOKENS_MAX)
+
+    def capture_first_forward():
+        # The capture ends empty, which torch warns about.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            with torch.cuda.graph(torch.cuda.CUDAGraph()):
+                fresh(hidden, logits)
+
+    results.raises("FusedMoE: first forward under capture", RuntimeError,
+                   capture_first_forward)
+    torch.cuda.synchronize()
+
+
+def main():
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--prepare", action="store_true",
+                        help="compile the FusedMoE bundles into --cache")
+    parser.add_argument("--build", default="build-runtime")
+    parser.add_argument("--bundles", default="out/gpu-bundles")
+    parser.add_argument("--cache", default="out/gpu-bundles/python",
+                        help="FusedMoE's bundle cache")
+    parser.add_argument("--seed", type=int, default=int(time.time()))
+    args = parser.parse_args()
+    if args.prepare:
+        prepare(args.cache)
+        return 0
+
+    if torch is None:
+        parser.error("torch is needed (all but --prepare run on the GPU)")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    print(f"python_test: seed {args.seed}", flush=True)
+    generator = torch.Generator().manual_seed(args.seed)
+    results = Results()
+    test_bundle(results, args, generator)
+    test_fused_moe(results, args, generator)
+    print("python_test: " + ("all passed" if not results.failed
+                             else f"{results.failed} check(s) failed"))
+    return 1 if results.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
