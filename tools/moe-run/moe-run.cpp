@@ -432,6 +432,17 @@ int main(int argc, char **argv) {
 #endif
   std::vector<HostTensor> outputs;
   double compileTime = 0, runTime = 0;
+#ifdef MOE_ENABLE_RUNTIME
+  // With --device auto a GPU that cannot take the layer (no toolkit for
+  // libdevice, say) falls back to the CPU path and says why.
+  if (path == "GPU" && !runOnGpu(*module, inputs, numTokens, outputs,
+                                 compileTime, runTime, error)) {
+    if (deviceName == "gpu")
+      return fail(error);
+    path = "CPU";
+    note = " (the GPU path failed: " + error + ")";
+  }
+#endif
   if (path == "CPU") {
     auto start = std::chrono::steady_clock::now();
     auto compiled = CpuFunction::compile(*module, function.getName());
@@ -445,12 +456,6 @@ int main(int argc, char **argv) {
     runTime = seconds(start);
     outputs = std::move(*results);
   }
-#ifdef MOE_ENABLE_RUNTIME
-  else if (!runOnGpu(*module, inputs, numTokens, outputs, compileTime, runTime,
-                     error)) {
-    return fail(error);
-  }
-#endif
 
   reference::Router router = toReference(layer->router);
   reference::Activation activation =
