@@ -89,17 +89,23 @@ def ConvertMoeToGPU : Pass<"convert-moe-to-gpu", "::mlir::ModuleOp"> {
 
     * `moe.gate`: one warp per token. Lane l holds experts l, l+32, ...;
       scores use the routing arithmetic shared with the CPU path
-      (RoutingMath.h) and warp butterflies whose summation order is the one
-      the op defines, so ids are bit-identical to the CPU path. Arg-max runs
-      on 64-bit keys (order-preserving bits of the score, then the inverted
-      expert id) with one max per butterfly step; grouped routing scores the
-      groups first.
+      (RoutingMath.h) and a softmax butterfly whose summation order is the
+      one the op defines, so ids are bit-identical to the CPU path. Each
+      arg-max is two `redux.sync` (the largest order-preserving 32-bit key
+      of the scores, then the lowest expert holding it); grouped routing
+      first scores every group by a redux of its top two keys.
     * `moe.route`: three kernels, no host synchronisation: per-block expert
       histograms (shared-memory atomics), one block that scans them into
       stable per-block offsets and padded per-expert offsets and writes the
       block experts and the padding sentinels, and a placement kernel that
       ranks slots within a warp (`match.any` + `popc`) and across warps
       through shared memory, keeping slot order within each expert.
+    * `moe.grouped_matmul`: a shared-memory tiled SIMT kernel, one block per
+      `block_m` rows of one expert (blocks past the padded count idle) x 64
+      columns, A rows gathered by slot / S or read in sorted order, K in
+      steps of 16, fp32 multiply-add per element in K order, the epilogue
+      (SiLU/GELU-and-mul, routed weight) on the accumulators, sorted or
+      scattered stores. The correct baseline for the tensor-core path.
     * `moe.combine`: one thread per 16 bytes of a token's output row, summing
       its slot rows in fp32.
 
