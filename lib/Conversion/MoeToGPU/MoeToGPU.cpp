@@ -336,9 +336,10 @@ WarpBuilder makeWarpBuilder(ImplicitLocOpBuilder &b) {
 //===----------------------------------------------------------------------===//
 
 constexpr int64_t kGateWarpsPerBlock = 4;
+constexpr int64_t kMaxExpertsPerLane = 32;
 
 /// One warp per token: scores, grouped top-k and the weights of moe.gate.
-void emitGate(PlanBuilder &plan, OpBuilder &builder, GateOp op) {
+LogicalResult emitGate(PlanBuilder &plan, OpBuilder &builder, GateOp op) {
   OpBuilder::InsertionGuard guard(builder);
   RouterAttr router = op.getRouter();
   auto logitsType = cast<RankedTensorType>(op.getLogits().getType());
@@ -346,6 +347,10 @@ void emitGate(PlanBuilder &plan, OpBuilder &builder, GateOp op) {
   int64_t numGroups = router.getNumGroups(), topK = router.getTopK();
   int64_t groupSize = numExperts / numGroups;
   int64_t perLane = llvm::divideCeil(numExperts, kWarpSize);
+  // A lane keeps its experts in registers: 32 per lane at most.
+  if (perLane > kMaxExpertsPerLane)
+    return op.emitOpError() << "has no GPU lowering for more than "
+                            << kMaxExpertsPerLane * kWarpSize << " experts";
   bool hasBias = static_cast<bool>(op.getCorrectionBias());
   SizeExpr t = plan.tokens();
   int64_t slots = router.getNumSlots();
@@ -564,6 +569,7 @@ void emitGate(PlanBuilder &plan, OpBuilder &builder, GateOp op) {
       }
     });
   });
+  return success();
 }
 
 //===----------------------------------------------------------------------===//
@@ -1143,8 +1149,7 @@ struct ConvertMoeToGPUPass
       LogicalResult lowered =
           TypeSwitch<Operation *, LogicalResult>(op)
               .Case([&](GateOp gate) -> LogicalResult {
-                emitGate(plan, builder, gate);
-                return success();
+                return emitGate(plan, builder, gate);
               })
               .Case([&](RouteOp route) -> LogicalResult {
                 return emitRoute(plan, builder, route);

@@ -27,6 +27,15 @@ func.func @too_many_experts(%ids: tensor<?x2xi32>) -> (tensor<?xi32>, tensor<?xi
 
 // -----
 
+func.func @gate_too_many_experts(%l: tensor<?x2048xf32>) -> (tensor<?x2xf32>, tensor<?x2xi32>) {
+  // expected-error @below {{'moe.gate' op has no GPU lowering for more than 1024 experts}}
+  %w, %i = moe.gate %l {router = #moe.router<scoring = softmax, top_k = 2>}
+    : (tensor<?x2048xf32>) -> (tensor<?x2xf32>, tensor<?x2xi32>)
+  return %w, %i : tensor<?x2xf32>, tensor<?x2xi32>
+}
+
+// -----
+
 func.func @other(%x: tensor<4xf32>) -> tensor<4xf32> {
   // expected-error @below {{'arith.addf' op is not part of a moe layer (convert-moe-to-gpu)}}
   %y = arith.addf %x, %x : tensor<4xf32>
