@@ -111,6 +111,41 @@ std::string mlir::moe::getRouterSource(const Preset &preset) {
                        preset.bias ? ", " + b : "");
 }
 
+std::string mlir::moe::getGroupedMatmulSource(const Preset &preset,
+                                              llvm::StringRef dtype,
+                                              int64_t blockM, bool second) {
+  int64_t h = preset.hiddenSize, i = preset.intermediate;
+  int64_t stored = preset.numExperts + preset.numSharedExperts;
+  int64_t slots = preset.topK + preset.numSharedExperts;
+  std::string routing = "tensor<?xi32>, tensor<?xi32>, tensor<i32>";
+  std::string attrs = llvm::formatv(
+      "{{block_m = {0} : i64, num_slots = {1} : i64}", blockM, slots);
+  std::string sorted = llvm::formatv("tensor<?x{0}x{1}>", i, dtype);
+  if (!second) {
+    std::string x = llvm::formatv("tensor<?x{0}x{1}>", h, dtype);
+    std::string w13 =
+        llvm::formatv("tensor<{0}x{1}x{2}x{3}>", stored, 2 * i, h, dtype);
+    return llvm::formatv(
+        "func.func @gemm1(%x: {0}, %w13: {1}, %sorted: tensor<?xi32>, "
+        "%experts: tensor<?xi32>, %count: tensor<i32>) -> {2} {{\n"
+        "  %h = moe.grouped_matmul %x, %w13, %sorted, %experts, %count "
+        "input(token) output(sorted) activation(silu_and_mul) {3} : ({0}, "
+        "{1}, {4}) -> {2}\n  return %h : {2}\n}\n",
+        x, w13, sorted, attrs, routing);
+  }
+  std::string w2 =
+      llvm::formatv("tensor<{0}x{1}x{2}x{3}>", stored, h, i, dtype);
+  std::string w = llvm::formatv("tensor<?x{0}xf32>", slots);
+  std::string y = llvm::formatv("tensor<?x{0}x{1}x{2}>", slots, h, dtype);
+  return llvm::formatv(
+      "func.func @gemm2(%h: {0}, %w2: {1}, %sorted: tensor<?xi32>, "
+      "%experts: tensor<?xi32>, %count: tensor<i32>, %weights: {2}) -> {3} "
+      "{{\n  %y = moe.grouped_matmul %h, %w2, %sorted, %experts, %count "
+      "routed_weights(%weights) input(sorted) output(slot) {4} : ({0}, {1}, "
+      "{5}, {2}) -> {3}\n  return %y : {3}\n}\n",
+      sorted, w2, w, y, attrs, routing);
+}
+
 llvm::Expected<std::string> mlir::moe::getPresetSource(llvm::StringRef name,
                                                        llvm::StringRef part,
                                                        int64_t shrink,
@@ -131,5 +166,8 @@ llvm::Expected<std::string> mlir::moe::getPresetSource(llvm::StringRef name,
     return getRoutingSource(sized, dtype, blockM);
   if (part == "router")
     return getRouterSource(sized);
-  return error("unknown --part '" + part + "' (layer, routing, router)");
+  if (part == "gemm1" || part == "gemm2")
+    return getGroupedMatmulSource(sized, dtype, blockM, part == "gemm2");
+  return error("unknown --part '" + part +
+               "' (layer, routing, router, gemm1, gemm2)");
 }

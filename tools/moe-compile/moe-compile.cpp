@@ -31,7 +31,9 @@ static cl::opt<std::string>
 static cl::opt<std::string>
     part("part",
          cl::desc("Of a preset: 'layer' (moe.fused_moe), 'routing' (gate, "
-                  "route and combine) or 'router' (gate)"),
+                  "route and combine), 'router' (gate), 'gemm1' (the w13 "
+                  "grouped matmul with SiLU-and-mul) or 'gemm2' (the w2 "
+                  "grouped matmul with routed weights)"),
          cl::init("layer"));
 static cl::opt<bool> reduced("reduced",
                              cl::desc("Shrink the preset's hidden and "

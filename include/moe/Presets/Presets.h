@@ -44,10 +44,18 @@ std::string getRoutingSource(const Preset &preset, llvm::StringRef dtype,
 /// (weights [T,S], ids [T,S]).
 std::string getRouterSource(const Preset &preset);
 
-/// The source of `part` ("layer", "routing" or "router") of preset `name`
-/// with its hidden and intermediate sizes divided by `shrink`, element type
-/// `dtype` (bf16, f16, f32) and routing blocks of `blockM` rows; an error
-/// names the valid choices.
+/// One grouped matmul of the layer over routing of `blockM`-row blocks: the
+/// first (`second` false) as a function (hidden [T,H], w13, sorted ids,
+/// expert ids, padded count) -> SiLU-and-mul rows [C,I] in sorted order; the
+/// second as (rows [C,I], w2, sorted ids, expert ids, padded count, routed
+/// weights [T,S]) -> [T,S,H] in slot order.
+std::string getGroupedMatmulSource(const Preset &preset, llvm::StringRef dtype,
+                                   int64_t blockM, bool second);
+
+/// The source of `part` ("layer", "routing", "router", "gemm1" or "gemm2") of
+/// preset `name` with its hidden and intermediate sizes divided by `shrink`,
+/// element type `dtype` (bf16, f16, f32) and routing blocks of `blockM` rows;
+/// an error names the valid choices.
 llvm::Expected<std::string>
 getPresetSource(llvm::StringRef name, llvm::StringRef part, int64_t shrink,
                 llvm::StringRef dtype, int64_t blockM);
