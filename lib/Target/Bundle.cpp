@@ -71,8 +71,7 @@ llvm::Expected<std::string> writePlan(gpu::GPUModuleOp kernels) {
       return x.size() != y.size() ? x.size() < y.size() : x < y;
     });
     for (DictionaryAttr buffer : selected) {
-      auto dtype =
-          dtypeName(buffer.getAs<TypeAttr>("type").getValue());
+      auto dtype = dtypeName(buffer.getAs<TypeAttr>("type").getValue());
       if (!dtype)
         return dtype.takeError();
       os << (role == "workspace" ? "workspace " : "tensor ")
@@ -85,8 +84,8 @@ llvm::Expected<std::string> writePlan(gpu::GPUModuleOp kernels) {
       os << "\n";
     }
   }
-  for (auto name : kernels->getAttrOfType<ArrayAttr>("moe.zero")
-                       .getAsRange<StringAttr>())
+  for (auto name :
+       kernels->getAttrOfType<ArrayAttr>("moe.zero").getAsRange<StringAttr>())
     os << "zero " << name.getValue() << "\n";
   for (auto kernel : kernels.getOps<gpu::GPUFuncOp>()) {
     auto launch = kernel->getAttrOfType<DictionaryAttr>("moe.launch");
@@ -114,8 +113,8 @@ llvm::Expected<std::string> serialize(ModuleOp lowered, StringRef format,
   std::string toolkit =
       options.toolkit.empty() ? "" : " toolkit=" + options.toolkit;
   if (llvm::Error error = runPipeline(
-          *clone, ("gpu-module-to-binary{format=" + format + toolkit + "}")
-                      .str()))
+          *clone,
+          ("gpu-module-to-binary{format=" + format + toolkit + "}").str()))
     return std::move(error);
   for (auto binary : clone->getOps<gpu::BinaryOp>())
     for (auto object : binary.getObjects().getAsRange<gpu::ObjectAttr>())
@@ -153,24 +152,25 @@ llvm::Error mlir::moe::compileBundle(ModuleOp module,
   if (!plan)
     return plan.takeError();
 
-  // Kernels to NVVM with one pointer per buffer. Math ops (the GEMM
-  // epilogues' exp and erf) become libdevice calls, linked at serialization
-  // from the toolkit; the routing kernels need none.
+  // Kernels to NVVM with one pointer per buffer, TMA descriptors (the
+  // kernels' `moe.tensor_maps`) by value. Math ops (the GEMM epilogues' exp
+  // and erf) become libdevice calls, linked at serialization from the
+  // toolkit; the routing kernels need none.
   if (llvm::Error error = runPipeline(
           module, "gpu.module(convert-scf-to-cf,"
                   "convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=true},"
+                  "moe-grid-constant-tensor-maps,"
                   "canonicalize,cse,reconcile-unrealized-casts)"))
     return error;
   auto cubin = serialize(module, "bin", options);
   bool hasCubin = static_cast<bool>(cubin);
   if (!hasCubin)
     llvm::consumeError(cubin.takeError());
-  std::string manifest =
-      llvm::formatv("moe-bundle 1\n# {0} kernels and launch plan of one MoE "
-                    "layer, written by moe-compile (docs/BUNDLE.md).\n"
-                    "target {0}\nmodule {1}kernels.ptx\ntokens-max {2}\n{3}",
-                    options.chip, hasCubin ? "kernels.cubin " : "",
-                    options.tokensMax, *plan);
+  std::string manifest = llvm::formatv(
+      "moe-bundle 1\n# {0} kernels and launch plan of one MoE "
+      "layer, written by moe-compile (docs/BUNDLE.md).\n"
+      "target {0}\nmodule {1}kernels.ptx\ntokens-max {2}\n{3}",
+      options.chip, hasCubin ? "kernels.cubin " : "", options.tokensMax, *plan);
   auto ptx = serialize(module, "isa", options);
   if (!ptx)
     return ptx.takeError();

@@ -5,6 +5,9 @@
 
 #include "moe/Dialect/Moe/IR/MoeDialect.h"
 
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Pass/Pass.h"
 
 namespace mlir {

@@ -49,4 +49,41 @@ def MoeDecompose : Pass<"moe-decompose"> {
   ];
 }
 
+def MoeGridConstantTensorMaps
+    : Pass<"moe-grid-constant-tensor-maps", "::mlir::gpu::GPUModuleOp"> {
+  let summary = "Pass TMA descriptors to kernels by value, as grid constants";
+  let description = [{
+    A kernel built by the moe lowerings names, in its `moe.tensor_maps`
+    attribute, the arguments that carry a TMA descriptor (a 128-byte
+    `CUtensorMap` that the runtime builds on the host). This pass runs on the
+    LLVM-dialect kernels after `convert-gpu-to-nvvm` and turns each of those
+    arguments into a by-value parameter in the parameter space, CUDA's
+    `__grid_constant__ const CUtensorMap`: `llvm.byval` of 128 bytes, 64-byte
+    aligned, with `nvvm.grid_constant`, so the TMA instructions read the
+    descriptor straight from the launch parameters (no global-memory copy, no
+    per-launch upload). It runs late because upstream rejects
+    `nvvm.grid_constant` on `gpu.func` arguments and drops `llvm.byval` when
+    lowering `gpu.func` to `llvm.func`. The pointer-typed argument keeps its
+    uses; the NVPTX backend takes the descriptor's address with `cvta.param`.
+
+    Before:
+
+    ```mlir
+    llvm.func @gemm(%map: !llvm.ptr, %out: !llvm.ptr)
+        attributes {gpu.kernel, nvvm.kernel, moe.tensor_maps = array<i64: 0>}
+    ```
+
+    After:
+
+    ```mlir
+    llvm.func @gemm(%map: !llvm.ptr {llvm.align = 64 : i64,
+                                     llvm.byval = !llvm.array<128 x i8>,
+                                     nvvm.grid_constant},
+                    %out: !llvm.ptr) attributes {gpu.kernel, nvvm.kernel}
+    ```
+  }];
+  let dependentDialects = ["::mlir::LLVM::LLVMDialect",
+                           "::mlir::NVVM::NVVMDialect"];
+}
+
 #endif // MOE_DIALECT_MOE_TRANSFORMS_PASSES_TD
