@@ -2,9 +2,12 @@
 
 #include "moe/Presets/Presets.h"
 
+#include "mlir/Parser/Parser.h"
+#include "mlir/Support/FileUtilities.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
+using namespace mlir;
 using namespace mlir::moe;
 
 // Sizes and routing from the models' configs.
@@ -170,4 +173,39 @@ llvm::Expected<std::string> mlir::moe::getPresetSource(llvm::StringRef name,
     return getGroupedMatmulSource(sized, dtype, blockM, part == "gemm2");
   return error("unknown --part '" + part +
                "' (layer, routing, router, gemm1, gemm2)");
+}
+
+std::string LayerSource::label() const {
+  if (presetName.empty())
+    return inputFile;
+  return presetName + (shrink > 1 ? " (reduced)" : "");
+}
+
+OwningOpRef<ModuleOp> mlir::moe::parseLayerSource(const LayerSource &source,
+                                                  MLIRContext &context,
+                                                  llvm::SourceMgr &sourceMgr,
+                                                  std::string &error) {
+  if (source.presetName.empty() == source.inputFile.empty()) {
+    error = "give either a layer file or --preset (see --help)";
+    return nullptr;
+  }
+  OwningOpRef<ModuleOp> module;
+  if (!source.presetName.empty()) {
+    auto text = getPresetSource(source.presetName, source.part, source.shrink,
+                                source.dtype, source.blockM);
+    if (!text) {
+      error = llvm::toString(text.takeError());
+      return nullptr;
+    }
+    module = parseSourceString<ModuleOp>(*text, &context);
+  } else {
+    auto file = openInputFile(source.inputFile, &error);
+    if (!file)
+      return nullptr;
+    sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
+    module = parseSourceFile<ModuleOp>(sourceMgr, &context);
+  }
+  if (!module)
+    error = "could not parse or verify " + source.label();
+  return module;
 }

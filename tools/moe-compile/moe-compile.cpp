@@ -72,9 +72,6 @@ int main(int argc, char **argv) {
     return fail("--tokens-max must be at least 1");
   if (blockM < 1)
     return fail("--block-m must be at least 1");
-  if (presetName.empty() == inputFile.empty())
-    return fail("give either a layer file or --preset (see --help)");
-
   MLIRContext context;
   DialectRegistry registry;
   registerMoeDialects(registry);
@@ -82,24 +79,13 @@ int main(int argc, char **argv) {
   registerMoePasses();
   llvm::SourceMgr sourceMgr;
   SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
-
-  OwningOpRef<ModuleOp> module;
-  if (!presetName.empty()) {
-    auto source =
-        getPresetSource(presetName, part, reduced ? 32 : 1, dtype, blockM);
-    if (!source)
-      return fail(llvm::toString(source.takeError()));
-    module = parseSourceString<ModuleOp>(*source, &context);
-  } else {
-    std::string message;
-    auto file = openInputFile(inputFile, &message);
-    if (!file)
-      return fail(message);
-    sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
-    module = parseSourceFile<ModuleOp>(sourceMgr, &context);
-  }
+  LayerSource source{inputFile, presetName,       part,
+                     dtype,     reduced ? 32 : 1, blockM};
+  std::string error;
+  OwningOpRef<ModuleOp> module =
+      parseLayerSource(source, context, sourceMgr, error);
   if (!module)
-    return fail("could not parse or verify the layer");
+    return fail(error);
 
   BundleOptions options;
   options.tokensMax = tokensMax;

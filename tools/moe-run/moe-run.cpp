@@ -304,31 +304,15 @@ int main(int argc, char **argv) {
     return fail("--tokens must be at least 1");
   if (deviceName != "cpu" && deviceName != "gpu" && deviceName != "auto")
     return fail("unknown --device '" + deviceName + "' (cpu, gpu, auto)");
-  if (presetName.empty() == inputFile.empty())
-    return fail("give either a layer file or --preset (see --help)");
-
   llvm::SourceMgr sourceMgr;
   SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
-  OwningOpRef<ModuleOp> module;
-  std::string label;
-  if (!presetName.empty()) {
-    auto source = getPresetSource(presetName, "layer", reduced ? 32 : 1,
-                                  dtypeName, /*blockM=*/64);
-    if (!source)
-      return fail(llvm::toString(source.takeError()));
-    module = parseSourceString<ModuleOp>(*source, &context);
-    label = presetName + (reduced ? " (reduced)" : "");
-  } else {
-    std::string message;
-    auto file = openInputFile(inputFile, &message);
-    if (!file)
-      return fail(message);
-    sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
-    module = parseSourceFile<ModuleOp>(sourceMgr, &context);
-    label = inputFile;
-  }
+  LayerSource source{inputFile, presetName,       "layer",
+                     dtypeName, reduced ? 32 : 1, /*blockM=*/64};
+  std::string label = source.label(), error;
+  OwningOpRef<ModuleOp> module =
+      parseLayerSource(source, context, sourceMgr, error);
   if (!module)
-    return fail("could not parse or verify " + label);
+    return fail(error);
 
   func::FuncOp function;
   for (auto candidate : module->getOps<func::FuncOp>())
@@ -337,7 +321,6 @@ int main(int argc, char **argv) {
       function = candidate;
   if (!function)
     return fail("no function to run in " + label);
-  std::string error;
   FailureOr<Layer> layer = findLayer(function, error);
   if (failed(layer))
     return fail(label + ": " + error);

@@ -3,9 +3,12 @@
 #ifndef MOE_PRESETS_PRESETS_H
 #define MOE_PRESETS_PRESETS_H
 
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
+#include "llvm/Support/SourceMgr.h"
 
 #include <string>
 
@@ -59,6 +62,23 @@ std::string getGroupedMatmulSource(const Preset &preset, llvm::StringRef dtype,
 llvm::Expected<std::string>
 getPresetSource(llvm::StringRef name, llvm::StringRef part, int64_t shrink,
                 llvm::StringRef dtype, int64_t blockM);
+
+/// What a tool parses: `part` of the preset `presetName` (see
+/// getPresetSource) when that is not empty, else the file `inputFile`.
+struct LayerSource {
+  std::string inputFile, presetName, part = "layer", dtype = "bf16";
+  int64_t shrink = 1, blockM = 64;
+
+  /// "deepseek-v3 (reduced)" or the file name, for messages.
+  std::string label() const;
+};
+
+/// Parses and verifies `source` in `context`, reporting a file's diagnostics
+/// through `sourceMgr`; null with `error` set when that fails.
+OwningOpRef<ModuleOp> parseLayerSource(const LayerSource &source,
+                                       MLIRContext &context,
+                                       llvm::SourceMgr &sourceMgr,
+                                       std::string &error);
 
 } // namespace moe
 } // namespace mlir
