@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
 # The GPU machine's part, in one go: build the runtime and the reference
-# (no MLIR there), run the runtime's GPU tests, the routing tests against the
-# reference and a compute-sanitizer pass, then the router benchmark. Bundles
-# come prebuilt in out/gpu-bundles (scripts/make-gpu-bundles.sh, carried).
-# Logs go to $OUT; every step has a timeout, since a lost wait hangs forever.
+# (no MLIR there), run the runtime's GPU tests, the routing, layer and
+# grouped-matmul tests against the reference and compute-sanitizer passes,
+# then the router and grouped-matmul benchmarks. Bundles come prebuilt in
+# out/gpu-bundles (scripts/make-gpu-bundles.sh, carried). Logs go to $OUT;
+# every step has a timeout, since a lost wait hangs forever. `gemm` runs only
+# the grouped-matmul test, its sanitizer pass and its benchmark.
 #
-#   scripts/gpu-run.sh [tests|bench|all] [benchmark options]
+#   scripts/gpu-run.sh [tests|bench|all|gemm] [router benchmark options]
 set -uo pipefail
 what=${1:-all}
 shift || true
+case $what in
+  tests|bench|all|gemm) ;;
+  *) echo "usage: $0 [tests|bench|all|gemm] [router benchmark options]" >&2
+     exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu-results}
 mkdir -p "$OUT"
@@ -27,7 +34,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv \
 step build 300 bash -c "cmake -G Ninja -S . -B build-runtime \
   -DMOE_ENABLE_COMPILER=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null && \
   ninja -C build-runtime"
-if [[ $what != bench ]]; then
+if [[ $what == tests || $what == all ]]; then
   step runtime-tests 300 build-runtime/bin/MoeRuntimeTests
   step routing-tests 400 python3 test/GPU/routing_test.py
   step layer-tests 400 python3 test/GPU/layer_test.py
@@ -39,7 +46,16 @@ if [[ $what != bench ]]; then
   step sanitizer 400 compute-sanitizer --tool memcheck --error-exitcode 1 \
     python3 test/GPU/routing_test.py --tokens 7,300 --only routing-deepseek
 fi
-if [[ $what != tests ]]; then
+if [[ $what != bench ]]; then
+  step gemm-tests 300 python3 test/GPU/gemm_test.py
+  step gemm-sanitizer 300 compute-sanitizer --tool memcheck --error-exitcode 1 \
+    python3 test/GPU/gemm_test.py --cases 1:uniform,7:uniform,300:skewed \
+    --only gemm1-odd-f16,gemm2-odd-f16,gemm1-qwen3-f16,gemm2-deepseek-bf16
+fi
+if [[ $what == bench || $what == all ]]; then
   step router-bench 500 python3 bench/router_bench.py "$@"
+fi
+if [[ $what != tests ]]; then
+  step gemm-bench 450 python3 bench/gemm_bench.py
 fi
 exit $status

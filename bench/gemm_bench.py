@@ -1,0 +1,331 @@
+#!/usr/bin/env python3
+"""Grouped-matmul benchmark: the two grouped matmuls of a layer as moe-compile
+makes them (--part gemm1: w13 with SiLU-and-mul, tokens gathered in the
+kernel, rows out in expert-sorted padded order; --part gemm2: w2 times the
+routed weights, rows out in slot order) against torch.nn.functional.grouped_mm
+on the same data (rows pre-gathered in expert order, offs the int32 cumulative
+row counts), alone and with the epilogue in torch (silu(gate) * up; the
+routed-weight multiply and the scatter to slot order). Full-size Mixtral-8x7B,
+Qwen3-30B-A3B and DeepSeek-V3 (shared expert fused as expert 256) at
+T in {1, 16, 64, 256, 1024, 4096}, experts drawn uniformly, L2 flushed (256 MiB
+zeroed) before every timed call. Prints microseconds (median of CUDA-event
+timings), ours over grouped_mm, and the floor = max(bytes / 3.0 TB/s,
+flops / 720 TFLOP/s), bytes = the weights of the experts that received rows
+plus the activations read and written once. Our output must match the peer's
+(||error|| / ||peer|| <= 1e-2) for a time to be printed; a case whose call
+would take longer than --max-call-s is skipped with the reason."""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "test", "GPU"))
+from moe_ctypes import Bundle, Reference, load_specs  # noqa: E402
+from gemm_common import (gemm1_reference, gemm2_reference,  # noqa: E402
+                         random_ids, relative_errors, route, valid_rows)
+
+BANDWIDTH = 3.0e12  # measured device-to-device copy on the H100, bytes/s
+MATH = 720e12       # dense bf16 tensor-core rate to count against, FLOP/s
+TOLERANCE = 1e-2
+DEVICE = "cuda"
+
+
+def grouped_mm(mat_a, mat_b, offs):
+    function = getattr(F, "grouped_mm", None) or torch._grouped_mm
+    return function(mat_a, mat_b, offs=offs)
+
+
+def time_us(function, flush, iterations, warm_up=True):
+    """Median of `iterations` event-timed calls, L2 flushed before each."""
+    if warm_up:
+        function()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iterations)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iterations)]
+    for start, end in zip(starts, ends):
+        flush.zero_()
+        start.record()
+        function()
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) * 1e3
+
+
+def one_call_us(function, flush):
+    flush.zero_()
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    function()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1e3
+
+
+torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 fallback check
+
+
+class Case:
+    """One grouped matmul at one T: our call, the peer's, the check."""
+
+    def __init__(self, part, tokens, spec, tensors, peer, peer_epilogue,
+                 compare, reference, flops, bytes_moved):
+        self.part, self.tokens, self.spec = part, tokens, spec
+        self.tensors, self.peer, self.peer_epilogue = tensors, peer, peer_epilogue
+        self.compare, self.reference = compare, reference
+        self.flops, self.bytes = flops, bytes_moved
+
+
+def gemm1_case(bundle, spec, tokens, x, w13, routing, ids):
+    slots, inter = spec["slots"], spec["intermediate"]
+    sorted_ids, expert_ids, num_padded = routing
+    out = torch.empty(sorted_ids.numel(), inter, dtype=x.dtype, device=DEVICE)
+    tensors = [x, w13, sorted_ids, expert_ids, num_padded, out]
+    row, slot = valid_rows(sorted_ids, tokens * slots)
+    counts = torch.bincount(ids.view(-1).long(), minlength=spec["experts"])
+    offs = counts.cumsum(0).to(torch.int32)
+    mat_a = x[slot // slots].contiguous()       # rows pre-sorted by expert
+    mat_b = w13.transpose(1, 2)                  # [E, K, N]
+
+    def peer():
+        return grouped_mm(mat_a, mat_b, offs)
+
+    def peer_epilogue():
+        h = grouped_mm(mat_a, mat_b, offs)
+        return F.silu(h[:, :inter]) * h[:, inter:]
+
+    def compare(expected=None):
+        return relative_errors(out[row], peer_epilogue() if expected is None
+                               else expected[slot])
+
+    def reference():  # fp32 per expert, when grouped_mm is not there
+        return gemm1_reference(x, w13, ids, torch.float32)
+
+    active = int((counts > 0).sum())
+    hidden = spec["hidden"]
+    flops = 2 * tokens * slots * 2 * inter * hidden
+    moved = 2 * (active * 2 * inter * hidden + tokens * hidden +
+                 tokens * slots * inter)
+    return Case("gemm1", tokens, spec, tensors, peer, peer_epilogue, compare,
+                reference, flops, moved), active
+
+
+def gemm2_case(bundle, spec, tokens, rows, w2, routing, ids, weights):
+    slots, hidden = spec["slots"], spec["hidden"]
+    sorted_ids, expert_ids, num_padded = routing
+    out = torch.empty(tokens, slots, hidden, dtype=rows.dtype, device=DEVICE)
+    tensors = [rows, w2, sorted_ids, expert_ids, num_padded, weights, out]
+    row, slot = valid_rows(sorted_ids, tokens * slots)
+    counts = torch.bincount(ids.view(-1).long(), minlength=spec["experts"])
+    offs = counts.cumsum(0).to(torch.int32)
+    mat_a = rows[row].contiguous()
+    mat_b = w2.transpose(1, 2)
+    scale = weights.view(-1)[slot].unsqueeze(1)
+    result = torch.empty(tokens * slots, hidden, dtype=rows.dtype,
+                         device=DEVICE)
+
+    def peer():
+        return grouped_mm(mat_a, mat_b, offs)
+
+    def peer_epilogue():
+        h = grouped_mm(mat_a, mat_b, offs)
+        return result.index_copy_(0, slot, (h * scale).to(rows.dtype))
+
+    def compare(expected=None):
+        return relative_errors(out.view(tokens * slots, hidden),
+                               peer_epilogue() if expected is None
+                               else expected)
+
+    def reference():  # fp32 per expert, when grouped_mm is not there
+        return gemm2_reference(rows, w2, ids, sorted_ids, weights,
+                               torch.float32)
+
+    active = int((counts > 0).sum())
+    inter = spec["intermediate"]
+    flops = 2 * tokens * slots * hidden * inter
+    moved = (2 * (active * hidden * inter + tokens * slots * inter +
+                  tokens * slots * hidden) + 4 * tokens * slots)
+    return Case("gemm2", tokens, spec, tensors, peer, peer_epilogue, compare,
+                reference, flops, moved), active
+
+
+def run_case(case, bundle, flush, args, estimate):
+    """(result dict) for one case; skips ours when it would be too slow."""
+    described = bundle.describe(case.tensors)
+
+    def ours():
+        bundle.run(case.tokens, case.tensors, described)
+
+    floor = max(case.bytes / BANDWIDTH, case.flops / MATH) * 1e6
+    result = {"floor": floor, "ours": None, "note": ""}
+    peer_iterations = args.iterations
+    try:
+        result["peer"] = time_us(case.peer, flush, peer_iterations)
+        result["peer_epi"] = time_us(case.peer_epilogue, flush,
+                                     peer_iterations)
+    except Exception as error:  # report the peer's failure, time ours still
+        result["peer"] = result["peer_epi"] = None
+        result["note"] = f"peer failed: {type(error).__name__}: {error}"
+    if estimate is not None and estimate > args.max_call_s * 1e6:
+        result["note"] = (f"ours skipped: about {estimate / 1e6:.2f} s a call "
+                          f"(scaled from the last T) > {args.max_call_s} s")
+        return result
+    first = one_call_us(ours, flush)  # also the warm-up
+    result["probe"] = first
+    if first > args.max_call_s * 1e6:
+        result["note"] = (f"ours skipped after one call: {first / 1e6:.2f} s "
+                          f"> {args.max_call_s} s")
+        return result
+    iterations = max(3, min(args.iterations,
+                            int(args.case_budget_s * 1e6 / first)))
+    result["ours"] = time_us(ours, flush, iterations, warm_up=False)
+    result["iterations"] = iterations
+    ours()
+    against = "grouped_mm"
+    if result["peer_epi"] is not None:
+        worst, norm = case.compare()
+    else:
+        against = "fp32 torch reference"
+        worst, norm = case.compare(case.reference())
+    result["error"] = norm
+    if not norm <= TOLERANCE:
+        result["note"] += (f" MISMATCH vs {against}: norm {norm:.2e}, "
+                           f"max {worst:.2e} (time not valid)")
+        result["wrong"] = True
+    return result
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--build", default="build-runtime")
+    parser.add_argument("--bundles", default="out/gpu-bundles")
+    parser.add_argument("--tokens", default="1,16,64,256,1024,4096")
+    parser.add_argument("--models", default="",
+                        help="comma-separated preset names (default: all)")
+    parser.add_argument("--iterations", type=int, default=20,
+                        help="most timed calls per variant")
+    parser.add_argument("--case-budget-s", type=float, default=1.5,
+                        help="time of our calls per case, fewer reps above")
+    parser.add_argument("--max-call-s", type=float, default=2.0)
+    parser.add_argument("--seed", type=int, default=2026)
+    args = parser.parse_args()
+    tokens_list = [int(t) for t in args.tokens.split(",")]
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device=DEVICE)
+    reference = Reference(args.build)
+    generator = torch.Generator().manual_seed(args.seed)
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    print(f"{'gemm':20} {'T':>5} {'act.e':>5} {'ours':>11} {'grouped_mm':>10} "
+          f"{'+epilogue':>10} {'ours/gmm':>9} {'floor':>8} {'ours/floor':>10} "
+          f"{'gmm/floor':>9} {'error':>8}  (us)", flush=True)
+    specs = [s for s in load_specs(args.bundles)
+             if s["kind"] == "gemm" and s.get("bench")]
+    models = list(dict.fromkeys(s["model"] for s in specs))
+    if args.models:
+        models = [m for m in models if m in args.models.split(",")]
+    rows_out = []
+    failed = 0
+    for model in models:
+        pair = {s["part"]: s for s in specs if s["model"] == model}
+        spec = pair["gemm1"]
+        experts, slots = spec["experts"], spec["slots"]
+        hidden, inter = spec["hidden"], spec["intermediate"]
+        started = time.time()
+        # Weights allocated once per model (DeepSeek-V3's w13 is 15 GB).
+        w13 = torch.empty(experts, 2 * inter, hidden, dtype=torch.bfloat16,
+                          device=DEVICE).normal_(std=hidden ** -0.5)
+        w2 = torch.empty(experts, hidden, inter, dtype=torch.bfloat16,
+                         device=DEVICE).normal_(std=inter ** -0.5)
+        x_all = torch.randn(max(tokens_list), hidden, dtype=torch.bfloat16,
+                            device=DEVICE)
+        bundles = {part: Bundle(args.build, os.path.join(
+            args.bundles, pair[part]["name"] + ".moeb"))
+            for part in ("gemm1", "gemm2")}
+        last = {}  # part -> (padded rows, our µs) of the last T, to scale
+        for tokens in tokens_list:
+            ids = random_ids(tokens, spec, generator)
+            routing_cpu = route(reference, ids, spec)
+            padded = int(routing_cpu[2])
+            routing = [tensor.to(DEVICE) for tensor in routing_cpu]
+            ids = ids.to(DEVICE)
+            capacity = routing[0].numel()
+            x = x_all[:tokens]
+            rows = torch.randn(capacity, inter, dtype=torch.bfloat16,
+                               device=DEVICE)
+            weights = torch.rand(tokens, slots, device=DEVICE) * 0.9 + 0.1
+            made = [gemm1_case(bundles["gemm1"], spec, tokens, x, w13,
+                               routing, ids),
+                    gemm2_case(bundles["gemm2"], pair["gemm2"], tokens, rows,
+                               w2, routing, ids, weights)]
+            for case, active in made:
+                estimate = None
+                if case.part in last:
+                    rows_then, time_then = last[case.part]
+                    estimate = time_then * padded / max(rows_then, 1)
+                result = run_case(case, bundles[case.part], flush, args,
+                                  estimate)
+                if result["ours"] is not None:
+                    last[case.part] = (padded, result["ours"])
+                elif "probe" in result:
+                    last[case.part] = (padded, result["probe"])
+                elif estimate is not None:
+                    last[case.part] = (padded, estimate)
+                failed += bool(result.get("wrong"))
+                name = f"{model} {case.part}"
+                rows_out.append((name, tokens, active, result))
+                print(format_row(name, tokens, active, result), flush=True)
+            del made, rows, weights
+        for bundle in bundles.values():
+            bundle.close()
+        del w13, w2, x_all
+        torch.cuda.empty_cache()
+        print(f"# {model}: {time.time() - started:.1f} s", flush=True)
+    print("\n| gemm | T | active experts | ours µs | grouped_mm µs | "
+          "+epilogue µs | ours / grouped_mm | floor µs | ours / floor | "
+          "grouped_mm / floor | error |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, tokens, active, result in rows_out:
+        print(markdown_row(name, tokens, active, result))
+    print(f"gemm_bench: {'all outputs matched' if not failed else f'{failed} mismatch(es)'}")
+    return 1 if failed else 0
+
+
+def cell(value, form):
+    width = form.split(".")[0]
+    return ("-".rjust(int(width)) if width else "-") if value is None \
+        else format(value, form)
+
+
+def ratios(result):
+    ours, peer, floor = result["ours"], result.get("peer"), result["floor"]
+    return (ours / peer if ours and peer else None,
+            ours / floor if ours else None,
+            peer / floor if peer else None)
+
+
+def format_row(name, tokens, active, result):
+    slower, ours_floor, peer_floor = ratios(result)
+    return (f"{name:20} {tokens:>5} {active:>5} {cell(result['ours'], '11.1f')} "
+            f"{cell(result.get('peer'), '10.1f')} "
+            f"{cell(result.get('peer_epi'), '10.1f')} "
+            f"{cell(slower, '8.1f')}x {result['floor']:8.1f} "
+            f"{cell(ours_floor, '9.1f')}x {cell(peer_floor, '8.1f')}x "
+            f"{cell(result.get('error'), '8.1e')}  {result['note']}")
+
+
+def markdown_row(name, tokens, active, result):
+    slower, ours_floor, peer_floor = ratios(result)
+    ours = cell(result["ours"], ".1f") if result["ours"] else result["note"]
+    return (f"| {name} | {tokens} | {active} | {ours} | "
+            f"{cell(result.get('peer'), '.1f')} | "
+            f"{cell(result.get('peer_epi'), '.1f')} | "
+            f"{cell(slower, '.1f')}x | {result['floor']:.1f} | "
+            f"{cell(ours_floor, '.1f')}x | {cell(peer_floor, '.1f')}x | "
+            f"{cell(result.get('error'), '.1e')} |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
