@@ -87,6 +87,25 @@ llvm::Expected<std::string> writePlan(gpu::GPUModuleOp kernels) {
   for (auto name :
        kernels->getAttrOfType<ArrayAttr>("moe.zero").getAsRange<StringAttr>())
     os << "zero " << name.getValue() << "\n";
+  for (auto map : kernels->getAttrOfType<ArrayAttr>("moe.tensormaps")
+                      .getAsRange<DictionaryAttr>()) {
+    auto dtype = dtypeName(map.getAs<TypeAttr>("type").getValue());
+    if (!dtype)
+      return dtype.takeError();
+    auto dims = map.getAs<ArrayAttr>("dims");
+    os << "tensormap " << map.getAs<StringAttr>("name").getValue() << " "
+       << map.getAs<StringAttr>("tensor").getValue() << " " << *dtype
+       << " rank " << dims.size() << " dims";
+    for (auto dim : dims.getAsRange<StringAttr>())
+      os << " " << dim.getValue();
+    os << " strides";
+    for (auto stride : map.getAs<ArrayAttr>("strides").getAsRange<StringAttr>())
+      os << " " << stride.getValue();
+    os << " box";
+    for (int64_t size : map.getAs<DenseI64ArrayAttr>("box").asArrayRef())
+      os << " " << size;
+    os << " swizzle " << map.getAs<IntegerAttr>("swizzle").getInt() << "\n";
+  }
   for (auto kernel : kernels.getOps<gpu::GPUFuncOp>()) {
     auto launch = kernel->getAttrOfType<DictionaryAttr>("moe.launch");
     if (!launch)
@@ -152,14 +171,15 @@ llvm::Error mlir::moe::compileBundle(ModuleOp module,
   if (!plan)
     return plan.takeError();
 
-  // Kernels to NVVM with one pointer per buffer, TMA descriptors (the
-  // kernels' `moe.tensor_maps`) by value. Math ops (the GEMM epilogues' exp
+  // Kernels (nvgpu's TMA and mbarrier ops included) to NVVM with one
+  // pointer per buffer, TMA descriptors (the kernels' `moe.tensor_maps`) by
+  // value. Math ops (the GEMM epilogues' exp
   // and erf) become libdevice calls, linked at serialization from the
   // toolkit; the routing kernels need none.
   if (llvm::Error error = runPipeline(
-          module, "gpu.module(convert-scf-to-cf,"
+          module, "gpu.module(convert-scf-to-cf,convert-nvgpu-to-nvvm,"
                   "convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=true},"
-                  "moe-grid-constant-tensor-maps,"
+                  "convert-nvvm-to-llvm,moe-grid-constant-tensor-maps,"
                   "canonicalize,cse,reconcile-unrealized-casts)"))
     return error;
   auto cubin = serialize(module, "bin", options);

@@ -105,7 +105,14 @@ def ConvertMoeToGPU : Pass<"convert-moe-to-gpu", "::mlir::ModuleOp"> {
       columns, A rows gathered by slot / S or read in sorted order, K in
       steps of 16, fp32 multiply-add per element in K order, the epilogue
       (SiLU/GELU-and-mul, routed weight) on the accumulators, sorted or
-      scattered stores. The correct baseline for the tensor-core path.
+      scattered stores. Weight tiles (gate and up side by side) come by TMA
+      through one 3-D descriptor per weight tensor over [E, N, K], the expert
+      its outer coordinate, which the runtime builds once (a `tensormap` plan
+      line) and passes by value (`moe.tensor_maps`, made grid constants by
+      `moe-grid-constant-tensor-maps`); TMA zero-fills the N and K tails, and
+      one mbarrier counts each K step's bytes in. Weights whose rows are not
+      16-byte multiples are loaded by the threads. The correct baseline for
+      the tensor-core path.
     * `moe.combine`: one thread per 16 bytes of a token's output row, summing
       its slot rows in fp32.
 
@@ -133,6 +140,7 @@ def ConvertMoeToGPU : Pass<"convert-moe-to-gpu", "::mlir::ModuleOp"> {
     "::mlir::math::MathDialect",
     "::mlir::memref::MemRefDialect",
     "::mlir::NVVM::NVVMDialect",
+    "::mlir::nvgpu::NVGPUDialect",
     "::mlir::scf::SCFDialect",
     "::mlir::vector::VectorDialect",
   ];

@@ -8,6 +8,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -24,6 +25,8 @@ using namespace mlir::moe;
 namespace {
 
 constexpr int64_t kWarpSize = 32;
+/// The widest shared-memory access (ld.shared.v4.b32).
+constexpr int64_t kSharedVectorBytes = 16;
 
 /// One buffer of the launch plan.
 struct Buffer {
@@ -39,6 +42,28 @@ struct Buffer {
 struct SizeExpr {
   std::string text;
   int64_t atMax;
+};
+
+/// A TMA descriptor the runtime builds over a buffer (a `tensormap` line):
+/// the buffer's dims innermost first, with a box of `box` elements.
+struct TensorMap {
+  std::string name;
+  unsigned buffer;
+  SmallVector<int64_t> box; // innermost first
+  int64_t swizzleBytes;
+};
+
+/// A kernel argument of the plan: a buffer's pointer or a tensor map by
+/// value.
+struct KernelArg {
+  KernelArg(unsigned buffer) : index(buffer), isTensorMap(false) {}
+  static KernelArg tensorMap(unsigned map) {
+    KernelArg arg(map);
+    arg.isTensorMap = true;
+    return arg;
+  }
+  unsigned index;
+  bool isTensorMap;
 };
 
 /// Collects buffers and kernels while the ops of a layer are compiled.
@@ -130,15 +155,34 @@ public:
   }
   void zero(unsigned buffer) { zeroed.push_back(buffer); }
 
-  /// Creates kernel `base_<n>` taking `args` (then T as i32) and records its
-  /// launch; moves the builder to the start of its body.
+  /// Registers a TMA descriptor over `buffer` whose boxes are `box`
+  /// elements (innermost first); returns its index for KernelArg::tensorMap.
+  unsigned tensorMap(unsigned buffer, StringRef name, ArrayRef<int64_t> box,
+                     int64_t swizzleBytes) {
+    maps.push_back(
+        {uniqueName(name), buffer, SmallVector<int64_t>(box), swizzleBytes});
+    return maps.size() - 1;
+  }
+
+  /// Creates kernel `base_<n>` taking `args` (then T as i32), with
+  /// `dynamicSharedBytes` of dynamic shared memory, and records its launch;
+  /// moves the builder to the start of its body. A tensor map argument is an
+  /// `!llvm.ptr` to the descriptor, listed in the kernel's `moe.tensor_maps`
+  /// so that it is passed by value (moe-grid-constant-tensor-maps).
   gpu::GPUFuncOp createKernel(OpBuilder &builder, Location loc, StringRef base,
-                              ArrayRef<unsigned> args, ArrayRef<SizeExpr> grid,
+                              ArrayRef<KernelArg> args, ArrayRef<SizeExpr> grid,
                               ArrayRef<int64_t> block,
-                              ArrayRef<MemRefType> workgroup = {}) {
+                              ArrayRef<MemRefType> workgroup = {},
+                              int64_t dynamicSharedBytes = 0) {
     SmallVector<Type> types;
-    for (unsigned arg : args) {
-      const Buffer &buffer = buffers[arg];
+    SmallVector<int64_t> tensorMapArgs;
+    for (const KernelArg &arg : args) {
+      if (arg.isTensorMap) {
+        tensorMapArgs.push_back(types.size());
+        types.push_back(LLVM::LLVMPointerType::get(builder.getContext()));
+        continue;
+      }
+      const Buffer &buffer = buffers[arg.index];
       types.push_back(MemRefType::get(buffer.shapeAtMax, buffer.elementType));
     }
     types.push_back(builder.getI32Type());
@@ -149,7 +193,17 @@ public:
         SmallVector<Type>(workgroup.begin(), workgroup.end()), TypeRange());
     kernel->setAttr(gpu::GPUDialect::getKernelFuncAttrName(),
                     builder.getUnitAttr());
-    Launch launch{kernel, SmallVector<unsigned>(args), {}, {}};
+    if (!tensorMapArgs.empty())
+      kernel->setAttr("moe.tensor_maps",
+                      builder.getDenseI64ArrayAttr(tensorMapArgs));
+    // The NVPTX backend vectorizes shared-memory accesses up to 16 bytes:
+    // make the buffers' alignment say so, whatever precedes them.
+    for (unsigned index = 0; index < workgroup.size(); ++index)
+      kernel.setWorkgroupAttributionAttr(
+          index, LLVM::LLVMDialect::getAlignAttrName(),
+          builder.getI64IntegerAttr(kSharedVectorBytes));
+    Launch launch{
+        kernel, SmallVector<KernelArg>(args), {}, {}, dynamicSharedBytes};
     for (const SizeExpr &size : grid)
       launch.grid.push_back(builder.getStringAttr(size.text));
     launch.block.assign(block.begin(), block.end());
@@ -180,10 +234,15 @@ public:
     for (unsigned buffer : zeroed)
       zeros.push_back(builder.getStringAttr(buffers[buffer].name));
     // Names are final only now: results are named when the return is seen.
+    SmallVector<Attribute> mapEntries;
+    for (const TensorMap &map : maps)
+      mapEntries.push_back(tensorMapEntry(builder, map));
     for (Launch &launch : launches) {
       SmallVector<Attribute> argNames;
-      for (unsigned arg : launch.args)
-        argNames.push_back(builder.getStringAttr(buffers[arg].name));
+      for (const KernelArg &arg : launch.args)
+        argNames.push_back(builder.getStringAttr(
+            arg.isTensorMap ? "map:" + maps[arg.index].name
+                            : buffers[arg.index].name));
       argNames.push_back(builder.getStringAttr("i32:T"));
       launch.kernel->setAttr(
           "moe.launch",
@@ -191,11 +250,14 @@ public:
               {builder.getNamedAttr("grid", builder.getArrayAttr(launch.grid)),
                builder.getNamedAttr("block",
                                     builder.getDenseI64ArrayAttr(launch.block)),
-               builder.getNamedAttr("smem", builder.getStringAttr("0")),
+               builder.getNamedAttr(
+                   "smem", builder.getStringAttr(
+                               std::to_string(launch.dynamicSharedBytes))),
                builder.getNamedAttr("args", builder.getArrayAttr(argNames))}));
     }
     kernels->setAttr("moe.buffers", builder.getArrayAttr(entries));
     kernels->setAttr("moe.zero", builder.getArrayAttr(zeros));
+    kernels->setAttr("moe.tensormaps", builder.getArrayAttr(mapEntries));
     kernels->setAttr("moe.tokens_max", builder.getI64IntegerAttr(tokensMax));
   }
 
@@ -213,15 +275,49 @@ private:
   /// A kernel and the buffers it takes, named when the plan is finished.
   struct Launch {
     gpu::GPUFuncOp kernel;
-    SmallVector<unsigned> args;
+    SmallVector<KernelArg> args;
     SmallVector<Attribute> grid;
     SmallVector<int64_t> block;
+    int64_t dynamicSharedBytes;
   };
+
+  /// The `tensormap` statement of `map` as a dictionary: its buffer's dims
+  /// innermost first and the byte strides of the outer ones, as size
+  /// expressions.
+  DictionaryAttr tensorMapEntry(OpBuilder &builder, const TensorMap &map) {
+    const Buffer &buffer = buffers[map.buffer];
+    int64_t elementBytes = buffer.elementType.getIntOrFloatBitWidth() / 8;
+    SmallVector<Attribute> dims, strides;
+    // The stride of each dim: a number while the inner dims are constants,
+    // then a product of expressions.
+    std::string stride = std::to_string(elementBytes);
+    for (const std::string &dim : llvm::reverse(buffer.dims)) {
+      if (!dims.empty())
+        strides.push_back(builder.getStringAttr(stride));
+      dims.push_back(builder.getStringAttr(dim));
+      int64_t strideValue, dimValue;
+      if (!StringRef(stride).getAsInteger(10, strideValue) &&
+          !StringRef(dim).getAsInteger(10, dimValue))
+        stride = std::to_string(strideValue * dimValue);
+      else
+        stride += "*(" + dim + ")";
+    }
+    return builder.getDictionaryAttr(
+        {builder.getNamedAttr("name", builder.getStringAttr(map.name)),
+         builder.getNamedAttr("tensor", builder.getStringAttr(buffer.name)),
+         builder.getNamedAttr("type", TypeAttr::get(buffer.elementType)),
+         builder.getNamedAttr("dims", builder.getArrayAttr(dims)),
+         builder.getNamedAttr("strides", builder.getArrayAttr(strides)),
+         builder.getNamedAttr("box", builder.getDenseI64ArrayAttr(map.box)),
+         builder.getNamedAttr("swizzle",
+                              builder.getI64IntegerAttr(map.swizzleBytes))});
+  }
 
   DenseMap<Value, unsigned> bufferOf;
   llvm::StringMap<unsigned> nameUses;
   std::vector<Launch> launches;
   std::vector<Buffer> buffers;
+  std::vector<TensorMap> maps;
   SmallVector<unsigned> zeroed;
   unsigned kernelCount = 0;
 };
@@ -355,7 +451,7 @@ LogicalResult emitGate(PlanBuilder &plan, OpBuilder &builder, GateOp op) {
   SizeExpr t = plan.tokens();
   int64_t slots = router.getNumSlots();
 
-  SmallVector<unsigned> args = {plan.use(op.getLogits())};
+  SmallVector<KernelArg> args = {plan.use(op.getLogits())};
   if (hasBias)
     args.push_back(plan.use(op.getCorrectionBias()));
   args.push_back(plan.define(op.getWeights(), "gate_weights",
@@ -815,6 +911,29 @@ LogicalResult emitRoute(PlanBuilder &plan, OpBuilder &builder, RouteOp op) {
 //===----------------------------------------------------------------------===//
 
 constexpr int64_t kGemmThreadsPerSide = 16;
+/// The integer memory space of shared memory, as the nvgpu TMA and mbarrier
+/// types take it.
+constexpr int64_t kSharedAddressSpace = 3;
+/// A suspend-time hint of the mbarrier waits (ns); they retry until done.
+constexpr int64_t kMbarrierWaitTicks = 1000000;
+
+/// The base of the dynamic shared memory of the kernels of `kernels`: one
+/// public, uninitialised, 1024-byte aligned `memref.global` that every view
+/// is taken from (private zero-sized globals would each become a separate
+/// unaligned `.shared` variable).
+Value dynamicSharedMemory(ImplicitLocOpBuilder &b, gpu::GPUModuleOp kernels) {
+  constexpr llvm::StringLiteral kName = "moe_dynamic_shared_memory";
+  auto type = MemRefType::get({0}, b.getI8Type(), MemRefLayoutAttrInterface(),
+                              b.getI64IntegerAttr(kSharedAddressSpace));
+  if (!SymbolTable::lookupSymbolIn(kernels, kName)) {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(kernels.getBody());
+    memref::GlobalOp::create(b, kName, b.getStringAttr("public"), type,
+                             Attribute(), /*constant=*/false,
+                             b.getI64IntegerAttr(1024));
+  }
+  return memref::GetGlobalOp::create(b, type, kName);
+}
 constexpr int64_t kGemmTileN = 64, kGemmTileK = 16;
 constexpr int64_t kGemmColumnsPerThread = kGemmTileN / kGemmThreadsPerSide;
 
@@ -850,8 +969,23 @@ LogicalResult emitGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
   plan.refineInput(expertIds, {PlanBuilder::ceilDiv(capacity, blockM)});
   if (!tokenInput)
     plan.refineInput(rows, {capacity, PlanBuilder::constant(k)});
-  SmallVector<unsigned> args = {rows, plan.use(op.getWeights()), sortedIds,
-                                expertIds, plan.use(op.getNumPadded())};
+  // Weight tiles come through one 3-D TMA descriptor over [E, N, K], the
+  // expert its outer coordinate, built once by the runtime and passed by
+  // value, when the rows are the 16-byte multiples TMA needs; else the
+  // threads load them.
+  int64_t elementBytes = weightsType.getElementTypeBitWidth() / 8;
+  bool weightsByTma = (k * elementBytes) % 16 == 0;
+  unsigned weightsBuffer = plan.use(op.getWeights());
+  KernelArg weightsArg =
+      weightsByTma
+          ? KernelArg::tensorMap(plan.tensorMap(weightsBuffer, "weight_map",
+                                                {kGemmTileK, kGemmTileN, 1},
+                                                /*swizzleBytes=*/0))
+          : KernelArg(weightsBuffer);
+  int64_t weightTileBytes = kGemmTileN * kGemmTileK * elementBytes;
+  int64_t numWeightTiles = gated ? 2 : 1;
+  SmallVector<KernelArg> args = {rows, weightsArg, sortedIds, expertIds,
+                                 plan.use(op.getNumPadded())};
   if (weighted)
     args.push_back(plan.use(op.getRoutedWeights()));
   SmallVector<SizeExpr> outputDims =
@@ -870,11 +1004,33 @@ LogicalResult emitGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
       builder, op.getLoc(), "moe_grouped_matmul", args,
       {PlanBuilder::constant(llvm::divideCeil(columns, kGemmTileN)),
        PlanBuilder::ceilDiv(capacity, blockM), PlanBuilder::constant(1)},
-      {threads, 1, 1}, shared);
+      {threads, 1, 1}, shared,
+      weightsByTma ? numWeightTiles * weightTileBytes : 0);
 
   ImplicitLocOpBuilder b(op.getLoc(), builder);
   WarpBuilder wb = makeWarpBuilder(b);
   Value input = kernel.getArgument(0), weights = kernel.getArgument(1);
+  // The TMA destinations, views of the dynamic shared memory (gate tile,
+  // then up tile), as the descriptor's box [1, 64, 16].
+  auto weightTileType = MemRefType::get(
+      {1, kGemmTileN, kGemmTileK}, weightsType.getElementType(),
+      MemRefLayoutAttrInterface(), b.getI64IntegerAttr(kSharedAddressSpace));
+  auto weightMapType = nvgpu::TensorMapDescriptorType::get(
+      b.getContext(), weightTileType, nvgpu::TensorMapSwizzleKind::SWIZZLE_NONE,
+      nvgpu::TensorMapL2PromoKind::L2PROMO_NONE,
+      nvgpu::TensorMapOOBKind::OOB_ZERO,
+      nvgpu::TensorMapInterleaveKind::INTERLEAVE_NONE);
+  SmallVector<Value> weightTiles;
+  Value weightMap;
+  if (weightsByTma) {
+    weightMap = UnrealizedConversionCastOp::create(b, weightMapType, weights)
+                    .getResult(0);
+    Value base = dynamicSharedMemory(b, plan.kernels);
+    for (int64_t tile = 0; tile < numWeightTiles; ++tile)
+      weightTiles.push_back(memref::ViewOp::create(
+          b, weightTileType, base, wb.index(tile * weightTileBytes),
+          ValueRange()));
+  }
   Value sorted = kernel.getArgument(2), experts = kernel.getArgument(3);
   Value padded = kernel.getArgument(4);
   Value routedWeights = weighted ? Value(kernel.getArgument(5)) : Value();
@@ -907,11 +1063,44 @@ LogicalResult emitGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
   };
   wb.ifThen(active, [&] {
     Value zero = wb.f32(0.0);
+    Value leader = wb.cmpi(arith::CmpIPredicate::eq, tid, wb.index(0));
+    // One mbarrier counts the weight tiles' bytes of each K step in; its
+    // phase flips every step. Initialised by one thread before anyone uses
+    // it.
+    Value barrier;
+    if (weightsByTma) {
+      barrier = nvgpu::MBarrierCreateOp::create(
+          b, nvgpu::MBarrierGroupType::get(
+                 b.getContext(), b.getI64IntegerAttr(kSharedAddressSpace)));
+      wb.ifThen(leader, [&] {
+        nvgpu::TmaPrefetchOp::create(b, weightMap, Value());
+        nvgpu::MBarrierInitOp::create(b, barrier, wb.index(1), wb.index(0),
+                                      Value());
+      });
+      gpu::BarrierOp::create(b);
+    }
     int64_t accumulators = rowsPerThread * kGemmColumnsPerThread;
     SmallVector<Value> inits(gated ? 2 * accumulators : accumulators, zero);
     SmallVector<Value> sums = wb.loop(
         wb.index(0), wb.index(k), inits,
         [&](Value k0, ValueRange carried) -> SmallVector<Value> {
+          // The weight tiles of this step (gate, then up at column +
+          // columns) are in flight while the threads stage the A rows; TMA
+          // fills what lies past N or K with zeros.
+          if (weightsByTma)
+            wb.ifThen(leader, [&] {
+              nvgpu::MBarrierArriveExpectTxOp::create(
+                  b, barrier, wb.index(numWeightTiles * weightTileBytes),
+                  wb.index(0), Value());
+              for (int64_t tile = 0; tile < numWeightTiles; ++tile)
+                nvgpu::TmaAsyncLoadOp::create(
+                    b, weightTiles[tile], barrier, weightMap,
+                    ValueRange{k0,
+                               arith::AddIOp::create(b, firstColumn,
+                                                     wb.index(tile * columns)),
+                               expert},
+                    wb.index(0), Value(), Value());
+            });
           // Stage the A rows (gathered, zero for padding) and the B columns
           // of this K step in shared memory, as f32.
           for (int64_t base = 0; base < blockM * kGemmTileK; base += threads) {
@@ -932,6 +1121,13 @@ LogicalResult emitGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
                                    wb.select(valid, kIndex, wb.index(0))});
             wb.store(wb.select(valid, value, zero), tileA, {i, kk});
           }
+          if (weightsByTma) {
+            Value step = arith::DivUIOp::create(b, k0, wb.index(kGemmTileK));
+            Value parity = arith::IndexCastOp::create(
+                b, b.getI1Type(), arith::RemUIOp::create(b, step, wb.index(2)));
+            nvgpu::MBarrierTryWaitParityOp::create(
+                b, barrier, parity, wb.index(kMbarrierWaitTicks), wb.index(0));
+          }
           for (int64_t base = 0; base < kGemmTileN * kGemmTileK;
                base += threads) {
             Value item = arith::AddIOp::create(b, tid, wb.index(base));
@@ -945,18 +1141,19 @@ LogicalResult emitGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
                 wb.cmpi(arith::CmpIPredicate::ult, kIndex, wb.index(k)));
             Value safeColumn = wb.select(valid, column, wb.index(0));
             Value safeK = wb.select(valid, kIndex, wb.index(0));
-            wb.store(wb.select(valid,
-                               wb.loadF32(weights, {expert, safeColumn, safeK}),
-                               zero),
-                     tileB, {jj, kk});
-            if (gated) {
-              Value upColumn =
-                  arith::AddIOp::create(b, safeColumn, wb.index(columns));
-              wb.store(wb.select(valid,
-                                 wb.loadF32(weights, {expert, upColumn, safeK}),
-                                 zero),
-                       tileUp, {jj, kk});
-            }
+            // Weight (expert, column + tile * columns, k) of the step.
+            auto weight = [&](int64_t tile) {
+              if (weightsByTma)
+                return wb.loadF32(weightTiles[tile], {wb.index(0), jj, kk});
+              return wb.loadF32(
+                  weights, {expert,
+                            arith::AddIOp::create(b, safeColumn,
+                                                  wb.index(tile * columns)),
+                            safeK});
+            };
+            wb.store(wb.select(valid, weight(0), zero), tileB, {jj, kk});
+            if (gated)
+              wb.store(wb.select(valid, weight(1), zero), tileUp, {jj, kk});
           }
           gpu::BarrierOp::create(b);
           SmallVector<Value> next(carried.begin(), carried.end());
@@ -1060,7 +1257,7 @@ void emitCombine(PlanBuilder &plan, OpBuilder &builder, CombineOp op) {
   llvm::Align alignment(width * elementType.getIntOrFloatBitWidth() / 8);
   bool weighted = static_cast<bool>(op.getWeights());
 
-  SmallVector<unsigned> args = {plan.use(op.getRows())};
+  SmallVector<KernelArg> args = {plan.use(op.getRows())};
   if (weighted)
     args.push_back(plan.use(op.getWeights()));
   args.push_back(plan.define(op.getOutput(), "combine_output",

@@ -41,19 +41,19 @@
 // CHECK: gpu.shuffle idx
 // CHECK: memref.store
 
-// CHECK: gpu.func @moe_route_count_1(%{{.*}}: memref<1024x9xi32>, %{{.*}}: memref<18x257xi32>, %{{.*}}: i32) workgroup(%[[COUNTS:.*]] : memref<257xi32, #gpu.address_space<workgroup>>) kernel
+// CHECK: gpu.func @moe_route_count_1(%{{.*}}: memref<1024x9xi32>, %{{.*}}: memref<18x257xi32>, %{{.*}}: i32) workgroup(%[[COUNTS:.*]] : memref<257xi32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}) kernel
 // CHECK-SAME: grid = ["cdiv(T*9,512)", "1", "1"]
 // CHECK: gpu.barrier
 // CHECK: memref.atomic_rmw addi %{{.*}}, %[[COUNTS]]
 // CHECK: gpu.barrier
 
 // CHECK: gpu.func @moe_route_scan_2(
-// CHECK-SAME: workgroup(%{{.*}} : memref<1024xi32, #gpu.address_space<workgroup>>) kernel
+// CHECK-SAME: workgroup(%{{.*}} : memref<1024xi32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}) kernel
 // CHECK-SAME: args = ["route_block_offsets", "route_expert_offsets", "result2", "result3", "result4", "i32:T"]
 // CHECK-SAME: grid = ["1", "1", "1"]
 
 // CHECK: gpu.func @moe_route_place_3(
-// CHECK-SAME: workgroup(%{{.*}} : memref<16x257xi32, #gpu.address_space<workgroup>>) kernel
+// CHECK-SAME: workgroup(%{{.*}} : memref<16x257xi32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}) kernel
 // CHECK: nvvm.match.sync any
 // CHECK: nvvm.read.ptx.sreg.lanemask.lt
 // CHECK: llvm.intr.ctpop
