@@ -17,7 +17,6 @@ would take longer than --max-call-s is skipped with the reason."""
 
 import argparse
 import os
-import statistics
 import sys
 import time
 
@@ -26,6 +25,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "test", "GPU"))
 from moe_ctypes import Bundle, Reference, load_specs  # noqa: E402
+from timing import flush_buffer, time_us  # noqa: E402
 from gemm_common import (gemm1_reference, gemm2_reference,  # noqa: E402
                          random_ids, relative_errors, route, valid_rows)
 
@@ -38,32 +38,6 @@ DEVICE = "cuda"
 def grouped_mm(mat_a, mat_b, offs):
     function = getattr(F, "grouped_mm", None) or torch._grouped_mm
     return function(mat_a, mat_b, offs=offs)
-
-
-def time_us(function, flush, iterations, warm_up=True):
-    """Median of `iterations` event-timed calls, L2 flushed before each."""
-    if warm_up:
-        function()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iterations)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iterations)]
-    for start, end in zip(starts, ends):
-        flush.zero_()
-        start.record()
-        function()
-        end.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) * 1e3
-
-
-def one_call_us(function, flush):
-    flush.zero_()
-    start = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
-    start.record()
-    function()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1e3
 
 
 torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 fallback check
@@ -174,7 +148,7 @@ def run_case(case, bundle, flush, args, estimate):
         result["note"] = (f"ours skipped: about {estimate / 1e6:.2f} s a call "
                           f"(scaled from the last T) > {args.max_call_s} s")
         return result
-    first = one_call_us(ours, flush)  # also the warm-up
+    first = time_us(ours, flush, 1, warm_up_calls=0)  # also the warm-up
     result["probe"] = first
     if first > args.max_call_s * 1e6:
         result["note"] = (f"ours skipped after one call: {first / 1e6:.2f} s "
@@ -182,7 +156,7 @@ def run_case(case, bundle, flush, args, estimate):
         return result
     iterations = max(3, min(args.iterations,
                             int(args.case_budget_s * 1e6 / first)))
-    result["ours"] = time_us(ours, flush, iterations, warm_up=False)
+    result["ours"] = time_us(ours, flush, iterations, warm_up_calls=0)
     result["iterations"] = iterations
     ours()
     against = "grouped_mm"
@@ -214,7 +188,7 @@ def main():
     parser.add_argument("--seed", type=int, default=2026)
     args = parser.parse_args()
     tokens_list = [int(t) for t in args.tokens.split(",")]
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device=DEVICE)
+    flush = flush_buffer(DEVICE)
     reference = Reference(args.build)
     generator = torch.Generator().manual_seed(args.seed)
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")

@@ -8,13 +8,13 @@ memory floor (bytes moved / 3.0 TB/s)."""
 
 import argparse
 import os
-import statistics
 import sys
 
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "test", "GPU"))
 from moe_ctypes import Bundle, load_specs  # noqa: E402
+from timing import flush_buffer, time_us  # noqa: E402
 
 BANDWIDTH = 3.0e12  # measured device-to-device copy on the H100, bytes/s
 
@@ -49,20 +49,6 @@ def torch_router(router):
     return route
 
 
-def time_us(function, flush, iterations):
-    for _ in range(5):
-        function()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iterations)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iterations)]
-    for start, end in zip(starts, ends):
-        flush.zero_()
-        start.record()
-        function()
-        end.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) * 1e3
-
-
 def graphed(function):
     function()  # warm up outside the capture
     torch.cuda.synchronize()
@@ -79,7 +65,7 @@ def main():
     parser.add_argument("--tokens", default="1,128,4096,16384")
     parser.add_argument("--iterations", type=int, default=100)
     args = parser.parse_args()
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    flush = flush_buffer()
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     header = (f"{'router':10} {'T':>6} {'eager':>9} {'compiled':>9} "
               f"{'comp+graph':>10} {'ours':>8} {'ours+graph':>10} "
@@ -107,15 +93,17 @@ def main():
             def ours():
                 bundle.run(tokens, tensors, described)
 
+            # Five untimed calls first: torch.compile and the graphs settle.
+            def timed(function):
+                return time_us(function, flush, args.iterations,
+                               warm_up_calls=5)
+
             times = {
-                "eager": time_us(lambda: reference(logits, bias), flush,
-                                 args.iterations),
-                "compiled": time_us(lambda: compiled(logits, bias), flush,
-                                    args.iterations),
-                "comp+graph": time_us(graphed(lambda: compiled(logits, bias)),
-                                      flush, args.iterations),
-                "ours": time_us(ours, flush, args.iterations),
-                "ours+graph": time_us(graphed(ours), flush, args.iterations),
+                "eager": timed(lambda: reference(logits, bias)),
+                "compiled": timed(lambda: compiled(logits, bias)),
+                "comp+graph": timed(graphed(lambda: compiled(logits, bias))),
+                "ours": timed(ours),
+                "ours+graph": timed(graphed(ours)),
             }
             # The torch result must agree with ours before its time counts.
             ours()
