@@ -110,9 +110,11 @@ def ConvertMoeToGPU : Pass<"convert-moe-to-gpu", "::mlir::ModuleOp"> {
       its outer coordinate, which the runtime builds once (a `tensormap` plan
       line) and passes by value (`moe.tensor_maps`, made grid constants by
       `moe-grid-constant-tensor-maps`); TMA zero-fills the N and K tails, and
-      one mbarrier counts each K step's bytes in. Weights whose rows are not
-      16-byte multiples are loaded by the threads. The correct baseline for
-      the tensor-core path.
+      one mbarrier counts each K step's bytes in. Sorted (contiguous) input
+      rows come by TMA too, through a 2-D descriptor over [C, K], padding
+      rows masked to zero after the load; gathered token rows, and rows that
+      are not 16-byte multiples, are loaded by the threads. The correct
+      baseline for the tensor-core path.
     * `moe.combine`: one thread per 16 bytes of a token's output row, summing
       its slot rows in fp32.
 

@@ -972,9 +972,12 @@ LogicalResult emitGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
   // Weight tiles come through one 3-D TMA descriptor over [E, N, K], the
   // expert its outer coordinate, built once by the runtime and passed by
   // value, when the rows are the 16-byte multiples TMA needs; else the
-  // threads load them.
+  // threads load them. Sorted input rows are contiguous, so their tiles come
+  // through a 2-D descriptor over [C, K] as well; gathered token rows are
+  // loaded by the threads.
   int64_t elementBytes = weightsType.getElementTypeBitWidth() / 8;
   bool weightsByTma = (k * elementBytes) % 16 == 0;
+  bool rowsByTma = weightsByTma && !tokenInput;
   unsigned weightsBuffer = plan.use(op.getWeights());
   KernelArg weightsArg =
       weightsByTma
@@ -982,9 +985,17 @@ LogicalResult emitGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
                                                 {kGemmTileK, kGemmTileN, 1},
                                                 /*swizzleBytes=*/0))
           : KernelArg(weightsBuffer);
+  KernelArg rowsArg = rowsByTma ? KernelArg::tensorMap(plan.tensorMap(
+                                      rows, "input_map", {kGemmTileK, blockM},
+                                      /*swizzleBytes=*/0))
+                                : KernelArg(rows);
   int64_t weightTileBytes = kGemmTileN * kGemmTileK * elementBytes;
   int64_t numWeightTiles = gated ? 2 : 1;
-  SmallVector<KernelArg> args = {rows, weightsArg, sortedIds, expertIds,
+  int64_t rowTileBytes = blockM * kGemmTileK * elementBytes;
+  // The bytes TMA brings in per K step, into the dynamic shared memory.
+  int64_t tmaStepBytes = (weightsByTma ? numWeightTiles * weightTileBytes : 0) +
+                         (rowsByTma ? rowTileBytes : 0);
+  SmallVector<KernelArg> args = {rowsArg, weightsArg, sortedIds, expertIds,
                                  plan.use(op.getNumPadded())};
   if (weighted)
     args.push_back(plan.use(op.getRoutedWeights()));
@@ -1004,32 +1015,46 @@ LogicalResult emitGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
       builder, op.getLoc(), "moe_grouped_matmul", args,
       {PlanBuilder::constant(llvm::divideCeil(columns, kGemmTileN)),
        PlanBuilder::ceilDiv(capacity, blockM), PlanBuilder::constant(1)},
-      {threads, 1, 1}, shared,
-      weightsByTma ? numWeightTiles * weightTileBytes : 0);
+      {threads, 1, 1}, shared, tmaStepBytes);
 
   ImplicitLocOpBuilder b(op.getLoc(), builder);
   WarpBuilder wb = makeWarpBuilder(b);
   Value input = kernel.getArgument(0), weights = kernel.getArgument(1);
-  // The TMA destinations, views of the dynamic shared memory (gate tile,
-  // then up tile), as the descriptor's box [1, 64, 16].
-  auto weightTileType = MemRefType::get(
-      {1, kGemmTileN, kGemmTileK}, weightsType.getElementType(),
-      MemRefLayoutAttrInterface(), b.getI64IntegerAttr(kSharedAddressSpace));
-  auto weightMapType = nvgpu::TensorMapDescriptorType::get(
-      b.getContext(), weightTileType, nvgpu::TensorMapSwizzleKind::SWIZZLE_NONE,
-      nvgpu::TensorMapL2PromoKind::L2PROMO_NONE,
-      nvgpu::TensorMapOOBKind::OOB_ZERO,
-      nvgpu::TensorMapInterleaveKind::INTERLEAVE_NONE);
+  // The TMA destinations are views of the dynamic shared memory, shaped as
+  // their descriptor's box: the weight tiles (gate, then up) [1, 64, 16],
+  // then the row tile [block_m, 16].
+  Value sharedBase =
+      tmaStepBytes ? dynamicSharedMemory(b, plan.kernels) : Value();
+  int64_t sharedOffset = 0;
+  auto tmaTile = [&](ArrayRef<int64_t> box) {
+    auto type = MemRefType::get(box, weightsType.getElementType(),
+                                MemRefLayoutAttrInterface(),
+                                b.getI64IntegerAttr(kSharedAddressSpace));
+    Value view = memref::ViewOp::create(b, type, sharedBase,
+                                        wb.index(sharedOffset), ValueRange());
+    sharedOffset += type.getNumElements() * elementBytes;
+    return view;
+  };
+  // The descriptor behind kernel argument `pointer`, for tiles like `tile`.
+  auto descriptor = [&](Value pointer, Value tile) -> Value {
+    auto type = nvgpu::TensorMapDescriptorType::get(
+        b.getContext(), cast<MemRefType>(tile.getType()),
+        nvgpu::TensorMapSwizzleKind::SWIZZLE_NONE,
+        nvgpu::TensorMapL2PromoKind::L2PROMO_NONE,
+        nvgpu::TensorMapOOBKind::OOB_ZERO,
+        nvgpu::TensorMapInterleaveKind::INTERLEAVE_NONE);
+    return UnrealizedConversionCastOp::create(b, type, pointer).getResult(0);
+  };
   SmallVector<Value> weightTiles;
-  Value weightMap;
+  Value weightMap, rowTile, rowMap;
   if (weightsByTma) {
-    weightMap = UnrealizedConversionCastOp::create(b, weightMapType, weights)
-                    .getResult(0);
-    Value base = dynamicSharedMemory(b, plan.kernels);
     for (int64_t tile = 0; tile < numWeightTiles; ++tile)
-      weightTiles.push_back(memref::ViewOp::create(
-          b, weightTileType, base, wb.index(tile * weightTileBytes),
-          ValueRange()));
+      weightTiles.push_back(tmaTile({1, kGemmTileN, kGemmTileK}));
+    weightMap = descriptor(weights, weightTiles.front());
+  }
+  if (rowsByTma) {
+    rowTile = tmaTile({blockM, kGemmTileK});
+    rowMap = descriptor(input, rowTile);
   }
   Value sorted = kernel.getArgument(2), experts = kernel.getArgument(3);
   Value padded = kernel.getArgument(4);
@@ -1085,13 +1110,13 @@ LogicalResult emitGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
         wb.index(0), wb.index(k), inits,
         [&](Value k0, ValueRange carried) -> SmallVector<Value> {
           // The weight tiles of this step (gate, then up at column +
-          // columns) are in flight while the threads stage the A rows; TMA
-          // fills what lies past N or K with zeros.
+          // columns) and the sorted row tile are in flight while the threads
+          // stage gathered A rows; TMA fills what lies past N, K or C with
+          // zeros.
           if (weightsByTma)
             wb.ifThen(leader, [&] {
               nvgpu::MBarrierArriveExpectTxOp::create(
-                  b, barrier, wb.index(numWeightTiles * weightTileBytes),
-                  wb.index(0), Value());
+                  b, barrier, wb.index(tmaStepBytes), wb.index(0), Value());
               for (int64_t tile = 0; tile < numWeightTiles; ++tile)
                 nvgpu::TmaAsyncLoadOp::create(
                     b, weightTiles[tile], barrier, weightMap,
@@ -1100,9 +1125,23 @@ LogicalResult emitGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
                                                      wb.index(tile * columns)),
                                expert},
                     wb.index(0), Value(), Value());
+              if (rowsByTma)
+                nvgpu::TmaAsyncLoadOp::create(b, rowTile, barrier, rowMap,
+                                              ValueRange{k0, firstRow},
+                                              wb.index(0), Value(), Value());
             });
-          // Stage the A rows (gathered, zero for padding) and the B columns
-          // of this K step in shared memory, as f32.
+          auto waitForTma = [&] {
+            Value step = arith::DivUIOp::create(b, k0, wb.index(kGemmTileK));
+            Value parity = arith::IndexCastOp::create(
+                b, b.getI1Type(), arith::RemUIOp::create(b, step, wb.index(2)));
+            nvgpu::MBarrierTryWaitParityOp::create(
+                b, barrier, parity, wb.index(kMbarrierWaitTicks), wb.index(0));
+          };
+          if (rowsByTma)
+            waitForTma();
+          // Stage the A rows (gathered, zero for padding rows, which TMA
+          // loads as whatever they hold) and the B columns of this K step in
+          // shared memory, as f32.
           for (int64_t base = 0; base < blockM * kGemmTileK; base += threads) {
             Value item = arith::AddIOp::create(b, tid, wb.index(base));
             Value i = arith::DivUIOp::create(b, item, wb.index(kGemmTileK));
@@ -1117,17 +1156,14 @@ LogicalResult emitGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
                 b, routed,
                 wb.cmpi(arith::CmpIPredicate::ult, kIndex, wb.index(k)));
             Value value =
-                wb.loadF32(input, {wb.select(valid, source, wb.index(0)),
-                                   wb.select(valid, kIndex, wb.index(0))});
+                rowsByTma ? wb.loadF32(rowTile, {i, kk})
+                          : wb.loadF32(input,
+                                       {wb.select(valid, source, wb.index(0)),
+                                        wb.select(valid, kIndex, wb.index(0))});
             wb.store(wb.select(valid, value, zero), tileA, {i, kk});
           }
-          if (weightsByTma) {
-            Value step = arith::DivUIOp::create(b, k0, wb.index(kGemmTileK));
-            Value parity = arith::IndexCastOp::create(
-                b, b.getI1Type(), arith::RemUIOp::create(b, step, wb.index(2)));
-            nvgpu::MBarrierTryWaitParityOp::create(
-                b, barrier, parity, wb.index(kMbarrierWaitTicks), wb.index(0));
-          }
+          if (weightsByTma && !rowsByTma)
+            waitForTma();
           for (int64_t base = 0; base < kGemmTileN * kGemmTileK;
                base += threads) {
             Value item = arith::AddIOp::create(b, tid, wb.index(base));

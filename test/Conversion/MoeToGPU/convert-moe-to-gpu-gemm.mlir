@@ -6,21 +6,22 @@
 // accumulators before a scattered or sorted store. Weight tiles (gate and up)
 // come by TMA through one 3-D descriptor over [E, N, K], passed by value,
 // into views of the 1024-aligned dynamic shared memory, one mbarrier counting
-// their bytes per K step; weights whose rows are not 16-byte multiples are
-// loaded by the threads instead.
+// their bytes per K step; sorted (contiguous) input rows come by TMA through
+// a 2-D descriptor over [C, K], padding rows masked to zero after the load;
+// rows that are not 16-byte multiples are loaded by the threads instead.
 // RUN: moe-opt %s --convert-moe-to-gpu="tokens-max=256" | FileCheck %s
 
 // CHECK: gpu.module @moe_kernels
-// CHECK-SAME: moe.tensormaps = [{box = array<i64: 16, 64, 1>, dims = ["32", "48", "4"], name = "weight_map", strides = ["64", "3072"], swizzle = 0 : i64, tensor = "arg1", type = bf16}, {box = array<i64: 16, 64, 1>, dims = ["24", "32", "4"], name = "weight_map_1", strides = ["96", "3072"], swizzle = 0 : i64, tensor = "arg6", type = f32}]
+// CHECK-SAME: moe.tensormaps = [{box = array<i64: 16, 64, 1>, dims = ["32", "48", "4"], name = "weight_map", strides = ["64", "3072"], swizzle = 0 : i64, tensor = "arg1", type = bf16}, {box = array<i64: 16, 64, 1>, dims = ["24", "32", "4"], name = "weight_map_1", strides = ["96", "3072"], swizzle = 0 : i64, tensor = "arg6", type = f32}, {box = array<i64: 16, 16>, dims = ["24", "T*2+60"], name = "input_map", strides = ["96"], swizzle = 0 : i64, tensor = "arg5", type = f32}]
 // CHECK: memref.global "public" @moe_dynamic_shared_memory : memref<0xi8, 3> {alignment = 1024 : i64}
 
 // CHECK: gpu.func @moe_grouped_matmul_0(%{{.*}}: memref<256x32xbf16>, %[[MAP:.*]]: !llvm.ptr, %{{.*}}: memref<572xi32>, %{{.*}}: memref<36xi32>, %{{.*}}: memref<i32>, %[[OUT:.*]]: memref<572x24xbf16>, %{{.*}}: i32)
 // CHECK-SAME: workgroup(%[[A:.*]] : memref<16x17xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}, %[[B:.*]] : memref<64x17xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}, %[[UP:.*]] : memref<64x17xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64})
 // CHECK-SAME: moe.launch = {args = ["arg0", "map:weight_map", "arg2", "arg3", "arg4", "result0", "i32:T"], block = array<i64: 256, 1, 1>, grid = ["1", "cdiv(T*2+60,16)", "1"], smem = "4096"}, moe.tensor_maps = array<i64: 1>
-// CHECK: %[[DESC:.*]] = builtin.unrealized_conversion_cast %[[MAP]] : !llvm.ptr to !nvgpu.tensormap.descriptor<tensor = memref<1x64x16xbf16, 3>, swizzle = none, l2promo = none, oob = zero, interleave = none>
 // CHECK: %[[SMEM:.*]] = memref.get_global @moe_dynamic_shared_memory
 // CHECK: %[[GATE_TILE:.*]] = memref.view %[[SMEM]][%c0][]
 // CHECK: %[[UP_TILE:.*]] = memref.view %[[SMEM]][%c2048][]
+// CHECK: %[[DESC:.*]] = builtin.unrealized_conversion_cast %[[MAP]] : !llvm.ptr to !nvgpu.tensormap.descriptor<tensor = memref<1x64x16xbf16, 3>, swizzle = none, l2promo = none, oob = zero, interleave = none>
 // CHECK: gpu.block_id y
 // CHECK: scf.if
 // CHECK: %[[BAR:.*]] = nvgpu.mbarrier.create
@@ -45,9 +46,20 @@
 // CHECK: arith.truncf %{{.*}} : f32 to bf16
 // CHECK: memref.store %{{.*}}, %[[OUT]]
 
-// CHECK: gpu.func @moe_grouped_matmul_1(
+// CHECK: gpu.func @moe_grouped_matmul_1(%[[ROWS:.*]]: !llvm.ptr, %[[MAP2:.*]]: !llvm.ptr,
 // CHECK-SAME: %[[OUT2:[a-z0-9]+]]: memref<256x2x32xf32>, %{{.*}}: i32)
-// CHECK-SAME: grid = ["1", "cdiv(T*2+60,16)", "1"]
+// CHECK-SAME: moe.launch = {args = ["map:input_map", "map:weight_map_1", "arg2", "arg3", "arg4", "arg7", "result1", "i32:T"], block = array<i64: 256, 1, 1>, grid = ["1", "cdiv(T*2+60,16)", "1"], smem = "5120"}, moe.tensor_maps = array<i64: 0, 1>
+// CHECK: %[[WTILE:.*]] = memref.view %{{.*}}[%c0][] : memref<0xi8, 3> to memref<1x64x16xf32, 3>
+// CHECK: %[[WDESC:.*]] = builtin.unrealized_conversion_cast %[[MAP2]]
+// CHECK: %[[RTILE:.*]] = memref.view %{{.*}}[%c4096][] : memref<0xi8, 3> to memref<16x16xf32, 3>
+// CHECK: %[[RDESC:.*]] = builtin.unrealized_conversion_cast %[[ROWS]] : !llvm.ptr to !nvgpu.tensormap.descriptor<tensor = memref<16x16xf32, 3>
+// CHECK: scf.for %[[K1:.*]] = {{.*}} step %c16
+// CHECK: nvgpu.mbarrier.arrive.expect_tx %{{.*}}, %c5120
+// CHECK: nvgpu.tma.async.load %[[WDESC]][%[[K1]], %{{.*}}, %{{.*}}], %{{.*}} to %[[WTILE]]
+// CHECK: nvgpu.tma.async.load %[[RDESC]][%[[K1]], %[[FIRST_ROW:.*]]], %{{.*}} to %[[RTILE]]
+// CHECK: nvgpu.mbarrier.try_wait.parity
+// CHECK: memref.load %[[RTILE]]
+// CHECK: arith.select
 // CHECK: gpu.barrier
 // CHECK: gpu.barrier
 // CHECK: %[[WEIGHT:[0-9a-z_]+]] = memref.load %{{.*}}[%[[TOKEN:[0-9a-z_]+]], %[[SLOT:[0-9a-z_]+]]] : memref<256x2xf32>
