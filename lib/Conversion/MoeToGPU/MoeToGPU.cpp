@@ -945,13 +945,12 @@ constexpr int64_t kGemmColumnsPerThread = kGemmTileN / kGemmThreadsPerSide;
 LogicalResult emitGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
                                 GroupedMatmulOp op) {
   OpBuilder::InsertionGuard guard(builder);
-  auto weightsType = cast<RankedTensorType>(op.getWeights().getType());
-  int64_t numExperts = weightsType.getDimSize(0);
-  int64_t n = weightsType.getDimSize(1), k = weightsType.getDimSize(2);
+  RankedTensorType weightsType = op.getWeightsType();
+  int64_t numExperts = op.getNumStoredExperts(), k = op.getReductionSize();
   int64_t slots = op.getNumSlots(), blockM = op.getBlockM();
   Activation activation = op.getActivation();
-  bool gated = activation != Activation::none;
-  int64_t columns = gated ? n / 2 : n;
+  bool gated = op.isGated();
+  int64_t columns = op.getOutputColumns();
   bool tokenInput = op.getInputOrder() == RowOrder::token;
   bool slotOutput = op.getOutputOrder() == RowOrder::slot;
   bool weighted = static_cast<bool>(op.getRoutedWeights());

@@ -311,13 +311,11 @@ struct GroupedMatmulToLoops : OpRewritePattern<GroupedMatmulOp> {
                                 PatternRewriter &rewriter) const override {
     ImplicitLocOpBuilder b(op.getLoc(), rewriter);
     LoopBuilder lb{b};
-    auto weightsType = cast<RankedTensorType>(op.getWeights().getType());
-    int64_t numExperts = weightsType.getDimSize(0);
-    int64_t n = weightsType.getDimSize(1), k = weightsType.getDimSize(2);
+    int64_t numExperts = op.getNumStoredExperts(), k = op.getReductionSize();
     int64_t numSlots = op.getNumSlots(), blockM = op.getBlockM();
     Activation activation = op.getActivation();
-    bool gated = activation != Activation::none;
-    int64_t columns = gated ? n / 2 : n;
+    bool gated = op.isGated();
+    int64_t columns = op.getOutputColumns();
     bool tokenInput = op.getInputOrder() == RowOrder::token;
     bool slotOutput = op.getOutputOrder() == RowOrder::slot;
 

@@ -220,6 +220,23 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul"> {
     (`activation` `(` $activation^ `)`)?
     attr-dict `:` functional-type(operands, results)
   }];
+  let extraClassDeclaration = [{
+    /// The weights' type [E, N, K].
+    ::mlir::RankedTensorType getWeightsType() {
+      return ::llvm::cast<::mlir::RankedTensorType>(getWeights().getType());
+    }
+    /// Experts held in the weights (routed plus fused shared ones).
+    int64_t getNumStoredExperts() { return getWeightsType().getDimSize(0); }
+    /// The reduction size K.
+    int64_t getReductionSize() { return getWeightsType().getDimSize(2); }
+    /// Whether the epilogue multiplies act(gate half) by the up half.
+    bool isGated() { return getActivation() != Activation::none; }
+    /// Output columns: N, or N / 2 after a gated activation.
+    int64_t getOutputColumns() {
+      int64_t n = getWeightsType().getDimSize(1);
+      return isGated() ? n / 2 : n;
+    }
+  }];
 }
 
 def Moe_CombineOp : Moe_Op<"combine"> {
