@@ -12,17 +12,10 @@ import numpy as np
 import moe_mlir
 from moe_mlir import _runtime, runtime
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "Inputs"))
+from expect import report  # noqa: E402
+
 work = sys.argv[1]
-
-
-def report(what, call):
-    """Prints the exception `call` raises: its type and message."""
-    try:
-        call()
-    except Exception as error:  # noqa: BLE001 - the test prints any kind
-        print(f"{what}: {type(error).__name__}: {error}")
-        return
-    raise AssertionError(f"{what}: raised nothing")
 
 
 def print_manifest(path):

@@ -10,9 +10,15 @@ and f16 differ from the float64 reference by a few of their units in the
 last place; f32 only by float32 summation order.
 """
 
+import os
+import sys
+
 import numpy as np
 
 import moe_mlir
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "Inputs"))
+from expect import report  # noqa: E402
 
 TOLERANCE = {"f32": 1e-5, "f16": 4e-3, "bf16": 2e-2}
 
@@ -125,16 +131,6 @@ def check_layer(name, layer, dtype, tokens, rng):
     assert np.allclose(weights, expected_weights, rtol=1e-5, atol=1e-7)
     print(f"{name}: {dtype} T={tokens} within {TOLERANCE[dtype]:g}, "
           f"ids exact")
-
-
-def report(what, call):
-    """Prints the exception `call` raises: its type and message."""
-    try:
-        call()
-    except Exception as error:  # noqa: BLE001 - the test prints any kind
-        print(f"{what}: {type(error).__name__}: {error}")
-        return
-    raise AssertionError(f"{what}: raised nothing")
 
 
 rng = np.random.default_rng(7)

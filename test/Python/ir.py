@@ -2,7 +2,13 @@
 """moe_mlir.Module: parse, print, verify and pass pipelines, and how their
 failures reach Python (moe_mlir.Error with MLIR's located diagnostics)."""
 
+import os
+import sys
+
 import moe_mlir
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "Inputs"))
+from expect import report  # noqa: E402
 
 LAYER = """
 func.func @layer(%x: tensor<?x16xf32>, %logits: tensor<?x8xf32>,
@@ -27,16 +33,6 @@ func.func @router(%logits: tensor<?x8xf32>)
   return %w, %ids : tensor<?x2xf32>, tensor<?x2xi32>
 }
 """
-
-
-def report(what, call):
-    """Prints the exception `call` raises: its type and message."""
-    try:
-        call()
-    except Exception as error:  # noqa: BLE001 - the test prints any kind
-        print(f"{what}: {type(error).__name__}: {error}")
-        return error
-    raise AssertionError(f"{what}: raised nothing")
 
 
 # Round trip: the printed module parses back to the same text.
