@@ -1,0 +1,370 @@
+//===- PlanBuilder.h - Kernels and the launch plan of a layer ---*- C++ -*-===//
+//
+// Shared by the files of convert-moe-to-gpu: the launch plan (buffers, size
+// expressions in T, tensor maps, kernels and their launches) that the
+// lowering of each op adds its kernels to, and small kernel-building helpers.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOE_LIB_CONVERSION_MOETOGPU_PLANBUILDER_H
+#define MOE_LIB_CONVERSION_MOETOGPU_PLANBUILDER_H
+
+#include "moe/Conversion/MoeCommon/LoopBuilder.h"
+#include "moe/Dialect/Moe/IR/MoeOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "llvm/ADT/StringMap.h"
+
+#include <string>
+#include <vector>
+
+namespace mlir {
+namespace moe {
+namespace detail {
+
+/// The widest shared-memory access (ld.shared.v4.b32).
+constexpr int64_t kSharedVectorBytes = 16;
+
+/// One buffer of the launch plan.
+struct Buffer {
+  std::string name;
+  StringRef role; // input, output or workspace
+  Type elementType;
+  SmallVector<std::string> dims;   // size expressions in T
+  SmallVector<int64_t> shapeAtMax; // the sizes at T = tokens-max
+};
+
+/// Size expressions in the token count T (docs/BUNDLE.md), with their value
+/// at tokens-max.
+struct SizeExpr {
+  std::string text;
+  int64_t atMax;
+};
+
+/// A TMA descriptor the runtime builds over a buffer (a `tensormap` line):
+/// the buffer's dims innermost first, with a box of `box` elements.
+struct TensorMap {
+  std::string name;
+  unsigned buffer;
+  SmallVector<int64_t> box; // innermost first
+  int64_t swizzleBytes;
+};
+
+/// A kernel argument of the plan: a buffer's pointer or a tensor map by
+/// value.
+struct KernelArg {
+  KernelArg(unsigned buffer) : index(buffer), isTensorMap(false) {}
+  static KernelArg tensorMap(unsigned map) {
+    KernelArg arg(map);
+    arg.isTensorMap = true;
+    return arg;
+  }
+  unsigned index;
+  bool isTensorMap;
+};
+
+/// Collects buffers and kernels while the ops of a layer are compiled.
+class PlanBuilder {
+public:
+  PlanBuilder(ModuleOp module, gpu::GPUModuleOp kernels, int64_t tokensMax)
+      : module(module), kernels(kernels), tokensMax(tokensMax) {}
+
+  SizeExpr tokens() const { return {"T", tokensMax}; }
+  static SizeExpr constant(int64_t value) {
+    return {std::to_string(value), value};
+  }
+  /// a * T + b.
+  SizeExpr affine(int64_t a, int64_t b) const {
+    std::string text = a == 1 ? "T" : "T*" + std::to_string(a);
+    if (b)
+      text += "+" + std::to_string(b);
+    return {text, a * tokensMax + b};
+  }
+  static SizeExpr ceilDiv(const SizeExpr &value, int64_t divisor) {
+    return {"cdiv(" + value.text + "," + std::to_string(divisor) + ")",
+            static_cast<int64_t>(llvm::divideCeil(value.atMax, divisor))};
+  }
+
+  /// Registers `value` (a function argument, a result, or an op result) as a
+  /// buffer whose dims are `dims`; returns its index.
+  unsigned define(Value value, StringRef workspaceName,
+                  ArrayRef<SizeExpr> dims) {
+    auto found = bufferOf.find(value);
+    if (found != bufferOf.end())
+      return found->second;
+    Buffer buffer;
+    buffer.elementType = cast<ShapedType>(value.getType()).getElementType();
+    for (const SizeExpr &dim : dims) {
+      buffer.dims.push_back(dim.text);
+      buffer.shapeAtMax.push_back(dim.atMax);
+    }
+    buffer.name = uniqueName(workspaceName);
+    buffer.role = "workspace";
+    if (auto argument = dyn_cast<BlockArgument>(value)) {
+      buffer.name = "arg" + std::to_string(argument.getArgNumber());
+      buffer.role = "input";
+    }
+    bufferOf[value] = buffers.size();
+    buffers.push_back(std::move(buffer));
+    return buffers.size() - 1;
+  }
+  /// Registers a workspace that no tensor of the function holds.
+  unsigned scratch(StringRef name, Type elementType, ArrayRef<SizeExpr> dims) {
+    Buffer buffer{uniqueName(name), "workspace", elementType, {}, {}};
+    for (const SizeExpr &dim : dims) {
+      buffer.dims.push_back(dim.text);
+      buffer.shapeAtMax.push_back(dim.atMax);
+    }
+    buffers.push_back(std::move(buffer));
+    return buffers.size() - 1;
+  }
+
+  /// Gives an input tensor the dims an op derives for it (a `?` in the
+  /// signature reads as T, but routing arrays are sized by the capacity).
+  void refineInput(unsigned buffer, ArrayRef<SizeExpr> dims) {
+    if (buffers[buffer].role != "input")
+      return;
+    buffers[buffer].dims.clear();
+    buffers[buffer].shapeAtMax.clear();
+    for (const SizeExpr &dim : dims) {
+      buffers[buffer].dims.push_back(dim.text);
+      buffers[buffer].shapeAtMax.push_back(dim.atMax);
+    }
+  }
+
+  /// The buffer holding `value`, which an earlier op or the signature
+  /// defined with its type's dims (dynamic dims are T).
+  unsigned use(Value value) {
+    auto found = bufferOf.find(value);
+    if (found != bufferOf.end())
+      return found->second;
+    SmallVector<SizeExpr> dims;
+    for (int64_t dim : cast<ShapedType>(value.getType()).getShape())
+      dims.push_back(ShapedType::isDynamic(dim) ? tokens() : constant(dim));
+    return define(value, "unnamed", dims);
+  }
+  void markOutputs(func::ReturnOp ret) {
+    for (auto [index, value] : llvm::enumerate(ret.getOperands())) {
+      Buffer &buffer = buffers[use(value)];
+      buffer.name = "result" + std::to_string(index);
+      buffer.role = "output";
+    }
+  }
+  void zero(unsigned buffer) { zeroed.push_back(buffer); }
+
+  /// Registers a TMA descriptor over `buffer` whose boxes are `box`
+  /// elements (innermost first); returns its index for KernelArg::tensorMap.
+  unsigned tensorMap(unsigned buffer, StringRef name, ArrayRef<int64_t> box,
+                     int64_t swizzleBytes) {
+    maps.push_back(
+        {uniqueName(name), buffer, SmallVector<int64_t>(box), swizzleBytes});
+    return maps.size() - 1;
+  }
+
+  /// Creates kernel `base_<n>` taking `args` (then T as i32), with
+  /// `dynamicSharedBytes` of dynamic shared memory, and records its launch;
+  /// moves the builder to the start of its body. A tensor map argument is an
+  /// `!llvm.ptr` to the descriptor, listed in the kernel's `moe.tensor_maps`
+  /// so that it is passed by value (moe-grid-constant-tensor-maps).
+  gpu::GPUFuncOp createKernel(OpBuilder &builder, Location loc, StringRef base,
+                              ArrayRef<KernelArg> args, ArrayRef<SizeExpr> grid,
+                              ArrayRef<int64_t> block,
+                              ArrayRef<MemRefType> workgroup = {},
+                              int64_t dynamicSharedBytes = 0) {
+    SmallVector<Type> types;
+    SmallVector<int64_t> tensorMapArgs;
+    for (const KernelArg &arg : args) {
+      if (arg.isTensorMap) {
+        tensorMapArgs.push_back(types.size());
+        types.push_back(LLVM::LLVMPointerType::get(builder.getContext()));
+        continue;
+      }
+      const Buffer &buffer = buffers[arg.index];
+      types.push_back(MemRefType::get(buffer.shapeAtMax, buffer.elementType));
+    }
+    types.push_back(builder.getI32Type());
+    builder.setInsertionPointToEnd(kernels.getBody());
+    auto kernel = gpu::GPUFuncOp::create(
+        builder, loc, (base + "_" + Twine(kernelCount++)).str(),
+        builder.getFunctionType(types, {}),
+        SmallVector<Type>(workgroup.begin(), workgroup.end()), TypeRange());
+    kernel->setAttr(gpu::GPUDialect::getKernelFuncAttrName(),
+                    builder.getUnitAttr());
+    if (!tensorMapArgs.empty())
+      kernel->setAttr("moe.tensor_maps",
+                      builder.getDenseI64ArrayAttr(tensorMapArgs));
+    // The NVPTX backend vectorizes shared-memory accesses up to 16 bytes:
+    // make the buffers' alignment say so, whatever precedes them.
+    for (unsigned index = 0; index < workgroup.size(); ++index)
+      kernel.setWorkgroupAttributionAttr(
+          index, LLVM::LLVMDialect::getAlignAttrName(),
+          builder.getI64IntegerAttr(kSharedVectorBytes));
+    Launch launch{
+        kernel, SmallVector<KernelArg>(args), {}, {}, dynamicSharedBytes};
+    for (const SizeExpr &size : grid)
+      launch.grid.push_back(builder.getStringAttr(size.text));
+    launch.block.assign(block.begin(), block.end());
+    launches.push_back(std::move(launch));
+    kernel.setKnownBlockSizeAttr(builder.getDenseI32ArrayAttr(
+        {static_cast<int32_t>(block[0]), static_cast<int32_t>(block[1]),
+         static_cast<int32_t>(block[2])}));
+    builder.setInsertionPointToStart(&kernel.getBody().front());
+    gpu::ReturnOp::create(builder, loc);
+    builder.setInsertionPointToStart(&kernel.getBody().front());
+    return kernel;
+  }
+
+  /// Writes the buffers and fills onto the kernel module.
+  void finish(OpBuilder &builder) {
+    SmallVector<Attribute> entries;
+    for (const Buffer &buffer : buffers) {
+      SmallVector<Attribute> dims;
+      for (const std::string &dim : buffer.dims)
+        dims.push_back(builder.getStringAttr(dim));
+      entries.push_back(builder.getDictionaryAttr(
+          {builder.getNamedAttr("name", builder.getStringAttr(buffer.name)),
+           builder.getNamedAttr("role", builder.getStringAttr(buffer.role)),
+           builder.getNamedAttr("type", TypeAttr::get(buffer.elementType)),
+           builder.getNamedAttr("dims", builder.getArrayAttr(dims))}));
+    }
+    SmallVector<Attribute> zeros;
+    for (unsigned buffer : zeroed)
+      zeros.push_back(builder.getStringAttr(buffers[buffer].name));
+    // Names are final only now: results are named when the return is seen.
+    SmallVector<Attribute> mapEntries;
+    for (const TensorMap &map : maps)
+      mapEntries.push_back(tensorMapEntry(builder, map));
+    for (Launch &launch : launches) {
+      SmallVector<Attribute> argNames;
+      for (const KernelArg &arg : launch.args)
+        argNames.push_back(builder.getStringAttr(
+            arg.isTensorMap ? "map:" + maps[arg.index].name
+                            : buffers[arg.index].name));
+      argNames.push_back(builder.getStringAttr("i32:T"));
+      launch.kernel->setAttr(
+          "moe.launch",
+          builder.getDictionaryAttr(
+              {builder.getNamedAttr("grid", builder.getArrayAttr(launch.grid)),
+               builder.getNamedAttr("block",
+                                    builder.getDenseI64ArrayAttr(launch.block)),
+               builder.getNamedAttr(
+                   "smem", builder.getStringAttr(
+                               std::to_string(launch.dynamicSharedBytes))),
+               builder.getNamedAttr("args", builder.getArrayAttr(argNames))}));
+    }
+    kernels->setAttr("moe.buffers", builder.getArrayAttr(entries));
+    kernels->setAttr("moe.zero", builder.getArrayAttr(zeros));
+    kernels->setAttr("moe.tensormaps", builder.getArrayAttr(mapEntries));
+    kernels->setAttr("moe.tokens_max", builder.getI64IntegerAttr(tokensMax));
+  }
+
+  ModuleOp module;
+  gpu::GPUModuleOp kernels;
+  int64_t tokensMax;
+
+private:
+  /// `base`, or `base_<n>` when a layer has several ops of one kind.
+  std::string uniqueName(StringRef base) {
+    unsigned uses = nameUses[base]++;
+    return uses ? (base + "_" + Twine(uses)).str() : base.str();
+  }
+
+  /// A kernel and the buffers it takes, named when the plan is finished.
+  struct Launch {
+    gpu::GPUFuncOp kernel;
+    SmallVector<KernelArg> args;
+    SmallVector<Attribute> grid;
+    SmallVector<int64_t> block;
+    int64_t dynamicSharedBytes;
+  };
+
+  /// The `tensormap` statement of `map` as a dictionary: its buffer's dims
+  /// innermost first and the byte strides of the outer ones, as size
+  /// expressions.
+  DictionaryAttr tensorMapEntry(OpBuilder &builder, const TensorMap &map) {
+    const Buffer &buffer = buffers[map.buffer];
+    int64_t elementBytes = buffer.elementType.getIntOrFloatBitWidth() / 8;
+    SmallVector<Attribute> dims, strides;
+    // The stride of each dim: a number while the inner dims are constants,
+    // then a product of expressions.
+    std::string stride = std::to_string(elementBytes);
+    for (const std::string &dim : llvm::reverse(buffer.dims)) {
+      if (!dims.empty())
+        strides.push_back(builder.getStringAttr(stride));
+      dims.push_back(builder.getStringAttr(dim));
+      int64_t strideValue, dimValue;
+      if (!StringRef(stride).getAsInteger(10, strideValue) &&
+          !StringRef(dim).getAsInteger(10, dimValue))
+        stride = std::to_string(strideValue * dimValue);
+      else
+        stride += "*(" + dim + ")";
+    }
+    return builder.getDictionaryAttr(
+        {builder.getNamedAttr("name", builder.getStringAttr(map.name)),
+         builder.getNamedAttr("tensor", builder.getStringAttr(buffer.name)),
+         builder.getNamedAttr("type", TypeAttr::get(buffer.elementType)),
+         builder.getNamedAttr("dims", builder.getArrayAttr(dims)),
+         builder.getNamedAttr("strides", builder.getArrayAttr(strides)),
+         builder.getNamedAttr("box", builder.getDenseI64ArrayAttr(map.box)),
+         builder.getNamedAttr("swizzle",
+                              builder.getI64IntegerAttr(map.swizzleBytes))});
+  }
+
+  DenseMap<Value, unsigned> bufferOf;
+  llvm::StringMap<unsigned> nameUses;
+  std::vector<Launch> launches;
+  std::vector<Buffer> buffers;
+  std::vector<TensorMap> maps;
+  SmallVector<unsigned> zeroed;
+  unsigned kernelCount = 0;
+};
+
+/// The workgroup (shared) memory type of `shape` x `type`.
+inline MemRefType workgroupMemRef(ArrayRef<int64_t> shape, Type type) {
+  return MemRefType::get(shape, type, MemRefLayoutAttrInterface(),
+                         gpu::AddressSpaceAttr::get(
+                             type.getContext(), gpu::AddressSpace::Workgroup));
+}
+
+/// The i32 token count, the kernel's last argument (workgroup attributions
+/// follow the arguments among the entry block's values).
+inline Value tokenCount(gpu::GPUFuncOp kernel) {
+  return kernel.getArgument(kernel.getFunctionType().getNumInputs() - 1);
+}
+
+/// The integer memory space of shared memory, as the nvgpu TMA and mbarrier
+/// types take it.
+constexpr int64_t kSharedAddressSpace = 3;
+/// A suspend-time hint of the mbarrier waits (ns); they retry until done.
+constexpr int64_t kMbarrierWaitTicks = 1000000;
+
+/// The base of the dynamic shared memory of the kernels of `kernels`: one
+/// public, uninitialised, 1024-byte aligned `memref.global` that every view
+/// is taken from (private zero-sized globals would each become a separate
+/// unaligned `.shared` variable).
+inline Value dynamicSharedMemory(ImplicitLocOpBuilder &b,
+                                 gpu::GPUModuleOp kernels) {
+  constexpr llvm::StringLiteral kName = "moe_dynamic_shared_memory";
+  auto type = MemRefType::get({0}, b.getI8Type(), MemRefLayoutAttrInterface(),
+                              b.getI64IntegerAttr(kSharedAddressSpace));
+  if (!SymbolTable::lookupSymbolIn(kernels, kName)) {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(kernels.getBody());
+    memref::GlobalOp::create(b, kName, b.getStringAttr("public"), type,
+                             Attribute(), /*constant=*/false,
+                             b.getI64IntegerAttr(1024));
+  }
+  return memref::GetGlobalOp::create(b, type, kName);
+}
+
+/// Lowers a bufferized-at-the-plan moe.grouped_matmul to its kernel(s).
+LogicalResult emitGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
+                                GroupedMatmulOp op);
+
+} // namespace detail
+} // namespace moe
+} // namespace mlir
+
+#endif // MOE_LIB_CONVERSION_MOETOGPU_PLANBUILDER_H
