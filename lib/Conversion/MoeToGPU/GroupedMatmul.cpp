@@ -1,9 +1,11 @@
 //===- GroupedMatmul.cpp - moe.grouped_matmul to GPU kernels --------------===//
 
 #include "PlanBuilder.h"
+#include "moe/Dialect/Moe/Transforms/GemmHeuristic.h"
 
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 
 using namespace mlir;
 using namespace mlir::moe;
@@ -349,10 +351,489 @@ LogicalResult emitSimtGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
   return success();
 }
 
+//===----------------------------------------------------------------------===//
+// The tensor-core (wgmma) kernel
+//===----------------------------------------------------------------------===//
+
+constexpr int64_t kWarpgroupThreads = 128;
+/// Rows of one wgmma (its M) and K elements of one instruction.
+constexpr int64_t kWgmmaM = 64, kWgmmaK = 16;
+/// The swizzle span of the tiles TMA and the row gathers write: a K tile is
+/// one 128-byte row per matrix row, and 8 rows form a 1024-byte atom.
+constexpr int64_t kSwizzleBytes = 128, kSwizzleAtomBytes = 1024;
+constexpr int64_t kCopyBytes = 16;
+/// Row blocks per group of the block order (see the kernel).
+constexpr int64_t kRasterRowBlocks = 16;
+
+/// Whether the tensor-core kernel applies: 2-byte floats whose rows are the
+/// 16-byte multiples TMA and cp.async address, in routing blocks that a
+/// #moe.gemm_config can describe.
+bool supportsWgmma(GroupedMatmulOp op) {
+  Type elementType = op.getWeightsType().getElementType();
+  return (elementType.isBF16() || elementType.isF16()) &&
+         op.getReductionSize() * 2 % kCopyBytes == 0 &&
+         op.getBlockM() % 16 == 0;
+}
+
+/// The wgmma matrix descriptor of a K-major tile at shared address `address`
+/// (i64, 1024-aligned) in the 128-byte swizzle layout: start address >> 4,
+/// 8-row groups kSwizzleAtomBytes apart, layout type 1 (128-byte swizzle);
+/// the leading offset is unused by swizzled K-major tiles.
+Value wgmmaDescriptor(ImplicitLocOpBuilder &b, Value address) {
+  auto i64 = [&](int64_t value) {
+    return arith::ConstantOp::create(b, b.getI64IntegerAttr(value));
+  };
+  Value start = arith::ShRUIOp::create(
+      b, arith::AndIOp::create(b, address, i64(0x3FFFF)), i64(4));
+  int64_t fields = (int64_t(1) << 16) | ((kSwizzleAtomBytes >> 4) << 32) |
+                   (int64_t(1) << 62);
+  return arith::OrIOp::create(b, start, i64(fields));
+}
+
+/// Whether the wgmma kernel can run `op` under `config`; else says why.
+LogicalResult checkWgmmaConfig(GroupedMatmulOp op, GemmConfigAttr config) {
+  int64_t elementBytes = op.getWeightsType().getElementTypeBitWidth() / 8;
+  int64_t blockN = config.getBlockN();
+  auto fail = [&](const Twine &why) {
+    return op.emitOpError()
+           << "has no wgmma lowering for " << config << ": " << why;
+  };
+  if (config.getBlockK() * elementBytes != kSwizzleBytes)
+    return fail("block_k must span the 128-byte swizzle");
+  if (blockN % 16 != 0 || blockN > 256 || (op.isGated() && blockN % 32 != 0))
+    return fail("block_n must be a multiple of 16 (32 when gated) up to 256");
+  if (config.getNumStages() < 3)
+    return fail("num_stages must be at least 3");
+  if (config.getNumWarpgroups() != 1 || config.getClusterM() != 1 ||
+      config.getClusterN() != 1 || config.getPersistent() ||
+      config.getSplitK() != 1)
+    return fail("only one warpgroup, no cluster, no split-K and no "
+                "persistent scheduler are built yet");
+  if (config.getTmaA() != (op.getInputOrder() == RowOrder::sorted))
+    return fail("tma_a must be set exactly for sorted input rows");
+  return success();
+}
+
+/// One warpgroup per (rows of one expert) x block_n accumulator columns: a
+/// ring of `num_stages` shared-memory stages filled by TMA (weights through
+/// one 3-D descriptor over [E, N, K]; sorted rows through a 2-D one over
+/// [C, K]) or cp.async row gathers (token rows), each stage's TMA bytes
+/// counted in by its mbarrier; wgmma m64 x block_n x k16 with both operands
+/// K-major in 128-byte swizzled tiles, one group in flight while the next
+/// stage is refilled; the epilogue (gated activation, routed weight, sorted
+/// or scattered store) on the accumulator registers.
+LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
+                                     GroupedMatmulOp op,
+                                     GemmConfigAttr config) {
+  if (failed(checkWgmmaConfig(op, config)))
+    return failure();
+  OpBuilder::InsertionGuard guard(builder);
+  RankedTensorType weightsType = op.getWeightsType();
+  Type elementType = weightsType.getElementType();
+  int64_t elementBytes = weightsType.getElementTypeBitWidth() / 8;
+  int64_t numExperts = op.getNumStoredExperts(), k = op.getReductionSize();
+  int64_t slots = op.getNumSlots(), blockM = op.getBlockM();
+  int64_t blockN = config.getBlockN(), blockK = config.getBlockK();
+  int64_t stages = config.getNumStages();
+  Activation activation = op.getActivation();
+  bool gated = op.isGated();
+  int64_t columns = op.getOutputColumns();
+  bool tokenInput = op.getInputOrder() == RowOrder::token;
+  bool slotOutput = op.getOutputOrder() == RowOrder::slot;
+  bool weighted = static_cast<bool>(op.getRoutedWeights());
+  // A block takes at most one wgmma's rows; smaller routing blocks leave the
+  // rest of its rows unused (masked).
+  int64_t blockRows = std::min(blockM, kWgmmaM);
+  // Gated: the gate and up halves of the output columns side by side, so
+  // act(gate) * up pairs registers of one thread.
+  int64_t outputColumnsPerBlock = gated ? blockN / 2 : blockN;
+  int64_t boxRows = gated ? blockN / 2 : blockN;
+  int64_t numBoxes = 1 + gated;
+  int64_t rowTileBytes = kWgmmaM * blockK * elementBytes;
+  int64_t weightTileBytes = blockN * blockK * elementBytes;
+  int64_t stageTmaBytes = weightTileBytes + (tokenInput ? 0 : rowTileBytes);
+  int64_t numColumnTiles = llvm::divideCeil(columns, outputColumnsPerBlock);
+
+  SizeExpr capacity = plan.affine(slots, numExperts * (blockM - 1));
+  unsigned sortedIds = plan.use(op.getSortedIds());
+  unsigned expertIds = plan.use(op.getExpertIds());
+  unsigned rows = plan.use(op.getInput());
+  plan.refineInput(sortedIds, {capacity});
+  plan.refineInput(expertIds, {PlanBuilder::ceilDiv(capacity, blockM)});
+  if (!tokenInput)
+    plan.refineInput(rows, {capacity, PlanBuilder::constant(k)});
+  KernelArg weightsArg = KernelArg::tensorMap(
+      plan.tensorMap(plan.use(op.getWeights()), "weight_map",
+                     {blockK, boxRows, 1}, kSwizzleBytes));
+  KernelArg rowsArg =
+      tokenInput ? KernelArg(rows)
+                 : KernelArg::tensorMap(plan.tensorMap(
+                       rows, "input_map", {blockK, kWgmmaM}, kSwizzleBytes));
+  SmallVector<KernelArg> args = {rowsArg, weightsArg, sortedIds, expertIds,
+                                 plan.use(op.getNumPadded())};
+  if (weighted)
+    args.push_back(plan.use(op.getRoutedWeights()));
+  SmallVector<SizeExpr> outputDims =
+      slotOutput
+          ? SmallVector<SizeExpr>{plan.tokens(), PlanBuilder::constant(slots),
+                                  PlanBuilder::constant(columns)}
+          : SmallVector<SizeExpr>{capacity, PlanBuilder::constant(columns)};
+  args.push_back(plan.define(op.getOutput(), "gemm_output", outputDims));
+  gpu::GPUFuncOp kernel = plan.createKernel(
+      builder, op.getLoc(), "moe_grouped_matmul_wgmma", args,
+      {PlanBuilder::ceilDiv(capacity, blockRows).times(numColumnTiles),
+       PlanBuilder::constant(1), PlanBuilder::constant(1)},
+      {kWarpgroupThreads, 1, 1}, /*workgroup=*/{},
+      stages * (rowTileBytes + weightTileBytes));
+
+  ImplicitLocOpBuilder b(op.getLoc(), builder);
+  LoopBuilder wb{b};
+  MLIRContext *ctx = b.getContext();
+  Value input = kernel.getArgument(0), weights = kernel.getArgument(1);
+  Value sorted = kernel.getArgument(2), experts = kernel.getArgument(3);
+  Value padded = kernel.getArgument(4);
+  Value routedWeights = weighted ? Value(kernel.getArgument(5)) : Value();
+  Value output = kernel.getArgument(weighted ? 6 : 5);
+  Value numTokens = wb.toIndex(tokenCount(kernel));
+  Value routedSlots = arith::MulIOp::create(b, numTokens, wb.index(slots));
+
+  // The ring: stage s's row tile at s * rowTileBytes, its weight tile (the
+  // boxes one after another) after all row tiles; every tile 1024-aligned.
+  Value sharedBase = dynamicSharedMemory(b, plan.kernels);
+  auto sharedView = [&](ArrayRef<int64_t> shape, Value byteOffset) -> Value {
+    auto type = MemRefType::get(shape, elementType, MemRefLayoutAttrInterface(),
+                                b.getI64IntegerAttr(kSharedAddressSpace));
+    return memref::ViewOp::create(b, type, sharedBase, byteOffset,
+                                  ValueRange());
+  };
+  auto rowTileOffset = [&](Value stage) -> Value {
+    return arith::MulIOp::create(b, stage, wb.index(rowTileBytes));
+  };
+  auto weightBoxOffset = [&](Value stage, int64_t box) -> Value {
+    return arith::AddIOp::create(
+        b, arith::MulIOp::create(b, stage, wb.index(weightTileBytes)),
+        wb.index(stages * rowTileBytes +
+                 box * boxRows * blockK * elementBytes));
+  };
+  auto descriptorType = [&](ArrayRef<int64_t> box) {
+    return nvgpu::TensorMapDescriptorType::get(
+        ctx,
+        MemRefType::get(box, elementType, MemRefLayoutAttrInterface(),
+                        b.getI64IntegerAttr(kSharedAddressSpace)),
+        nvgpu::TensorMapSwizzleKind::SWIZZLE_128B,
+        nvgpu::TensorMapL2PromoKind::L2PROMO_256B,
+        nvgpu::TensorMapOOBKind::OOB_ZERO,
+        nvgpu::TensorMapInterleaveKind::INTERLEAVE_NONE);
+  };
+  Value weightMap = UnrealizedConversionCastOp::create(
+                        b, descriptorType({1, boxRows, blockK}), weights)
+                        .getResult(0);
+  Value rowMap = tokenInput ? Value()
+                            : UnrealizedConversionCastOp::create(
+                                  b, descriptorType({kWgmmaM, blockK}), input)
+                                  .getResult(0);
+
+  Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
+  Value warp = arith::DivUIOp::create(b, tid, wb.index(32));
+  Value lane = arith::RemUIOp::create(b, tid, wb.index(32));
+  // Blocks run in groups of kRasterRowBlocks row blocks, row block fastest
+  // within a group, so the blocks resident at once share each weight tile
+  // (an expert's rows are consecutive) and a group's rows stay in L2.
+  Value numRowBlocks = arith::CeilDivUIOp::create(
+      b,
+      arith::AddIOp::create(b, routedSlots,
+                            wb.index(numExperts * (blockM - 1))),
+      wb.index(blockRows));
+  Value linear = gpu::BlockIdOp::create(b, gpu::Dimension::x);
+  Value groupBlocks = wb.index(kRasterRowBlocks * numColumnTiles);
+  Value group = arith::DivUIOp::create(b, linear, groupBlocks);
+  Value inGroup = arith::RemUIOp::create(b, linear, groupBlocks);
+  Value groupFirstRowBlock =
+      arith::MulIOp::create(b, group, wb.index(kRasterRowBlocks));
+  Value groupRowBlocks = arith::MinUIOp::create(
+      b, wb.index(kRasterRowBlocks),
+      arith::SubIOp::create(b, numRowBlocks, groupFirstRowBlock));
+  Value rowBlock =
+      arith::AddIOp::create(b, groupFirstRowBlock,
+                            arith::RemUIOp::create(b, inGroup, groupRowBlocks));
+  Value columnTile = arith::DivUIOp::create(b, inGroup, groupRowBlocks);
+  Value firstRow = arith::MulIOp::create(b, rowBlock, wb.index(blockRows));
+  Value firstColumn =
+      arith::MulIOp::create(b, columnTile, wb.index(outputColumnsPerBlock));
+  Value expert = wb.toIndex(wb.load(
+      experts, {arith::DivUIOp::create(b, firstRow, wb.index(blockM))}));
+  // Blocks past the padded rows, or of no expert, have nothing to do; the
+  // condition is uniform over the block, so its barriers stay matched.
+  Value active = arith::AndIOp::create(
+      b,
+      wb.cmpi(arith::CmpIPredicate::ult, firstRow,
+              wb.toIndex(wb.load(padded, {}))),
+      wb.inRange(expert, wb.index(0), wb.index(numExperts)));
+  // The slot of the block's row `rowInBlock`, and whether it is a routed
+  // slot of this block.
+  auto slotOf = [&](Value rowInBlock) -> std::pair<Value, Value> {
+    Value inBlock =
+        wb.cmpi(arith::CmpIPredicate::ult, rowInBlock, wb.index(blockRows));
+    Value row = arith::AddIOp::create(
+        b, firstRow, wb.select(inBlock, rowInBlock, wb.index(0)));
+    Value slot = wb.toIndex(wb.load(sorted, row));
+    return {slot, arith::AndIOp::create(
+                      b, inBlock, wb.inRange(slot, wb.index(0), routedSlots))};
+  };
+
+  wb.ifThen(active, [&] {
+    Value leader = wb.cmpi(arith::CmpIPredicate::eq, tid, wb.index(0));
+    Value full = nvgpu::MBarrierCreateOp::create(
+        b, nvgpu::MBarrierGroupType::get(
+               ctx, b.getI64IntegerAttr(kSharedAddressSpace), stages));
+    wb.ifThen(leader, [&] {
+      nvgpu::TmaPrefetchOp::create(b, weightMap, Value());
+      if (rowMap)
+        nvgpu::TmaPrefetchOp::create(b, rowMap, Value());
+      for (int64_t stage = 0; stage < stages; ++stage)
+        nvgpu::MBarrierInitOp::create(b, full, wb.index(1), wb.index(stage),
+                                      Value());
+    });
+    gpu::BarrierOp::create(b);
+
+    // Gathered rows: thread t copies 16-byte chunk t % 8 of the rows
+    // t / 8 + 16 j; the sources stay the same for every K tile.
+    int64_t chunksPerRow = kSwizzleBytes / kCopyBytes;
+    int64_t rowsPerPass = kWarpgroupThreads / chunksPerRow;
+    Value chunk = arith::RemUIOp::create(b, tid, wb.index(chunksPerRow));
+    Value chunkRow = arith::DivUIOp::create(b, tid, wb.index(chunksPerRow));
+    // Chunk c of row r lands at chunk c ^ (r % 8) of its 128-byte row, as
+    // TMA's 128-byte swizzle would put it; r % 8 is the same for all of a
+    // thread's rows.
+    Value swizzledColumn = arith::MulIOp::create(
+        b,
+        arith::XOrIOp::create(
+            b, chunk,
+            arith::RemUIOp::create(b, chunkRow, wb.index(chunksPerRow))),
+        wb.index(kCopyBytes / elementBytes));
+    SmallVector<std::pair<Value, Value>> gatherSources;
+    if (tokenInput)
+      for (int64_t pass = 0; pass < kWgmmaM / rowsPerPass; ++pass) {
+        auto [slot, routed] = slotOf(
+            arith::AddIOp::create(b, chunkRow, wb.index(pass * rowsPerPass)));
+        Value token = arith::DivUIOp::create(b, slot, wb.index(slots));
+        gatherSources.push_back(
+            {wb.select(routed, token, wb.index(0)), routed});
+      }
+
+    Value numSteps = wb.index(llvm::divideCeil(k, blockK));
+    // Loads K tile `step` into stage step % stages when it exists; every
+    // thread commits one cp.async group per call so that the group counts
+    // stay uniform.
+    auto issue = [&](Value step) {
+      Value stage = arith::RemUIOp::create(b, step, wb.index(stages));
+      Value k0 = arith::MulIOp::create(b, step, wb.index(blockK));
+      wb.ifThen(wb.cmpi(arith::CmpIPredicate::ult, step, numSteps), [&] {
+        wb.ifThen(leader, [&] {
+          nvgpu::MBarrierArriveExpectTxOp::create(
+              b, full, wb.index(stageTmaBytes), stage, Value());
+          for (int64_t box = 0; box < numBoxes; ++box) {
+            Value column = arith::AddIOp::create(
+                b,
+                gated ? firstColumn
+                      : arith::MulIOp::create(b, columnTile, wb.index(blockN)),
+                wb.index(box * columns));
+            nvgpu::TmaAsyncLoadOp::create(
+                b,
+                sharedView({1, boxRows, blockK}, weightBoxOffset(stage, box)),
+                full, weightMap, ValueRange{k0, column, expert}, stage, Value(),
+                Value());
+          }
+          if (rowMap)
+            nvgpu::TmaAsyncLoadOp::create(
+                b, sharedView({kWgmmaM, blockK}, rowTileOffset(stage)), full,
+                rowMap, ValueRange{k0, firstRow}, stage, Value(), Value());
+        });
+        if (!tokenInput)
+          return;
+        Value tile = sharedView({kWgmmaM, blockK}, rowTileOffset(stage));
+        Value kIndex = arith::AddIOp::create(
+            b, k0,
+            arith::MulIOp::create(b, chunk,
+                                  wb.index(kCopyBytes / elementBytes)));
+        Value kValid = wb.cmpi(arith::CmpIPredicate::ult, kIndex, wb.index(k));
+        for (auto [pass, source] : llvm::enumerate(gatherSources)) {
+          Value valid = arith::AndIOp::create(b, source.second, kValid);
+          Value tileRow =
+              arith::AddIOp::create(b, chunkRow, wb.index(pass * rowsPerPass));
+          // Invalid chunks copy no bytes and zero-fill their 16 bytes.
+          nvgpu::DeviceAsyncCopyOp::create(
+              b, nvgpu::DeviceAsyncTokenType::get(ctx), tile,
+              ValueRange{tileRow, swizzledColumn}, input,
+              ValueRange{source.first, wb.select(kValid, kIndex, wb.index(0))},
+              b.getIndexAttr(kCopyBytes / elementBytes),
+              wb.select(valid, wb.index(kCopyBytes / elementBytes),
+                        wb.index(0)),
+              b.getUnitAttr());
+        }
+      });
+      if (tokenInput)
+        NVVM::CpAsyncCommitGroupOp::create(b);
+    };
+    // Each thread's gathered chunks of K tile `step + 1` are in shared
+    // memory and visible to the tensor cores once the next barrier passes.
+    auto awaitGathers = [&](int64_t pendingGroups) {
+      if (!tokenInput)
+        return;
+      NVVM::CpAsyncWaitGroupOp::create(b, pendingGroups);
+      NVVM::FenceProxyOp::create(
+          b, NVVM::ProxyKindAttr::get(ctx, NVVM::ProxyKind::async_shared),
+          NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));
+    };
+
+    for (int64_t step = 0; step + 1 < stages; ++step)
+      issue(wb.index(step));
+    awaitGathers(stages - 2);
+    gpu::BarrierOp::create(b);
+
+    Type f32 = b.getF32Type();
+    int64_t registers = blockN / 2;
+    auto accumulatorType = LLVM::LLVMStructType::getLiteral(
+        ctx, SmallVector<Type>(registers, f32));
+    Value sharedAddress = arith::IndexCastOp::create(
+        b, b.getI64Type(),
+        memref::ExtractAlignedPointerAsIndexOp::create(b, sharedBase));
+    Value rowDescriptors = wgmmaDescriptor(b, sharedAddress);
+    Value weightDescriptors = arith::AddIOp::create(
+        b, rowDescriptors,
+        arith::ConstantOp::create(
+            b, b.getI64IntegerAttr((stages * rowTileBytes) >> 4)));
+    auto i64 = [&](Value indexValue) -> Value {
+      return arith::IndexCastOp::create(b, b.getI64Type(), indexValue);
+    };
+    auto shape = NVVM::MMAShapeAttr::get(ctx, kWgmmaM, blockN, kWgmmaK);
+    NVVM::WGMMATypes wgmmaType =
+        elementType.isBF16() ? NVVM::WGMMATypes::bf16 : NVVM::WGMMATypes::f16;
+    Value accumulators = wb.loop(
+        wb.index(0), numSteps, {LLVM::ZeroOp::create(b, accumulatorType)},
+        [&](Value step, ValueRange carried) -> SmallVector<Value> {
+          Value stage = arith::RemUIOp::create(b, step, wb.index(stages));
+          Value parity = arith::IndexCastOp::create(
+              b, b.getI1Type(),
+              arith::RemUIOp::create(
+                  b, arith::DivUIOp::create(b, step, wb.index(stages)),
+                  wb.index(2)));
+          nvgpu::MBarrierTryWaitParityOp::create(
+              b, full, parity, wb.index(kMbarrierWaitTicks), stage);
+          Value rowDescriptor = arith::AddIOp::create(
+              b, rowDescriptors,
+              i64(arith::MulIOp::create(b, stage,
+                                        wb.index(rowTileBytes >> 4))));
+          Value weightDescriptor = arith::AddIOp::create(
+              b, weightDescriptors,
+              i64(arith::MulIOp::create(b, stage,
+                                        wb.index(weightTileBytes >> 4))));
+          // Accumulators are touched only by the wgmmas from here to the
+          // wait, so they chain without a register round trip.
+          NVVM::WgmmaFenceAlignedOp::create(b);
+          Value sum = carried[0];
+          for (int64_t kk = 0; kk < blockK / kWgmmaK; ++kk) {
+            // A k16 step advances 32 bytes inside the swizzle atom.
+            Value advance = arith::ConstantOp::create(
+                b, b.getI64IntegerAttr(kk * kWgmmaK * elementBytes >> 4));
+            sum = NVVM::WgmmaMmaAsyncOp::create(
+                b, accumulatorType, sum,
+                arith::AddIOp::create(b, rowDescriptor, advance),
+                arith::AddIOp::create(b, weightDescriptor, advance), shape,
+                wgmmaType, wgmmaType, NVVM::WGMMATypes::f32,
+                NVVM::WGMMAScaleOut::one, NVVM::WGMMAScaleIn::one,
+                NVVM::WGMMAScaleIn::one, NVVM::MMALayout::row,
+                NVVM::MMALayout::col, NVVM::MMAIntOverflowAttr());
+          }
+          NVVM::WgmmaGroupSyncAlignedOp::create(b);
+          // The previous step's group is done in this warp; after the
+          // barrier in all four, so its stage takes K tile step + stages - 1.
+          NVVM::WgmmaWaitGroupSyncOp::create(b, 1);
+          awaitGathers(stages - 3);
+          gpu::BarrierOp::create(b);
+          issue(arith::AddIOp::create(b, step, wb.index(stages - 1)));
+          return {sum};
+        })[0];
+    NVVM::WgmmaWaitGroupSyncOp::create(b, 0);
+
+    // Register 4 j + i of a thread holds row 16 warp + lane / 4 + 8 (i / 2),
+    // column 8 j + 2 (lane % 4) + i % 2 of the block's accumulators.
+    Value laneRow =
+        arith::AddIOp::create(b, arith::MulIOp::create(b, warp, wb.index(16)),
+                              arith::DivUIOp::create(b, lane, wb.index(4)));
+    Value laneColumn = arith::MulIOp::create(
+        b, arith::RemUIOp::create(b, lane, wb.index(4)), wb.index(2));
+    Type outputElement = cast<MemRefType>(output.getType()).getElementType();
+    auto pairType = VectorType::get({2}, f32);
+    for (int64_t half = 0; half < 2; ++half) {
+      Value rowInBlock = arith::AddIOp::create(b, laneRow, wb.index(half * 8));
+      auto [slot, routed] = slotOf(rowInBlock);
+      Value row = arith::AddIOp::create(b, firstRow, rowInBlock);
+      Value token = arith::DivUIOp::create(b, slot, wb.index(slots));
+      Value slotInToken = arith::RemUIOp::create(b, slot, wb.index(slots));
+      wb.ifThen(routed, [&] {
+        Value weight =
+            weighted ? wb.load(routedWeights, {token, slotInToken}) : Value();
+        for (int64_t block = 0; block < outputColumnsPerBlock / 8; ++block) {
+          Value column = arith::AddIOp::create(
+              b, firstColumn,
+              arith::AddIOp::create(b, laneColumn, wb.index(block * 8)));
+          SmallVector<Value> values;
+          for (int64_t i = 0; i < 2; ++i) {
+            int64_t index = block * 4 + half * 2 + i;
+            Value value = LLVM::ExtractValueOp::create(b, accumulators, index);
+            if (gated)
+              value = arith::MulFOp::create(
+                  b, emitGatedActivation(b, b.getLoc(), activation, value),
+                  LLVM::ExtractValueOp::create(b, accumulators,
+                                               index + registers / 2));
+            if (weight)
+              value = arith::MulFOp::create(b, value, weight);
+            values.push_back(value);
+          }
+          SmallVector<Value> at =
+              slotOutput ? SmallVector<Value>{token, slotInToken, column}
+                         : SmallVector<Value>{row, column};
+          if (columns % 2 == 0) {
+            // Two neighbouring columns in one 4-byte store.
+            Value pair = vector::FromElementsOp::create(b, pairType, values);
+            if (outputElement != f32)
+              pair = arith::TruncFOp::create(
+                  b, VectorType::get({2}, outputElement), pair);
+            wb.ifThen(
+                wb.cmpi(arith::CmpIPredicate::ult, column, wb.index(columns)),
+                [&] {
+                  // Even columns of even-length rows: the pair is aligned to
+                  // its size (the runtime checks the base alignment).
+                  vector::StoreOp::create(
+                      b, pair, output, at, /*nontemporal=*/false,
+                      llvm::Align(2 * outputElement.getIntOrFloatBitWidth() /
+                                  8));
+                });
+            continue;
+          }
+          for (int64_t i = 0; i < 2; ++i) {
+            at.back() = arith::AddIOp::create(b, column, wb.index(i));
+            wb.ifThen(wb.cmpi(arith::CmpIPredicate::ult, at.back(),
+                              wb.index(columns)),
+                      [&] { wb.storeF32(values[i], output, at); });
+          }
+        }
+      });
+    }
+  });
+  return success();
+}
+
 } // namespace
 
 LogicalResult mlir::moe::detail::emitGroupedMatmul(PlanBuilder &plan,
                                                    OpBuilder &builder,
                                                    GroupedMatmulOp op) {
-  return emitSimtGroupedMatmul(plan, builder, op);
+  GemmConfigAttr config = op.getConfigAttr();
+  if (!config)
+    config = chooseGemmConfig(op, plan.tokensMax);
+  if (!supportsWgmma(op))
+    return emitSimtGroupedMatmul(plan, builder, op);
+  return emitWgmmaGroupedMatmul(plan, builder, op, config);
 }

@@ -41,6 +41,13 @@ struct Buffer {
 struct SizeExpr {
   std::string text;
   int64_t atMax;
+
+  /// This expression times `factor`.
+  SizeExpr times(int64_t factor) const {
+    if (factor == 1)
+      return *this;
+    return {text + "*" + std::to_string(factor), atMax * factor};
+  }
 };
 
 /// A TMA descriptor the runtime builds over a buffer (a `tensormap` line):

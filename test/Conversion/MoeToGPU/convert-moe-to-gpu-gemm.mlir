@@ -1,5 +1,6 @@
-// convert-moe-to-gpu lowers moe.grouped_matmul to a shared-memory tiled SIMT
-// kernel: one block per block_m rows of one expert x 64 columns, blocks past
+// convert-moe-to-gpu lowers a moe.grouped_matmul that the tensor-core kernel
+// cannot take (f32, or rows that are not 16-byte multiples) to a
+// shared-memory tiled SIMT kernel: one block per block_m rows of one expert x 64 columns, blocks past
 // the padded count or of no expert idle, A rows gathered by slot / S with
 // padding rows zero, K in steps of 16 between barriers, fp32 multiply-add
 // per element, and the epilogue (SiLU-and-mul, routed weight) on the
@@ -12,16 +13,16 @@
 // RUN: moe-opt %s --convert-moe-to-gpu="tokens-max=256" | FileCheck %s
 
 // CHECK: gpu.module @moe_kernels
-// CHECK-SAME: moe.tensormaps = [{box = array<i64: 16, 64, 1>, dims = ["32", "48", "4"], name = "weight_map", strides = ["64", "3072"], swizzle = 0 : i64, tensor = "arg1", type = bf16}, {box = array<i64: 16, 64, 1>, dims = ["24", "32", "4"], name = "weight_map_1", strides = ["96", "3072"], swizzle = 0 : i64, tensor = "arg6", type = f32}, {box = array<i64: 16, 16>, dims = ["24", "T*2+60"], name = "input_map", strides = ["96"], swizzle = 0 : i64, tensor = "arg5", type = f32}]
+// CHECK-SAME: moe.tensormaps = [{box = array<i64: 16, 64, 1>, dims = ["32", "48", "4"], name = "weight_map", strides = ["128", "6144"], swizzle = 0 : i64, tensor = "arg1", type = f32}, {box = array<i64: 16, 64, 1>, dims = ["24", "32", "4"], name = "weight_map_1", strides = ["96", "3072"], swizzle = 0 : i64, tensor = "arg6", type = f32}, {box = array<i64: 16, 16>, dims = ["24", "T*2+60"], name = "input_map", strides = ["96"], swizzle = 0 : i64, tensor = "arg5", type = f32}]
 // CHECK: memref.global "public" @moe_dynamic_shared_memory : memref<0xi8, 3> {alignment = 1024 : i64}
 
-// CHECK: gpu.func @moe_grouped_matmul_0(%{{.*}}: memref<256x32xbf16>, %[[MAP:.*]]: !llvm.ptr, %{{.*}}: memref<572xi32>, %{{.*}}: memref<36xi32>, %{{.*}}: memref<i32>, %[[OUT:.*]]: memref<572x24xbf16>, %{{.*}}: i32)
+// CHECK: gpu.func @moe_grouped_matmul_0(%{{.*}}: memref<256x32xf32>, %[[MAP:.*]]: !llvm.ptr, %{{.*}}: memref<572xi32>, %{{.*}}: memref<36xi32>, %{{.*}}: memref<i32>, %[[OUT:.*]]: memref<572x24xf32>, %{{.*}}: i32)
 // CHECK-SAME: workgroup(%[[A:.*]] : memref<16x17xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}, %[[B:.*]] : memref<64x17xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}, %[[UP:.*]] : memref<64x17xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64})
-// CHECK-SAME: moe.launch = {args = ["arg0", "map:weight_map", "arg2", "arg3", "arg4", "result0", "i32:T"], block = array<i64: 256, 1, 1>, grid = ["1", "cdiv(T*2+60,16)", "1"], smem = "4096"}, moe.tensor_maps = array<i64: 1>
+// CHECK-SAME: moe.launch = {args = ["arg0", "map:weight_map", "arg2", "arg3", "arg4", "result0", "i32:T"], block = array<i64: 256, 1, 1>, grid = ["1", "cdiv(T*2+60,16)", "1"], smem = "8192"}, moe.tensor_maps = array<i64: 1>
 // CHECK: %[[SMEM:.*]] = memref.get_global @moe_dynamic_shared_memory
 // CHECK: %[[GATE_TILE:.*]] = memref.view %[[SMEM]][%c0][]
-// CHECK: %[[UP_TILE:.*]] = memref.view %[[SMEM]][%c2048][]
-// CHECK: %[[DESC:.*]] = builtin.unrealized_conversion_cast %[[MAP]] : !llvm.ptr to !nvgpu.tensormap.descriptor<tensor = memref<1x64x16xbf16, 3>, swizzle = none, l2promo = none, oob = zero, interleave = none>
+// CHECK: %[[UP_TILE:.*]] = memref.view %[[SMEM]][%c4096][]
+// CHECK: %[[DESC:.*]] = builtin.unrealized_conversion_cast %[[MAP]] : !llvm.ptr to !nvgpu.tensormap.descriptor<tensor = memref<1x64x16xf32, 3>, swizzle = none, l2promo = none, oob = zero, interleave = none>
 // CHECK: gpu.block_id y
 // CHECK: scf.if
 // CHECK: %[[BAR:.*]] = nvgpu.mbarrier.create
@@ -29,7 +30,7 @@
 // CHECK: nvgpu.mbarrier.init %[[BAR]]
 // CHECK: gpu.barrier
 // CHECK: scf.for %[[K0:.*]] = {{.*}} step %c16
-// CHECK: nvgpu.mbarrier.arrive.expect_tx %[[BAR]][%{{.*}}], %c4096
+// CHECK: nvgpu.mbarrier.arrive.expect_tx %[[BAR]][%{{.*}}], %c8192
 // CHECK: nvgpu.tma.async.load %[[DESC]][%[[K0]], %{{.*}}, %[[EXPERT:.*]]], %[[BAR]][%{{.*}}] to %[[GATE_TILE]]
 // CHECK: nvgpu.tma.async.load %[[DESC]][%[[K0]], %{{.*}}, %[[EXPERT]]], %[[BAR]][%{{.*}}] to %[[UP_TILE]]
 // CHECK: memref.store %{{.*}}, %[[A]]
@@ -43,7 +44,6 @@
 // CHECK: arith.addf
 // CHECK: gpu.barrier
 // CHECK: math.exp
-// CHECK: arith.truncf %{{.*}} : f32 to bf16
 // CHECK: memref.store %{{.*}}, %[[OUT]]
 
 // CHECK: gpu.func @moe_grouped_matmul_1(%[[ROWS:.*]]: !llvm.ptr, %[[MAP2:.*]]: !llvm.ptr,
@@ -73,15 +73,15 @@
 // CHECK: memref.load %[[W]]
 // CHECK-NOT: nvgpu.
 // CHECK: gpu.return
-func.func @gemms(%x: tensor<?x32xbf16>, %w13: tensor<4x48x32xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>,
+func.func @gemms(%x: tensor<?x32xf32>, %w13: tensor<4x48x32xf32>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>,
                  %h: tensor<?x24xf32>, %w2: tensor<4x32x24xf32>, %rw: tensor<?x2xf32>,
                  %g: tensor<?x12xf16>, %w3: tensor<4x16x12xf16>)
-    -> (tensor<?x24xbf16>, tensor<?x2x32xf32>, tensor<?x16xf16>) {
+    -> (tensor<?x24xf32>, tensor<?x2x32xf32>, tensor<?x16xf16>) {
   %up = moe.grouped_matmul %x, %w13, %s, %e, %n input(token) output(sorted) activation(silu_and_mul) {block_m = 16, num_slots = 2}
-    : (tensor<?x32xbf16>, tensor<4x48x32xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>) -> tensor<?x24xbf16>
+    : (tensor<?x32xf32>, tensor<4x48x32xf32>, tensor<?xi32>, tensor<?xi32>, tensor<i32>) -> tensor<?x24xf32>
   %down = moe.grouped_matmul %h, %w2, %s, %e, %n routed_weights(%rw) input(sorted) output(slot) {block_m = 16, num_slots = 2}
     : (tensor<?x24xf32>, tensor<4x32x24xf32>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, tensor<?x2xf32>) -> tensor<?x2x32xf32>
   %odd = moe.grouped_matmul %g, %w3, %s, %e, %n input(sorted) output(sorted) {block_m = 16, num_slots = 2}
     : (tensor<?x12xf16>, tensor<4x16x12xf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>) -> tensor<?x16xf16>
-  return %up, %down, %odd : tensor<?x24xbf16>, tensor<?x2x32xf32>, tensor<?x16xf16>
+  return %up, %down, %odd : tensor<?x24xf32>, tensor<?x2x32xf32>, tensor<?x16xf16>
 }

@@ -19,6 +19,46 @@ func.func @gemm(%x: tensor<?x32xbf16>, %w: tensor<4x16x32xbf16>, %s: tensor<?xi3
 
 // -----
 
+func.func @gemm_two_stages(%x: tensor<?x64xbf16>, %w: tensor<4x64x64xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>) -> tensor<?x64xbf16> {
+  // expected-error @below {{'moe.grouped_matmul' op has no wgmma lowering for #moe.gemm_config<block_m = 64, block_n = 128, block_k = 64, num_stages = 2>: num_stages must be at least 3}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n input(token) output(sorted)
+      {block_m = 64, num_slots = 2, config = #moe.gemm_config<block_m = 64, block_n = 128, block_k = 64, num_stages = 2>}
+    : (tensor<?x64xbf16>, tensor<4x64x64xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>) -> tensor<?x64xbf16>
+  return %o : tensor<?x64xbf16>
+}
+
+// -----
+
+func.func @gemm_narrow_k_tile(%x: tensor<?x64xbf16>, %w: tensor<4x64x64xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>) -> tensor<?x64xbf16> {
+  // expected-error @below {{has no wgmma lowering for #moe.gemm_config<block_m = 64, block_n = 128, block_k = 32, num_stages = 4>: block_k must span the 128-byte swizzle}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n input(token) output(sorted)
+      {block_m = 64, num_slots = 2, config = #moe.gemm_config<block_m = 64, block_n = 128, block_k = 32, num_stages = 4>}
+    : (tensor<?x64xbf16>, tensor<4x64x64xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>) -> tensor<?x64xbf16>
+  return %o : tensor<?x64xbf16>
+}
+
+// -----
+
+func.func @gemm_sorted_without_tma(%x: tensor<?x64xbf16>, %w: tensor<4x64x64xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>) -> tensor<?x64xbf16> {
+  // expected-error @below {{num_stages = 4>: tma_a must be set exactly for sorted input rows}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n input(sorted) output(sorted)
+      {block_m = 64, num_slots = 2, config = #moe.gemm_config<block_m = 64, block_n = 128, block_k = 64, num_stages = 4>}
+    : (tensor<?x64xbf16>, tensor<4x64x64xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>) -> tensor<?x64xbf16>
+  return %o : tensor<?x64xbf16>
+}
+
+// -----
+
+func.func @gemm_gated_block_n(%x: tensor<?x64xbf16>, %w: tensor<4x96x64xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>) -> tensor<?x48xbf16> {
+  // expected-error @below {{block_n must be a multiple of 16 (32 when gated) up to 256}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n input(token) output(sorted) activation(silu_and_mul)
+      {block_m = 64, num_slots = 2, config = #moe.gemm_config<block_m = 64, block_n = 48, block_k = 64, num_stages = 4>}
+    : (tensor<?x64xbf16>, tensor<4x96x64xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>) -> tensor<?x48xbf16>
+  return %o : tensor<?x48xbf16>
+}
+
+// -----
+
 func.func @too_many_experts(%ids: tensor<?x2xi32>) -> (tensor<?xi32>, tensor<?xi32>, tensor<i32>) {
   // expected-error @below {{'moe.route' op has no GPU lowering for more than 1024 experts}}
   %s, %e, %n = moe.route %ids {num_experts = 2048, block_m = 16} : (tensor<?x2xi32>) -> (tensor<?xi32>, tensor<?xi32>, tensor<i32>)

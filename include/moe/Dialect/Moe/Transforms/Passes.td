@@ -49,6 +49,46 @@ def MoeDecompose : Pass<"moe-decompose"> {
   ];
 }
 
+def MoeTile : Pass<"moe-tile"> {
+  let summary = "Choose the tile configuration of every grouped matmul";
+  let description = [{
+    Gives each `moe.grouped_matmul` without a `config` the `#moe.gemm_config`
+    its GPU kernel is built from: the block of padded rows (the routing
+    `block_m`) x `block_n` accumulator columns x `block_k` reduction
+    elements, the depth of the shared-memory ring, the warpgroups, the K
+    splits and which operands load through TMA. `convert-moe-to-gpu`
+    materializes the grid (row blocks x N tiles x K splits) and the K loop of
+    tile loads and wgmmas from it. An op that already has a config (written
+    by hand or by the tuner) keeps it.
+
+    The heuristic sizes for `tokens` tokens: 128-byte K tiles (the swizzle
+    span), 128 accumulator columns, four stages, TMA for sorted rows and
+    cp.async gathers for token rows.
+
+    Before:
+
+    ```mlir
+    %h = moe.grouped_matmul %x, %w13, %sorted, %experts, %count
+           input(token) output(sorted) activation(silu_and_mul)
+           {block_m = 64 : i64, num_slots = 2 : i64} : ...
+    ```
+
+    After:
+
+    ```mlir
+    %h = moe.grouped_matmul %x, %w13, %sorted, %experts, %count
+           input(token) output(sorted) activation(silu_and_mul)
+           {block_m = 64 : i64, num_slots = 2 : i64,
+            config = #moe.gemm_config<block_m = 64, block_n = 128,
+                                      block_k = 64, num_stages = 4>} : ...
+    ```
+  }];
+  let options = [
+    Option<"tokens", "tokens", "int64_t", /*default=*/"4096",
+           "The token count the configurations are chosen for">
+  ];
+}
+
 def MoeGridConstantTensorMaps
     : Pass<"moe-grid-constant-tensor-maps", "::mlir::gpu::GPUModuleOp"> {
   let summary = "Pass TMA descriptors to kernels by value, as grid constants";

@@ -1,0 +1,96 @@
+// convert-moe-to-gpu lowers a bf16/f16 moe.grouped_matmul whose rows are
+// 16-byte multiples to the tensor-core kernel its #moe.gemm_config describes
+// (moe-tile's heuristic when the op has none): one warpgroup per 64 rows x
+// block_n accumulator columns, blocks in groups of 16 row blocks; a ring of
+// num_stages shared-memory stages with one mbarrier each; weight tiles by TMA
+// through one 3-D descriptor over [E, N, K] with 128-byte swizzle (gate and
+// up boxes side by side), sorted rows by TMA through a 2-D descriptor, token
+// rows by cp.async gathers written in the same swizzle and fenced for the
+// async proxy; wgmma.mma_async m64 x block_n x k16 with both operands
+// K-major, one group in flight while the freed stage is refilled; the
+// epilogue on the accumulator registers with paired 4-byte stores.
+// RUN: moe-opt %s --convert-moe-to-gpu="tokens-max=256" | FileCheck %s
+
+// CHECK: gpu.module @moe_kernels
+// CHECK-SAME: moe.tensormaps = [{box = array<i64: 64, 64, 1>, dims = ["128", "128", "4"], name = "weight_map", strides = ["256", "32768"], swizzle = 128 : i64, tensor = "arg1", type = bf16}, {box = array<i64: 64, 64, 1>, dims = ["64", "96", "4"], name = "weight_map_1", strides = ["128", "12288"], swizzle = 128 : i64, tensor = "arg6", type = f16}, {box = array<i64: 64, 64>, dims = ["64", "T*2+60"], name = "input_map", strides = ["128"], swizzle = 128 : i64, tensor = "arg5", type = f16}]
+
+// The heuristic config: block_n 128 (64 gated output columns), 4 stages of
+// 8 KiB rows + 16 KiB weights.
+// CHECK: gpu.func @moe_grouped_matmul_wgmma_0(%[[X:.*]]: memref<256x128xbf16>, %[[MAP:.*]]: !llvm.ptr, %{{.*}}: memref<572xi32>, %{{.*}}: memref<36xi32>, %{{.*}}: memref<i32>, %[[OUT:.*]]: memref<572x64xbf16>, %{{.*}}: i32)
+// CHECK-SAME: moe.launch = {args = ["arg0", "map:weight_map", "arg2", "arg3", "arg4", "result0", "i32:T"], block = array<i64: 128, 1, 1>, grid = ["cdiv(T*2+60,16)", "1", "1"], smem = "98304"}, moe.tensor_maps = array<i64: 1>
+// CHECK: %[[SMEM:.*]] = memref.get_global @moe_dynamic_shared_memory
+// CHECK: %[[DESC:.*]] = builtin.unrealized_conversion_cast %[[MAP]] : !llvm.ptr to !nvgpu.tensormap.descriptor<tensor = memref<1x64x64xbf16, 3>, swizzle = swizzle_128b, l2promo = l2promo_256b, oob = zero, interleave = none>
+// CHECK: gpu.block_id x
+// CHECK: arith.minui
+// CHECK: scf.if
+// CHECK: %[[FULL:.*]] = nvgpu.mbarrier.create -> <memorySpace = 3 : i64, num_barriers = 4>
+// CHECK: nvgpu.tma.prefetch.descriptor %[[DESC]]
+// CHECK-COUNT-4: nvgpu.mbarrier.init %[[FULL]]
+// CHECK: gpu.barrier
+// Prologue: stages 0..2 in flight (weights by TMA, rows by cp.async).
+// CHECK: nvgpu.mbarrier.arrive.expect_tx %[[FULL]][%{{.*}}], %c16384
+// CHECK: nvgpu.tma.async.load %[[DESC]][%{{.*}}, %{{.*}}, %[[EXPERT:.*]]], %[[FULL]][%{{.*}}] to %{{.*}} : {{.*}} -> memref<1x64x64xbf16, 3>
+// CHECK: nvgpu.tma.async.load %[[DESC]][%{{.*}}, %{{.*}}, %[[EXPERT]]], %[[FULL]][%{{.*}}] to %{{.*}} : {{.*}} -> memref<1x64x64xbf16, 3>
+// CHECK-COUNT-4: nvgpu.device_async_copy %[[X]][%{{.*}}, %{{.*}}], %{{.*}}[%{{.*}}, %{{.*}}], 8, %{{.*}} {bypassL1} : memref<256x128xbf16> to memref<64x64xbf16, 3>
+// CHECK: nvvm.cp.async.commit.group
+// CHECK: nvvm.cp.async.commit.group
+// CHECK: nvvm.cp.async.commit.group
+// CHECK-NEXT: nvvm.cp.async.wait.group 2
+// CHECK-NEXT: nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}
+// CHECK-NEXT: gpu.barrier
+// The descriptors: (address >> 4) | 1 << 16 | (1024 >> 4) << 32 | 1 << 62.
+// CHECK: memref.extract_aligned_pointer_as_index %[[SMEM]]
+// CHECK: arith.constant 4611686293305360384 : i64
+// CHECK: %[[ZERO:.*]] = llvm.mlir.zero : !llvm.struct<(f32, f32,
+// CHECK: scf.for {{.*}} iter_args(%[[ACC:.*]] = %[[ZERO]])
+// CHECK: nvgpu.mbarrier.try_wait.parity %[[FULL]]
+// CHECK: nvvm.wgmma.fence.aligned
+// CHECK: %[[M0:.*]] = nvvm.wgmma.mma_async %{{.*}}, %{{.*}}, %[[ACC]], <m = 64, n = 128, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <row>], B[<bf16>, <one>, <col>]
+// CHECK: %[[M1:.*]] = nvvm.wgmma.mma_async %{{.*}}, %{{.*}}, %[[M0]], <m = 64, n = 128, k = 16>
+// CHECK: %[[M2:.*]] = nvvm.wgmma.mma_async %{{.*}}, %{{.*}}, %[[M1]], <m = 64, n = 128, k = 16>
+// CHECK: %[[M3:.*]] = nvvm.wgmma.mma_async %{{.*}}, %{{.*}}, %[[M2]], <m = 64, n = 128, k = 16>
+// CHECK-NEXT: nvvm.wgmma.commit.group.sync.aligned
+// CHECK-NEXT: nvvm.wgmma.wait.group.sync.aligned 1
+// CHECK-NEXT: nvvm.cp.async.wait.group 1
+// CHECK-NEXT: nvvm.fence.proxy
+// CHECK-NEXT: gpu.barrier
+// CHECK: nvgpu.tma.async.load %[[DESC]]
+// CHECK: nvgpu.device_async_copy
+// CHECK: scf.yield %[[M3]]
+// CHECK: nvvm.wgmma.wait.group.sync.aligned 0
+// Gate register j pairs with up register j + 32.
+// CHECK: llvm.extractvalue %{{.*}}[0]
+// CHECK: llvm.extractvalue %{{.*}}[32]
+// CHECK: math.exp
+// CHECK: vector.store %{{.*}}, %[[OUT]][%{{.*}}, %{{.*}}] {alignment = 4 : i64} : memref<572x64xbf16>, vector<2xbf16>
+
+// An explicit config: block_n 64, 3 stages, sorted rows by TMA, weighted
+// and scattered to slot order.
+// CHECK: gpu.func @moe_grouped_matmul_wgmma_1(%[[ROWS:.*]]: !llvm.ptr, %[[MAP2:.*]]: !llvm.ptr,
+// CHECK-SAME: %[[RW:[a-z0-9]+]]: memref<256x2xf32>, %[[OUT2:[a-z0-9]+]]: memref<256x2x96xf16>, %{{.*}}: i32)
+// CHECK-SAME: moe.launch = {args = ["map:input_map", "map:weight_map_1", "arg2", "arg3", "arg4", "arg7", "result1", "i32:T"], block = array<i64: 128, 1, 1>, grid = ["cdiv(T*2+60,16)*2", "1", "1"], smem = "49152"}, moe.tensor_maps = array<i64: 0, 1>
+// CHECK: %[[WDESC:.*]] = builtin.unrealized_conversion_cast %[[MAP2]] : !llvm.ptr to !nvgpu.tensormap.descriptor<tensor = memref<1x64x64xf16, 3>, swizzle = swizzle_128b
+// CHECK: %[[RDESC:.*]] = builtin.unrealized_conversion_cast %[[ROWS]] : !llvm.ptr to !nvgpu.tensormap.descriptor<tensor = memref<64x64xf16, 3>, swizzle = swizzle_128b
+// CHECK: nvgpu.mbarrier.create -> <memorySpace = 3 : i64, num_barriers = 3>
+// CHECK: nvgpu.tma.prefetch.descriptor %[[WDESC]]
+// CHECK: nvgpu.tma.prefetch.descriptor %[[RDESC]]
+// CHECK: nvgpu.mbarrier.arrive.expect_tx %{{.*}}, %c16384
+// CHECK: nvgpu.tma.async.load %[[WDESC]]
+// CHECK: nvgpu.tma.async.load %[[RDESC]][%{{.*}}, %[[FIRST_ROW:.*]]], %{{.*}} to %{{.*}} : {{.*}} -> memref<64x64xf16, 3>
+// CHECK-NOT: nvvm.cp.async
+// CHECK: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 64, k = 16>, D[<f32>, <one>], A[<f16>, <one>, <row>], B[<f16>, <one>, <col>]
+// CHECK: nvvm.wgmma.wait.group.sync.aligned 1
+// CHECK-NEXT: gpu.barrier
+// CHECK: %[[WEIGHT:.*]] = memref.load %[[RW]][%[[TOKEN:.*]], %[[SLOT:.*]]] : memref<256x2xf32>
+// CHECK: arith.mulf %{{.*}}, %[[WEIGHT]]
+// CHECK: vector.store %{{.*}}, %[[OUT2]][%[[TOKEN]], %[[SLOT]], %{{.*}}] {alignment = 4 : i64} : memref<256x2x96xf16>, vector<2xf16>
+func.func @gemms(%x: tensor<?x128xbf16>, %w13: tensor<4x128x128xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>,
+                 %h: tensor<?x64xf16>, %w2: tensor<4x96x64xf16>, %rw: tensor<?x2xf32>)
+    -> (tensor<?x64xbf16>, tensor<?x2x96xf16>) {
+  %up = moe.grouped_matmul %x, %w13, %s, %e, %n input(token) output(sorted) activation(silu_and_mul) {block_m = 16, num_slots = 2}
+    : (tensor<?x128xbf16>, tensor<4x128x128xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>) -> tensor<?x64xbf16>
+  %down = moe.grouped_matmul %h, %w2, %s, %e, %n routed_weights(%rw) input(sorted) output(slot)
+      {block_m = 16, num_slots = 2, config = #moe.gemm_config<block_m = 16, block_n = 64, block_k = 64, num_stages = 3, tma_a = true>}
+    : (tensor<?x64xf16>, tensor<4x96x64xf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, tensor<?x2xf32>) -> tensor<?x2x96xf16>
+  return %up, %down : tensor<?x64xbf16>, tensor<?x2x96xf16>
+}

@@ -1,0 +1,26 @@
+// moe-tile gives each grouped matmul without a config the heuristic
+// #moe.gemm_config: the routing block_m, 128 accumulator columns, K tiles of
+// 128 bytes (64 bf16, 32 f32), four stages, TMA on A exactly for sorted
+// rows; a config already present (by hand or from the tuner) is kept.
+// RUN: moe-opt %s --moe-tile | FileCheck %s
+// RUN: not moe-opt %s --moe-tile="tokens=0" 2>&1 | FileCheck %s --check-prefix=BAD
+
+// BAD: moe-tile: tokens must be positive
+
+// CHECK-LABEL: func.func @gemms
+// CHECK: moe.grouped_matmul {{.*}} input(token) output(sorted) activation(silu_and_mul) {block_m = 16 : i64, config = #moe.gemm_config<block_m = 16, block_n = 128, block_k = 64, num_stages = 4>, num_slots = 2 : i64}
+// CHECK: moe.grouped_matmul {{.*}} input(sorted) output(slot) {block_m = 16 : i64, config = #moe.gemm_config<block_m = 16, block_n = 128, block_k = 32, num_stages = 4, tma_a = true>, num_slots = 2 : i64}
+// CHECK: moe.grouped_matmul {{.*}} {block_m = 16 : i64, config = #moe.gemm_config<block_m = 16, block_n = 64, block_k = 64, num_stages = 3, tma_a = true>, num_slots = 2 : i64}
+func.func @gemms(%x: tensor<?x128xbf16>, %w13: tensor<4x128x128xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>,
+                 %h: tensor<?x64xf32>, %w2: tensor<4x96x64xf32>, %rw: tensor<?x2xf32>,
+                 %g: tensor<?x64xf16>, %w3: tensor<4x96x64xf16>)
+    -> (tensor<?x64xbf16>, tensor<?x2x96xf32>, tensor<?x96xf16>) {
+  %up = moe.grouped_matmul %x, %w13, %s, %e, %n input(token) output(sorted) activation(silu_and_mul) {block_m = 16, num_slots = 2}
+    : (tensor<?x128xbf16>, tensor<4x128x128xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>) -> tensor<?x64xbf16>
+  %down = moe.grouped_matmul %h, %w2, %s, %e, %n routed_weights(%rw) input(sorted) output(slot) {block_m = 16, num_slots = 2}
+    : (tensor<?x64xf32>, tensor<4x96x64xf32>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, tensor<?x2xf32>) -> tensor<?x2x96xf32>
+  %kept = moe.grouped_matmul %g, %w3, %s, %e, %n input(sorted) output(sorted)
+      {block_m = 16, num_slots = 2, config = #moe.gemm_config<block_m = 16, block_n = 64, block_k = 64, num_stages = 3, tma_a = true>}
+    : (tensor<?x64xf16>, tensor<4x96x64xf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>) -> tensor<?x96xf16>
+  return %up, %down, %kept : tensor<?x64xbf16>, tensor<?x2x96xf32>, tensor<?x96xf16>
+}
