@@ -155,9 +155,11 @@ llvm::Error mlir::moe::compileBundle(ModuleOp module,
                                      const BundleOptions &options,
                                      StringRef directory) {
   std::string toGpu = llvm::formatv(
-      "moe-decompose{{block-m={0}},convert-moe-to-gpu{{tokens-max={1} "
-      "chip={2} features={3}}",
-      options.blockM, options.tokensMax, options.chip, options.features);
+      "moe-decompose{{block-m={0}},moe-tile{{tokens={1} block-n={4} "
+      "num-stages={5}},moe-split-k{{tokens={1}},convert-moe-to-gpu{{"
+      "tokens-max={1} chip={2} features={3}}",
+      options.blockM, options.tokensMax, options.chip, options.features,
+      options.blockN, options.numStages);
   if (llvm::Error error = runPipeline(module, toGpu))
     return error;
   gpu::GPUModuleOp kernels;

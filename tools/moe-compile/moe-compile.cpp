@@ -48,6 +48,16 @@ static cl::opt<int64_t> tokensMax("tokens-max",
                                   cl::init(16384));
 static cl::opt<int64_t> blockM("block-m", cl::desc("Rows per routing block"),
                                cl::init(64));
+static cl::opt<int64_t>
+    blockN("block-n",
+           cl::desc("Accumulator columns per grouped-matmul block (0: "
+                    "moe-tile's heuristic)"),
+           cl::init(0));
+static cl::opt<int64_t>
+    numStages("num-stages",
+              cl::desc("Shared-memory stages of the grouped matmuls (0: "
+                       "moe-tile's heuristic)"),
+              cl::init(0));
 static cl::opt<std::string> chip("chip", cl::desc("GPU architecture"),
                                  cl::init("sm_90a"));
 static cl::opt<std::string>
@@ -90,6 +100,8 @@ int main(int argc, char **argv) {
   BundleOptions options;
   options.tokensMax = tokensMax;
   options.blockM = blockM;
+  options.blockN = blockN;
+  options.numStages = numStages;
   options.chip = chip;
   options.toolkit = toolkit;
   if (llvm::Error error = compileBundle(*module, options, output))

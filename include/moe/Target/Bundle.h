@@ -20,6 +20,9 @@ namespace moe {
 struct BundleOptions {
   int64_t tokensMax = 16384;
   int64_t blockM = 64;
+  /// Overrides of moe-tile's heuristic (0: the heuristic's choice).
+  int64_t blockN = 0;
+  int64_t numStages = 0;
   std::string chip = "sm_90a";
   std::string features = "+ptx80";
   /// CUDA toolkit for ptxas; without one only PTX is written and the driver

@@ -372,7 +372,7 @@ bool supportsWgmma(GroupedMatmulOp op) {
   Type elementType = op.getWeightsType().getElementType();
   return (elementType.isBF16() || elementType.isF16()) &&
          op.getReductionSize() * 2 % kCopyBytes == 0 &&
-         op.getBlockM() % 16 == 0;
+         isDescribableBlockM(op.getBlockM());
 }
 
 /// The wgmma matrix descriptor of a K-major tile at shared address `address`
@@ -405,13 +405,152 @@ LogicalResult checkWgmmaConfig(GroupedMatmulOp op, GemmConfigAttr config) {
   if (config.getNumStages() < 3)
     return fail("num_stages must be at least 3");
   if (config.getNumWarpgroups() != 1 || config.getClusterM() != 1 ||
-      config.getClusterN() != 1 || config.getPersistent() ||
-      config.getSplitK() != 1)
-    return fail("only one warpgroup, no cluster, no split-K and no "
-                "persistent scheduler are built yet");
+      config.getClusterN() != 1 || config.getPersistent())
+    return fail("only one warpgroup, no cluster and no persistent scheduler "
+                "are built yet");
+  int64_t numSteps =
+      llvm::divideCeil(op.getReductionSize(), config.getBlockK());
+  int64_t splits = config.getSplitK();
+  int64_t stepsPerSplit = llvm::divideCeil(numSteps, splits);
+  if ((splits - 1) * stepsPerSplit >= numSteps)
+    return fail("split_k must leave every split a K tile (" + Twine(numSteps) +
+                " K tiles)");
   if (config.getTmaA() != (op.getInputOrder() == RowOrder::sorted))
     return fail("tma_a must be set exactly for sorted input rows");
   return success();
+}
+
+/// The workspaces of a split-K grouped matmul: fp32 partial sums [splits,
+/// T*S, N] per routed slot, and each slot's sorted row [T*S].
+struct ReductionBuffers {
+  unsigned partials, slotRows;
+};
+
+/// Registers the op's output buffer.
+unsigned defineOutput(PlanBuilder &plan, GroupedMatmulOp op) {
+  int64_t columns = op.getOutputColumns(), slots = op.getNumSlots();
+  SizeExpr capacity =
+      plan.affine(slots, op.getNumStoredExperts() * (op.getBlockM() - 1));
+  SmallVector<SizeExpr> dims =
+      op.getOutputOrder() == RowOrder::slot
+          ? SmallVector<SizeExpr>{plan.tokens(), PlanBuilder::constant(slots),
+                                  PlanBuilder::constant(columns)}
+          : SmallVector<SizeExpr>{capacity, PlanBuilder::constant(columns)};
+  return plan.define(op.getOutput(), "gemm_output", dims);
+}
+
+/// Split-K epilogue of the wgmma kernel: stores every accumulator register of
+/// the thread's routed rows as split `split`'s partial sum of its slot and
+/// weight row (gate rows, then up rows, as the weights hold them); the first
+/// split also records each slot's sorted row.
+void storePartials(LoopBuilder &wb, Value accumulators, Value laneRow,
+                   Value laneColumn, Value firstRow, Value firstColumn,
+                   Value split,
+                   function_ref<std::pair<Value, Value>(Value)> slotOf,
+                   Value partials, Value slotRows, GroupedMatmulOp op,
+                   GemmConfigAttr config) {
+  ImplicitLocOpBuilder &b = wb.b;
+  bool gated = op.isGated();
+  int64_t columns = op.getOutputColumns(), blockN = config.getBlockN();
+  int64_t blocksPerHalf = gated ? blockN / 16 : blockN / 8;
+  for (int64_t half = 0; half < 2; ++half) {
+    Value rowInBlock = arith::AddIOp::create(b, laneRow, wb.index(half * 8));
+    auto [rowSlot, rowRouted] = slotOf(rowInBlock);
+    Value slot = rowSlot, routed = rowRouted;
+    wb.ifThen(routed, [&] {
+      wb.ifThen(arith::AndIOp::create(
+                    b, wb.cmpi(arith::CmpIPredicate::eq, split, wb.index(0)),
+                    wb.cmpi(arith::CmpIPredicate::eq, laneColumn, wb.index(0))),
+                [&] {
+                  wb.store(
+                      wb.toI32(arith::AddIOp::create(b, firstRow, rowInBlock)),
+                      slotRows, {slot});
+                });
+      for (int64_t block = 0; block < blockN / 8; ++block) {
+        // Column of the block's output (gate and up halves alike).
+        int64_t blockInHalf = block % blocksPerHalf;
+        int64_t halfOffset = block / blocksPerHalf * columns;
+        for (int64_t i = 0; i < 2; ++i) {
+          Value column = arith::AddIOp::create(
+              b, firstColumn,
+              arith::AddIOp::create(b, laneColumn,
+                                    wb.index(blockInHalf * 8 + i)));
+          Value value = LLVM::ExtractValueOp::create(b, accumulators,
+                                                     block * 4 + half * 2 + i);
+          wb.ifThen(
+              wb.cmpi(arith::CmpIPredicate::ult, column, wb.index(columns)),
+              [&] {
+                wb.store(
+                    value, partials,
+                    {split, slot,
+                     arith::AddIOp::create(b, column, wb.index(halfOffset))});
+              });
+        }
+      }
+    });
+  }
+}
+
+constexpr int64_t kReduceThreads = 256;
+
+/// The split-K reduction: one thread per (routed slot, output column) adds
+/// the splits' partial sums in split order, then runs the op's epilogue
+/// (gated activation, routed weight) and stores in the op's row order.
+void emitSplitReduction(PlanBuilder &plan, OpBuilder &builder,
+                        GroupedMatmulOp op, int64_t splits,
+                        const ReductionBuffers &buffers) {
+  OpBuilder::InsertionGuard guard(builder);
+  int64_t columns = op.getOutputColumns(), slots = op.getNumSlots();
+  bool gated = op.isGated(),
+       weighted = static_cast<bool>(op.getRoutedWeights());
+  bool slotOutput = op.getOutputOrder() == RowOrder::slot;
+  SmallVector<KernelArg> args = {buffers.partials, buffers.slotRows};
+  if (weighted)
+    args.push_back(plan.use(op.getRoutedWeights()));
+  args.push_back(defineOutput(plan, op));
+  gpu::GPUFuncOp kernel = plan.createKernel(
+      builder, op.getLoc(), "moe_grouped_matmul_reduce", args,
+      {PlanBuilder::ceilDiv(plan.affine(slots * columns, 0), kReduceThreads),
+       PlanBuilder::constant(1), PlanBuilder::constant(1)},
+      {kReduceThreads, 1, 1});
+  ImplicitLocOpBuilder b(op.getLoc(), builder);
+  LoopBuilder wb{b};
+  Value partials = kernel.getArgument(0), slotRows = kernel.getArgument(1);
+  Value routedWeights = weighted ? Value(kernel.getArgument(2)) : Value();
+  Value output = kernel.getArgument(weighted ? 3 : 2);
+  Value routedSlots =
+      arith::MulIOp::create(b, wb.toIndex(tokenCount(kernel)), wb.index(slots));
+  Value item = arith::AddIOp::create(
+      b,
+      arith::MulIOp::create(b, gpu::BlockIdOp::create(b, gpu::Dimension::x),
+                            wb.index(kReduceThreads)),
+      gpu::ThreadIdOp::create(b, gpu::Dimension::x));
+  Value slot = arith::DivUIOp::create(b, item, wb.index(columns));
+  Value column = arith::RemUIOp::create(b, item, wb.index(columns));
+  wb.ifThen(wb.cmpi(arith::CmpIPredicate::ult, slot, routedSlots), [&] {
+    auto sum = [&](Value weightRow) {
+      Value total = wb.f32(0.0);
+      for (int64_t split = 0; split < splits; ++split)
+        total = arith::AddFOp::create(
+            b, total, wb.load(partials, {wb.index(split), slot, weightRow}));
+      return total;
+    };
+    Value value = sum(column);
+    if (gated)
+      value = arith::MulFOp::create(
+          b, emitGatedActivation(b, b.getLoc(), op.getActivation(), value),
+          sum(arith::AddIOp::create(b, column, wb.index(columns))));
+    Value token = arith::DivUIOp::create(b, slot, wb.index(slots));
+    Value slotInToken = arith::RemUIOp::create(b, slot, wb.index(slots));
+    if (weighted)
+      value = arith::MulFOp::create(
+          b, value, wb.load(routedWeights, {token, slotInToken}));
+    if (slotOutput)
+      wb.storeF32(value, output, {token, slotInToken, column});
+    else
+      wb.storeF32(value, output,
+                  {wb.toIndex(wb.load(slotRows, {slot})), column});
+  });
 }
 
 /// One warpgroup per (rows of one expert) x block_n accumulator columns: a
@@ -471,17 +610,28 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
                        rows, "input_map", {blockK, kWgmmaM}, kSwizzleBytes));
   SmallVector<KernelArg> args = {rowsArg, weightsArg, sortedIds, expertIds,
                                  plan.use(op.getNumPadded())};
-  if (weighted)
-    args.push_back(plan.use(op.getRoutedWeights()));
-  SmallVector<SizeExpr> outputDims =
-      slotOutput
-          ? SmallVector<SizeExpr>{plan.tokens(), PlanBuilder::constant(slots),
-                                  PlanBuilder::constant(columns)}
-          : SmallVector<SizeExpr>{capacity, PlanBuilder::constant(columns)};
-  args.push_back(plan.define(op.getOutput(), "gemm_output", outputDims));
+  // Split K: each split stores its fp32 partial sums per routed slot (and
+  // the first split each slot's row); a second kernel adds the splits in
+  // order and runs the epilogue. Every slot is routed once, so the
+  // workspaces are overwritten whole and need no zeroing.
+  int64_t splits = config.getSplitK();
+  std::optional<ReductionBuffers> reduction;
+  if (splits > 1) {
+    reduction = ReductionBuffers{
+        plan.scratch("gemm_partials", builder.getF32Type(),
+                     {PlanBuilder::constant(splits), plan.affine(slots, 0),
+                      PlanBuilder::constant(weightsType.getDimSize(1))}),
+        plan.scratch("gemm_slot_rows", builder.getI32Type(),
+                     {plan.affine(slots, 0)})};
+    args.append({reduction->partials, reduction->slotRows});
+  } else {
+    if (weighted)
+      args.push_back(plan.use(op.getRoutedWeights()));
+    args.push_back(defineOutput(plan, op));
+  }
   gpu::GPUFuncOp kernel = plan.createKernel(
       builder, op.getLoc(), "moe_grouped_matmul_wgmma", args,
-      {PlanBuilder::ceilDiv(capacity, blockRows).times(numColumnTiles),
+      {PlanBuilder::ceilDiv(capacity, blockRows).times(numColumnTiles * splits),
        PlanBuilder::constant(1), PlanBuilder::constant(1)},
       {kWarpgroupThreads, 1, 1}, /*workgroup=*/{},
       stages * (rowTileBytes + weightTileBytes));
@@ -492,8 +642,14 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
   Value input = kernel.getArgument(0), weights = kernel.getArgument(1);
   Value sorted = kernel.getArgument(2), experts = kernel.getArgument(3);
   Value padded = kernel.getArgument(4);
-  Value routedWeights = weighted ? Value(kernel.getArgument(5)) : Value();
-  Value output = kernel.getArgument(weighted ? 6 : 5);
+  Value routedWeights, output, partials, slotRows;
+  if (reduction) {
+    partials = kernel.getArgument(5);
+    slotRows = kernel.getArgument(6);
+  } else {
+    routedWeights = weighted ? Value(kernel.getArgument(5)) : Value();
+    output = kernel.getArgument(weighted ? 6 : 5);
+  }
   Value numTokens = wb.toIndex(tokenCount(kernel));
   Value routedSlots = arith::MulIOp::create(b, numTokens, wb.index(slots));
 
@@ -544,7 +700,10 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
       arith::AddIOp::create(b, routedSlots,
                             wb.index(numExperts * (blockM - 1))),
       wb.index(blockRows));
-  Value linear = gpu::BlockIdOp::create(b, gpu::Dimension::x);
+  // The splits of a tile are neighbours: they share its rows in L2.
+  Value blockId = gpu::BlockIdOp::create(b, gpu::Dimension::x);
+  Value linear = arith::DivUIOp::create(b, blockId, wb.index(splits));
+  Value split = arith::RemUIOp::create(b, blockId, wb.index(splits));
   Value groupBlocks = wb.index(kRasterRowBlocks * numColumnTiles);
   Value group = arith::DivUIOp::create(b, linear, groupBlocks);
   Value inGroup = arith::RemUIOp::create(b, linear, groupBlocks);
@@ -621,13 +780,21 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
             {wb.select(routed, token, wb.index(0)), routed});
       }
 
-    Value numSteps = wb.index(llvm::divideCeil(k, blockK));
-    // Loads K tile `step` into stage step % stages when it exists; every
-    // thread commits one cp.async group per call so that the group counts
-    // stay uniform.
+    // This split's K tiles: [firstStep, firstStep + numSteps).
+    int64_t stepsPerSplit =
+        llvm::divideCeil(llvm::divideCeil(k, blockK), splits);
+    Value firstStep = arith::MulIOp::create(b, split, wb.index(stepsPerSplit));
+    Value numSteps = arith::MinUIOp::create(
+        b, wb.index(stepsPerSplit),
+        arith::SubIOp::create(b, wb.index(llvm::divideCeil(k, blockK)),
+                              firstStep));
+    // Loads the split's K tile `step` into stage step % stages when it
+    // exists; every thread commits one cp.async group per call so that the
+    // group counts stay uniform.
     auto issue = [&](Value step) {
       Value stage = arith::RemUIOp::create(b, step, wb.index(stages));
-      Value k0 = arith::MulIOp::create(b, step, wb.index(blockK));
+      Value k0 = arith::MulIOp::create(
+          b, arith::AddIOp::create(b, firstStep, step), wb.index(blockK));
       wb.ifThen(wb.cmpi(arith::CmpIPredicate::ult, step, numSteps), [&] {
         wb.ifThen(leader, [&] {
           nvgpu::MBarrierArriveExpectTxOp::create(
@@ -763,6 +930,11 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
                               arith::DivUIOp::create(b, lane, wb.index(4)));
     Value laneColumn = arith::MulIOp::create(
         b, arith::RemUIOp::create(b, lane, wb.index(4)), wb.index(2));
+    if (reduction) {
+      storePartials(wb, accumulators, laneRow, laneColumn, firstRow,
+                    firstColumn, split, slotOf, partials, slotRows, op, config);
+      return;
+    }
     Type outputElement = cast<MemRefType>(output.getType()).getElementType();
     auto pairType = VectorType::get({2}, f32);
     for (int64_t half = 0; half < 2; ++half) {
@@ -822,6 +994,8 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
       });
     }
   });
+  if (reduction)
+    emitSplitReduction(plan, builder, op, splits, *reduction);
   return success();
 }
 

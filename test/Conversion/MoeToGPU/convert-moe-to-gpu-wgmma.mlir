@@ -9,14 +9,14 @@
 // async proxy; wgmma.mma_async m64 x block_n x k16 with both operands
 // K-major, one group in flight while the freed stage is refilled; the
 // epilogue on the accumulator registers with paired 4-byte stores.
-// RUN: moe-opt %s --convert-moe-to-gpu="tokens-max=256" | FileCheck %s
+// RUN: moe-opt %s --convert-moe-to-gpu="tokens-max=128" | FileCheck %s
 
 // CHECK: gpu.module @moe_kernels
 // CHECK-SAME: moe.tensormaps = [{box = array<i64: 64, 64, 1>, dims = ["128", "128", "4"], name = "weight_map", strides = ["256", "32768"], swizzle = 128 : i64, tensor = "arg1", type = bf16}, {box = array<i64: 64, 64, 1>, dims = ["64", "96", "4"], name = "weight_map_1", strides = ["128", "12288"], swizzle = 128 : i64, tensor = "arg6", type = f16}, {box = array<i64: 64, 64>, dims = ["64", "T*2+60"], name = "input_map", strides = ["128"], swizzle = 128 : i64, tensor = "arg5", type = f16}]
 
-// The heuristic config: block_n 128 (64 gated output columns), 4 stages of
+// The heuristic config for 128 tokens: block_n 128 (64 gated output columns), 4 stages of
 // 8 KiB rows + 16 KiB weights.
-// CHECK: gpu.func @moe_grouped_matmul_wgmma_0(%[[X:.*]]: memref<256x128xbf16>, %[[MAP:.*]]: !llvm.ptr, %{{.*}}: memref<572xi32>, %{{.*}}: memref<36xi32>, %{{.*}}: memref<i32>, %[[OUT:.*]]: memref<572x64xbf16>, %{{.*}}: i32)
+// CHECK: gpu.func @moe_grouped_matmul_wgmma_0(%[[X:.*]]: memref<128x128xbf16>, %[[MAP:.*]]: !llvm.ptr, %{{.*}}: memref<316xi32>, %{{.*}}: memref<20xi32>, %{{.*}}: memref<i32>, %[[OUT:.*]]: memref<316x64xbf16>, %{{.*}}: i32)
 // CHECK-SAME: moe.launch = {args = ["arg0", "map:weight_map", "arg2", "arg3", "arg4", "result0", "i32:T"], block = array<i64: 128, 1, 1>, grid = ["cdiv(T*2+60,16)", "1", "1"], smem = "98304"}, moe.tensor_maps = array<i64: 1>
 // CHECK: %[[SMEM:.*]] = memref.get_global @moe_dynamic_shared_memory
 // CHECK: %[[DESC:.*]] = builtin.unrealized_conversion_cast %[[MAP]] : !llvm.ptr to !nvgpu.tensormap.descriptor<tensor = memref<1x64x64xbf16, 3>, swizzle = swizzle_128b, l2promo = l2promo_256b, oob = zero, interleave = none>
@@ -31,7 +31,7 @@
 // CHECK: nvgpu.mbarrier.arrive.expect_tx %[[FULL]][%{{.*}}], %c16384
 // CHECK: nvgpu.tma.async.load %[[DESC]][%{{.*}}, %{{.*}}, %[[EXPERT:.*]]], %[[FULL]][%{{.*}}] to %{{.*}} : {{.*}} -> memref<1x64x64xbf16, 3>
 // CHECK: nvgpu.tma.async.load %[[DESC]][%{{.*}}, %{{.*}}, %[[EXPERT]]], %[[FULL]][%{{.*}}] to %{{.*}} : {{.*}} -> memref<1x64x64xbf16, 3>
-// CHECK-COUNT-4: nvgpu.device_async_copy %[[X]][%{{.*}}, %{{.*}}], %{{.*}}[%{{.*}}, %{{.*}}], 8, %{{.*}} {bypassL1} : memref<256x128xbf16> to memref<64x64xbf16, 3>
+// CHECK-COUNT-4: nvgpu.device_async_copy %[[X]][%{{.*}}, %{{.*}}], %{{.*}}[%{{.*}}, %{{.*}}], 8, %{{.*}} {bypassL1} : memref<128x128xbf16> to memref<64x64xbf16, 3>
 // CHECK: nvvm.cp.async.commit.group
 // CHECK: nvvm.cp.async.commit.group
 // CHECK: nvvm.cp.async.commit.group
@@ -62,12 +62,12 @@
 // CHECK: llvm.extractvalue %{{.*}}[0]
 // CHECK: llvm.extractvalue %{{.*}}[32]
 // CHECK: math.exp
-// CHECK: vector.store %{{.*}}, %[[OUT]][%{{.*}}, %{{.*}}] {alignment = 4 : i64} : memref<572x64xbf16>, vector<2xbf16>
+// CHECK: vector.store %{{.*}}, %[[OUT]][%{{.*}}, %{{.*}}] {alignment = 4 : i64} : memref<316x64xbf16>, vector<2xbf16>
 
 // An explicit config: block_n 64, 3 stages, sorted rows by TMA, weighted
 // and scattered to slot order.
 // CHECK: gpu.func @moe_grouped_matmul_wgmma_1(%[[ROWS:.*]]: !llvm.ptr, %[[MAP2:.*]]: !llvm.ptr,
-// CHECK-SAME: %[[RW:[a-z0-9]+]]: memref<256x2xf32>, %[[OUT2:[a-z0-9]+]]: memref<256x2x96xf16>, %{{.*}}: i32)
+// CHECK-SAME: %[[RW:[a-z0-9]+]]: memref<128x2xf32>, %[[OUT2:[a-z0-9]+]]: memref<128x2x96xf16>, %{{.*}}: i32)
 // CHECK-SAME: moe.launch = {args = ["map:input_map", "map:weight_map_1", "arg2", "arg3", "arg4", "arg7", "result1", "i32:T"], block = array<i64: 128, 1, 1>, grid = ["cdiv(T*2+60,16)*2", "1", "1"], smem = "49152"}, moe.tensor_maps = array<i64: 0, 1>
 // CHECK: %[[WDESC:.*]] = builtin.unrealized_conversion_cast %[[MAP2]] : !llvm.ptr to !nvgpu.tensormap.descriptor<tensor = memref<1x64x64xf16, 3>, swizzle = swizzle_128b
 // CHECK: %[[RDESC:.*]] = builtin.unrealized_conversion_cast %[[ROWS]] : !llvm.ptr to !nvgpu.tensormap.descriptor<tensor = memref<64x64xf16, 3>, swizzle = swizzle_128b
@@ -81,9 +81,9 @@
 // CHECK: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 64, k = 16>, D[<f32>, <one>], A[<f16>, <one>, <row>], B[<f16>, <one>, <col>]
 // CHECK: nvvm.wgmma.wait.group.sync.aligned 1
 // CHECK-NEXT: gpu.barrier
-// CHECK: %[[WEIGHT:.*]] = memref.load %[[RW]][%[[TOKEN:.*]], %[[SLOT:.*]]] : memref<256x2xf32>
+// CHECK: %[[WEIGHT:.*]] = memref.load %[[RW]][%[[TOKEN:.*]], %[[SLOT:.*]]] : memref<128x2xf32>
 // CHECK: arith.mulf %{{.*}}, %[[WEIGHT]]
-// CHECK: vector.store %{{.*}}, %[[OUT2]][%[[TOKEN]], %[[SLOT]], %{{.*}}] {alignment = 4 : i64} : memref<256x2x96xf16>, vector<2xf16>
+// CHECK: vector.store %{{.*}}, %[[OUT2]][%[[TOKEN]], %[[SLOT]], %{{.*}}] {alignment = 4 : i64} : memref<128x2x96xf16>, vector<2xf16>
 func.func @gemms(%x: tensor<?x128xbf16>, %w13: tensor<4x128x128xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>,
                  %h: tensor<?x64xf16>, %w2: tensor<4x96x64xf16>, %rw: tensor<?x2xf32>)
     -> (tensor<?x64xbf16>, tensor<?x2x96xf16>) {

@@ -7,14 +7,53 @@ using namespace mlir::moe;
 
 /// The K tile spans the 128-byte swizzle of the shared-memory tiles.
 static constexpr int64_t kSwizzleBytes = 128;
+/// From this many tokens on, tiles of 256 accumulator columns (half the A
+/// traffic per flop) beat 128 on the H100/H200 (bench/RESULTS.md).
+static constexpr int64_t kWideTileTokens = 256;
+/// Weight bytes a K split must stream at least: below it the second launch
+/// and the partial sums cost more than the extra multiprocessors gain.
+static constexpr int64_t kMinSplitWeightBytes = 1 << 20;
 
 GemmConfigAttr mlir::moe::chooseGemmConfig(GroupedMatmulOp op, int64_t tokens) {
-  (void)tokens;
   int64_t elementBytes = op.getWeightsType().getElementTypeBitWidth() / 8;
   int64_t blockK = std::max<int64_t>(16, kSwizzleBytes / elementBytes);
+  int64_t blockN = tokens >= kWideTileTokens ? 256 : 128;
   return GemmConfigAttr::get(
-      op.getContext(), op.getBlockM(), /*block_n=*/128, blockK,
+      op.getContext(), op.getBlockM(), blockN, blockK,
       /*num_stages=*/4, /*num_warpgroups=*/1, /*split_k=*/1,
       /*tma_a=*/op.getInputOrder() == RowOrder::sorted, /*tma_b=*/true,
       /*cluster_m=*/1, /*cluster_n=*/1, /*persistent=*/false);
+}
+
+int64_t mlir::moe::chooseSplitK(GroupedMatmulOp op, GemmConfigAttr config,
+                                int64_t tokens, int64_t numSMs) {
+  // Rows spread over the experts that get any; each expert's rows fill
+  // whole blocks of at most one wgmma (64 rows).
+  int64_t rows = tokens * op.getNumSlots();
+  int64_t activeExperts = std::min(op.getNumStoredExperts(), rows);
+  int64_t blockRows = std::min<int64_t>(config.getBlockM(), 64);
+  int64_t rowBlocks =
+      activeExperts *
+      llvm::divideCeil(llvm::divideCeil(rows, activeExperts), blockRows);
+  int64_t columnsPerTile =
+      op.isGated() ? config.getBlockN() / 2 : config.getBlockN();
+  int64_t tiles =
+      rowBlocks * llvm::divideCeil(op.getOutputColumns(), columnsPerTile);
+  if (tiles >= numSMs)
+    return 1;
+  int64_t steps = llvm::divideCeil(op.getReductionSize(), config.getBlockK());
+  int64_t tileWeightBytes = config.getBlockN() * op.getReductionSize() *
+                            op.getWeightsType().getElementTypeBitWidth() / 8;
+  int64_t splits = std::min<int64_t>(
+      {static_cast<int64_t>(llvm::divideCeil(numSMs, tiles)),
+       std::max<int64_t>(1, steps / config.getNumStages()),
+       std::max<int64_t>(1, tileWeightBytes / kMinSplitWeightBytes)});
+  // Every split must get a K tile.
+  auto lastSplitEmpty = [&] {
+    int64_t perSplit = llvm::divideCeil(steps, splits);
+    return (splits - 1) * perSplit >= steps;
+  };
+  while (splits > 1 && lastSplitEmpty())
+    --splits;
+  return splits;
 }

@@ -23,10 +23,25 @@ struct MoeTilePass : moe::impl::MoeTileBase<MoeTilePass> {
       getOperation()->emitError() << "moe-tile: tokens must be positive";
       return signalPassFailure();
     }
-    getOperation()->walk([&](GroupedMatmulOp op) {
-      if (!op.getConfigAttr())
-        op.setConfigAttr(chooseGemmConfig(op, tokens));
+    WalkResult result = getOperation()->walk([&](GroupedMatmulOp op) {
+      // Routing blocks no config can describe are left to the lowering.
+      if (op.getConfigAttr() || !isDescribableBlockM(op.getBlockM()))
+        return WalkResult::advance();
+      GemmConfigAttr chosen = chooseGemmConfig(op, tokens);
+      GemmConfigAttr config = GemmConfigAttr::getChecked(
+          [&] { return op.emitOpError() << "moe-tile: "; }, op.getContext(),
+          chosen.getBlockM(), blockN ? blockN : chosen.getBlockN(),
+          chosen.getBlockK(), numStages ? numStages : chosen.getNumStages(),
+          chosen.getNumWarpgroups(), chosen.getSplitK(), chosen.getTmaA(),
+          chosen.getTmaB(), chosen.getClusterM(), chosen.getClusterN(),
+          chosen.getPersistent());
+      if (!config)
+        return WalkResult::interrupt();
+      op.setConfigAttr(config);
+      return WalkResult::advance();
     });
+    if (result.wasInterrupted())
+      signalPassFailure();
   }
 };
 } // namespace

@@ -14,8 +14,21 @@
 namespace mlir {
 namespace moe {
 
-/// The heuristic #moe.gemm_config of `op` for `tokens` tokens.
+/// Whether a #moe.gemm_config can have `blockM` rows per block (a power of
+/// two in [16, 256]).
+inline bool isDescribableBlockM(int64_t blockM) {
+  return blockM >= 16 && blockM <= 256 && (blockM & (blockM - 1)) == 0;
+}
+
+/// The heuristic #moe.gemm_config of `op` for `tokens` tokens (its block_m
+/// describable).
 GemmConfigAttr chooseGemmConfig(GroupedMatmulOp op, int64_t tokens);
+
+/// The K splits that let `op` under `config` fill `numSMs` multiprocessors
+/// at `tokens` tokens, each split keeping at least `num_stages` K tiles and
+/// 1 MiB of weights (1 when its tiles fill them already).
+int64_t chooseSplitK(GroupedMatmulOp op, GemmConfigAttr config, int64_t tokens,
+                     int64_t numSMs);
 
 } // namespace moe
 } // namespace mlir

@@ -59,11 +59,15 @@ def MoeTile : Pass<"moe-tile"> {
     splits and which operands load through TMA. `convert-moe-to-gpu`
     materializes the grid (row blocks x N tiles x K splits) and the K loop of
     tile loads and wgmmas from it. An op that already has a config (written
-    by hand or by the tuner) keeps it.
+    by hand or by the tuner) keeps it, and one whose routing `block_m` no
+    config can describe (not a power of two in [16, 256]) is left untiled.
 
     The heuristic sizes for `tokens` tokens: 128-byte K tiles (the swizzle
-    span), 128 accumulator columns, four stages, TMA for sorted rows and
-    cp.async gathers for token rows.
+    span), 128 accumulator columns below 256 tokens and 256 from there on,
+    four stages, TMA for sorted rows and
+    cp.async gathers for token rows. `block-n` and `num-stages` override its
+    choices (how moe-compile and the tuner try other configurations); the
+    result is verified like any #moe.gemm_config.
 
     Before:
 
@@ -85,7 +89,50 @@ def MoeTile : Pass<"moe-tile"> {
   }];
   let options = [
     Option<"tokens", "tokens", "int64_t", /*default=*/"4096",
-           "The token count the configurations are chosen for">
+           "The token count the configurations are chosen for">,
+    Option<"blockN", "block-n", "int64_t", /*default=*/"0",
+           "Accumulator columns per block instead of the heuristic's (0: "
+           "the heuristic's)">,
+    Option<"numStages", "num-stages", "int64_t", /*default=*/"0",
+           "Shared-memory stages instead of the heuristic's (0: the "
+           "heuristic's)">
+  ];
+}
+
+def MoeSplitK : Pass<"moe-split-k"> {
+  let summary = "Split the K loop of grouped matmuls that cannot fill the GPU";
+  let description = [{
+    For each `moe.grouped_matmul` with a `#moe.gemm_config` (see `moe-tile`)
+    whose tiles at `tokens` tokens (row blocks of the experts that get rows
+    x N tiles) are fewer than the GPU's `num-sms` multiprocessors, as in
+    decode, sets `split_k` so that the splits fill them, keeping at least
+    `num_stages` K tiles and 1 MiB of weights per split. `convert-moe-to-gpu` then adds the split
+    index to the grid, has each split store fp32 partial sums per routed
+    slot into a workspace it owns (overwritten whole, so nothing is zeroed),
+    and runs the epilogue (activation, routed weight, store) in a second
+    kernel after adding the splits in order: the result does not depend on
+    scheduling. A config whose `split_k` is already above 1 is kept.
+
+    Before (Mixtral-8x7B's second GEMM, K = 14336, 1 token: 2 experts x 32
+    N tiles):
+
+    ```mlir
+    config = #moe.gemm_config<block_m = 64, block_n = 128, block_k = 64,
+                              num_stages = 4, tma_a = true>
+    ```
+
+    After (`--moe-split-k="tokens=1"`):
+
+    ```mlir
+    config = #moe.gemm_config<block_m = 64, block_n = 128, block_k = 64,
+                              num_stages = 4, split_k = 3, tma_a = true>
+    ```
+  }];
+  let options = [
+    Option<"tokens", "tokens", "int64_t", /*default=*/"4096",
+           "The token count the splits are chosen for">,
+    Option<"numSMs", "num-sms", "int64_t", /*default=*/"132",
+           "Multiprocessors to fill (132 on the H100 SXM)">
   ];
 }
 

@@ -1,0 +1,48 @@
+// moe-split-k splits the K loop of a tiled grouped matmul whose tiles at
+// `tokens` cannot fill the GPU, keeping num_stages K tiles and 1 MiB of
+// weights per split; tiles that fill it, small weights and configs that are
+// already split are left alone.
+// RUN: moe-opt %s --moe-split-k="tokens=1" | FileCheck %s
+// RUN: moe-opt %s --moe-split-k="tokens=4096" | FileCheck %s --check-prefix=PREFILL
+// RUN: not moe-opt %s --moe-split-k="num-sms=0" 2>&1 | FileCheck %s --check-prefix=BAD
+
+// BAD: moe-split-k: tokens and num-sms must be positive
+
+// Mixtral-8x7B's second GEMM at 1 token: 2 experts x 32 N tiles = 64 tiles
+// for 132 SMs, 3.5 MiB of weights per tile: three splits.
+// CHECK-LABEL: func.func @mixtral_down
+// CHECK: config = #moe.gemm_config<block_m = 64, block_n = 128, block_k = 64, num_stages = 4, split_k = 3, tma_a = true>
+// PREFILL-LABEL: func.func @mixtral_down
+// PREFILL: config = #moe.gemm_config<block_m = 64, block_n = 128, block_k = 64, num_stages = 4, tma_a = true>
+func.func @mixtral_down(%h: tensor<?x14336xbf16>, %w2: tensor<8x4096x14336xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>, %rw: tensor<?x2xf32>) -> tensor<?x2x4096xbf16> {
+  %y = moe.grouped_matmul %h, %w2, %s, %e, %n routed_weights(%rw) input(sorted) output(slot)
+      {block_m = 64, num_slots = 2, config = #moe.gemm_config<block_m = 64, block_n = 128, block_k = 64, num_stages = 4, tma_a = true>}
+    : (tensor<?x14336xbf16>, tensor<8x4096x14336xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, tensor<?x2xf32>) -> tensor<?x2x4096xbf16>
+  return %y : tensor<?x2x4096xbf16>
+}
+
+// Qwen3-30B-A3B's second GEMM at 1 token: few tiles, but 192 KiB of weights
+// per tile, not worth a second launch.
+// CHECK-LABEL: func.func @qwen3_down
+// CHECK: config = #moe.gemm_config<block_m = 64, block_n = 128, block_k = 64, num_stages = 4, tma_a = true>
+func.func @qwen3_down(%h: tensor<?x768xbf16>, %w2: tensor<128x2048x768xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>, %rw: tensor<?x8xf32>) -> tensor<?x8x2048xbf16> {
+  %y = moe.grouped_matmul %h, %w2, %s, %e, %n routed_weights(%rw) input(sorted) output(slot)
+      {block_m = 64, num_slots = 8, config = #moe.gemm_config<block_m = 64, block_n = 128, block_k = 64, num_stages = 4, tma_a = true>}
+    : (tensor<?x768xbf16>, tensor<128x2048x768xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, tensor<?x8xf32>) -> tensor<?x8x2048xbf16>
+  return %y : tensor<?x8x2048xbf16>
+}
+
+// Already split, and untiled: kept.
+// CHECK-LABEL: func.func @kept
+// CHECK: config = #moe.gemm_config<block_m = 64, block_n = 128, block_k = 64, num_stages = 4, split_k = 2, tma_a = true>
+// CHECK: moe.grouped_matmul
+// CHECK-NOT: config
+// CHECK-SAME: num_slots = 2
+func.func @kept(%h: tensor<?x14336xbf16>, %w2: tensor<8x4096x14336xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>, %rw: tensor<?x2xf32>) -> (tensor<?x2x4096xbf16>, tensor<?x2x4096xbf16>) {
+  %y = moe.grouped_matmul %h, %w2, %s, %e, %n routed_weights(%rw) input(sorted) output(slot)
+      {block_m = 64, num_slots = 2, config = #moe.gemm_config<block_m = 64, block_n = 128, block_k = 64, num_stages = 4, split_k = 2, tma_a = true>}
+    : (tensor<?x14336xbf16>, tensor<8x4096x14336xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, tensor<?x2xf32>) -> tensor<?x2x4096xbf16>
+  %z = moe.grouped_matmul %h, %w2, %s, %e, %n routed_weights(%rw) input(sorted) output(slot) {block_m = 64, num_slots = 2}
+    : (tensor<?x14336xbf16>, tensor<8x4096x14336xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, tensor<?x2xf32>) -> tensor<?x2x4096xbf16>
+  return %y, %z : tensor<?x2x4096xbf16>, tensor<?x2x4096xbf16>
+}
