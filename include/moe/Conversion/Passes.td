@@ -100,7 +100,23 @@ def ConvertMoeToGPU : Pass<"convert-moe-to-gpu", "::mlir::ModuleOp"> {
       block experts and the padding sentinels, and a placement kernel that
       ranks slots within a warp (`match.any` + `popc`) and across warps
       through shared memory, keeping slot order within each expert.
-    * `moe.grouped_matmul`: a shared-memory tiled SIMT kernel, one block per
+    * `moe.grouped_matmul` in bf16/f16 with 16-byte rows: the tensor-core
+      kernel its `#moe.gemm_config` describes (`moe-tile`'s heuristic when it
+      has none): one warpgroup per 64 rows of one expert x `block_n`
+      accumulator columns (gate and up halves side by side when gated),
+      blocks in groups of 16 row blocks so resident blocks share weight
+      tiles; a ring of `num_stages` 1024-aligned shared-memory stages, one
+      mbarrier each, filled by TMA with 128-byte swizzle (weights through
+      one 3-D descriptor over [E, N, K] passed by value, sorted rows through
+      a 2-D one over [C, K]) or by cp.async gathers of token rows written in
+      the same swizzle and fenced for the async proxy; `wgmma.mma_async`
+      m64 x `block_n` x k16 with K-major operands from shared-memory
+      descriptors, one group in flight while the freed stage is refilled;
+      the epilogue on the accumulator registers with paired stores. With
+      `split_k` > 1 each split stores fp32 partial sums per routed slot and a
+      second kernel adds the splits in order and runs the epilogue.
+    * `moe.grouped_matmul` otherwise (f32, or rows that are not 16-byte
+      multiples): a shared-memory tiled SIMT kernel, one block per
       `block_m` rows of one expert (blocks past the padded count idle) x 64
       columns, A rows gathered by slot / S or read in sorted order, K in
       steps of 16, fp32 multiply-add per element in K order, the epilogue
@@ -113,8 +129,7 @@ def ConvertMoeToGPU : Pass<"convert-moe-to-gpu", "::mlir::ModuleOp"> {
       one mbarrier counts each K step's bytes in. Sorted (contiguous) input
       rows come by TMA too, through a 2-D descriptor over [C, K], padding
       rows masked to zero after the load; gathered token rows, and rows that
-      are not 16-byte multiples, are loaded by the threads. The correct
-      baseline for the tensor-core path.
+      are not 16-byte multiples, are loaded by the threads.
     * `moe.combine`: one thread per 16 bytes of a token's output row, summing
       its slot rows in fp32.
 
