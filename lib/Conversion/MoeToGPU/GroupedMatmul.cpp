@@ -13,6 +13,48 @@ using namespace mlir::moe::detail;
 
 namespace {
 
+/// The routing capacity C = T*S + E*(block_m - 1) of the op's sorted rows.
+SizeExpr routedCapacity(PlanBuilder &plan, GroupedMatmulOp op) {
+  return plan.affine(op.getNumSlots(),
+                     op.getNumStoredExperts() * (op.getBlockM() - 1));
+}
+
+/// The plan buffers of a grouped matmul's input rows and routing operands,
+/// given the dims the op derives for them from the capacity C: sorted ids
+/// [C], block experts [ceil(C / block_m)], sorted input rows [C, K].
+struct GemmOperands {
+  SizeExpr capacity;
+  unsigned rows, sortedIds, expertIds;
+};
+
+GemmOperands useGemmOperands(PlanBuilder &plan, GroupedMatmulOp op) {
+  int64_t blockM = op.getBlockM();
+  GemmOperands operands{routedCapacity(plan, op), plan.use(op.getInput()),
+                        plan.use(op.getSortedIds()),
+                        plan.use(op.getExpertIds())};
+  plan.refineInput(operands.sortedIds, {operands.capacity});
+  plan.refineInput(operands.expertIds,
+                   {PlanBuilder::ceilDiv(operands.capacity, blockM)});
+  if (op.getInputOrder() == RowOrder::sorted)
+    plan.refineInput(
+        operands.rows,
+        {operands.capacity, PlanBuilder::constant(op.getReductionSize())});
+  return operands;
+}
+
+/// Registers the op's output buffer: [T, S, N'] in slot order, [C, N'] in
+/// sorted order.
+unsigned defineOutput(PlanBuilder &plan, GroupedMatmulOp op) {
+  int64_t columns = op.getOutputColumns(), slots = op.getNumSlots();
+  SmallVector<SizeExpr> dims =
+      op.getOutputOrder() == RowOrder::slot
+          ? SmallVector<SizeExpr>{plan.tokens(), PlanBuilder::constant(slots),
+                                  PlanBuilder::constant(columns)}
+          : SmallVector<SizeExpr>{routedCapacity(plan, op),
+                                  PlanBuilder::constant(columns)};
+  return plan.define(op.getOutput(), "gemm_output", dims);
+}
+
 constexpr int64_t kGemmThreadsPerSide = 16;
 constexpr int64_t kGemmTileN = 64, kGemmTileK = 16;
 constexpr int64_t kGemmColumnsPerThread = kGemmTileN / kGemmThreadsPerSide;
@@ -40,14 +82,7 @@ LogicalResult emitSimtGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
   int64_t rowsPerThread = blockM / kGemmThreadsPerSide;
   int64_t threads = kGemmThreadsPerSide * kGemmThreadsPerSide;
 
-  SizeExpr capacity = plan.affine(slots, numExperts * (blockM - 1));
-  unsigned sortedIds = plan.use(op.getSortedIds());
-  unsigned expertIds = plan.use(op.getExpertIds());
-  unsigned rows = plan.use(op.getInput());
-  plan.refineInput(sortedIds, {capacity});
-  plan.refineInput(expertIds, {PlanBuilder::ceilDiv(capacity, blockM)});
-  if (!tokenInput)
-    plan.refineInput(rows, {capacity, PlanBuilder::constant(k)});
+  auto [capacity, rows, sortedIds, expertIds] = useGemmOperands(plan, op);
   // Weight tiles come through one 3-D TMA descriptor over [E, N, K], the
   // expert its outer coordinate, built once by the runtime and passed by
   // value, when the rows are the 16-byte multiples TMA needs; else the
@@ -78,12 +113,7 @@ LogicalResult emitSimtGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
                                  plan.use(op.getNumPadded())};
   if (weighted)
     args.push_back(plan.use(op.getRoutedWeights()));
-  SmallVector<SizeExpr> outputDims =
-      slotOutput
-          ? SmallVector<SizeExpr>{plan.tokens(), PlanBuilder::constant(slots),
-                                  PlanBuilder::constant(columns)}
-          : SmallVector<SizeExpr>{capacity, PlanBuilder::constant(columns)};
-  args.push_back(plan.define(op.getOutput(), "gemm_output", outputDims));
+  args.push_back(defineOutput(plan, op));
   Type f32 = builder.getF32Type();
   SmallVector<MemRefType> shared = {
       workgroupMemRef({blockM, kGemmTileK + 1}, f32),
@@ -411,8 +441,7 @@ LogicalResult checkWgmmaConfig(GroupedMatmulOp op, GemmConfigAttr config) {
   int64_t numSteps =
       llvm::divideCeil(op.getReductionSize(), config.getBlockK());
   int64_t splits = config.getSplitK();
-  int64_t stepsPerSplit = llvm::divideCeil(numSteps, splits);
-  if ((splits - 1) * stepsPerSplit >= numSteps)
+  if (!everySplitHasKTile(numSteps, splits))
     return fail("split_k must leave every split a K tile (" + Twine(numSteps) +
                 " K tiles)");
   if (config.getTmaA() != (op.getInputOrder() == RowOrder::sorted))
@@ -425,19 +454,6 @@ LogicalResult checkWgmmaConfig(GroupedMatmulOp op, GemmConfigAttr config) {
 struct ReductionBuffers {
   unsigned partials, slotRows;
 };
-
-/// Registers the op's output buffer.
-unsigned defineOutput(PlanBuilder &plan, GroupedMatmulOp op) {
-  int64_t columns = op.getOutputColumns(), slots = op.getNumSlots();
-  SizeExpr capacity =
-      plan.affine(slots, op.getNumStoredExperts() * (op.getBlockM() - 1));
-  SmallVector<SizeExpr> dims =
-      op.getOutputOrder() == RowOrder::slot
-          ? SmallVector<SizeExpr>{plan.tokens(), PlanBuilder::constant(slots),
-                                  PlanBuilder::constant(columns)}
-          : SmallVector<SizeExpr>{capacity, PlanBuilder::constant(columns)};
-  return plan.define(op.getOutput(), "gemm_output", dims);
-}
 
 /// Split-K epilogue of the wgmma kernel: stores every accumulator register of
 /// the thread's routed rows as split `split`'s partial sum of its slot and
@@ -593,14 +609,7 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
   int64_t stageTmaBytes = weightTileBytes + (tokenInput ? 0 : rowTileBytes);
   int64_t numColumnTiles = llvm::divideCeil(columns, outputColumnsPerBlock);
 
-  SizeExpr capacity = plan.affine(slots, numExperts * (blockM - 1));
-  unsigned sortedIds = plan.use(op.getSortedIds());
-  unsigned expertIds = plan.use(op.getExpertIds());
-  unsigned rows = plan.use(op.getInput());
-  plan.refineInput(sortedIds, {capacity});
-  plan.refineInput(expertIds, {PlanBuilder::ceilDiv(capacity, blockM)});
-  if (!tokenInput)
-    plan.refineInput(rows, {capacity, PlanBuilder::constant(k)});
+  auto [capacity, rows, sortedIds, expertIds] = useGemmOperands(plan, op);
   KernelArg weightsArg = KernelArg::tensorMap(
       plan.tensorMap(plan.use(op.getWeights()), "weight_map",
                      {blockK, boxRows, 1}, kSwizzleBytes));

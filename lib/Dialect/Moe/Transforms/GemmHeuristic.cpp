@@ -48,12 +48,7 @@ int64_t mlir::moe::chooseSplitK(GroupedMatmulOp op, GemmConfigAttr config,
       {static_cast<int64_t>(llvm::divideCeil(numSMs, tiles)),
        std::max<int64_t>(1, steps / config.getNumStages()),
        std::max<int64_t>(1, tileWeightBytes / kMinSplitWeightBytes)});
-  // Every split must get a K tile.
-  auto lastSplitEmpty = [&] {
-    int64_t perSplit = llvm::divideCeil(steps, splits);
-    return (splits - 1) * perSplit >= steps;
-  };
-  while (splits > 1 && lastSplitEmpty())
+  while (splits > 1 && !everySplitHasKTile(steps, splits))
     --splits;
   return splits;
 }

@@ -20,6 +20,13 @@ inline bool isDescribableBlockM(int64_t blockM) {
   return blockM >= 16 && blockM <= 256 && (blockM & (blockM - 1)) == 0;
 }
 
+/// Whether `splits` K splits of ceil(steps / splits) K tiles each leave the
+/// last split a tile of the `steps`.
+inline bool everySplitHasKTile(int64_t steps, int64_t splits) {
+  int64_t perSplit = (steps + splits - 1) / splits;
+  return (splits - 1) * perSplit < steps;
+}
+
 /// The heuristic #moe.gemm_config of `op` for `tokens` tokens (its block_m
 /// describable).
 GemmConfigAttr chooseGemmConfig(GroupedMatmulOp op, int64_t tokens);
