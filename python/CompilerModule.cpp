@@ -457,7 +457,9 @@ roundTo(py::array_t<float, py::array::c_style | py::array::forcecast> values,
 
 std::string compileBundle(const Module &layer, py::handle directory,
                           int64_t tokensMax, int64_t blockM,
-                          const std::string &chip, const std::string &features,
+                          const std::string &configDatabase,
+                          const std::string &device, const std::string &chip,
+                          const std::string &features,
                           const std::string &toolkit) {
   if (tokensMax < 1)
     throw py::value_error("tokens_max must be at least 1");
@@ -466,6 +468,8 @@ std::string compileBundle(const Module &layer, py::handle directory,
   moe::BundleOptions options;
   options.tokensMax = tokensMax;
   options.blockM = blockM;
+  options.configDatabase = configDatabase;
+  options.device = device;
   options.chip = chip;
   options.features = features;
   options.toolkit = toolkit;
@@ -475,6 +479,11 @@ std::string compileBundle(const Module &layer, py::handle directory,
   DiagnosticCollector diagnostics(work->getContext().get(), work->getSources());
   if (llvm::Error error = moe::compileBundle(work->get(), options, path))
     throw toException(std::move(error));
+  // What is left are warnings, such as moe-tile's heuristic fallback.
+  std::string warnings = diagnostics.take("");
+  if (!warnings.empty() &&
+      PyErr_WarnEx(PyExc_UserWarning, warnings.c_str(), 1) != 0)
+    throw py::error_already_set();
   return path;
 }
 
@@ -617,24 +626,35 @@ the compiler moe_mlir.Error.
         return "<moe_mlir.CpuFunction " + function.signature() + ">";
       });
 
-  m.def("compile_bundle", &compileBundle, py::arg("layer"),
-        py::arg("directory"), py::kw_only(), py::arg("tokens_max") = 16384,
-        py::arg("block_m") = 64, py::arg("chip") = "sm_90a",
-        py::arg("features") = "+ptx80", py::arg("toolkit") = "/usr/local/cuda",
-        "Compiles a Module's layer to a bundle directory.");
-  m.def(
-      "compile_bundle",
-      [](const std::string &text, py::handle directory, int64_t tokensMax,
-         int64_t blockM, const std::string &chip, const std::string &features,
-         const std::string &toolkit) {
-        return compileBundle(*Module::parse(text, "<string>"), directory,
-                             tokensMax, blockM, chip, features, toolkit);
+  // Both overloads take the same keyword arguments.
+  auto bundleOptions = [](auto... first) {
+    return std::make_tuple(
+        first..., py::kw_only(), py::arg("tokens_max") = 16384,
+        py::arg("block_m") = 64, py::arg("config_db") = "",
+        py::arg("device") = "NVIDIA H100 80GB HBM3", py::arg("chip") = "sm_90a",
+        py::arg("features") = "+ptx80", py::arg("toolkit") = "/usr/local/cuda");
+  };
+  std::apply(
+      [&](auto... arguments) {
+        m.def("compile_bundle", &compileBundle, arguments...,
+              "Compiles a Module's layer to a bundle directory; config_db "
+              "names a tuned config database consulted before the shipped "
+              "one, for `device`.");
+        m.def(
+            "compile_bundle",
+            [](const std::string &text, py::handle directory, int64_t tokensMax,
+               int64_t blockM, const std::string &configDatabase,
+               const std::string &device, const std::string &chip,
+               const std::string &features, const std::string &toolkit) {
+              return compileBundle(*Module::parse(text, "<string>"), directory,
+                                   tokensMax, blockM, configDatabase, device,
+                                   chip, features, toolkit);
+            },
+            arguments...,
+            "Compiles the layer in MLIR text to a bundle "
+            "directory.");
       },
-      py::arg("layer"), py::arg("directory"), py::kw_only(),
-      py::arg("tokens_max") = 16384, py::arg("block_m") = 64,
-      py::arg("chip") = "sm_90a", py::arg("features") = "+ptx80",
-      py::arg("toolkit") = "/usr/local/cuda",
-      "Compiles the layer in MLIR text to a bundle directory.");
+      bundleOptions(py::arg("layer"), py::arg("directory")));
 
   m.def("round_to", &roundTo, py::arg("values"), py::arg("dtype"),
         "`values` rounded to the nearest values of `dtype` (f32, bf16, f16; "

@@ -26,7 +26,11 @@ llvm::Error runPipeline(ModuleOp module, const std::string &pipeline) {
     return makeError("malformed pipeline: " + pipeline);
   std::string diagnostics;
   llvm::raw_string_ostream os(diagnostics);
+  // Errors become the llvm::Error; warnings (moe-tile's heuristic fallback)
+  // go on to the caller's handler.
   ScopedDiagnosticHandler handler(module.getContext(), [&](Diagnostic &d) {
+    if (d.getSeverity() != DiagnosticSeverity::Error)
+      return failure();
     os << d.getLocation() << ": " << d << "\n";
     return success();
   });
@@ -154,12 +158,18 @@ llvm::Error writeFile(const llvm::Twine &path, StringRef contents) {
 llvm::Error mlir::moe::compileBundle(ModuleOp module,
                                      const BundleOptions &options,
                                      StringRef directory) {
+  // The names travel quoted inside a pass-pipeline string.
+  if (StringRef(options.configDatabase).contains('\'') ||
+      StringRef(options.device).contains('\''))
+    return makeError("the config database path and the device name must not "
+                     "contain a quote (')");
   std::string toGpu = llvm::formatv(
       "moe-decompose{{block-m={0}},moe-tile{{tokens={1} block-n={4} "
-      "num-stages={5}},moe-split-k{{tokens={1}},convert-moe-to-gpu{{"
-      "tokens-max={1} chip={2} features={3}}",
+      "num-stages={5} config-db='{6}' device='{7}'},moe-split-k{{tokens={1}},"
+      "convert-moe-to-gpu{{tokens-max={1} chip={2} features={3}}",
       options.blockM, options.tokensMax, options.chip, options.features,
-      options.blockN, options.numStages);
+      options.blockN, options.numStages, options.configDatabase,
+      options.device);
   if (llvm::Error error = runPipeline(module, toGpu))
     return error;
   gpu::GPUModuleOp kernels;

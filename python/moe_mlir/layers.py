@@ -209,12 +209,22 @@ def default_cache_dir():
     return os.path.join(tempfile.gettempdir(), f"moe_mlir-{os.getuid()}")
 
 
+DEFAULT_DEVICE_NAME = "NVIDIA H100 80GB HBM3"
+
+
 def layer_bundle(layer, dtype="bf16", *, cache_dir=None, tokens_max=16384,
-                 block_m=64, chip="sm_90a", toolkit="/usr/local/cuda"):
+                 block_m=64, config_db=None, device_name=DEFAULT_DEVICE_NAME,
+                 chip="sm_90a", toolkit="/usr/local/cuda"):
     """The path of ``layer``'s bundle for ``dtype``, compiled on first use.
 
+    The grouped matmuls take their tile configs from the tuned database
+    ``config_db`` (a file moe-tune wrote) and then the shipped one, looked
+    up for the CUDA device ``device_name`` near ``tokens_max`` tokens; a
+    shape with no entry gets the heuristic and a UserWarning.
+
     Bundles live in ``cache_dir`` (default_cache_dir() when None) under a
-    name derived from the layer, dtype, tokens_max, block_m and chip, so a
+    name derived from the layer, dtype, tokens_max, block_m, the config
+    database's contents, device_name and chip, so a
     cache filled on a machine with the compiler serves one without it. The
     key does not cover the compiler's own version: give a fresh cache_dir
     (or empty it) after changing the compiler. A bundle appears atomically
@@ -229,8 +239,13 @@ def layer_bundle(layer, dtype="bf16", *, cache_dir=None, tokens_max=16384,
     if dtype not in LAYER_DTYPES:
         raise ValueError(f"unknown layer dtype {dtype!r} "
                          f"({', '.join(LAYER_DTYPES)})")
+    database = None
+    if config_db is not None:
+        with open(config_db, "rb") as file:
+            database = hashlib.sha256(file.read()).hexdigest()
     key = {"layer": dataclasses.asdict(layer), "dtype": dtype,
-           "tokens_max": tokens_max, "block_m": block_m, "chip": chip}
+           "tokens_max": tokens_max, "block_m": block_m, "chip": chip,
+           "config_db": database, "device_name": device_name}
     key_text = json.dumps(key, sort_keys=True, indent=1)
     digest = hashlib.sha256(key_text.encode()).hexdigest()[:16]
     name = (f"layer-e{layer.num_stored_experts}-h{layer.hidden_size}-"
@@ -250,7 +265,9 @@ def layer_bundle(layer, dtype="bf16", *, cache_dir=None, tokens_max=16384,
     try:
         try:
             compiler.compile_bundle(source, staging, tokens_max=tokens_max,
-                                    block_m=block_m, chip=chip,
+                                    block_m=block_m,
+                                    config_db=os.fspath(config_db or ""),
+                                    device=device_name, chip=chip,
                                     toolkit=toolkit)
         except Error as error:
             raise Error(f"cannot compile the layer (E={layer.num_experts}+"

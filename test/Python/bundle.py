@@ -6,6 +6,7 @@ as moe_mlir.Error, and reads DLPack capsules."""
 
 import os
 import sys
+import warnings
 
 import numpy as np
 
@@ -56,6 +57,29 @@ print_manifest(layer)
 # CHECK: tensor arg2 input f16 128 48 64
 # CHECK: tensor arg3 input f16 128 64 24
 # CHECK: tensor result0 output f16 T 64
+
+# moe-tile's heuristic fallback is a UserWarning naming each GEMM shape once;
+# a tuned database with entries for both shapes silences it.
+def compile_warnings(**options):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        moe_mlir.compile_bundle(text, os.path.join(work, "warned.moeb"),
+                                tokens_max=64, block_m=16, **options)
+    return [line.split("warning: ")[1].split(" near")[0]
+            for message in caught for line in str(message.message).splitlines()
+            if "warning: " in line]
+
+
+print(compile_warnings())
+# CHECK: ["moe-tile: no tuned config for E=128 N=48 K=64 f16 on 'NVIDIA H100 80GB HBM3'", "moe-tile: no tuned config for E=128 N=64 K=24 f16 on 'NVIDIA H100 80GB HBM3'"]
+print(compile_warnings(config_db=os.path.join(os.path.dirname(__file__),
+                                              "Inputs", "qwen3-reduced-f16.json")))
+# CHECK: []
+print(len(compile_warnings(device="NVIDIA H200")))
+# CHECK: 2
+report("config_db", lambda: moe_mlir.compile_bundle(
+    text, os.path.join(work, "never.moeb"), config_db="/nonexistent.json"))
+# CHECK: config_db: Error: {{.*}}cannot read config database '/nonexistent.json'
 
 report("tokens_max", lambda: moe_mlir.compile_bundle(
     text, os.path.join(work, "never.moeb"), tokens_max=0))

@@ -32,17 +32,22 @@ func.func @qwen3_down(%h: tensor<?x768xbf16>, %w2: tensor<128x2048x768xbf16>, %s
   return %y : tensor<?x8x2048xbf16>
 }
 
-// Already split, and untiled: kept.
+// Already split, tuned (moe-tile took it from a config database) and
+// untiled: kept.
 // CHECK-LABEL: func.func @kept
 // CHECK: config = #moe.gemm_config<block_m = 64, block_n = 128, block_k = 64, num_stages = 4, split_k = 2, tma_a = true>
+// CHECK: config = #moe.gemm_config<block_m = 64, block_n = 128, block_k = 64, num_stages = 4, tma_a = true>, moe.tuned
 // CHECK: moe.grouped_matmul
 // CHECK-NOT: config
 // CHECK-SAME: num_slots = 2
-func.func @kept(%h: tensor<?x14336xbf16>, %w2: tensor<8x4096x14336xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>, %rw: tensor<?x2xf32>) -> (tensor<?x2x4096xbf16>, tensor<?x2x4096xbf16>) {
+func.func @kept(%h: tensor<?x14336xbf16>, %w2: tensor<8x4096x14336xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>, %rw: tensor<?x2xf32>) -> (tensor<?x2x4096xbf16>, tensor<?x2x4096xbf16>, tensor<?x2x4096xbf16>) {
   %y = moe.grouped_matmul %h, %w2, %s, %e, %n routed_weights(%rw) input(sorted) output(slot)
       {block_m = 64, num_slots = 2, config = #moe.gemm_config<block_m = 64, block_n = 128, block_k = 64, num_stages = 4, split_k = 2, tma_a = true>}
     : (tensor<?x14336xbf16>, tensor<8x4096x14336xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, tensor<?x2xf32>) -> tensor<?x2x4096xbf16>
+  %t = moe.grouped_matmul %h, %w2, %s, %e, %n routed_weights(%rw) input(sorted) output(slot)
+      {block_m = 64, num_slots = 2, moe.tuned, config = #moe.gemm_config<block_m = 64, block_n = 128, block_k = 64, num_stages = 4, tma_a = true>}
+    : (tensor<?x14336xbf16>, tensor<8x4096x14336xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, tensor<?x2xf32>) -> tensor<?x2x4096xbf16>
   %z = moe.grouped_matmul %h, %w2, %s, %e, %n routed_weights(%rw) input(sorted) output(slot) {block_m = 64, num_slots = 2}
     : (tensor<?x14336xbf16>, tensor<8x4096x14336xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, tensor<?x2xf32>) -> tensor<?x2x4096xbf16>
-  return %y, %z : tensor<?x2x4096xbf16>, tensor<?x2x4096xbf16>
+  return %y, %t, %z : tensor<?x2x4096xbf16>, tensor<?x2x4096xbf16>, tensor<?x2x4096xbf16>
 }

@@ -58,6 +58,15 @@ static cl::opt<int64_t>
               cl::desc("Shared-memory stages of the grouped matmuls (0: "
                        "moe-tile's heuristic)"),
               cl::init(0));
+static cl::opt<std::string>
+    configDatabase("config-db",
+                   cl::desc("Tuned config database (JSON, written by "
+                            "moe-tune) consulted before the shipped entries"),
+                   cl::value_desc("file"), cl::init(""));
+static cl::opt<std::string>
+    device("device",
+           cl::desc("CUDA device name the tuned configs are looked up for"),
+           cl::init("NVIDIA H100 80GB HBM3"));
 static cl::opt<std::string> chip("chip", cl::desc("GPU architecture"),
                                  cl::init("sm_90a"));
 static cl::opt<std::string>
@@ -102,6 +111,8 @@ int main(int argc, char **argv) {
   options.blockM = blockM;
   options.blockN = blockN;
   options.numStages = numStages;
+  options.configDatabase = configDatabase;
+  options.device = device;
   options.chip = chip;
   options.toolkit = toolkit;
   if (llvm::Error error = compileBundle(*module, options, output))

@@ -23,6 +23,10 @@ struct BundleOptions {
   /// Overrides of moe-tile's heuristic (0: the heuristic's choice).
   int64_t blockN = 0;
   int64_t numStages = 0;
+  /// A tuned config database consulted before the shipped entries (empty:
+  /// the shipped ones only), and the device its entries are looked up for.
+  std::string configDatabase;
+  std::string device = "NVIDIA H100 80GB HBM3";
   std::string chip = "sm_90a";
   std::string features = "+ptx80";
   /// CUDA toolkit for ptxas; without one only PTX is written and the driver

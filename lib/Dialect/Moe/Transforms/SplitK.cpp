@@ -1,6 +1,7 @@
 //===- SplitK.cpp - Split the K loop of small grouped matmuls -------------===//
 
 #include "moe/Dialect/Moe/IR/MoeOps.h"
+#include "moe/Dialect/Moe/Transforms/GemmConfigDatabase.h"
 #include "moe/Dialect/Moe/Transforms/GemmHeuristic.h"
 #include "moe/Dialect/Moe/Transforms/Passes.h"
 
@@ -24,18 +25,17 @@ struct MoeSplitKPass : moe::impl::MoeSplitKBase<MoeSplitKPass> {
           << "moe-split-k: tokens and num-sms must be positive";
       return signalPassFailure();
     }
+    auto *dialect = getContext().getLoadedDialect<MoeDialect>();
     getOperation()->walk([&](GroupedMatmulOp op) {
       GemmConfigAttr config = op.getConfigAttr();
-      if (!config || config.getSplitK() > 1)
+      if (!config || config.getSplitK() > 1 ||
+          dialect->getTunedAttrHelper().isAttrPresent(op))
         return;
-      int64_t splits = chooseSplitK(op, config, tokens, numSMs);
-      if (splits == 1)
-        return;
-      op.setConfigAttr(GemmConfigAttr::get(
-          op.getContext(), config.getBlockM(), config.getBlockN(),
-          config.getBlockK(), config.getNumStages(), config.getNumWarpgroups(),
-          splits, config.getTmaA(), config.getTmaB(), config.getClusterM(),
-          config.getClusterN(), config.getPersistent()));
+      GemmConfigChanges changes;
+      changes.splitK = chooseSplitK(op, config, tokens, numSMs);
+      if (*changes.splitK > 1)
+        op.setConfigAttr(
+            applyChanges(config, changes, [&] { return op.emitOpError(); }));
     });
   }
 };

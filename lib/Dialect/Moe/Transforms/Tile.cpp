@@ -1,8 +1,11 @@
 //===- Tile.cpp - Choose the tile configuration of grouped matmuls --------===//
 
 #include "moe/Dialect/Moe/IR/MoeOps.h"
+#include "moe/Dialect/Moe/Transforms/GemmConfigDatabase.h"
 #include "moe/Dialect/Moe/Transforms/GemmHeuristic.h"
 #include "moe/Dialect/Moe/Transforms/Passes.h"
+
+#include <set>
 
 namespace mlir {
 namespace moe {
@@ -18,23 +21,58 @@ namespace {
 struct MoeTilePass : moe::impl::MoeTileBase<MoeTilePass> {
   using Base::Base;
 
+  LogicalResult initialize(MLIRContext *context) override {
+    if (configDatabase.empty())
+      return success();
+    llvm::Expected<GemmConfigDatabase> loaded =
+        GemmConfigDatabase::load(configDatabase);
+    if (!loaded)
+      return emitError(UnknownLoc::get(context))
+             << "moe-tile: " << llvm::toString(loaded.takeError());
+    userDatabase = std::make_shared<GemmConfigDatabase>(std::move(*loaded));
+    return success();
+  }
+
+  /// The tuned entry for `key`: the user's database first, then the shipped.
+  const TunedGemmConfig *lookup(const GemmShapeKey &key) const {
+    if (userDatabase)
+      if (const TunedGemmConfig *tuned = userDatabase->lookup(key, tokens))
+        return tuned;
+    return GemmConfigDatabase::shipped().lookup(key, tokens);
+  }
+
   void runOnOperation() override {
     if (tokens < 1) {
       getOperation()->emitError() << "moe-tile: tokens must be positive";
       return signalPassFailure();
     }
+    auto *dialect = getContext().getLoadedDialect<MoeDialect>();
+    std::set<GemmShapeKey> reported;
     WalkResult result = getOperation()->walk([&](GroupedMatmulOp op) {
       // Routing blocks no config can describe are left to the lowering.
       if (op.getConfigAttr() || !isDescribableBlockM(op.getBlockM()))
         return WalkResult::advance();
-      GemmConfigAttr chosen = chooseGemmConfig(op, tokens);
-      GemmConfigAttr config = GemmConfigAttr::getChecked(
-          [&] { return op.emitOpError() << "moe-tile: "; }, op.getContext(),
-          chosen.getBlockM(), blockN ? blockN : chosen.getBlockN(),
-          chosen.getBlockK(), numStages ? numStages : chosen.getNumStages(),
-          chosen.getNumWarpgroups(), chosen.getSplitK(), chosen.getTmaA(),
-          chosen.getTmaB(), chosen.getClusterM(), chosen.getClusterN(),
-          chosen.getPersistent());
+      auto emitError = [&] { return op.emitOpError() << "moe-tile: "; };
+      GemmConfigAttr heuristic = chooseGemmConfig(op, tokens);
+      GemmShapeKey key = GemmShapeKey::of(op, device);
+      GemmConfigAttr config;
+      if (const TunedGemmConfig *tuned = lookup(key)) {
+        config = applyChanges(heuristic, tuned->changes, emitError);
+        if (config)
+          dialect->getTunedAttrHelper().setAttr(op,
+                                                UnitAttr::get(&getContext()));
+      } else {
+        GemmConfigChanges overrides;
+        if (blockN)
+          overrides.blockN = blockN;
+        if (numStages)
+          overrides.numStages = numStages;
+        config = applyChanges(heuristic, overrides, emitError);
+        if (config && reported.insert(key).second)
+          op.emitWarning() << "moe-tile: no tuned config for " << key.str()
+                           << " near " << tokens.getValue()
+                           << " tokens: using the heuristic's " << config;
+      }
       if (!config)
         return WalkResult::interrupt();
       op.setConfigAttr(config);
@@ -43,5 +81,8 @@ struct MoeTilePass : moe::impl::MoeTileBase<MoeTilePass> {
     if (result.wasInterrupted())
       signalPassFailure();
   }
+
+  /// Shared by the clones the pass manager makes for parallel runs.
+  std::shared_ptr<const GemmConfigDatabase> userDatabase;
 };
 } // namespace

@@ -62,12 +62,21 @@ def MoeTile : Pass<"moe-tile"> {
     by hand or by the tuner) keeps it, and one whose routing `block_m` no
     config can describe (not a power of two in [16, 256]) is left untiled.
 
+    Tuned configs come first: the entries of `config-db` (a database written
+    by `moe-tune`, docs/CONFIG-DATABASE.md), then those shipped with moe-mlir
+    (configs/gemm-configs.json, compiled in), keyed by the weights' E, N, K
+    and element type, the CUDA `device` name and the token bucket nearest
+    `tokens`. A tuned config is final: the op gets the `moe.tuned` unit
+    attribute and `moe-split-k` leaves its `split_k` alone. A shape with no
+    entry gets the heuristic, and the pass says so once per shape on stderr
+    (a warning): no fallback is silent.
+
     The heuristic sizes for `tokens` tokens: 128-byte K tiles (the swizzle
     span), 128 accumulator columns below 256 tokens and 256 from there on,
-    four stages, TMA for sorted rows and
-    cp.async gathers for token rows. `block-n` and `num-stages` override its
-    choices (how moe-compile and the tuner try other configurations); the
-    result is verified like any #moe.gemm_config.
+    four stages, TMA for sorted rows and cp.async gathers for token rows.
+    `block-n` and `num-stages` override its choices (how moe-compile tries
+    other configurations by hand); the result is verified like any
+    #moe.gemm_config.
 
     Before:
 
@@ -95,7 +104,13 @@ def MoeTile : Pass<"moe-tile"> {
            "the heuristic's)">,
     Option<"numStages", "num-stages", "int64_t", /*default=*/"0",
            "Shared-memory stages instead of the heuristic's (0: the "
-           "heuristic's)">
+           "heuristic's)">,
+    Option<"configDatabase", "config-db", "std::string", /*default=*/"",
+           "A tuned config database (JSON, docs/CONFIG-DATABASE.md) whose "
+           "entries come before the shipped ones">,
+    Option<"device", "device", "std::string",
+           /*default=*/"\"NVIDIA H100 80GB HBM3\"",
+           "The CUDA device name the tuned configs are looked up for">
   ];
 }
 
@@ -111,7 +126,8 @@ def MoeSplitK : Pass<"moe-split-k"> {
     slot into a workspace it owns (overwritten whole, so nothing is zeroed),
     and runs the epilogue (activation, routed weight, store) in a second
     kernel after adding the splits in order: the result does not depend on
-    scheduling. A config whose `split_k` is already above 1 is kept.
+    scheduling. A config whose `split_k` is already above 1, and a tuned one
+    (an op with the `moe.tuned` attribute, see `moe-tile`), is kept.
 
     Before (Mixtral-8x7B's second GEMM, K = 14336, 1 token: 2 experts x 32
     N tiles):

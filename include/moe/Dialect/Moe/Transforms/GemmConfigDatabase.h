@@ -1,0 +1,90 @@
+//===- GemmConfigDatabase.h - Tuned grouped-matmul configs ------*- C++ -*-===//
+//
+// The database moe-tune writes and moe-tile reads: for a grouped matmul shape
+// (stored experts E, output rows N and reduction K of the weights, element
+// type, CUDA device name) and a token bucket, the #moe.gemm_config fields
+// that measured fastest. The format is docs/CONFIG-DATABASE.md; the entries
+// shipped with moe-mlir (configs/gemm-configs.json) are compiled in.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOE_DIALECT_MOE_TRANSFORMS_GEMMCONFIGDATABASE_H
+#define MOE_DIALECT_MOE_TRANSFORMS_GEMMCONFIGDATABASE_H
+
+#include "moe/Dialect/Moe/IR/MoeOps.h"
+
+#include "llvm/Support/Error.h"
+
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace mlir {
+namespace moe {
+
+/// Fields of a #moe.gemm_config to change; unset ones keep the base's.
+struct GemmConfigChanges {
+  std::optional<int64_t> blockN, blockK, numStages, numWarpgroups, splitK,
+      clusterM, clusterN;
+  std::optional<bool> persistent;
+};
+
+/// `base` with `changes` applied, verified; null (after reporting through
+/// `emitError`) when the result is not a valid #moe.gemm_config.
+GemmConfigAttr applyChanges(GemmConfigAttr base,
+                            const GemmConfigChanges &changes,
+                            function_ref<InFlightDiagnostic()> emitError);
+
+/// What a tuned configuration is for.
+struct GemmShapeKey {
+  int64_t experts;
+  int64_t n;
+  int64_t k;
+  /// "bf16", "f16" or "f32".
+  std::string dtype;
+  /// The CUDA device name, e.g. "NVIDIA H100 80GB HBM3".
+  std::string device;
+
+  /// The key of `op` (E, N, K and element type of its weights) on `device`.
+  static GemmShapeKey of(GroupedMatmulOp op, llvm::StringRef device);
+  /// "E=8 N=28672 K=4096 bf16 on 'NVIDIA H100 80GB HBM3'".
+  std::string str() const;
+  bool operator<(const GemmShapeKey &other) const {
+    return std::tie(experts, n, k, dtype, device) <
+           std::tie(other.experts, other.n, other.k, other.dtype, other.device);
+  }
+};
+
+/// One tuned entry: the token bucket it was measured at and its fields.
+struct TunedGemmConfig {
+  int64_t tokens;
+  GemmConfigChanges changes;
+};
+
+class GemmConfigDatabase {
+public:
+  /// Parses a database in JSON; `origin` names it in errors.
+  static llvm::Expected<GemmConfigDatabase> parse(llvm::StringRef json,
+                                                  llvm::StringRef origin);
+  /// Reads and parses the database file at `path`.
+  static llvm::Expected<GemmConfigDatabase> load(llvm::StringRef path);
+  /// The entries shipped with moe-mlir (configs/gemm-configs.json).
+  static const GemmConfigDatabase &shipped();
+
+  /// The entry of `key` whose token bucket is nearest `tokens` by ratio (the
+  /// smaller bucket on a tie); null when the key has none.
+  const TunedGemmConfig *lookup(const GemmShapeKey &key, int64_t tokens) const;
+
+  size_t size() const { return numEntries; }
+
+private:
+  std::map<GemmShapeKey, std::vector<TunedGemmConfig>> entries;
+  size_t numEntries = 0;
+};
+
+} // namespace moe
+} // namespace mlir
+
+#endif // MOE_DIALECT_MOE_TRANSFORMS_GEMMCONFIGDATABASE_H

@@ -1,0 +1,223 @@
+//===- GemmConfigDatabase.cpp - Tuned grouped-matmul configs --------------===//
+
+#include "moe/Dialect/Moe/Transforms/GemmConfigDatabase.h"
+
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace mlir::moe;
+namespace json = llvm::json;
+
+GemmConfigAttr
+mlir::moe::applyChanges(GemmConfigAttr base, const GemmConfigChanges &changes,
+                        function_ref<InFlightDiagnostic()> emitError) {
+  return GemmConfigAttr::getChecked(
+      emitError, base.getContext(), base.getBlockM(),
+      changes.blockN.value_or(base.getBlockN()),
+      changes.blockK.value_or(base.getBlockK()),
+      changes.numStages.value_or(base.getNumStages()),
+      changes.numWarpgroups.value_or(base.getNumWarpgroups()),
+      changes.splitK.value_or(base.getSplitK()), base.getTmaA(), base.getTmaB(),
+      changes.clusterM.value_or(base.getClusterM()),
+      changes.clusterN.value_or(base.getClusterN()),
+      changes.persistent.value_or(base.getPersistent()));
+}
+
+GemmShapeKey GemmShapeKey::of(GroupedMatmulOp op, llvm::StringRef device) {
+  ShapedType weights = op.getWeightsType();
+  std::string dtype;
+  llvm::raw_string_ostream(dtype) << weights.getElementType();
+  return {weights.getDimSize(0), weights.getDimSize(1), weights.getDimSize(2),
+          dtype, device.str()};
+}
+
+std::string GemmShapeKey::str() const {
+  return llvm::formatv("E={0} N={1} K={2} {3} on '{4}'", experts, n, k, dtype,
+                       device);
+}
+
+namespace {
+/// Reads one database; errors name the origin and the entry.
+class Parser {
+public:
+  explicit Parser(llvm::StringRef origin) : origin(origin) {}
+
+  llvm::Error fail(const llvm::Twine &message) const {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   origin + ": " + message);
+  }
+
+  /// Every key of `object` must be in `known`: a misspelt field must not
+  /// make an entry silently mean something else.
+  llvm::Error checkKeys(const json::Object &object,
+                        llvm::ArrayRef<llvm::StringRef> known,
+                        const llvm::Twine &where) const {
+    for (const auto &field : object)
+      if (!llvm::is_contained(known, field.first.str()))
+        return fail(where + ": unknown field '" + field.first.str() + "'");
+    return llvm::Error::success();
+  }
+
+  llvm::Expected<int64_t> positive(const json::Object &object,
+                                   llvm::StringRef name,
+                                   const llvm::Twine &where) const {
+    std::optional<int64_t> value = object.getInteger(name);
+    if (!value || *value < 1)
+      return fail(where + ": '" + name + "' must be a positive integer");
+    return *value;
+  }
+
+  llvm::Error readChanges(const json::Object &config, GemmConfigChanges &out,
+                          const llvm::Twine &where) const {
+    static constexpr llvm::StringRef integerFields[] = {
+        "block_n", "block_k",   "num_stages", "num_warpgroups",
+        "split_k", "cluster_m", "cluster_n"};
+    std::optional<int64_t> *targets[] = {
+        &out.blockN, &out.blockK,   &out.numStages, &out.numWarpgroups,
+        &out.splitK, &out.clusterM, &out.clusterN};
+    llvm::SmallVector<llvm::StringRef> known(std::begin(integerFields),
+                                             std::end(integerFields));
+    known.push_back("persistent");
+    if (llvm::Error error = checkKeys(config, known, where + ": config"))
+      return error;
+    for (auto [name, target] : llvm::zip_equal(integerFields, targets)) {
+      if (!config.get(name))
+        continue;
+      std::optional<int64_t> value = config.getInteger(name);
+      if (!value)
+        return fail(where + ": config '" + name + "' must be an integer");
+      *target = *value;
+    }
+    if (config.get("persistent")) {
+      std::optional<bool> value = config.getBoolean("persistent");
+      if (!value)
+        return fail(where + ": config 'persistent' must be a boolean");
+      out.persistent = *value;
+    }
+    return llvm::Error::success();
+  }
+
+  llvm::Error readEntry(const json::Value &value, size_t index,
+                        GemmShapeKey &key, TunedGemmConfig &tuned) const {
+    std::string where = llvm::formatv("entry {0}", index);
+    const json::Object *entry = value.getAsObject();
+    if (!entry)
+      return fail(where + ": not an object");
+    if (llvm::Error error = checkKeys(
+            *entry,
+            {"device", "dtype", "E", "N", "K", "tokens", "config", "measured"},
+            where))
+      return error;
+    std::optional<llvm::StringRef> device = entry->getString("device");
+    std::optional<llvm::StringRef> dtype = entry->getString("dtype");
+    if (!device || device->empty())
+      return fail(where + ": 'device' must be a non-empty string");
+    if (!dtype || !llvm::is_contained({"bf16", "f16", "f32"}, *dtype))
+      return fail(where + ": 'dtype' must be \"bf16\", \"f16\" or \"f32\"");
+    key.device = device->str();
+    key.dtype = dtype->str();
+    for (auto [name, target] : {std::pair{"E", &key.experts},
+                                {"N", &key.n},
+                                {"K", &key.k},
+                                {"tokens", &tuned.tokens}}) {
+      llvm::Expected<int64_t> number = positive(*entry, name, where);
+      if (!number)
+        return number.takeError();
+      *target = *number;
+    }
+    const json::Object *config = entry->getObject("config");
+    if (!config)
+      return fail(where + ": 'config' must be an object");
+    return readChanges(*config, tuned.changes, where);
+  }
+
+private:
+  llvm::StringRef origin;
+};
+} // namespace
+
+llvm::Expected<GemmConfigDatabase>
+GemmConfigDatabase::parse(llvm::StringRef text, llvm::StringRef origin) {
+  Parser parser(origin);
+  llvm::Expected<json::Value> document = json::parse(text);
+  if (!document)
+    return parser.fail("invalid JSON: " + toString(document.takeError()));
+  const json::Object *root = document->getAsObject();
+  if (!root)
+    return parser.fail("the database must be a JSON object");
+  if (llvm::Error error =
+          parser.checkKeys(*root, {"comment", "entries"}, "database"))
+    return std::move(error);
+  const json::Array *list = root->getArray("entries");
+  if (!list)
+    return parser.fail("'entries' must be an array");
+  GemmConfigDatabase database;
+  for (auto [index, value] : llvm::enumerate(*list)) {
+    GemmShapeKey key;
+    TunedGemmConfig tuned;
+    if (llvm::Error error = parser.readEntry(value, index, key, tuned))
+      return std::move(error);
+    std::vector<TunedGemmConfig> &buckets = database.entries[key];
+    if (llvm::any_of(buckets, [&](const TunedGemmConfig &other) {
+          return other.tokens == tuned.tokens;
+        }))
+      return parser.fail(llvm::formatv("entry {0}: a second entry for {1} at "
+                                       "{2} tokens",
+                                       index, key.str(), tuned.tokens)
+                             .str());
+    buckets.push_back(tuned);
+    ++database.numEntries;
+  }
+  return database;
+}
+
+llvm::Expected<GemmConfigDatabase>
+GemmConfigDatabase::load(llvm::StringRef path) {
+  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> file =
+      llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
+  if (!file)
+    return llvm::createStringError(file.getError(),
+                                   "cannot read config database '" + path +
+                                       "': " + file.getError().message());
+  return parse((*file)->getBuffer(), path);
+}
+
+const GemmConfigDatabase &GemmConfigDatabase::shipped() {
+  static const GemmConfigDatabase database = [] {
+    static constexpr char text[] = {
+#include "ShippedGemmConfigs.inc"
+    };
+    llvm::Expected<GemmConfigDatabase> parsed =
+        parse(llvm::StringRef(text, sizeof(text)), "shipped gemm configs");
+    // The build checks the shipped file (check-moe parses it through
+    // moe-opt), so a failure here is a broken build, not bad user input.
+    if (!parsed)
+      llvm::report_fatal_error(parsed.takeError());
+    return std::move(*parsed);
+  }();
+  return database;
+}
+
+const TunedGemmConfig *GemmConfigDatabase::lookup(const GemmShapeKey &key,
+                                                  int64_t tokens) const {
+  auto found = entries.find(key);
+  if (found == entries.end())
+    return nullptr;
+  const TunedGemmConfig *best = nullptr;
+  double bestDistance = 0;
+  for (const TunedGemmConfig &tuned : found->second) {
+    double distance = std::abs(std::log2(static_cast<double>(tuned.tokens) /
+                                         static_cast<double>(tokens)));
+    if (!best || distance < bestDistance ||
+        (distance == bestDistance && tuned.tokens < best->tokens)) {
+      best = &tuned;
+      bestDistance = distance;
+    }
+  }
+  return best;
+}

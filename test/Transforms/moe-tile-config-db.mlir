@@ -1,0 +1,37 @@
+// moe-tile takes a grouped matmul's config from the tuned database when it
+// has an entry for the op's E, N, K, dtype and device (the bucket nearest
+// `tokens` by ratio), marks the op moe.tuned so that moe-split-k keeps the
+// tuned split_k, and otherwise falls back to the heuristic with one warning
+// per shape.
+// RUN: moe-opt %s --moe-tile="config-db=%S/Inputs/gemm-configs.json tokens=1" --moe-split-k="tokens=1" 2>&1 | FileCheck %s --check-prefix=DECODE
+// RUN: moe-opt %s --moe-tile="config-db=%S/Inputs/gemm-configs.json tokens=16" 2>&1 | FileCheck %s --check-prefix=NEAR
+// RUN: moe-opt %s --moe-tile="config-db=%S/Inputs/gemm-configs.json device='NVIDIA H200' tokens=1000" 2>&1 | FileCheck %s --check-prefix=H200
+
+// The E=4 N=128 K=128 bf16 gemm at 1 token: the tokens=1 entry, split_k
+// kept; the two f16 gemms of one shape (no entry) get the heuristic and one
+// warning between them.
+// DECODE: moe-tile-config-db.mlir:[[@LINE+18]]:8: warning: moe-tile: no tuned config for E=4 N=96 K=64 f16 on 'NVIDIA H100 80GB HBM3' near 1 tokens: using the heuristic's #moe.gemm_config<block_m = 16, block_n = 128, block_k = 64, num_stages = 4, tma_a = true>
+// DECODE-NOT: warning
+// DECODE-LABEL: func.func @gemms
+// DECODE: moe.grouped_matmul {{.*}}config = #moe.gemm_config<block_m = 16, block_n = 64, block_k = 64, num_stages = 6, split_k = 2>, moe.tuned, num_slots = 2 : i64}
+// DECODE: moe.grouped_matmul {{.*}}config = #moe.gemm_config<block_m = 16, block_n = 128, block_k = 64, num_stages = 4, tma_a = true>, num_slots = 2 : i64}
+// DECODE: moe.grouped_matmul {{.*}}config = #moe.gemm_config<block_m = 16, block_n = 128, block_k = 64, num_stages = 4, tma_a = true>, num_slots = 2 : i64}
+
+// 16 tokens are 2 octaves from the 64-token bucket and 4 from the 1-token one.
+// NEAR: moe.grouped_matmul {{.*}}config = #moe.gemm_config<block_m = 16, block_n = 128, block_k = 64, num_stages = 5>, moe.tuned, num_slots = 2 : i64}
+
+// Another device has its own entries.
+// H200: moe.grouped_matmul {{.*}}config = #moe.gemm_config<block_m = 16, block_n = 32, block_k = 64, num_stages = 8>, moe.tuned, num_slots = 2 : i64}
+
+func.func @gemms(%x: tensor<?x128xbf16>, %w13: tensor<4x128x128xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>,
+                 %g: tensor<?x64xf16>, %w3: tensor<4x96x64xf16>)
+    -> (tensor<?x64xbf16>, tensor<?x96xf16>, tensor<?x96xf16>) {
+  %up = moe.grouped_matmul %x, %w13, %s, %e, %n input(token) output(sorted) activation(silu_and_mul) {block_m = 16, num_slots = 2}
+    : (tensor<?x128xbf16>, tensor<4x128x128xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>) -> tensor<?x64xbf16>
+  %a = moe.grouped_matmul %g, %w3, %s, %e, %n input(sorted) output(sorted) {block_m = 16, num_slots = 2}
+    : (tensor<?x64xf16>, tensor<4x96x64xf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>) -> tensor<?x96xf16>
+  // The same shape again: no second warning.
+  %b = moe.grouped_matmul %g, %w3, %s, %e, %n input(sorted) output(sorted) {block_m = 16, num_slots = 2}
+    : (tensor<?x64xf16>, tensor<4x96x64xf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>) -> tensor<?x96xf16>
+  return %up, %a, %b : tensor<?x64xbf16>, tensor<?x96xf16>, tensor<?x96xf16>
+}
