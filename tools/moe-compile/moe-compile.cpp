@@ -13,7 +13,9 @@
 #include "mlir/Parser/Parser.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/SourceMgr.h"
 
 using namespace mlir;
@@ -23,7 +25,12 @@ namespace cl = llvm::cl;
 static cl::opt<std::string> inputFile(cl::Positional, cl::desc("[layer.mlir]"),
                                       cl::init(""));
 static cl::opt<std::string> output("o", cl::desc("Bundle directory to write"),
-                                   cl::value_desc("dir"), cl::Required);
+                                   cl::value_desc("dir"), cl::init(""));
+static cl::opt<bool>
+    listPresets("list-presets",
+                cl::desc("Print the model presets' sizes and routers as JSON "
+                         "(what moe-tune and the benchmarks size from)"),
+                cl::init(false));
 static cl::opt<std::string>
     presetName("preset",
                cl::desc("Model preset instead of a file: " + presetNames()),
@@ -80,6 +87,21 @@ static int fail(const llvm::Twine &message) {
   return 1;
 }
 
+/// The presets as a JSON array, one object per preset.
+static void printPresets(llvm::raw_ostream &os) {
+  llvm::json::Array presets;
+  for (const Preset &preset : getPresets())
+    presets.push_back(llvm::json::Object{{"name", preset.name},
+                                         {"hidden", preset.hiddenSize},
+                                         {"intermediate", preset.intermediate},
+                                         {"experts", preset.numExperts},
+                                         {"top_k", preset.topK},
+                                         {"shared", preset.numSharedExperts},
+                                         {"router", preset.router},
+                                         {"bias", preset.bias}});
+  os << llvm::formatv("{0:1}", llvm::json::Value(std::move(presets))) << "\n";
+}
+
 int main(int argc, char **argv) {
   llvm::InitLLVM initLLVM(argc, argv);
   cl::ParseCommandLineOptions(
@@ -87,6 +109,12 @@ int main(int argc, char **argv) {
       "moe-compile: compile an MoE layer to a kernel bundle\n\n"
       "  moe-compile --preset kimi-k2 --part routing --tokens-max 16384 -o "
       "kimi.moeb\n  moe-compile layer.mlir --tokens-max 4096 -o layer.moeb\n");
+  if (listPresets) {
+    printPresets(llvm::outs());
+    return 0;
+  }
+  if (output.empty())
+    return fail("no bundle directory: give -o <dir>");
   if (tokensMax < 1)
     return fail("--tokens-max must be at least 1");
   if (blockM < 1)
