@@ -17,6 +17,7 @@ would take longer than --max-call-s is skipped with the reason."""
 
 import argparse
 import os
+import subprocess
 import sys
 import time
 
@@ -54,7 +55,7 @@ class Case:
         self.flops, self.bytes = flops, bytes_moved
 
 
-def gemm1_case(bundle, spec, tokens, x, w13, routing, ids):
+def gemm1_case(spec, tokens, x, w13, routing, ids):
     slots, inter = spec["slots"], spec["intermediate"]
     sorted_ids, expert_ids, num_padded = routing
     out = torch.empty(sorted_ids.numel(), inter, dtype=x.dtype, device=DEVICE)
@@ -88,7 +89,7 @@ def gemm1_case(bundle, spec, tokens, x, w13, routing, ids):
                 reference, flops, moved), active
 
 
-def gemm2_case(bundle, spec, tokens, rows, w2, routing, ids, weights):
+def gemm2_case(spec, tokens, rows, w2, routing, ids, weights):
     slots, hidden = spec["slots"], spec["hidden"]
     sorted_ids, expert_ids, num_padded = routing
     out = torch.empty(tokens, slots, hidden, dtype=rows.dtype, device=DEVICE)
@@ -173,10 +174,46 @@ def run_case(case, bundle, flush, args, estimate):
     return result
 
 
+def bundle_paths(args, pair, tokens_list):
+    """{(part, T): bundle} of a model's two grouped matmuls: --bundles' one
+    for every T, or with --compiler one compiled for each T."""
+    if not args.compiler:
+        return {(part, tokens): os.path.join(args.bundles,
+                                             pair[part]["name"] + ".moeb")
+                for part in pair for tokens in tokens_list}
+    os.makedirs(args.work, exist_ok=True)
+    paths = {}
+    for part, spec in pair.items():
+        for tokens in tokens_list:
+            path = os.path.join(args.work, f"{spec['name']}-{tokens}.moeb")
+            command = [args.compiler, *spec["args"], "--tokens-max",
+                       str(tokens), "-o", path]
+            if args.config_db:
+                command += ["--config-db", args.config_db]
+            result = subprocess.run(command, capture_output=True, text=True)
+            if result.returncode != 0:
+                raise RuntimeError(f"{' '.join(command)}: {result.stderr}")
+            for line in result.stderr.splitlines():
+                if "warning" in line:
+                    print(f"# {spec['name']} T={tokens}: {line}", flush=True)
+            paths[(part, tokens)] = path
+    return paths
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--build", default="build-runtime")
     parser.add_argument("--bundles", default="out/gpu-bundles")
+    parser.add_argument("--compiler", default="",
+                        help="compile one bundle per T (--tokens-max T, so "
+                             "that moe-tile takes that bucket's tuned "
+                             "config) with this moe-compile instead of "
+                             "using --bundles' (made for 16384 tokens)")
+    parser.add_argument("--config-db", default="",
+                        help="with --compiler: a tuned database before the "
+                             "shipped entries")
+    parser.add_argument("--work", default="out/gemm-bench",
+                        help="with --compiler: where the bundles go")
     parser.add_argument("--tokens", default="1,16,64,256,1024,4096")
     parser.add_argument("--models", default="",
                         help="comma-separated preset names (default: all)")
@@ -215,9 +252,10 @@ def main():
                          device=DEVICE).normal_(std=inter ** -0.5)
         x_all = torch.randn(max(tokens_list), hidden, dtype=torch.bfloat16,
                             device=DEVICE)
-        bundles = {part: Bundle(args.build, os.path.join(
-            args.bundles, pair[part]["name"] + ".moeb"))
-            for part in ("gemm1", "gemm2")}
+        paths = bundle_paths(args, pair, tokens_list)
+        opened = {path: Bundle(args.build, path)
+                  for path in set(paths.values())}
+        bundles = {key: opened[path] for key, path in paths.items()}
         last = {}  # part -> (padded rows, our µs) of the last T, to scale
         for tokens in tokens_list:
             ids = random_ids(tokens, spec, generator)
@@ -230,17 +268,17 @@ def main():
             rows = torch.randn(capacity, inter, dtype=torch.bfloat16,
                                device=DEVICE)
             weights = torch.rand(tokens, slots, device=DEVICE) * 0.9 + 0.1
-            made = [gemm1_case(bundles["gemm1"], spec, tokens, x, w13,
+            made = [gemm1_case(spec, tokens, x, w13,
                                routing, ids),
-                    gemm2_case(bundles["gemm2"], pair["gemm2"], tokens, rows,
+                    gemm2_case(pair["gemm2"], tokens, rows,
                                w2, routing, ids, weights)]
             for case, active in made:
                 estimate = None
                 if case.part in last:
                     rows_then, time_then = last[case.part]
                     estimate = time_then * padded / max(rows_then, 1)
-                result = run_case(case, bundles[case.part], flush, args,
-                                  estimate)
+                result = run_case(case, bundles[(case.part, tokens)], flush,
+                                  args, estimate)
                 if result["ours"] is not None:
                     last[case.part] = (padded, result["ours"])
                 elif "probe" in result:
@@ -252,7 +290,7 @@ def main():
                 rows_out.append((name, tokens, active, result))
                 print(format_row(name, tokens, active, result), flush=True)
             del made, rows, weights
-        for bundle in bundles.values():
+        for bundle in opened.values():
             bundle.close()
         del w13, w2, x_all
         torch.cuda.empty_cache()

@@ -5,15 +5,20 @@
 # then the router and grouped-matmul benchmarks. Bundles come prebuilt in
 # out/gpu-bundles (scripts/make-gpu-bundles.sh, carried). Logs go to $OUT;
 # every step has a timeout, since a lost wait hangs forever. `gemm` runs only
-# the grouped-matmul test, its sanitizer pass and its benchmark.
+# the grouped-matmul test, its sanitizer pass and its benchmark. `tune` runs
+# moe-tune for the four presets (the static moe-compile carried packed in
+# out/tools, scripts/pack-compiler.sh) into $OUT/gemm-configs.json, merged
+# over configs/gemm-configs.json; `gemm-tuned` runs the grouped-matmul
+# benchmark with one bundle per T and `layer` the whole-layer benchmark, both
+# compiled there against $CONFIG_DB when set (else the shipped configs).
 #
-#   scripts/gpu-run.sh [tests|bench|all|gemm] [router benchmark options]
+#   scripts/gpu-run.sh [tests|bench|all|gemm|tune|gemm-tuned|layer] [router benchmark options]
 set -uo pipefail
 what=${1:-all}
 shift || true
 case $what in
-  tests|bench|all|gemm) ;;
-  *) echo "usage: $0 [tests|bench|all|gemm] [router benchmark options]" >&2
+  tests|bench|all|gemm|tune|gemm-tuned|layer) ;;
+  *) echo "usage: $0 [tests|bench|all|gemm|tune|gemm-tuned|layer] [router benchmark options]" >&2
      exit 2 ;;
 esac
 cd "$(dirname "$0")/.."
@@ -34,6 +39,31 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv \
 step build 300 bash -c "cmake -G Ninja -S . -B build-runtime \
   -DMOE_ENABLE_COMPILER=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null && \
   ninja -C build-runtime"
+if [[ $what == tune || $what == gemm-tuned || $what == layer ]]; then
+  compiler=/tmp/moe-compile
+  python3 -c "import lzma, shutil; shutil.copyfileobj(
+    lzma.open('out/tools/moe-compile.xz'), open('$compiler', 'wb'))"
+  chmod +x $compiler
+  export PYTHONUNBUFFERED=1
+fi
+if [[ $what == tune ]]; then
+  cp configs/gemm-configs.json "$OUT/gemm-configs.json"
+  step tune 580 python3 tools/moe-tune/moe-tune.py --compiler $compiler \
+    --output "$OUT/gemm-configs.json" "$@"
+  exit $status
+fi
+db=()
+[[ -n ${CONFIG_DB:-} ]] && db=(--config-db "$CONFIG_DB")
+if [[ $what == gemm-tuned ]]; then
+  step gemm-bench-tuned 500 python3 bench/gemm_bench.py --compiler $compiler \
+    "${db[@]}" "$@"
+  exit $status
+fi
+if [[ $what == layer ]]; then
+  step layer-bench 500 python3 bench/layer_bench.py --compiler $compiler \
+    "${db[@]}" --json "$OUT/layer-bench.json" "$@"
+  exit $status
+fi
 if [[ $what == tests || $what == all ]]; then
   step runtime-tests 300 build-runtime/bin/MoeRuntimeTests
   step routing-tests 400 python3 test/GPU/routing_test.py

@@ -120,6 +120,8 @@ int main(int argc, char **argv) {
   if (blockM < 1)
     return fail("--block-m must be at least 1");
   MLIRContext context;
+  // Diagnostics quote the source line; the op dump would repeat it.
+  context.printOpOnDiagnostic(false);
   DialectRegistry registry;
   registerMoeDialects(registry);
   context.appendDialectRegistry(registry);

@@ -1,0 +1,240 @@
+#!/usr/bin/env python3
+"""Whole-layer benchmark: the moe.fused_moe layer as moe-compile makes it
+(router, route, both grouped matmuls with their fused epilogues, combine;
+one bundle per T, compiled with --tokens-max T so that moe-tile takes the
+config database's entries for that bucket) against the best torch
+composition of the same layer: the router in torch (bench/router_bench.py's
+torch_router), slots sorted by expert, torch.nn.functional.grouped_mm for
+both GEMMs, SiLU-and-mul, the routed weights and the weighted combine
+(index_add_). Both sides run as CUDA-graph replays, L2 flushed (256 MiB
+zeroed) before every timed replay; full-size Mixtral-8x7B, Qwen3-30B-A3B,
+DeepSeek-V3 and Kimi-K2 (shared experts fused), random normal weights,
+hidden states and router logits, T in {1, 16, 64, 256, 1024, 4096}.
+
+Prints µs (median of CUDA-event timings), the speed-up torch / ours, the
+floor = max(bytes / 3.0 TB/s, flops / 720 TFLOP/s) (bytes: the weights of the
+experts that received tokens plus hidden states in and out) and our output's
+error against the torch composition (||error|| / ||torch||, must be
+<= 2e-2 for a time to count: the two round intermediates to bf16 at
+different points). --json writes the rows for bench/plot_layer_bench.py.
+"""
+
+import argparse
+import concurrent.futures
+import json
+import os
+import subprocess
+import sys
+
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "test", "GPU"))
+from moe_ctypes import Bundle  # noqa: E402
+from router_bench import torch_router  # noqa: E402
+from timing import flush_buffer, time_us  # noqa: E402
+
+BANDWIDTH = 3.0e12  # measured device-to-device copy on the H100, bytes/s
+MATH = 720e12       # dense bf16 tensor-core rate to count against, FLOP/s
+TOLERANCE = 2e-2
+DEVICE = "cuda"
+
+
+def router_fields(preset):
+    """torch_router's dict from a --list-presets entry's #moe.router text."""
+    fields = dict(item.split(" = ") for item in preset["router"].split(", "))
+    return {"scoring": fields["scoring"], "top_k": int(fields["top_k"]),
+            "groups": int(fields.get("num_groups", 1)),
+            "topk_groups": int(fields.get("topk_groups", 1)),
+            "renormalize": fields.get("renormalize") == "true",
+            "scale": float(fields.get("routed_scaling_factor", 1.0))}
+
+
+def torch_layer(preset, x, logits, bias, w13, w2):
+    """The layer composed in torch, as a function of no arguments."""
+    route = torch_router(router_fields(preset))
+    experts, shared = preset["experts"], preset["shared"]
+    inter = preset["intermediate"]
+    tokens = x.shape[0]
+    slots = preset["top_k"] + shared
+    shared_ids = torch.arange(experts, experts + shared, dtype=torch.int32,
+                              device=DEVICE).expand(tokens, shared)
+    shared_weights = torch.ones(tokens, shared, device=DEVICE)
+    w13_t, w2_t = w13.transpose(1, 2), w2.transpose(1, 2)
+    ones = torch.ones(tokens * slots, dtype=torch.int32, device=DEVICE)
+
+    def layer():
+        weights, ids = route(logits, bias)
+        ids = torch.cat([ids, shared_ids], dim=1).reshape(-1)
+        weights = torch.cat([weights, shared_weights], dim=1).reshape(-1)
+        order = ids.argsort(stable=True)
+        counts = torch.zeros(experts + shared, dtype=torch.int32,
+                             device=DEVICE).scatter_add_(0, ids.long(), ones)
+        offs = counts.cumsum(0, dtype=torch.int32)
+        token = order // slots
+        h = F.grouped_mm(x[token], w13_t, offs=offs)
+        h = F.silu(h[:, :inter]) * h[:, inter:]
+        o = F.grouped_mm(h, w2_t, offs=offs)
+        o = o.float() * weights[order].unsqueeze(1)
+        y = torch.zeros(tokens, x.shape[1], device=DEVICE)
+        return y.index_add_(0, token, o).to(x.dtype)
+
+    return layer
+
+
+def graphed(function):
+    """(replay, the output tensor of the captured call)."""
+    function()  # warm up outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        output = function()
+    return graph.replay, output
+
+
+def compile_bundles(compiler, presets, tokens_list, work, config_db, jobs):
+    """{(preset, T): bundle path}, compiled in parallel."""
+    os.makedirs(work, exist_ok=True)
+
+    def one(name, tokens):
+        path = os.path.join(work, f"{name}-{tokens}.moeb")
+        command = [compiler, "--preset", name, "--tokens-max", str(tokens),
+                   "-o", path] + (["--config-db", config_db] if config_db
+                                  else [])
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise RuntimeError(f"{' '.join(command)}: {result.stderr}")
+        for line in result.stderr.splitlines():
+            if "warning" in line:
+                print(f"# {name} T={tokens}: {line}", flush=True)
+        return path
+
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        futures = {(name, tokens): pool.submit(one, name, tokens)
+                   for name in presets for tokens in tokens_list}
+        return {key: future.result() for key, future in futures.items()}
+
+
+def floor_us(preset, tokens, ids):
+    """The layer's floor with the routed experts `ids` (and the shared)."""
+    hidden, inter = preset["hidden"], preset["intermediate"]
+    active = int(torch.unique(ids).numel()) + preset["shared"]
+    slots = preset["top_k"] + preset["shared"]
+    moved = 2 * (active * 3 * inter * hidden + 2 * tokens * hidden)
+    flops = 2 * tokens * slots * 3 * inter * hidden
+    return max(moved / BANDWIDTH, flops / MATH) * 1e6
+
+
+def cells(row):
+    """(ours, speed-up, ours / floor) as table text."""
+    ours = row["ours"]
+    if not ours:
+        return "mismatch", "-", "-"
+    return (f"{ours:.1f}", f"{row['torch'] / ours:.2f}x",
+            f"{ours / row['floor']:.2f}x")
+
+
+def main():
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--compiler", default="build/bin/moe-compile")
+    parser.add_argument("--config-db", default="",
+                        help="tuned database before the shipped entries")
+    parser.add_argument("--build", default="build-runtime")
+    parser.add_argument("--work", default="out/layer-bench")
+    parser.add_argument("--presets",
+                        default="mixtral-8x7b,qwen3-30b-a3b,deepseek-v3,"
+                                "kimi-k2")
+    parser.add_argument("--tokens", default="1,16,64,256,1024,4096")
+    parser.add_argument("--iterations", type=int, default=30)
+    parser.add_argument("--jobs", type=int, default=os.cpu_count())
+    parser.add_argument("--json", default="", help="write the rows here")
+    parser.add_argument("--seed", type=int, default=2026)
+    args = parser.parse_args()
+    tokens_list = [int(t) for t in args.tokens.split(",")]
+    listed = subprocess.run([args.compiler, "--list-presets"], check=True,
+                            capture_output=True, text=True).stdout
+    presets = {preset["name"]: preset for preset in json.loads(listed)}
+    names = args.presets.split(",")
+    bundles = compile_bundles(args.compiler, names, tokens_list, args.work,
+                              args.config_db, args.jobs)
+    flush = flush_buffer(DEVICE)
+    torch.manual_seed(args.seed)
+    device = torch.cuda.get_device_name()
+    print(f"device: {device}, torch {torch.__version__}")
+    print(f"{'layer':14} {'T':>5} {'ours':>9} {'torch':>9} {'speed-up':>8} "
+          f"{'floor':>8} {'ours/floor':>10} {'error':>8}  (us, CUDA graphs)",
+          flush=True)
+    rows, failed = [], 0
+    for name in names:
+        preset = presets[name]
+        experts = preset["experts"] + preset["shared"]
+        hidden, inter = preset["hidden"], preset["intermediate"]
+        w13 = torch.empty(experts, 2 * inter, hidden, dtype=torch.bfloat16,
+                          device=DEVICE).normal_(std=hidden ** -0.5)
+        w2 = torch.empty(experts, hidden, inter, dtype=torch.bfloat16,
+                         device=DEVICE).normal_(std=inter ** -0.5)
+        bias = (torch.randn(preset["experts"], device=DEVICE) * 0.1
+                if preset["bias"] else None)
+        for tokens in tokens_list:
+            x = torch.randn(tokens, hidden, dtype=torch.bfloat16,
+                            device=DEVICE)
+            logits = torch.randn(tokens, preset["experts"], device=DEVICE)
+            out = torch.full((tokens, hidden), float("nan"),
+                             dtype=torch.bfloat16, device=DEVICE)
+            bundle = Bundle(args.build, bundles[(name, tokens)])
+            tensors = [x, logits, w13, w2] + ([bias] if bias is not None
+                                              else []) + [out]
+            described = bundle.describe(tensors)
+
+            def ours():
+                bundle.run(tokens, tensors, described)
+                return out
+
+            our_replay, _ = graphed(ours)
+            torch_replay, torch_out = graphed(
+                torch_layer(preset, x, logits, bias, w13, w2))
+            out.fill_(float("nan"))
+            our_replay()
+            torch_replay()
+            torch.cuda.synchronize()
+            expected = torch_out.double()
+            error = ((out.double() - expected).norm() /
+                     expected.norm()).item()
+            row = {"layer": name, "tokens": tokens, "device": device,
+                   "error": error}
+            row["floor"] = floor_us(preset, tokens,
+                                    torch_router(router_fields(preset))(
+                                        logits, bias)[1])
+            row["torch"] = time_us(torch_replay, flush, args.iterations)
+            if not error <= TOLERANCE:
+                row["ours"] = None
+                failed += 1
+            else:
+                row["ours"] = time_us(our_replay, flush, args.iterations)
+            bundle.close()
+            rows.append(row)
+            ours_text, speedup, over_floor = cells(row)
+            print(f"{name:14} {tokens:>5} {ours_text:>9} {row['torch']:9.1f} "
+                  f"{speedup:>8} {row['floor']:8.1f} {over_floor:>10} "
+                  f"{error:8.1e}", flush=True)
+        del w13, w2
+        torch.cuda.empty_cache()
+    print("\n| layer | T | ours µs | torch µs | speed-up | floor µs | "
+          "ours / floor | error |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for row in rows:
+        ours_text, speedup, over_floor = cells(row)
+        print(f"| {row['layer']} | {row['tokens']} | {ours_text} | "
+              f"{row['torch']:.1f} | {speedup} | {row['floor']:.1f} | "
+              f"{over_floor} | {row['error']:.1e} |")
+    if args.json:
+        with open(args.json, "w") as file:
+            json.dump(rows, file, indent=1)
+    print(f"layer_bench: {'all outputs matched' if not failed else f'{failed} mismatch(es)'}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

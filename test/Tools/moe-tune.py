@@ -1,0 +1,67 @@
+# RUN: rm -rf %t && mkdir -p %t
+# RUN: %python %s %moe_src_root moe-compile %t | FileCheck %s
+"""moe-tune's GPU-free half (tools/moe-tune/tune_space.py): the grouped
+matmuls of a preset as moe-compile --list-presets sizes them, the candidate
+configs, and a database that merges entries by key and bucket and that
+moe-compile reads: a split-K entry for Mixtral-8x7B's gemm2 at 1 token
+gives its bundle the split grid and the reduction kernel, with no heuristic
+warning."""
+
+import json
+import os
+import subprocess
+import sys
+
+root, compiler, work = sys.argv[1:4]
+sys.path.insert(0, os.path.join(root, "tools", "moe-tune"))
+import tune_space  # noqa: E402
+
+presets = {p["name"]: p for p in json.loads(subprocess.run(
+    [compiler, "--list-presets"], check=True, capture_output=True,
+    text=True).stdout)}
+for gemm in tune_space.gemms(presets["deepseek-v3"]):
+    print(gemm["part"], gemm["experts"], gemm["N"], gemm["K"], gemm["slots"])
+# CHECK: gemm1 257 4096 7168 9
+# CHECK: gemm2 257 7168 2048 9
+
+configs = tune_space.candidates()
+unsplit = [c for c in configs if c["split_k"] == 1]
+print(len(configs), len(unsplit), tune_space.timed_at(configs[-1], 256),
+      tune_space.timed_at(configs[-1], 1024), tune_space.timed_at(unsplit[0], 4096))
+# CHECK: 61 16 True False True
+assert len({json.dumps(c, sort_keys=True) for c in configs}) == len(configs)
+
+mixtral = {g["part"]: g for g in tune_space.gemms(presets["mixtral-8x7b"])}
+device = "NVIDIA H100 80GB HBM3"
+database = os.path.join(work, "db.json")
+tune_space.write_database(database, [
+    tune_space.entry(mixtral["gemm2"], device, 1,
+                     {"block_n": 128, "num_stages": 4, "split_k": 8}),
+    tune_space.entry(mixtral["gemm1"], device, 4096,
+                     {"block_n": 256, "num_stages": 4, "split_k": 1})])
+# A second run replaces the gemm2 bucket and keeps the gemm1 entry.
+tune_space.write_database(database, tune_space.merge(
+    tune_space.read_database(database),
+    [tune_space.entry(mixtral["gemm2"], device, 1,
+                      {"block_n": 128, "num_stages": 4, "split_k": 3},
+                      {"us": 70.0})]))
+for item in tune_space.read_database(database):
+    print(item["N"], item["K"], item["tokens"], item["config"]["split_k"],
+          item.get("measured"))
+# CHECK: 4096 14336 1 3 {'us': 70.0}
+# CHECK: 28672 4096 4096 1 None
+
+bundle = os.path.join(work, "gemm2.moeb")
+result = subprocess.run(
+    [compiler, "--preset", "mixtral-8x7b", "--part", "gemm2", "--tokens-max",
+     "1", "--config-db", database, "-o", bundle],
+    capture_output=True, text=True, check=True)
+print(repr(result.stderr))
+# CHECK: ''
+with open(os.path.join(bundle, "manifest.txt")) as file:
+    for line in file:
+        if line.startswith(("launch", "workspace")):
+            print(" ".join(line.split()[:6]))
+# CHECK: workspace gemm_partials f32 3 T*2
+# CHECK: launch moe_grouped_matmul_wgmma_0 grid cdiv(T*2+504,64)*96 1 1
+# CHECK: launch moe_grouped_matmul_reduce_1
