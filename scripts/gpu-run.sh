@@ -48,7 +48,7 @@ if [[ $what == tune || $what == gemm-tuned || $what == layer ]]; then
 fi
 if [[ $what == tune ]]; then
   cp configs/gemm-configs.json "$OUT/gemm-configs.json"
-  step tune 580 python3 tools/moe-tune/moe-tune.py --compiler $compiler \
+  step tune 470 python3 tools/moe-tune/moe-tune.py --compiler $compiler \
     --output "$OUT/gemm-configs.json" "$@"
   exit $status
 fi
