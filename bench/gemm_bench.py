@@ -232,7 +232,10 @@ def main():
     print(f"{'gemm':20} {'T':>5} {'act.e':>5} {'ours':>11} {'grouped_mm':>10} "
           f"{'+epilogue':>10} {'ours/gmm':>9} {'floor':>8} {'ours/floor':>10} "
           f"{'gmm/floor':>9} {'error':>8}  (us)", flush=True)
-    specs = [s for s in load_specs(args.bundles)
+    # With --compiler the specs come from the source tree's bundles.json.
+    specs = [s for s in load_specs(os.path.join(
+                 os.path.dirname(__file__), "..", "test", "GPU")
+                 if args.compiler else args.bundles)
              if s["kind"] == "gemm" and s.get("bench")]
     models = list(dict.fromkeys(s["model"] for s in specs))
     if args.models:
