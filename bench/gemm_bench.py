@@ -187,7 +187,8 @@ def bundle_paths(args, pair, tokens_list):
         for tokens in tokens_list:
             path = os.path.join(args.work, f"{spec['name']}-{tokens}.moeb")
             command = [args.compiler, *spec["args"], "--tokens-max",
-                       str(tokens), "-o", path]
+                       str(tokens), "--block-m", str(spec["block_m"]), "-o",
+                       path]
             if args.config_db:
                 command += ["--config-db", args.config_db]
             result = subprocess.run(command, capture_output=True, text=True)
@@ -212,6 +213,10 @@ def main():
     parser.add_argument("--config-db", default="",
                         help="with --compiler: a tuned database before the "
                              "shipped entries")
+    parser.add_argument("--block-m", type=int, default=0,
+                        help="with --compiler: routing blocks of this many "
+                             "rows instead of the specs' (128 gives the "
+                             "kernels two warpgroups)")
     parser.add_argument("--work", default="out/gemm-bench",
                         help="with --compiler: where the bundles go")
     parser.add_argument("--tokens", default="1,16,64,256,1024,4096")
@@ -237,6 +242,8 @@ def main():
                  os.path.dirname(__file__), "..", "test", "GPU")
                  if args.compiler else args.bundles)
              if s["kind"] == "gemm" and s.get("bench")]
+    if args.block_m:
+        specs = [dict(s, block_m=args.block_m) for s in specs]
     models = list(dict.fromkeys(s["model"] for s in specs))
     if args.models:
         models = [m for m in models if m in args.models.split(",")]

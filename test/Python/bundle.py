@@ -71,7 +71,7 @@ def compile_warnings(**options):
 
 
 print(compile_warnings())
-# CHECK: ["moe-tile: no tuned config for E=128 N=48 K=64 f16 on 'NVIDIA H100 80GB HBM3'", "moe-tile: no tuned config for E=128 N=64 K=24 f16 on 'NVIDIA H100 80GB HBM3'"]
+# CHECK: ["moe-tile: no tuned config for E=128 N=48 K=64 f16 block_m=16 on 'NVIDIA H100 80GB HBM3'", "moe-tile: no tuned config for E=128 N=64 K=24 f16 block_m=16 on 'NVIDIA H100 80GB HBM3'"]
 print(compile_warnings(config_db=os.path.join(os.path.dirname(__file__),
                                               "Inputs", "qwen3-reduced-f16.json")))
 # CHECK: []

@@ -10,7 +10,7 @@
 // The E=4 N=128 K=128 bf16 gemm at 1 token: the tokens=1 entry, split_k
 // kept; the two f16 gemms of one shape (no entry) get the heuristic and one
 // warning between them.
-// DECODE: moe-tile-config-db.mlir:[[@LINE+18]]:8: warning: moe-tile: no tuned config for E=4 N=96 K=64 f16 on 'NVIDIA H100 80GB HBM3' near 1 tokens: using the heuristic's #moe.gemm_config<block_m = 16, block_n = 128, block_k = 64, num_stages = 4, tma_a = true>
+// DECODE: moe-tile-config-db.mlir:[[@LINE+18]]:8: warning: moe-tile: no tuned config for E=4 N=96 K=64 f16 block_m=16 on 'NVIDIA H100 80GB HBM3' near 1 tokens: using the heuristic's #moe.gemm_config<block_m = 16, block_n = 128, block_k = 64, num_stages = 4, tma_a = true>
 // DECODE-NOT: warning
 // DECODE-LABEL: func.func @gemms
 // DECODE: moe.grouped_matmul {{.*}}config = #moe.gemm_config<block_m = 16, block_n = 64, block_k = 64, num_stages = 6, split_k = 2>, moe.tuned, num_slots = 2 : i64}

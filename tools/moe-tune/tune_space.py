@@ -54,7 +54,8 @@ def entry(gemm, device, tokens, config, measured=None):
     """One database entry for `gemm` on `device` at the `tokens` bucket."""
     result = {"device": device, "dtype": gemm["dtype"],
               "E": gemm["experts"], "N": gemm["N"], "K": gemm["K"],
-              "tokens": tokens, "config": dict(config)}
+              "block_m": gemm["block_m"], "tokens": tokens,
+              "config": dict(config)}
     if measured is not None:
         result["measured"] = measured
     return result
@@ -62,7 +63,7 @@ def entry(gemm, device, tokens, config, measured=None):
 
 def entry_key(item):
     return (item["device"], item["dtype"], item["E"], item["N"], item["K"],
-            item["tokens"])
+            item.get("block_m", 0), item["tokens"])
 
 
 def merge(old_entries, new_entries):

@@ -434,10 +434,19 @@ LogicalResult checkWgmmaConfig(GroupedMatmulOp op, GemmConfigAttr config) {
     return fail("block_n must be a multiple of 16 (32 when gated) up to 256");
   if (config.getNumStages() < 3)
     return fail("num_stages must be at least 3");
-  if (config.getNumWarpgroups() != 1 || config.getClusterM() != 1 ||
-      config.getClusterN() != 1 || config.getPersistent())
-    return fail("only one warpgroup, no cluster and no persistent scheduler "
-                "are built yet");
+  if (config.getNumWarpgroups() > 2)
+    return fail("num_warpgroups must be 1 or 2");
+  // The warpgroups of a block share its weight tile: their rows must be one
+  // expert's, so one routing block must cover them all.
+  if (config.getNumWarpgroups() > 1 &&
+      config.getNumWarpgroups() * kWgmmaM > op.getBlockM())
+    return fail("num_warpgroups = " + Twine(config.getNumWarpgroups()) +
+                " needs routing blocks (block_m) of at least " +
+                Twine(config.getNumWarpgroups() * kWgmmaM) +
+                " rows, so that a block's rows are one expert's");
+  if (config.getClusterM() != 1 || config.getClusterN() != 1 ||
+      config.getPersistent())
+    return fail("no cluster and no persistent scheduler are built yet");
   int64_t numSteps =
       llvm::divideCeil(op.getReductionSize(), config.getBlockK());
   int64_t splits = config.getSplitK();
@@ -596,15 +605,19 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
   bool tokenInput = op.getInputOrder() == RowOrder::token;
   bool slotOutput = op.getOutputOrder() == RowOrder::slot;
   bool weighted = static_cast<bool>(op.getRoutedWeights());
-  // A block takes at most one wgmma's rows; smaller routing blocks leave the
-  // rest of its rows unused (masked).
-  int64_t blockRows = std::min(blockM, kWgmmaM);
+  // Each warpgroup takes one wgmma's rows of the block (warpgroup w rows
+  // [64 w, 64 w + 64)), all against the block's one weight tile; smaller
+  // routing blocks leave the rest of the rows unused (masked).
+  int64_t warpgroups = config.getNumWarpgroups();
+  int64_t tileRows = warpgroups * kWgmmaM;
+  int64_t threads = warpgroups * kWarpgroupThreads;
+  int64_t blockRows = std::min(blockM, tileRows);
   // Gated: the gate and up halves of the output columns side by side, so
   // act(gate) * up pairs registers of one thread.
   int64_t outputColumnsPerBlock = gated ? blockN / 2 : blockN;
   int64_t boxRows = gated ? blockN / 2 : blockN;
   int64_t numBoxes = 1 + gated;
-  int64_t rowTileBytes = kWgmmaM * blockK * elementBytes;
+  int64_t rowTileBytes = tileRows * blockK * elementBytes;
   int64_t weightTileBytes = blockN * blockK * elementBytes;
   int64_t stageTmaBytes = weightTileBytes + (tokenInput ? 0 : rowTileBytes);
   int64_t numColumnTiles = llvm::divideCeil(columns, outputColumnsPerBlock);
@@ -616,7 +629,7 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
   KernelArg rowsArg =
       tokenInput ? KernelArg(rows)
                  : KernelArg::tensorMap(plan.tensorMap(
-                       rows, "input_map", {blockK, kWgmmaM}, kSwizzleBytes));
+                       rows, "input_map", {blockK, tileRows}, kSwizzleBytes));
   SmallVector<KernelArg> args = {rowsArg, weightsArg, sortedIds, expertIds,
                                  plan.use(op.getNumPadded())};
   // Split K: each split stores its fp32 partial sums per routed slot (and
@@ -642,7 +655,7 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
       builder, op.getLoc(), "moe_grouped_matmul_wgmma", args,
       {PlanBuilder::ceilDiv(capacity, blockRows).times(numColumnTiles * splits),
        PlanBuilder::constant(1), PlanBuilder::constant(1)},
-      {kWarpgroupThreads, 1, 1}, /*workgroup=*/{},
+      {threads, 1, 1}, /*workgroup=*/{},
       stages * (rowTileBytes + weightTileBytes));
 
   ImplicitLocOpBuilder b(op.getLoc(), builder);
@@ -695,7 +708,7 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
                         .getResult(0);
   Value rowMap = tokenInput ? Value()
                             : UnrealizedConversionCastOp::create(
-                                  b, descriptorType({kWgmmaM, blockK}), input)
+                                  b, descriptorType({tileRows, blockK}), input)
                                   .getResult(0);
 
   Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
@@ -765,9 +778,9 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
     gpu::BarrierOp::create(b);
 
     // Gathered rows: thread t copies 16-byte chunk t % 8 of the rows
-    // t / 8 + 16 j; the sources stay the same for every K tile.
+    // t / 8 + (threads / 8) j; the sources stay the same for every K tile.
     int64_t chunksPerRow = kSwizzleBytes / kCopyBytes;
-    int64_t rowsPerPass = kWarpgroupThreads / chunksPerRow;
+    int64_t rowsPerPass = threads / chunksPerRow;
     Value chunk = arith::RemUIOp::create(b, tid, wb.index(chunksPerRow));
     Value chunkRow = arith::DivUIOp::create(b, tid, wb.index(chunksPerRow));
     // Chunk c of row r lands at chunk c ^ (r % 8) of its 128-byte row, as
@@ -781,7 +794,7 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
         wb.index(kCopyBytes / elementBytes));
     SmallVector<std::pair<Value, Value>> gatherSources;
     if (tokenInput)
-      for (int64_t pass = 0; pass < kWgmmaM / rowsPerPass; ++pass) {
+      for (int64_t pass = 0; pass < tileRows / rowsPerPass; ++pass) {
         auto [slot, routed] = slotOf(
             arith::AddIOp::create(b, chunkRow, wb.index(pass * rowsPerPass)));
         Value token = arith::DivUIOp::create(b, slot, wb.index(slots));
@@ -822,12 +835,12 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
           }
           if (rowMap)
             nvgpu::TmaAsyncLoadOp::create(
-                b, sharedView({kWgmmaM, blockK}, rowTileOffset(stage)), full,
+                b, sharedView({tileRows, blockK}, rowTileOffset(stage)), full,
                 rowMap, ValueRange{k0, firstRow}, stage, Value(), Value());
         });
         if (!tokenInput)
           return;
-        Value tile = sharedView({kWgmmaM, blockK}, rowTileOffset(stage));
+        Value tile = sharedView({tileRows, blockK}, rowTileOffset(stage));
         Value kIndex = arith::AddIOp::create(
             b, k0,
             arith::MulIOp::create(b, chunk,
@@ -871,17 +884,24 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
     int64_t registers = blockN / 2;
     auto accumulatorType = LLVM::LLVMStructType::getLiteral(
         ctx, SmallVector<Type>(registers, f32));
-    Value sharedAddress = arith::IndexCastOp::create(
-        b, b.getI64Type(),
-        memref::ExtractAlignedPointerAsIndexOp::create(b, sharedBase));
-    Value rowDescriptors = wgmmaDescriptor(b, sharedAddress);
-    Value weightDescriptors = arith::AddIOp::create(
-        b, rowDescriptors,
-        arith::ConstantOp::create(
-            b, b.getI64IntegerAttr((stages * rowTileBytes) >> 4)));
     auto i64 = [&](Value indexValue) -> Value {
       return arith::IndexCastOp::create(b, b.getI64Type(), indexValue);
     };
+    Value sharedAddress = arith::IndexCastOp::create(
+        b, b.getI64Type(),
+        memref::ExtractAlignedPointerAsIndexOp::create(b, sharedBase));
+    Value tileDescriptors = wgmmaDescriptor(b, sharedAddress);
+    Value weightDescriptors = arith::AddIOp::create(
+        b, tileDescriptors,
+        arith::ConstantOp::create(
+            b, b.getI64IntegerAttr((stages * rowTileBytes) >> 4)));
+    // This warpgroup's 64 rows of each row tile.
+    Value warpgroup =
+        arith::DivUIOp::create(b, tid, wb.index(kWarpgroupThreads));
+    Value rowDescriptors = arith::AddIOp::create(
+        b, tileDescriptors,
+        i64(arith::MulIOp::create(
+            b, warpgroup, wb.index(kWgmmaM * blockK * elementBytes >> 4))));
     auto shape = NVVM::MMAShapeAttr::get(ctx, kWgmmaM, blockN, kWgmmaK);
     NVVM::WGMMATypes wgmmaType =
         elementType.isBF16() ? NVVM::WGMMATypes::bf16 : NVVM::WGMMATypes::f16;
@@ -933,7 +953,8 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
     NVVM::WgmmaWaitGroupSyncOp::create(b, 0);
 
     // Register 4 j + i of a thread holds row 16 warp + lane / 4 + 8 (i / 2),
-    // column 8 j + 2 (lane % 4) + i % 2 of the block's accumulators.
+    // column 8 j + 2 (lane % 4) + i % 2 of the block's accumulators (warp
+    // counted over the block: warpgroup w's rows start at 64 w).
     Value laneRow =
         arith::AddIOp::create(b, arith::MulIOp::create(b, warp, wb.index(16)),
                               arith::DivUIOp::create(b, lane, wb.index(4)));

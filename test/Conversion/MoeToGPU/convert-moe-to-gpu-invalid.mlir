@@ -29,6 +29,26 @@ func.func @gemm_two_stages(%x: tensor<?x64xbf16>, %w: tensor<4x64x64xbf16>, %s: 
 
 // -----
 
+func.func @gemm_warpgroups_across_experts(%x: tensor<?x64xbf16>, %w: tensor<4x64x64xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>) -> tensor<?x64xbf16> {
+  // expected-error @below {{num_warpgroups = 2>: num_warpgroups = 2 needs routing blocks (block_m) of at least 128 rows, so that a block's rows are one expert's}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n input(token) output(sorted)
+      {block_m = 64, num_slots = 2, config = #moe.gemm_config<block_m = 64, block_n = 128, block_k = 64, num_stages = 4, num_warpgroups = 2>}
+    : (tensor<?x64xbf16>, tensor<4x64x64xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>) -> tensor<?x64xbf16>
+  return %o : tensor<?x64xbf16>
+}
+
+// -----
+
+func.func @gemm_three_warpgroups(%x: tensor<?x64xbf16>, %w: tensor<4x64x64xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>) -> tensor<?x64xbf16> {
+  // expected-error @below {{num_warpgroups = 3>: num_warpgroups must be 1 or 2}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n input(token) output(sorted)
+      {block_m = 256, num_slots = 2, config = #moe.gemm_config<block_m = 256, block_n = 64, block_k = 64, num_stages = 3, num_warpgroups = 3>}
+    : (tensor<?x64xbf16>, tensor<4x64x64xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>) -> tensor<?x64xbf16>
+  return %o : tensor<?x64xbf16>
+}
+
+// -----
+
 func.func @gemm_narrow_k_tile(%x: tensor<?x64xbf16>, %w: tensor<4x64x64xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>) -> tensor<?x64xbf16> {
   // expected-error @below {{has no wgmma lowering for #moe.gemm_config<block_m = 64, block_n = 128, block_k = 32, num_stages = 4>: block_k must span the 128-byte swizzle}}
   %o = moe.grouped_matmul %x, %w, %s, %e, %n input(token) output(sorted)

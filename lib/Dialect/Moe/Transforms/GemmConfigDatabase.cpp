@@ -32,13 +32,16 @@ GemmShapeKey GemmShapeKey::of(GroupedMatmulOp op, llvm::StringRef device) {
   ShapedType weights = op.getWeightsType();
   std::string dtype;
   llvm::raw_string_ostream(dtype) << weights.getElementType();
-  return {weights.getDimSize(0), weights.getDimSize(1), weights.getDimSize(2),
-          dtype, device.str()};
+  return {weights.getDimSize(0), weights.getDimSize(1),
+          weights.getDimSize(2), dtype,
+          device.str(),          static_cast<int64_t>(op.getBlockM())};
 }
 
 std::string GemmShapeKey::str() const {
-  return llvm::formatv("E={0} N={1} K={2} {3} on '{4}'", experts, n, k, dtype,
-                       device);
+  std::string routing =
+      blockM ? llvm::formatv(" block_m={0}", blockM).str() : "";
+  return llvm::formatv("E={0} N={1} K={2} {3}{4} on '{5}'", experts, n, k,
+                       dtype, routing, device);
 }
 
 namespace {
@@ -108,10 +111,11 @@ public:
     const json::Object *entry = value.getAsObject();
     if (!entry)
       return fail(where + ": not an object");
-    if (llvm::Error error = checkKeys(
-            *entry,
-            {"device", "dtype", "E", "N", "K", "tokens", "config", "measured"},
-            where))
+    if (llvm::Error error =
+            checkKeys(*entry,
+                      {"device", "dtype", "E", "N", "K", "block_m", "tokens",
+                       "config", "measured"},
+                      where))
       return error;
     std::optional<llvm::StringRef> device = entry->getString("device");
     std::optional<llvm::StringRef> dtype = entry->getString("dtype");
@@ -129,6 +133,12 @@ public:
       if (!number)
         return number.takeError();
       *target = *number;
+    }
+    if (entry->get("block_m")) {
+      llvm::Expected<int64_t> blockM = positive(*entry, "block_m", where);
+      if (!blockM)
+        return blockM.takeError();
+      key.blockM = *blockM;
     }
     const json::Object *config = entry->getObject("config");
     if (!config)
@@ -206,6 +216,11 @@ const GemmConfigDatabase &GemmConfigDatabase::shipped() {
 const TunedGemmConfig *GemmConfigDatabase::lookup(const GemmShapeKey &key,
                                                   int64_t tokens) const {
   auto found = entries.find(key);
+  if (found == entries.end() && key.blockM != 0) {
+    GemmShapeKey anyBlockM = key;
+    anyBlockM.blockM = 0;
+    found = entries.find(anyBlockM);
+  }
   if (found == entries.end())
     return nullptr;
   const TunedGemmConfig *best = nullptr;

@@ -10,6 +10,8 @@ static constexpr int64_t kSwizzleBytes = 128;
 /// From this many tokens on, tiles of 256 accumulator columns (half the A
 /// traffic per flop) beat 128 on the H100/H200 (bench/RESULTS.md).
 static constexpr int64_t kWideTileTokens = 256;
+/// Rows of one wgmma: what one warpgroup of a block takes.
+static constexpr int64_t kWgmmaRows = 64;
 /// Weight bytes a K split must stream at least: below it the second launch
 /// and the partial sums cost more than the extra multiprocessors gain.
 static constexpr int64_t kMinSplitWeightBytes = 1 << 20;
@@ -18,9 +20,13 @@ GemmConfigAttr mlir::moe::chooseGemmConfig(GroupedMatmulOp op, int64_t tokens) {
   int64_t elementBytes = op.getWeightsType().getElementTypeBitWidth() / 8;
   int64_t blockK = std::max<int64_t>(16, kSwizzleBytes / elementBytes);
   int64_t blockN = tokens >= kWideTileTokens ? 256 : 128;
+  // Routing blocks of 128 rows and more give two warpgroups one expert's
+  // rows: 128-row tiles against one weight tile halve the weight traffic
+  // per flop, which bounds the 64-row tiles at large T (L2, ncu).
+  int64_t warpgroups = op.getBlockM() >= 2 * kWgmmaRows ? 2 : 1;
   return GemmConfigAttr::get(
       op.getContext(), op.getBlockM(), blockN, blockK,
-      /*num_stages=*/4, /*num_warpgroups=*/1, /*split_k=*/1,
+      /*num_stages=*/4, warpgroups, /*split_k=*/1,
       /*tma_a=*/op.getInputOrder() == RowOrder::sorted, /*tma_b=*/true,
       /*cluster_m=*/1, /*cluster_n=*/1, /*persistent=*/false);
 }
@@ -28,10 +34,11 @@ GemmConfigAttr mlir::moe::chooseGemmConfig(GroupedMatmulOp op, int64_t tokens) {
 int64_t mlir::moe::chooseSplitK(GroupedMatmulOp op, GemmConfigAttr config,
                                 int64_t tokens, int64_t numSMs) {
   // Rows spread over the experts that get any; each expert's rows fill
-  // whole blocks of at most one wgmma (64 rows).
+  // whole blocks of at most one wgmma (64 rows) per warpgroup.
   int64_t rows = tokens * op.getNumSlots();
   int64_t activeExperts = std::min(op.getNumStoredExperts(), rows);
-  int64_t blockRows = std::min<int64_t>(config.getBlockM(), 64);
+  int64_t blockRows = std::min<int64_t>(config.getBlockM(),
+                                        kWgmmaRows * config.getNumWarpgroups());
   int64_t rowBlocks =
       activeExperts *
       llvm::divideCeil(llvm::divideCeil(rows, activeExperts), blockRows);

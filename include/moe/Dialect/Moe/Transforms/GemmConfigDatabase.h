@@ -46,14 +46,18 @@ struct GemmShapeKey {
   std::string dtype;
   /// The CUDA device name, e.g. "NVIDIA H100 80GB HBM3".
   std::string device;
+  /// Rows per routing block the entry was tuned with; 0: any.
+  int64_t blockM = 0;
 
-  /// The key of `op` (E, N, K and element type of its weights) on `device`.
+  /// The key of `op` (E, N, K and element type of its weights, its routing
+  /// block_m) on `device`.
   static GemmShapeKey of(GroupedMatmulOp op, llvm::StringRef device);
-  /// "E=8 N=28672 K=4096 bf16 on 'NVIDIA H100 80GB HBM3'".
+  /// "E=8 N=28672 K=4096 bf16 block_m=64 on 'NVIDIA H100 80GB HBM3'".
   std::string str() const;
   bool operator<(const GemmShapeKey &other) const {
-    return std::tie(experts, n, k, dtype, device) <
-           std::tie(other.experts, other.n, other.k, other.dtype, other.device);
+    return std::tie(experts, n, k, dtype, device, blockM) <
+           std::tie(other.experts, other.n, other.k, other.dtype, other.device,
+                    other.blockM);
   }
 };
 
@@ -74,7 +78,8 @@ public:
   static const GemmConfigDatabase &shipped();
 
   /// The entry of `key` whose token bucket is nearest `tokens` by ratio (the
-  /// smaller bucket on a tie); null when the key has none.
+  /// smaller bucket on a tie), among the entries tuned with the key's
+  /// block_m or else among those for any block_m; null when there is none.
   const TunedGemmConfig *lookup(const GemmShapeKey &key, int64_t tokens) const;
 
   size_t size() const { return numEntries; }
