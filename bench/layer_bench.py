@@ -99,15 +99,16 @@ def graphed(function):
     return replay, output
 
 
-def compile_bundles(compiler, presets, tokens_list, work, config_db, jobs):
+def compile_bundles(compiler, presets, tokens_list, work, config_db, block_m,
+                    jobs):
     """{(preset, T): bundle path}, compiled in parallel."""
     os.makedirs(work, exist_ok=True)
 
     def one(name, tokens):
         path = os.path.join(work, f"{name}-{tokens}.moeb")
         command = [compiler, "--preset", name, "--tokens-max", str(tokens),
-                   "-o", path] + (["--config-db", config_db] if config_db
-                                  else [])
+                   "--block-m", str(block_m), "-o", path] + (
+                       ["--config-db", config_db] if config_db else [])
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0:
             raise RuntimeError(f"{' '.join(command)}: {result.stderr}")
@@ -153,6 +154,9 @@ def main():
                         default="mixtral-8x7b,qwen3-30b-a3b,deepseek-v3,"
                                 "kimi-k2")
     parser.add_argument("--tokens", default="1,16,64,256,1024,4096")
+    parser.add_argument("--block-m", type=int, default=0,
+                        help="rows per routing block of our layers (0: "
+                             "moe-compile's choice for each T)")
     parser.add_argument("--iterations", type=int, default=30)
     parser.add_argument("--jobs", type=int, default=os.cpu_count())
     parser.add_argument("--json", default="", help="write the rows here")
@@ -164,7 +168,7 @@ def main():
     presets = {preset["name"]: preset for preset in json.loads(listed)}
     names = args.presets.split(",")
     bundles = compile_bundles(args.compiler, names, tokens_list, args.work,
-                              args.config_db, args.jobs)
+                              args.config_db, args.block_m, args.jobs)
     flush = flush_buffer(DEVICE)
     torch.manual_seed(args.seed)
     device = torch.cuda.get_device_name()
@@ -216,6 +220,7 @@ def main():
             error = max(error, ((out.double() - torch_out.double()).norm() /
                                 torch_out.double().norm()).item())
             row = {"layer": name, "tokens": tokens, "device": device,
+                   "block_m": args.block_m,
                    "error": error}
             row["floor"] = floor_us(preset, tokens,
                                     torch_router(router_fields(preset))(

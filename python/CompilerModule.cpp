@@ -463,8 +463,8 @@ std::string compileBundle(const Module &layer, py::handle directory,
                           const std::string &toolkit) {
   if (tokensMax < 1)
     throw py::value_error("tokens_max must be at least 1");
-  if (blockM < 1)
-    throw py::value_error("block_m must be at least 1");
+  if (blockM < 0)
+    throw py::value_error("block_m must be positive, or 0 to choose it");
   moe::BundleOptions options;
   options.tokensMax = tokensMax;
   options.blockM = blockM;
@@ -630,7 +630,7 @@ the compiler moe_mlir.Error.
   auto bundleOptions = [](auto... first) {
     return std::make_tuple(
         first..., py::kw_only(), py::arg("tokens_max") = 16384,
-        py::arg("block_m") = 64, py::arg("config_db") = "",
+        py::arg("block_m") = 0, py::arg("config_db") = "",
         py::arg("device") = "NVIDIA H100 80GB HBM3", py::arg("chip") = "sm_90a",
         py::arg("features") = "+ptx80", py::arg("toolkit") = "/usr/local/cuda");
   };

@@ -10,7 +10,11 @@ mkdir -p out/gpu-bundles
 import json, subprocess, sys
 compiler = sys.argv[1]
 for bundle in json.load(open("test/GPU/bundles.json"))["bundles"]:
-    command = [compiler, *bundle["args"], "--tokens-max", "16384",
+    # Routing the tests compute themselves must use the bundle's block_m.
+    rows = (["--block-m", str(bundle["block_m"])]
+            if "block_m" in bundle and "--block-m" not in bundle["args"]
+            else [])
+    command = [compiler, *bundle["args"], *rows, "--tokens-max", "16384",
                "-o", f"out/gpu-bundles/{bundle['name']}.moeb"]
     print(" ".join(command), flush=True)
     subprocess.run(command, check=True)

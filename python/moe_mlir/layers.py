@@ -213,11 +213,13 @@ DEFAULT_DEVICE_NAME = "NVIDIA H100 80GB HBM3"
 
 
 def layer_bundle(layer, dtype="bf16", *, cache_dir=None, tokens_max=16384,
-                 block_m=64, config_db=None, device_name=DEFAULT_DEVICE_NAME,
+                 block_m=0, config_db=None, device_name=DEFAULT_DEVICE_NAME,
                  chip="sm_90a", toolkit="/usr/local/cuda"):
     """The path of ``layer``'s bundle for ``dtype``, compiled on first use.
 
-    The grouped matmuls take their tile configs from the tuned database
+    Rows per routing block: ``block_m``, or with 0 chosen for tokens_max
+    (128 once the experts average 256 rows, else 64). The grouped matmuls
+    take their tile configs from the tuned database
     ``config_db`` (a file moe-tune wrote) and then the shipped one, looked
     up for the CUDA device ``device_name`` near ``tokens_max`` tokens; a
     shape with no entry gets the heuristic and a UserWarning.

@@ -66,7 +66,7 @@ class FusedMoE(torch.nn.Module):
                  routed_scaling_factor=None, num_shared_experts=None,
                  correction_bias=None, preset=None, reduced=False, layer=None,
                  dtype=torch.bfloat16, device=None, tokens_max=16384,
-                 block_m=64, cache_dir=None, config_db=None,
+                 block_m=0, cache_dir=None, config_db=None,
                  device_name=None, chip="sm_90a", toolkit="/usr/local/cuda"):
         super().__init__()
         self.layer = _make_layer(

@@ -3,9 +3,18 @@
 // slot order) -> combine, sizing the routing buffers from block-m.
 // RUN: moe-opt %s --moe-decompose --split-input-file | FileCheck %s
 // RUN: moe-opt %s --moe-decompose="block-m=16" --split-input-file | FileCheck %s --check-prefix=BM16
-// RUN: not moe-opt %s --moe-decompose="block-m=0" --split-input-file 2>&1 | FileCheck %s --check-prefix=BM0
+// RUN: not moe-opt %s --moe-decompose="block-m=-1" --split-input-file 2>&1 | FileCheck %s --check-prefix=BAD
+// RUN: moe-opt %s --moe-decompose="block-m=0 tokens=1024" --split-input-file | FileCheck %s --check-prefix=AUTO128
+// RUN: moe-opt %s --moe-decompose="block-m=0 tokens=512" --split-input-file | FileCheck %s --check-prefix=AUTO64
 
-// BM0: moe-decompose: block-m must be positive, got 0
+// BAD: moe-decompose: block-m must be positive (or 0: chosen for `tokens`) and tokens positive, got block-m=-1 tokens=4096
+
+// block-m=0: 128-row blocks once the 8 experts average 256 of the 2 x T
+// slots (T = 1024), 64 below.
+// AUTO128-LABEL: func @mixtral_like
+// AUTO128: moe.route {{.*}} {block_m = 128 : i64, num_experts = 8 : i64}
+// AUTO64-LABEL: func @mixtral_like
+// AUTO64: moe.route {{.*}} {block_m = 64 : i64, num_experts = 8 : i64}
 
 // CHECK-LABEL: func @mixtral_like
 // CHECK-SAME: (%[[X:.*]]: tensor<4x64xbf16>, %[[L:.*]]: tensor<4x8xf32>, %[[W13:.*]]: tensor<8x32x64xbf16>, %[[W2:.*]]: tensor<8x64x16xbf16>)

@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "moe/Dialect/Moe/Transforms/GemmHeuristic.h"
 #include "moe/Presets/Presets.h"
 #include "moe/Registration/Registration.h"
 #include "moe/Target/Bundle.h"
@@ -53,8 +54,11 @@ static cl::opt<std::string> dtype("dtype",
 static cl::opt<int64_t> tokensMax("tokens-max",
                                   cl::desc("Largest token count to size for"),
                                   cl::init(16384));
-static cl::opt<int64_t> blockM("block-m", cl::desc("Rows per routing block"),
-                               cl::init(64));
+static cl::opt<int64_t>
+    blockM("block-m",
+           cl::desc("Rows per routing block (0: chosen for --tokens-max, 128 "
+                    "once the experts average 256 rows, else 64)"),
+           cl::init(0));
 static cl::opt<int64_t>
     blockN("block-n",
            cl::desc("Accumulator columns per grouped-matmul block (0: "
@@ -117,8 +121,16 @@ int main(int argc, char **argv) {
     return fail("no bundle directory: give -o <dir>");
   if (tokensMax < 1)
     return fail("--tokens-max must be at least 1");
-  if (blockM < 1)
-    return fail("--block-m must be at least 1");
+  if (blockM < 0)
+    return fail("--block-m must be positive, or 0 to choose it");
+  // A preset's parts are written with their routing blocks: choose them
+  // here as moe-decompose would.
+  int64_t rowsPerBlock = blockM;
+  if (rowsPerBlock == 0 && !presetName.empty())
+    if (const Preset *preset = findPreset(presetName))
+      rowsPerBlock = chooseRoutingBlockM(
+          tokensMax, preset->topK + preset->numSharedExperts,
+          preset->numExperts + preset->numSharedExperts);
   MLIRContext context;
   // Diagnostics quote the source line; the op dump would repeat it.
   context.printOpOnDiagnostic(false);
@@ -129,7 +141,7 @@ int main(int argc, char **argv) {
   llvm::SourceMgr sourceMgr;
   SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
   LayerSource source{inputFile, presetName,       part,
-                     dtype,     reduced ? 32 : 1, blockM};
+                     dtype,     reduced ? 32 : 1, rowsPerBlock};
   std::string error;
   OwningOpRef<ModuleOp> module =
       parseLayerSource(source, context, sourceMgr, error);
@@ -138,7 +150,7 @@ int main(int argc, char **argv) {
 
   BundleOptions options;
   options.tokensMax = tokensMax;
-  options.blockM = blockM;
+  options.blockM = rowsPerBlock;
   options.blockN = blockN;
   options.numStages = numStages;
   options.configDatabase = configDatabase;

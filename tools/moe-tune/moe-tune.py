@@ -81,8 +81,9 @@ class Compiler:
 
 
 def config_name(gemm, config):
-    return (f"{gemm['model']}-{gemm['part']}-n{config['block_n']}"
-            f"-s{config['num_stages']}-k{config['split_k']}")
+    return (f"{gemm['model']}-{gemm['part']}-m{gemm['block_m']}"
+            f"-n{config['block_n']}-s{config['num_stages']}"
+            f"-k{config['split_k']}-w{config.get('num_warpgroups', 1)}")
 
 
 def compile_all(compiler, gemms, tokens_list, jobs):
@@ -94,7 +95,7 @@ def compile_all(compiler, gemms, tokens_list, jobs):
         plan = plans.setdefault((gemm["model"], gemm["part"]),
                                 {"candidates": [], "heuristic": {},
                                  "rejected": []})
-        for config in tune_space.candidates():
+        for config in tune_space.candidates(gemm["block_m"]):
             tokens_max = (max(tokens_list) if config["split_k"] == 1 else
                           min(max(tokens_list), tune_space.SPLIT_MAX_TOKENS))
             work.append((plan, gemm, config, config_name(gemm, config),
@@ -180,6 +181,7 @@ def tune_model(model, pair, plans, tokens_list, reference, flush, args,
                                      routing, ids, weights)[0]}
         for part, case in cases.items():
             plan = plans[(model, part)]
+            # moe-tile's heuristic config, compiled for this T.
             heuristic_us, why = measure(bundle(plan["heuristic"][tokens]),
                                         case, flush, args)
             if heuristic_us is None:
@@ -230,6 +232,9 @@ def main():
                                 "kimi-k2")
     parser.add_argument("--tokens", default="1,16,64,256,1024,4096")
     parser.add_argument("--dtype", default="bf16", choices=("bf16", "f16"))
+    parser.add_argument("--block-m", type=int, default=64,
+                        help="rows per routing block the GEMMs are tuned "
+                             "for (entries record it)")
     parser.add_argument("--output", default="configs/gemm-configs.json",
                         help="database to write; its entries for other "
                              "keys and buckets are kept")
@@ -254,7 +259,8 @@ def main():
           flush=True)
     os.makedirs(args.work, exist_ok=True)
     gemms = [gemm for name in args.presets.split(",")
-             for gemm in tune_space.gemms(presets[name], args.dtype)]
+             for gemm in tune_space.gemms(presets[name], args.dtype,
+                                          args.block_m)]
     plans = compile_all(Compiler(args.compiler, args.work, device), gemms,
                         tokens_list, args.jobs)
     reference = Reference(args.build)

@@ -35,13 +35,17 @@ def gemms(preset, dtype="bf16", block_m=64):
             dict(common, part="gemm2", N=hidden, K=inter)]
 
 
-def candidates():
-    """The config fields tried for one grouped matmul, unsplit first."""
+def candidates(block_m=64):
+    """The config fields tried for one grouped matmul routed in blocks of
+    `block_m` rows, unsplit first; from 128 rows each also with two
+    warpgroups (128-row tiles)."""
     result = [{"block_n": n, "num_stages": s, "split_k": 1}
               for n, s in itertools.product(BLOCK_N, STAGES)]
     result += [{"block_n": n, "num_stages": s, "split_k": k}
                for k, n, s in itertools.product(SPLITS, SPLIT_BLOCK_N,
                                                 SPLIT_STAGES)]
+    if block_m >= 128:
+        result += [dict(config, num_warpgroups=2) for config in result]
     return result
 
 

@@ -19,7 +19,8 @@ namespace moe {
 
 struct BundleOptions {
   int64_t tokensMax = 16384;
-  int64_t blockM = 64;
+  /// Rows per routing block; 0: chosen for tokensMax (moe-decompose).
+  int64_t blockM = 0;
   /// Overrides of moe-tile's heuristic (0: the heuristic's choice).
   int64_t blockN = 0;
   int64_t numStages = 0;

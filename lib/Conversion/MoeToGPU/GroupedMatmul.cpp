@@ -438,8 +438,8 @@ LogicalResult checkWgmmaConfig(GroupedMatmulOp op, GemmConfigAttr config) {
     return fail("num_warpgroups must be 1 or 2");
   // The warpgroups of a block share its weight tile: their rows must be one
   // expert's, so one routing block must cover them all.
-  if (config.getNumWarpgroups() > 1 &&
-      config.getNumWarpgroups() * kWgmmaM > op.getBlockM())
+  if (config.getNumWarpgroups() > 1 && config.getNumWarpgroups() * kWgmmaM >
+                                           static_cast<int64_t>(op.getBlockM()))
     return fail("num_warpgroups = " + Twine(config.getNumWarpgroups()) +
                 " needs routing blocks (block_m) of at least " +
                 Twine(config.getNumWarpgroups() * kWgmmaM) +

@@ -1,6 +1,7 @@
 //===- Decompose.cpp - moe.fused_moe into primitive ops -------------------===//
 
 #include "moe/Dialect/Moe/IR/MoeOps.h"
+#include "moe/Dialect/Moe/Transforms/GemmHeuristic.h"
 #include "moe/Dialect/Moe/Transforms/Passes.h"
 
 #include "mlir/IR/PatternMatch.h"
@@ -22,8 +23,8 @@ namespace {
 ///   combine(grouped_matmul(grouped_matmul(x, w13, route(gate(logits, bias))),
 ///                          w2, routed weights))
 struct DecomposeFusedMoe : OpRewritePattern<FusedMoeOp> {
-  DecomposeFusedMoe(MLIRContext *context, int64_t blockM)
-      : OpRewritePattern(context), blockM(blockM) {}
+  DecomposeFusedMoe(MLIRContext *context, int64_t rowsPerBlock, int64_t tokens)
+      : OpRewritePattern(context), rowsPerBlock(rowsPerBlock), tokens(tokens) {}
 
   LogicalResult matchAndRewrite(FusedMoeOp op,
                                 PatternRewriter &rewriter) const override {
@@ -38,6 +39,9 @@ struct DecomposeFusedMoe : OpRewritePattern<FusedMoeOp> {
     int64_t intermediate = w13Type.getDimSize(1) / 2;
     RouterAttr router = op.getRouter();
     int64_t numSlots = router.getNumSlots();
+    int64_t blockM = rowsPerBlock
+                         ? rowsPerBlock
+                         : chooseRoutingBlockM(tokens, numSlots, storedExperts);
 
     auto slotType = [&](Type type) {
       return RankedTensorType::get({numTokens, numSlots}, type);
@@ -76,22 +80,24 @@ struct DecomposeFusedMoe : OpRewritePattern<FusedMoeOp> {
     return success();
   }
 
-  int64_t blockM;
+  /// 0: chosen for `tokens` (chooseRoutingBlockM).
+  int64_t rowsPerBlock;
+  int64_t tokens;
 };
 
 struct MoeDecomposePass : moe::impl::MoeDecomposeBase<MoeDecomposePass> {
   using Base::Base;
 
   void runOnOperation() override {
-    int64_t rowsPerBlock = blockM;
-    if (rowsPerBlock < 1) {
-      getOperation()->emitError() << "moe-decompose: block-m must be positive, "
-                                     "got "
-                                  << rowsPerBlock;
+    if (blockM < 0 || tokens < 1) {
+      getOperation()->emitError()
+          << "moe-decompose: block-m must be positive (or 0: chosen for "
+             "`tokens`) and tokens positive, got block-m="
+          << blockM.getValue() << " tokens=" << tokens.getValue();
       return signalPassFailure();
     }
     RewritePatternSet patterns(&getContext());
-    patterns.add<DecomposeFusedMoe>(&getContext(), rowsPerBlock);
+    patterns.add<DecomposeFusedMoe>(&getContext(), blockM, tokens);
     walkAndApplyPatterns(getOperation(), std::move(patterns));
   }
 };

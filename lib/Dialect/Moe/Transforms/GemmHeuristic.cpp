@@ -16,6 +16,15 @@ static constexpr int64_t kWgmmaRows = 64;
 /// and the partial sums cost more than the extra multiprocessors gain.
 static constexpr int64_t kMinSplitWeightBytes = 1 << 20;
 
+int64_t mlir::moe::chooseRoutingBlockM(int64_t tokens, int64_t numSlots,
+                                       int64_t numStoredExperts) {
+  // bench/RESULTS.md: 128-row blocks win from 256 rows per expert
+  // (Mixtral-8x7B from T=1024, Qwen3-30B-A3B at T=4096) and lose below
+  // (DeepSeek-V3 at T=4096, 143 rows per expert: 9.1 ms against 8.2).
+  return tokens * numSlots >= 256 * numStoredExperts ? 2 * kWgmmaRows
+                                                     : kWgmmaRows;
+}
+
 GemmConfigAttr mlir::moe::chooseGemmConfig(GroupedMatmulOp op, int64_t tokens) {
   int64_t elementBytes = op.getWeightsType().getElementTypeBitWidth() / 8;
   int64_t blockK = std::max<int64_t>(16, kSwizzleBytes / elementBytes);

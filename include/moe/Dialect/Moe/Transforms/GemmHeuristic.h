@@ -27,6 +27,13 @@ inline bool everySplitHasKTile(int64_t steps, int64_t splits) {
   return (splits - 1) * perSplit < steps;
 }
 
+/// Rows per routing block for a layer of `numStoredExperts` experts and
+/// `numSlots` slots per token at `tokens` tokens: 128 once the experts
+/// average 256 rows (the padding then costs under a quarter and the grouped
+/// matmuls get two-warpgroup, 128-row tiles), else 64.
+int64_t chooseRoutingBlockM(int64_t tokens, int64_t numSlots,
+                            int64_t numStoredExperts);
+
 /// The heuristic #moe.gemm_config of `op` for `tokens` tokens (its block_m
 /// describable).
 GemmConfigAttr chooseGemmConfig(GroupedMatmulOp op, int64_t tokens);

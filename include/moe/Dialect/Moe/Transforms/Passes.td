@@ -45,7 +45,10 @@ def MoeDecompose : Pass<"moe-decompose"> {
   let options = [
     Option<"blockM", "block-m", "int64_t", /*default=*/"64",
            "Rows per routing block: every expert's rows are padded to a "
-           "multiple of it (the GEMMs' M tile)">
+           "multiple of it (the GEMMs' M tile); 0 chooses it for `tokens` "
+           "(128 once the experts average 256 rows, else 64)">,
+    Option<"tokens", "tokens", "int64_t", /*default=*/"4096",
+           "The token count block-m=0 chooses for">
   ];
 }
 
