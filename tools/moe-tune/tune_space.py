@@ -45,7 +45,8 @@ def candidates(block_m=64):
                for k, n, s in itertools.product(SPLITS, SPLIT_BLOCK_N,
                                                 SPLIT_STAGES)]
     if block_m >= 128:
-        result += [dict(config, num_warpgroups=2) for config in result]
+        result = [dict(config, num_warpgroups=warpgroups)
+                  for warpgroups in (1, 2) for config in result]
     return result
 
 
