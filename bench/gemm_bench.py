@@ -17,7 +17,6 @@ would take longer than --max-call-s is skipped with the reason."""
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 
@@ -26,6 +25,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "test", "GPU"))
 from moe_ctypes import Bundle, Reference, load_specs  # noqa: E402
+from compiler import compile_bundle  # noqa: E402
 from timing import flush_buffer, time_us  # noqa: E402
 from gemm_common import (gemm1_reference, gemm2_reference,  # noqa: E402
                          random_ids, relative_errors, route, valid_rows)
@@ -186,17 +186,11 @@ def bundle_paths(args, pair, tokens_list):
     for part, spec in pair.items():
         for tokens in tokens_list:
             path = os.path.join(args.work, f"{spec['name']}-{tokens}.moeb")
-            command = [args.compiler, *spec["args"], "--tokens-max",
-                       str(tokens), "--block-m", str(spec["block_m"]), "-o",
-                       path]
-            if args.config_db:
-                command += ["--config-db", args.config_db]
-            result = subprocess.run(command, capture_output=True, text=True)
-            if result.returncode != 0:
-                raise RuntimeError(f"{' '.join(command)}: {result.stderr}")
-            for line in result.stderr.splitlines():
-                if "warning" in line:
-                    print(f"# {spec['name']} T={tokens}: {line}", flush=True)
+            for line in compile_bundle(
+                    args.compiler,
+                    [*spec["args"], "--tokens-max", str(tokens), "--block-m",
+                     str(spec["block_m"])], path, args.config_db):
+                print(f"# {spec['name']} T={tokens}: {line}", flush=True)
             paths[(part, tokens)] = path
     return paths
 

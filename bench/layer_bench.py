@@ -23,7 +23,6 @@ import argparse
 import concurrent.futures
 import json
 import os
-import subprocess
 import sys
 
 import torch
@@ -32,6 +31,7 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "test", "GPU"))
 from moe_ctypes import Bundle  # noqa: E402
+from compiler import compile_bundle, list_presets  # noqa: E402
 from router_bench import torch_router  # noqa: E402
 from timing import flush_buffer, time_us  # noqa: E402
 
@@ -106,15 +106,10 @@ def compile_bundles(compiler, presets, tokens_list, work, config_db, block_m,
 
     def one(name, tokens):
         path = os.path.join(work, f"{name}-{tokens}.moeb")
-        command = [compiler, "--preset", name, "--tokens-max", str(tokens),
-                   "--block-m", str(block_m), "-o", path] + (
-                       ["--config-db", config_db] if config_db else [])
-        result = subprocess.run(command, capture_output=True, text=True)
-        if result.returncode != 0:
-            raise RuntimeError(f"{' '.join(command)}: {result.stderr}")
-        for line in result.stderr.splitlines():
-            if "warning" in line:
-                print(f"# {name} T={tokens}: {line}", flush=True)
+        for line in compile_bundle(
+                compiler, ["--preset", name, "--tokens-max", str(tokens),
+                           "--block-m", str(block_m)], path, config_db):
+            print(f"# {name} T={tokens}: {line}", flush=True)
         return path
 
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
@@ -163,9 +158,7 @@ def main():
     parser.add_argument("--seed", type=int, default=2026)
     args = parser.parse_args()
     tokens_list = [int(t) for t in args.tokens.split(",")]
-    listed = subprocess.run([args.compiler, "--list-presets"], check=True,
-                            capture_output=True, text=True).stdout
-    presets = {preset["name"]: preset for preset in json.loads(listed)}
+    presets = list_presets(args.compiler)
     names = args.presets.split(",")
     bundles = compile_bundles(args.compiler, names, tokens_list, args.work,
                               args.config_db, args.block_m, args.jobs)

@@ -23,9 +23,7 @@ and how many candidates were timed and rejected.
 import argparse
 import concurrent.futures
 import datetime
-import json
 import os
-import subprocess
 import sys
 import time
 
@@ -36,6 +34,7 @@ ROOT = os.path.join(HERE, "..", "..")
 sys.path[:0] = [HERE, os.path.join(ROOT, "test", "GPU"),
                 os.path.join(ROOT, "bench")]
 import tune_space  # noqa: E402
+from compiler import CompileError, compile_bundle, list_presets  # noqa: E402
 from gemm_bench import gemm1_case, gemm2_case  # noqa: E402
 from gemm_common import random_ids, route  # noqa: E402
 from moe_ctypes import Bundle, Reference  # noqa: E402
@@ -45,12 +44,6 @@ TOLERANCE = 1e-2
 DEVICE = "cuda"
 # A device name no database has: compiling for it gives moe-tile's heuristic.
 HEURISTIC_DEVICE = "moe-tune: no device (the heuristic)"
-
-
-def list_presets(compiler):
-    result = subprocess.run([compiler, "--list-presets"], check=True,
-                            capture_output=True, text=True)
-    return {preset["name"]: preset for preset in json.loads(result.stdout)}
 
 
 class Compiler:
@@ -63,20 +56,19 @@ class Compiler:
         """(bundle path, None) or (None, the compiler's message); `config`
         None compiles the heuristic's config."""
         bundle = os.path.join(self.work, name + ".moeb")
-        command = [self.path, "--preset", gemm["model"], "--part",
-                   gemm["part"], "--dtype", gemm["dtype"], "--block-m",
-                   str(gemm["block_m"]), "--tokens-max", str(tokens_max),
-                   "-o", bundle]
-        if config is None:
-            command += ["--device", HEURISTIC_DEVICE]
-        else:
+        arguments = ["--preset", gemm["model"], "--part", gemm["part"],
+                     "--dtype", gemm["dtype"], "--block-m",
+                     str(gemm["block_m"]), "--tokens-max", str(tokens_max)]
+        database, device = "", HEURISTIC_DEVICE
+        if config is not None:
             database = os.path.join(self.work, name + ".json")
+            device = self.device
             tune_space.write_database(database, [tune_space.entry(
                 gemm, self.device, 1, config)])
-            command += ["--device", self.device, "--config-db", database]
-        result = subprocess.run(command, capture_output=True, text=True)
-        if result.returncode != 0:
-            return None, result.stderr.strip().splitlines()[-1]
+        try:
+            compile_bundle(self.path, arguments, bundle, database, device)
+        except CompileError as error:
+            return None, str(error)
         return bundle, None
 
 
