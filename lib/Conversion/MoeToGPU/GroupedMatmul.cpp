@@ -610,7 +610,11 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
   // routing blocks leave the rest of the rows unused (masked).
   int64_t warpgroups = config.getNumWarpgroups();
   int64_t tileRows = warpgroups * kWgmmaM;
-  int64_t threads = warpgroups * kWarpgroupThreads;
+  // Warp-specialized, one more warpgroup only loads; otherwise every thread
+  // loads (gathers rows) and multiplies.
+  bool warpSpecialized = config.getWarpSpecialized();
+  int64_t threads = (warpgroups + warpSpecialized) * kWarpgroupThreads;
+  int64_t loaders = warpSpecialized ? kWarpgroupThreads : threads;
   int64_t blockRows = std::min(blockM, tileRows);
   // Gated: the gate and up halves of the output columns side by side, so
   // act(gate) * up pairs registers of one thread.
@@ -764,23 +768,37 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
 
   wb.ifThen(active, [&] {
     Value leader = wb.cmpi(arith::CmpIPredicate::eq, tid, wb.index(0));
-    Value full = nvgpu::MBarrierCreateOp::create(
-        b, nvgpu::MBarrierGroupType::get(
-               ctx, b.getI64IntegerAttr(kSharedAddressSpace), stages));
+    auto barrierGroup = nvgpu::MBarrierGroupType::get(
+        ctx, b.getI64IntegerAttr(kSharedAddressSpace), stages);
+    // `full[s]`: stage s holds its K tile. Warp-specialized, `empty[s]`: the
+    // consumers are done with stage s, and the gathering producer threads
+    // arrive on `full` themselves once their rows are in.
+    Value full = nvgpu::MBarrierCreateOp::create(b, barrierGroup);
+    Value empty = warpSpecialized
+                      ? Value(nvgpu::MBarrierCreateOp::create(b, barrierGroup))
+                      : Value();
+    int64_t fullArrivals =
+        warpSpecialized && tokenInput ? kWarpgroupThreads + 1 : 1;
     wb.ifThen(leader, [&] {
       nvgpu::TmaPrefetchOp::create(b, weightMap, Value());
       if (rowMap)
         nvgpu::TmaPrefetchOp::create(b, rowMap, Value());
-      for (int64_t stage = 0; stage < stages; ++stage)
-        nvgpu::MBarrierInitOp::create(b, full, wb.index(1), wb.index(stage),
-                                      Value());
+      for (int64_t stage = 0; stage < stages; ++stage) {
+        nvgpu::MBarrierInitOp::create(b, full, wb.index(fullArrivals),
+                                      wb.index(stage), Value());
+        if (empty)
+          nvgpu::MBarrierInitOp::create(
+              b, empty, wb.index(warpgroups * kWarpgroupThreads),
+              wb.index(stage), Value());
+      }
     });
     gpu::BarrierOp::create(b);
 
-    // Gathered rows: thread t copies 16-byte chunk t % 8 of the rows
-    // t / 8 + (threads / 8) j; the sources stay the same for every K tile.
+    // Gathered rows: thread t of the loading threads copies 16-byte chunk
+    // t % 8 of the rows t / 8 + (loaders / 8) j; the sources stay the same
+    // for every K tile.
     int64_t chunksPerRow = kSwizzleBytes / kCopyBytes;
-    int64_t rowsPerPass = threads / chunksPerRow;
+    int64_t rowsPerPass = loaders / chunksPerRow;
     Value chunk = arith::RemUIOp::create(b, tid, wb.index(chunksPerRow));
     Value chunkRow = arith::DivUIOp::create(b, tid, wb.index(chunksPerRow));
     // Chunk c of row r lands at chunk c ^ (r % 8) of its 128-byte row, as
@@ -792,15 +810,16 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
             b, chunk,
             arith::RemUIOp::create(b, chunkRow, wb.index(chunksPerRow))),
         wb.index(kCopyBytes / elementBytes));
-    SmallVector<std::pair<Value, Value>> gatherSources;
-    if (tokenInput)
+    auto gatherSources = [&] {
+      SmallVector<std::pair<Value, Value>> sources;
       for (int64_t pass = 0; pass < tileRows / rowsPerPass; ++pass) {
         auto [slot, routed] = slotOf(
             arith::AddIOp::create(b, chunkRow, wb.index(pass * rowsPerPass)));
         Value token = arith::DivUIOp::create(b, slot, wb.index(slots));
-        gatherSources.push_back(
-            {wb.select(routed, token, wb.index(0)), routed});
+        sources.push_back({wb.select(routed, token, wb.index(0)), routed});
       }
+      return sources;
+    };
 
     // This split's K tiles: [firstStep, firstStep + numSteps).
     int64_t stepsPerSplit =
@@ -810,75 +829,73 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
         b, wb.index(stepsPerSplit),
         arith::SubIOp::create(b, wb.index(llvm::divideCeil(k, blockK)),
                               firstStep));
-    // Loads the split's K tile `step` into stage step % stages when it
-    // exists; every thread commits one cp.async group per call so that the
-    // group counts stay uniform.
-    auto issue = [&](Value step) {
-      Value stage = arith::RemUIOp::create(b, step, wb.index(stages));
+    auto stageOf = [&](Value step) {
+      return arith::RemUIOp::create(b, step, wb.index(stages));
+    };
+    // Parity of the phase of its stage's barrier that K tile `step` is at
+    // (`round` rounds of the ring later).
+    auto parityOf = [&](Value step, int64_t round) {
+      Value phase = arith::AddIOp::create(
+          b, arith::DivUIOp::create(b, step, wb.index(stages)),
+          wb.index(round));
+      return arith::IndexCastOp::create(
+          b, b.getI1Type(), arith::RemUIOp::create(b, phase, wb.index(2)));
+    };
+    // Loads the split's K tile `step` into its stage: the weight boxes and
+    // sorted rows by TMA from the leader, counted in on `full`; token rows
+    // by this thread's cp.async gathers (`sources`), committed as one group.
+    auto loadTile = [&](Value step, ArrayRef<std::pair<Value, Value>> sources) {
+      Value stage = stageOf(step);
       Value k0 = arith::MulIOp::create(
           b, arith::AddIOp::create(b, firstStep, step), wb.index(blockK));
-      wb.ifThen(wb.cmpi(arith::CmpIPredicate::ult, step, numSteps), [&] {
-        wb.ifThen(leader, [&] {
-          nvgpu::MBarrierArriveExpectTxOp::create(
-              b, full, wb.index(stageTmaBytes), stage, Value());
-          for (int64_t box = 0; box < numBoxes; ++box) {
-            Value column = arith::AddIOp::create(
-                b,
-                gated ? firstColumn
-                      : arith::MulIOp::create(b, columnTile, wb.index(blockN)),
-                wb.index(box * columns));
-            nvgpu::TmaAsyncLoadOp::create(
-                b,
-                sharedView({1, boxRows, blockK}, weightBoxOffset(stage, box)),
-                full, weightMap, ValueRange{k0, column, expert}, stage, Value(),
-                Value());
-          }
-          if (rowMap)
-            nvgpu::TmaAsyncLoadOp::create(
-                b, sharedView({tileRows, blockK}, rowTileOffset(stage)), full,
-                rowMap, ValueRange{k0, firstRow}, stage, Value(), Value());
-        });
-        if (!tokenInput)
-          return;
-        Value tile = sharedView({tileRows, blockK}, rowTileOffset(stage));
-        Value kIndex = arith::AddIOp::create(
-            b, k0,
-            arith::MulIOp::create(b, chunk,
-                                  wb.index(kCopyBytes / elementBytes)));
-        Value kValid = wb.cmpi(arith::CmpIPredicate::ult, kIndex, wb.index(k));
-        for (auto [pass, source] : llvm::enumerate(gatherSources)) {
-          Value valid = arith::AndIOp::create(b, source.second, kValid);
-          Value tileRow =
-              arith::AddIOp::create(b, chunkRow, wb.index(pass * rowsPerPass));
-          // Invalid chunks copy no bytes and zero-fill their 16 bytes.
-          nvgpu::DeviceAsyncCopyOp::create(
-              b, nvgpu::DeviceAsyncTokenType::get(ctx), tile,
-              ValueRange{tileRow, swizzledColumn}, input,
-              ValueRange{source.first, wb.select(kValid, kIndex, wb.index(0))},
-              b.getIndexAttr(kCopyBytes / elementBytes),
-              wb.select(valid, wb.index(kCopyBytes / elementBytes),
-                        wb.index(0)),
-              b.getUnitAttr());
+      wb.ifThen(leader, [&] {
+        nvgpu::MBarrierArriveExpectTxOp::create(
+            b, full, wb.index(stageTmaBytes), stage, Value());
+        for (int64_t box = 0; box < numBoxes; ++box) {
+          Value column = arith::AddIOp::create(
+              b,
+              gated ? firstColumn
+                    : arith::MulIOp::create(b, columnTile, wb.index(blockN)),
+              wb.index(box * columns));
+          nvgpu::TmaAsyncLoadOp::create(
+              b, sharedView({1, boxRows, blockK}, weightBoxOffset(stage, box)),
+              full, weightMap, ValueRange{k0, column, expert}, stage, Value(),
+              Value());
         }
+        if (rowMap)
+          nvgpu::TmaAsyncLoadOp::create(
+              b, sharedView({tileRows, blockK}, rowTileOffset(stage)), full,
+              rowMap, ValueRange{k0, firstRow}, stage, Value(), Value());
       });
-      if (tokenInput)
-        NVVM::CpAsyncCommitGroupOp::create(b);
-    };
-    // Each thread's gathered chunks of K tile `step + 1` are in shared
-    // memory and visible to the tensor cores once the next barrier passes.
-    auto awaitGathers = [&](int64_t pendingGroups) {
       if (!tokenInput)
         return;
+      Value tile = sharedView({tileRows, blockK}, rowTileOffset(stage));
+      Value kIndex = arith::AddIOp::create(
+          b, k0,
+          arith::MulIOp::create(b, chunk, wb.index(kCopyBytes / elementBytes)));
+      Value kValid = wb.cmpi(arith::CmpIPredicate::ult, kIndex, wb.index(k));
+      for (auto [pass, source] : llvm::enumerate(sources)) {
+        Value valid = arith::AndIOp::create(b, source.second, kValid);
+        Value tileRow =
+            arith::AddIOp::create(b, chunkRow, wb.index(pass * rowsPerPass));
+        // Invalid chunks copy no bytes and zero-fill their 16 bytes.
+        nvgpu::DeviceAsyncCopyOp::create(
+            b, nvgpu::DeviceAsyncTokenType::get(ctx), tile,
+            ValueRange{tileRow, swizzledColumn}, input,
+            ValueRange{source.first, wb.select(kValid, kIndex, wb.index(0))},
+            b.getIndexAttr(kCopyBytes / elementBytes),
+            wb.select(valid, wb.index(kCopyBytes / elementBytes), wb.index(0)),
+            b.getUnitAttr());
+      }
+    };
+    // This thread's gathered chunks of all but its last `pendingGroups`
+    // K tiles are in shared memory, ordered before the tensor cores' reads.
+    auto awaitGathers = [&](int64_t pendingGroups) {
       NVVM::CpAsyncWaitGroupOp::create(b, pendingGroups);
       NVVM::FenceProxyOp::create(
           b, NVVM::ProxyKindAttr::get(ctx, NVVM::ProxyKind::async_shared),
           NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));
     };
-
-    for (int64_t step = 0; step + 1 < stages; ++step)
-      issue(wb.index(step));
-    awaitGathers(stages - 2);
-    gpu::BarrierOp::create(b);
 
     Type f32 = b.getF32Type();
     int64_t registers = blockN / 2;
@@ -895,134 +912,266 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
         b, tileDescriptors,
         arith::ConstantOp::create(
             b, b.getI64IntegerAttr((stages * rowTileBytes) >> 4)));
-    // This warpgroup's 64 rows of each row tile.
-    Value warpgroup =
-        arith::DivUIOp::create(b, tid, wb.index(kWarpgroupThreads));
-    Value rowDescriptors = arith::AddIOp::create(
-        b, tileDescriptors,
-        i64(arith::MulIOp::create(
-            b, warpgroup, wb.index(kWgmmaM * blockK * elementBytes >> 4))));
     auto shape = NVVM::MMAShapeAttr::get(ctx, kWgmmaM, blockN, kWgmmaK);
     NVVM::WGMMATypes wgmmaType =
         elementType.isBF16() ? NVVM::WGMMATypes::bf16 : NVVM::WGMMATypes::f16;
-    Value accumulators = wb.loop(
-        wb.index(0), numSteps, {LLVM::ZeroOp::create(b, accumulatorType)},
-        [&](Value step, ValueRange carried) -> SmallVector<Value> {
-          Value stage = arith::RemUIOp::create(b, step, wb.index(stages));
-          Value parity = arith::IndexCastOp::create(
-              b, b.getI1Type(),
-              arith::RemUIOp::create(
-                  b, arith::DivUIOp::create(b, step, wb.index(stages)),
-                  wb.index(2)));
-          nvgpu::MBarrierTryWaitParityOp::create(
-              b, full, parity, wb.index(kMbarrierWaitTicks), stage);
-          Value rowDescriptor = arith::AddIOp::create(
-              b, rowDescriptors,
-              i64(arith::MulIOp::create(b, stage,
-                                        wb.index(rowTileBytes >> 4))));
-          Value weightDescriptor = arith::AddIOp::create(
-              b, weightDescriptors,
-              i64(arith::MulIOp::create(b, stage,
-                                        wb.index(weightTileBytes >> 4))));
-          // Accumulators are touched only by the wgmmas from here to the
-          // wait, so they chain without a register round trip.
-          NVVM::WgmmaFenceAlignedOp::create(b);
-          Value sum = carried[0];
-          for (int64_t kk = 0; kk < blockK / kWgmmaK; ++kk) {
-            // A k16 step advances 32 bytes inside the swizzle atom.
-            Value advance = arith::ConstantOp::create(
-                b, b.getI64IntegerAttr(kk * kWgmmaK * elementBytes >> 4));
-            sum = NVVM::WgmmaMmaAsyncOp::create(
-                b, accumulatorType, sum,
-                arith::AddIOp::create(b, rowDescriptor, advance),
-                arith::AddIOp::create(b, weightDescriptor, advance), shape,
-                wgmmaType, wgmmaType, NVVM::WGMMATypes::f32,
-                NVVM::WGMMAScaleOut::one, NVVM::WGMMAScaleIn::one,
-                NVVM::WGMMAScaleIn::one, NVVM::MMALayout::row,
-                NVVM::MMALayout::col, NVVM::MMAIntOverflowAttr());
-          }
-          NVVM::WgmmaGroupSyncAlignedOp::create(b);
-          // The previous step's group is done in this warp; after the
-          // barrier in all four, so its stage takes K tile step + stages - 1.
-          NVVM::WgmmaWaitGroupSyncOp::create(b, 1);
-          awaitGathers(stages - 3);
-          gpu::BarrierOp::create(b);
-          issue(arith::AddIOp::create(b, step, wb.index(stages - 1)));
-          return {sum};
-        })[0];
-    NVVM::WgmmaWaitGroupSyncOp::create(b, 0);
+    // The wgmmas of K tile `step` (in its stage) for the rows of consumer
+    // warpgroup `consumer` ([64 c, 64 c + 64) of the row tile), chained on
+    // `sum` and committed as one group.
+    auto multiplyTile = [&](Value step, Value consumer, Value sum,
+                            bool overwrite) -> Value {
+      Value stage = stageOf(step);
+      Value rowDescriptor = arith::AddIOp::create(
+          b, tileDescriptors,
+          i64(arith::AddIOp::create(
+              b, arith::MulIOp::create(b, stage, wb.index(rowTileBytes >> 4)),
+              arith::MulIOp::create(
+                  b, consumer,
+                  wb.index(kWgmmaM * blockK * elementBytes >> 4)))));
+      Value weightDescriptor = arith::AddIOp::create(
+          b, weightDescriptors,
+          i64(arith::MulIOp::create(b, stage, wb.index(weightTileBytes >> 4))));
+      // Accumulators are touched only by the wgmmas from here to the wait,
+      // so they chain without a register round trip.
+      NVVM::WgmmaFenceAlignedOp::create(b);
+      for (int64_t kk = 0; kk < blockK / kWgmmaK; ++kk) {
+        // A k16 step advances 32 bytes inside the swizzle atom.
+        Value advance = arith::ConstantOp::create(
+            b, b.getI64IntegerAttr(kk * kWgmmaK * elementBytes >> 4));
+        sum = NVVM::WgmmaMmaAsyncOp::create(
+            b, accumulatorType, sum,
+            arith::AddIOp::create(b, rowDescriptor, advance),
+            arith::AddIOp::create(b, weightDescriptor, advance), shape,
+            wgmmaType, wgmmaType, NVVM::WGMMATypes::f32,
+            overwrite && kk == 0 ? NVVM::WGMMAScaleOut::zero
+                                 : NVVM::WGMMAScaleOut::one,
+            NVVM::WGMMAScaleIn::one, NVVM::WGMMAScaleIn::one,
+            NVVM::MMALayout::row, NVVM::MMALayout::col,
+            NVVM::MMAIntOverflowAttr());
+      }
+      NVVM::WgmmaGroupSyncAlignedOp::create(b);
+      return sum;
+    };
+    // The split's K tiles through `tile` (K tile, accumulators so far,
+    // whether they are still undefined): the first outside the loop, its
+    // first wgmma overwriting an undefined struct (scale-d 0), so that no
+    // move ever initialises the accumulators (ptxas would fence the wgmmas
+    // for it, C7519).
+    auto accumulate =
+        [&](function_ref<Value(Value, Value, bool)> tile) -> Value {
+      Value first = tile(wb.index(0), LLVM::UndefOp::create(b, accumulatorType),
+                         /*overwrite=*/true);
+      return wb.loop(wb.index(1), numSteps, {first},
+                     [&](Value step, ValueRange carried) -> SmallVector<Value> {
+                       return {tile(step, carried[0], /*overwrite=*/false)};
+                     })[0];
+    };
+    auto waitFull = [&](Value step) {
+      nvgpu::MBarrierTryWaitParityOp::create(b, full, parityOf(step, 0),
+                                             wb.index(kMbarrierWaitTicks),
+                                             stageOf(step));
+    };
 
-    // Register 4 j + i of a thread holds row 16 warp + lane / 4 + 8 (i / 2),
-    // column 8 j + 2 (lane % 4) + i % 2 of the block's accumulators (warp
-    // counted over the block: warpgroup w's rows start at 64 w).
-    Value laneRow =
-        arith::AddIOp::create(b, arith::MulIOp::create(b, warp, wb.index(16)),
-                              arith::DivUIOp::create(b, lane, wb.index(4)));
-    Value laneColumn = arith::MulIOp::create(
-        b, arith::RemUIOp::create(b, lane, wb.index(4)), wb.index(2));
-    if (reduction) {
-      storePartials(wb, accumulators, laneRow, laneColumn, firstRow,
-                    firstColumn, split, slotOf, partials, slotRows, op, config);
+    // The epilogue on the accumulator registers: gated activation, routed
+    // weight, and the store in the op's row order.
+    auto emitEpilogue = [&](Value accumulators, Value laneRow,
+                            Value laneColumn) {
+      Type outputElement = cast<MemRefType>(output.getType()).getElementType();
+      auto pairType = VectorType::get({2}, f32);
+      for (int64_t half = 0; half < 2; ++half) {
+        Value rowInBlock =
+            arith::AddIOp::create(b, laneRow, wb.index(half * 8));
+        auto [slot, routed] = slotOf(rowInBlock);
+        Value row = arith::AddIOp::create(b, firstRow, rowInBlock);
+        Value token = arith::DivUIOp::create(b, slot, wb.index(slots));
+        Value slotInToken = arith::RemUIOp::create(b, slot, wb.index(slots));
+        wb.ifThen(routed, [&] {
+          Value weight =
+              weighted ? wb.load(routedWeights, {token, slotInToken}) : Value();
+          for (int64_t block = 0; block < outputColumnsPerBlock / 8; ++block) {
+            Value column = arith::AddIOp::create(
+                b, firstColumn,
+                arith::AddIOp::create(b, laneColumn, wb.index(block * 8)));
+            SmallVector<Value> values;
+            for (int64_t i = 0; i < 2; ++i) {
+              int64_t index = block * 4 + half * 2 + i;
+              Value value =
+                  LLVM::ExtractValueOp::create(b, accumulators, index);
+              if (gated)
+                value = arith::MulFOp::create(
+                    b, emitGatedActivation(b, b.getLoc(), activation, value),
+                    LLVM::ExtractValueOp::create(b, accumulators,
+                                                 index + registers / 2));
+              if (weight)
+                value = arith::MulFOp::create(b, value, weight);
+              values.push_back(value);
+            }
+            SmallVector<Value> at =
+                slotOutput ? SmallVector<Value>{token, slotInToken, column}
+                           : SmallVector<Value>{row, column};
+            if (columns % 2 == 0) {
+              // Two neighbouring columns in one 4-byte store.
+              Value pair = vector::FromElementsOp::create(b, pairType, values);
+              if (outputElement != f32)
+                pair = arith::TruncFOp::create(
+                    b, VectorType::get({2}, outputElement), pair);
+              wb.ifThen(
+                  wb.cmpi(arith::CmpIPredicate::ult, column, wb.index(columns)),
+                  [&] {
+                    // Even columns of even-length rows: the pair is aligned to
+                    // its size (the runtime checks the base alignment).
+                    vector::StoreOp::create(
+                        b, pair, output, at, /*nontemporal=*/false,
+                        llvm::Align(2 * outputElement.getIntOrFloatBitWidth() /
+                                    8));
+                  });
+              continue;
+            }
+            for (int64_t i = 0; i < 2; ++i) {
+              at.back() = arith::AddIOp::create(b, column, wb.index(i));
+              wb.ifThen(wb.cmpi(arith::CmpIPredicate::ult, at.back(),
+                                wb.index(columns)),
+                        [&] { wb.storeF32(values[i], output, at); });
+            }
+          }
+        });
+      }
+    };
+
+    // The consumers' part from their accumulators: the split's partial sums,
+    // or the epilogue. `warpInConsumers` counts the consumer warps.
+    auto finish = [&](Value accumulators, Value warpInConsumers) {
+      // Register 4 j + i of a thread holds row 16 warp + lane / 4 + 8 (i / 2),
+      // column 8 j + 2 (lane % 4) + i % 2 of the block's accumulators (warp
+      // counted over the consumers: consumer c's rows start at 64 c).
+      Value laneRow = arith::AddIOp::create(
+          b, arith::MulIOp::create(b, warpInConsumers, wb.index(16)),
+          arith::DivUIOp::create(b, lane, wb.index(4)));
+      Value laneColumn = arith::MulIOp::create(
+          b, arith::RemUIOp::create(b, lane, wb.index(4)), wb.index(2));
+      if (reduction) {
+        storePartials(wb, accumulators, laneRow, laneColumn, firstRow,
+                      firstColumn, split, slotOf, partials, slotRows, op,
+                      config);
+        return;
+      }
+      emitEpilogue(accumulators, laneRow, laneColumn);
+    };
+
+    if (!warpSpecialized) {
+      // Every thread loads and multiplies: stages 0..S-2 in flight, then
+      // per K tile: wait for it, multiply, let the previous tile's wgmmas
+      // finish, and after a block barrier refill the stage they read.
+      SmallVector<std::pair<Value, Value>> sources;
+      if (tokenInput)
+        sources = gatherSources();
+      // Every thread commits one cp.async group per call so that the group
+      // counts stay uniform.
+      auto issue = [&](Value step) {
+        wb.ifThen(wb.cmpi(arith::CmpIPredicate::ult, step, numSteps),
+                  [&] { loadTile(step, sources); });
+        if (tokenInput)
+          NVVM::CpAsyncCommitGroupOp::create(b);
+      };
+      for (int64_t step = 0; step + 1 < stages; ++step)
+        issue(wb.index(step));
+      if (tokenInput)
+        awaitGathers(stages - 2);
+      gpu::BarrierOp::create(b);
+      Value consumer =
+          arith::DivUIOp::create(b, tid, wb.index(kWarpgroupThreads));
+      Value accumulators =
+          accumulate([&](Value step, Value sum, bool overwrite) -> Value {
+            waitFull(step);
+            sum = multiplyTile(step, consumer, sum, overwrite);
+            // The previous step's group is done in this warp; after
+            // the barrier in all, so its stage takes K tile
+            // step + stages - 1.
+            NVVM::WgmmaWaitGroupSyncOp::create(b, 1);
+            if (tokenInput)
+              awaitGathers(stages - 3);
+            gpu::BarrierOp::create(b);
+            issue(arith::AddIOp::create(b, step, wb.index(stages - 1)));
+            return sum;
+          });
+      NVVM::WgmmaWaitGroupSyncOp::create(b, 0);
+      finish(accumulators, warp);
       return;
     }
-    Type outputElement = cast<MemRefType>(output.getType()).getElementType();
-    auto pairType = VectorType::get({2}, f32);
-    for (int64_t half = 0; half < 2; ++half) {
-      Value rowInBlock = arith::AddIOp::create(b, laneRow, wb.index(half * 8));
-      auto [slot, routed] = slotOf(rowInBlock);
-      Value row = arith::AddIOp::create(b, firstRow, rowInBlock);
-      Value token = arith::DivUIOp::create(b, slot, wb.index(slots));
-      Value slotInToken = arith::RemUIOp::create(b, slot, wb.index(slots));
-      wb.ifThen(routed, [&] {
-        Value weight =
-            weighted ? wb.load(routedWeights, {token, slotInToken}) : Value();
-        for (int64_t block = 0; block < outputColumnsPerBlock / 8; ++block) {
-          Value column = arith::AddIOp::create(
-              b, firstColumn,
-              arith::AddIOp::create(b, laneColumn, wb.index(block * 8)));
-          SmallVector<Value> values;
-          for (int64_t i = 0; i < 2; ++i) {
-            int64_t index = block * 4 + half * 2 + i;
-            Value value = LLVM::ExtractValueOp::create(b, accumulators, index);
-            if (gated)
-              value = arith::MulFOp::create(
-                  b, emitGatedActivation(b, b.getLoc(), activation, value),
-                  LLVM::ExtractValueOp::create(b, accumulators,
-                                               index + registers / 2));
-            if (weight)
-              value = arith::MulFOp::create(b, value, weight);
-            values.push_back(value);
-          }
-          SmallVector<Value> at =
-              slotOutput ? SmallVector<Value>{token, slotInToken, column}
-                         : SmallVector<Value>{row, column};
-          if (columns % 2 == 0) {
-            // Two neighbouring columns in one 4-byte store.
-            Value pair = vector::FromElementsOp::create(b, pairType, values);
-            if (outputElement != f32)
-              pair = arith::TruncFOp::create(
-                  b, VectorType::get({2}, outputElement), pair);
-            wb.ifThen(
-                wb.cmpi(arith::CmpIPredicate::ult, column, wb.index(columns)),
-                [&] {
-                  // Even columns of even-length rows: the pair is aligned to
-                  // its size (the runtime checks the base alignment).
-                  vector::StoreOp::create(
-                      b, pair, output, at, /*nontemporal=*/false,
-                      llvm::Align(2 * outputElement.getIntOrFloatBitWidth() /
-                                  8));
-                });
-            continue;
-          }
-          for (int64_t i = 0; i < 2; ++i) {
-            at.back() = arith::AddIOp::create(b, column, wb.index(i));
-            wb.ifThen(wb.cmpi(arith::CmpIPredicate::ult, at.back(),
-                              wb.index(columns)),
-                      [&] { wb.storeF32(values[i], output, at); });
-          }
-        }
+
+    // Warp-specialized: warpgroup 0 loads, the others multiply. The
+    // producer refills a stage once `empty` says the consumers are done
+    // with it; gathering threads report their rows on `full` `lag` K tiles
+    // later, after their own cp.async wait and proxy fence, which keeps
+    // lag + 1 tiles of gathers in flight per thread (lag = stages - 2
+    // leaves the ring a free stage, so neither side waits on the other
+    // forever).
+    int64_t lag = stages - 2;
+    // The warpgroup index, broadcast from lane 0 so that ptxas sees the
+    // role branches as warp-uniform: wgmma in a path it thinks divergent
+    // gets serialized (C7520).
+    Value warpgroupIndex =
+        wb.toIndex(gpu::ShuffleOp::create(
+                       b,
+                       wb.toI32(arith::DivUIOp::create(
+                           b, tid, wb.index(kWarpgroupThreads))),
+                       wb.i32(0), wb.i32(32),
+                       gpu::ShuffleModeAttr::get(ctx, gpu::ShuffleMode::IDX))
+                       .getShuffleResult());
+    Value producer =
+        wb.cmpi(arith::CmpIPredicate::eq, warpgroupIndex, wb.index(0));
+    wb.ifThen(producer, [&] {
+      SmallVector<std::pair<Value, Value>> sources;
+      if (tokenInput)
+        sources = gatherSources();
+      auto reportRows = [&](Value step) {
+        nvgpu::MBarrierArriveOp::create(b, full, stageOf(step));
+      };
+      wb.loop(wb.index(0), numSteps, [&](Value step) {
+        wb.ifThen(wb.cmpi(arith::CmpIPredicate::uge, step, wb.index(stages)),
+                  [&] {
+                    nvgpu::MBarrierTryWaitParityOp::create(
+                        b, empty, parityOf(step, -1),
+                        wb.index(kMbarrierWaitTicks), stageOf(step));
+                  });
+        loadTile(step, sources);
+        if (!tokenInput)
+          return;
+        NVVM::CpAsyncCommitGroupOp::create(b);
+        wb.ifThen(wb.cmpi(arith::CmpIPredicate::uge, step, wb.index(lag)), [&] {
+          awaitGathers(lag);
+          reportRows(arith::SubIOp::create(b, step, wb.index(lag)));
+        });
       });
-    }
+      if (!tokenInput)
+        return;
+      awaitGathers(0);
+      Value first = arith::SubIOp::create(
+          b, arith::MaxSIOp::create(b, numSteps, wb.index(lag)), wb.index(lag));
+      wb.loop(first, numSteps, [&](Value step) { reportRows(step); });
+    });
+    wb.ifThen(
+        wb.cmpi(arith::CmpIPredicate::ne, warpgroupIndex, wb.index(0)), [&] {
+          Value consumerThread =
+              arith::SubIOp::create(b, tid, wb.index(kWarpgroupThreads));
+          Value consumer =
+              arith::SubIOp::create(b, warpgroupIndex, wb.index(1));
+          Value accumulators =
+              accumulate([&](Value step, Value sum, bool overwrite) -> Value {
+                waitFull(step);
+                sum = multiplyTile(step, consumer, sum, overwrite);
+                // The previous K tile's wgmmas are done: free its stage.
+                NVVM::WgmmaWaitGroupSyncOp::create(b, 1);
+                if (!overwrite)
+                  nvgpu::MBarrierArriveOp::create(
+                      b, empty,
+                      stageOf(arith::SubIOp::create(b, step, wb.index(1))));
+                return sum;
+              });
+          NVVM::WgmmaWaitGroupSyncOp::create(b, 0);
+          finish(accumulators,
+                 arith::DivUIOp::create(b, consumerThread, wb.index(32)));
+        });
   });
   if (reduction)
     emitSplitReduction(plan, builder, op, splits, *reduction);

@@ -27,6 +27,9 @@
 // CHECK: nvgpu.tma.prefetch.descriptor %[[DESC]]
 // CHECK-COUNT-4: nvgpu.mbarrier.init %[[FULL]]
 // CHECK: gpu.barrier
+// The descriptors: (address >> 4) | 1 << 16 | (1024 >> 4) << 32 | 1 << 62.
+// CHECK: memref.extract_aligned_pointer_as_index %[[SMEM]]
+// CHECK: arith.constant 4611686293305360384 : i64
 // Prologue: stages 0..2 in flight (weights by TMA, rows by cp.async).
 // CHECK: nvgpu.mbarrier.arrive.expect_tx %[[FULL]][%{{.*}}], %c16384
 // CHECK: nvgpu.tma.async.load %[[DESC]][%{{.*}}, %{{.*}}, %[[EXPERT:.*]]], %[[FULL]][%{{.*}}] to %{{.*}} : {{.*}} -> memref<1x64x64xbf16, 3>
@@ -38,11 +41,16 @@
 // CHECK-NEXT: nvvm.cp.async.wait.group 2
 // CHECK-NEXT: nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}
 // CHECK-NEXT: gpu.barrier
-// The descriptors: (address >> 4) | 1 << 16 | (1024 >> 4) << 32 | 1 << 62.
-// CHECK: memref.extract_aligned_pointer_as_index %[[SMEM]]
-// CHECK: arith.constant 4611686293305360384 : i64
-// CHECK: %[[ZERO:.*]] = llvm.mlir.zero : !llvm.struct<(f32, f32,
-// CHECK: scf.for {{.*}} iter_args(%[[ACC:.*]] = %[[ZERO]])
+// K tile 0, peeled: its first wgmma overwrites undefined accumulators
+// (scale-d 0), so no move initialises them.
+// CHECK: %[[UNDEF:.*]] = llvm.mlir.undef : !llvm.struct<(f32, f32,
+// CHECK: nvgpu.mbarrier.try_wait.parity %[[FULL]]
+// CHECK: nvvm.wgmma.fence.aligned
+// CHECK: nvvm.wgmma.mma_async %{{.*}}, %{{.*}}, %[[UNDEF]], <m = 64, n = 128, k = 16>, D[<f32>, <zero>], A[<bf16>, <one>, <row>], B[<bf16>, <one>, <col>]
+// CHECK-COUNT-2: nvvm.wgmma.mma_async {{.*}} D[<f32>, <one>]
+// CHECK: %[[FIRST:.*]] = nvvm.wgmma.mma_async {{.*}} D[<f32>, <one>]
+// CHECK-NEXT: nvvm.wgmma.commit.group.sync.aligned
+// CHECK: scf.for {{.*}} iter_args(%[[ACC:.*]] = %[[FIRST]])
 // CHECK: nvgpu.mbarrier.try_wait.parity %[[FULL]]
 // CHECK: nvvm.wgmma.fence.aligned
 // CHECK: %[[M0:.*]] = nvvm.wgmma.mma_async %{{.*}}, %{{.*}}, %[[ACC]], <m = 64, n = 128, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <row>], B[<bf16>, <one>, <col>]

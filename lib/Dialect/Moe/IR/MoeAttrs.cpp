@@ -80,7 +80,7 @@ GemmConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                        int64_t blockM, int64_t blockN, int64_t blockK,
                        int64_t numStages, int64_t numWarpgroups, int64_t splitK,
                        bool tmaA, bool tmaB, int64_t clusterM, int64_t clusterN,
-                       bool persistent) {
+                       bool persistent, bool warpSpecialized) {
   auto isPow2In = [](int64_t v, int64_t lo, int64_t hi) {
     return v >= lo && v <= hi && llvm::isPowerOf2_64(v);
   };

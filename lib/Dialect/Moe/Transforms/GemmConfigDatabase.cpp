@@ -25,7 +25,8 @@ mlir::moe::applyChanges(GemmConfigAttr base, const GemmConfigChanges &changes,
       changes.splitK.value_or(base.getSplitK()), base.getTmaA(), base.getTmaB(),
       changes.clusterM.value_or(base.getClusterM()),
       changes.clusterN.value_or(base.getClusterN()),
-      changes.persistent.value_or(base.getPersistent()));
+      changes.persistent.value_or(base.getPersistent()),
+      changes.warpSpecialized.value_or(base.getWarpSpecialized()));
 }
 
 GemmShapeKey GemmShapeKey::of(GroupedMatmulOp op, llvm::StringRef device) {
@@ -85,7 +86,7 @@ public:
         &out.splitK, &out.clusterM, &out.clusterN};
     llvm::SmallVector<llvm::StringRef> known(std::begin(integerFields),
                                              std::end(integerFields));
-    known.push_back("persistent");
+    known.append({"persistent", "warp_specialized"});
     if (llvm::Error error = checkKeys(config, known, where + ": config"))
       return error;
     for (auto [name, target] : llvm::zip_equal(integerFields, targets)) {
@@ -96,11 +97,15 @@ public:
         return fail(where + ": config '" + name + "' must be an integer");
       *target = *value;
     }
-    if (config.get("persistent")) {
-      std::optional<bool> value = config.getBoolean("persistent");
+    for (auto [name, target] :
+         {std::pair{"persistent", &out.persistent},
+          {"warp_specialized", &out.warpSpecialized}}) {
+      if (!config.get(name))
+        continue;
+      std::optional<bool> value = config.getBoolean(name);
       if (!value)
-        return fail(where + ": config 'persistent' must be a boolean");
-      out.persistent = *value;
+        return fail(where + ": config '" + name + "' must be a boolean");
+      *target = *value;
     }
     return llvm::Error::success();
   }

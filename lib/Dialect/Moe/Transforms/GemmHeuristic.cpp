@@ -37,7 +37,8 @@ GemmConfigAttr mlir::moe::chooseGemmConfig(GroupedMatmulOp op, int64_t tokens) {
       op.getContext(), op.getBlockM(), blockN, blockK,
       /*num_stages=*/4, warpgroups, /*split_k=*/1,
       /*tma_a=*/op.getInputOrder() == RowOrder::sorted, /*tma_b=*/true,
-      /*cluster_m=*/1, /*cluster_n=*/1, /*persistent=*/false);
+      /*cluster_m=*/1, /*cluster_n=*/1, /*persistent=*/false,
+      /*warp_specialized=*/false);
 }
 
 int64_t mlir::moe::chooseSplitK(GroupedMatmulOp op, GemmConfigAttr config,

@@ -115,7 +115,10 @@ def Moe_GemmConfigAttr : Moe_Attr<"GemmConfig", "gemm_config"> {
     reduction elements per tile), the depth of the shared-memory pipeline
     (`num_stages`), the consumer warpgroups per block, the K splits, whether the
     A (activation) and B (weight) tiles load through TMA, the thread-block
-    cluster shape, and whether one persistent launch walks all tiles.
+    cluster shape, whether one persistent launch walks all tiles, and whether
+    a producer warpgroup of its own issues the loads (`warp_specialized`: the
+    consumers only wait for full stages and free them, with no block-wide
+    barrier in the K loop).
 
     Example:
 
@@ -135,7 +138,8 @@ def Moe_GemmConfigAttr : Moe_Attr<"GemmConfig", "gemm_config"> {
     DefaultValuedParameter<"bool", "true">:$tma_b,
     DefaultValuedParameter<"int64_t", "1">:$cluster_m,
     DefaultValuedParameter<"int64_t", "1">:$cluster_n,
-    DefaultValuedParameter<"bool", "false">:$persistent
+    DefaultValuedParameter<"bool", "false">:$persistent,
+    DefaultValuedParameter<"bool", "false">:$warp_specialized
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;

@@ -28,7 +28,7 @@ namespace moe {
 struct GemmConfigChanges {
   std::optional<int64_t> blockN, blockK, numStages, numWarpgroups, splitK,
       clusterM, clusterN;
-  std::optional<bool> persistent;
+  std::optional<bool> persistent, warpSpecialized;
 };
 
 /// `base` with `changes` applied, verified; null (after reporting through
