@@ -28,13 +28,13 @@ configs = tune_space.candidates()
 unsplit = [c for c in configs if c["split_k"] == 1]
 print(len(configs), len(unsplit), tune_space.timed_at(configs[-1], 256),
       tune_space.timed_at(configs[-1], 1024), tune_space.timed_at(unsplit[0], 4096))
-# CHECK: 61 16 True False True
+# CHECK: 122 32 True False True
 assert len({json.dumps(c, sort_keys=True) for c in configs}) == len(configs)
 # From 128-row routing blocks every candidate comes with one and with two
 # warpgroups, named explicitly.
 wide = tune_space.candidates(128)
 print(len(wide), sorted({c["num_warpgroups"] for c in wide}))
-# CHECK: 122 [1, 2]
+# CHECK: 244 [1, 2]
 
 mixtral = {g["part"]: g for g in tune_space.gemms(presets["mixtral-8x7b"])}
 device = "NVIDIA H100 80GB HBM3"

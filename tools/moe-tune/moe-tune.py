@@ -75,7 +75,8 @@ class Compiler:
 def config_name(gemm, config):
     return (f"{gemm['model']}-{gemm['part']}-m{gemm['block_m']}"
             f"-n{config['block_n']}-s{config['num_stages']}"
-            f"-k{config['split_k']}-w{config.get('num_warpgroups', 1)}")
+            f"-k{config['split_k']}-w{config.get('num_warpgroups', 1)}"
+            f"{'-ws' if config.get('warp_specialized') else ''}")
 
 
 def compile_all(compiler, gemms, tokens_list, jobs):

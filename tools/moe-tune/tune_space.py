@@ -38,7 +38,8 @@ def gemms(preset, dtype="bf16", block_m=64):
 def candidates(block_m=64):
     """The config fields tried for one grouped matmul routed in blocks of
     `block_m` rows, unsplit first; from 128 rows each also with two
-    warpgroups (128-row tiles)."""
+    warpgroups (128-row tiles); each with and without a producer warpgroup
+    (warp_specialized)."""
     result = [{"block_n": n, "num_stages": s, "split_k": 1}
               for n, s in itertools.product(BLOCK_N, STAGES)]
     result += [{"block_n": n, "num_stages": s, "split_k": k}
@@ -47,7 +48,8 @@ def candidates(block_m=64):
     if block_m >= 128:
         result = [dict(config, num_warpgroups=warpgroups)
                   for warpgroups in (1, 2) for config in result]
-    return result
+    return [dict(config, warp_specialized=specialized)
+            for specialized in (False, True) for config in result]
 
 
 def timed_at(config, tokens):

@@ -767,7 +767,13 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
   };
 
   wb.ifThen(active, [&] {
-    Value leader = wb.cmpi(arith::CmpIPredicate::eq, tid, wb.index(0));
+    // Warp-specialized, the last warpgroup loads; `loader` numbers the
+    // loading threads (the leader issues TMA and initialises the barriers).
+    Value loader = warpSpecialized
+                       ? arith::SubIOp::create(
+                             b, tid, wb.index(warpgroups * kWarpgroupThreads))
+                       : tid;
+    Value leader = wb.cmpi(arith::CmpIPredicate::eq, loader, wb.index(0));
     auto barrierGroup = nvgpu::MBarrierGroupType::get(
         ctx, b.getI64IntegerAttr(kSharedAddressSpace), stages);
     // `full[s]`: stage s holds its K tile. Warp-specialized, `empty[s]`: the
@@ -799,8 +805,8 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
     // for every K tile.
     int64_t chunksPerRow = kSwizzleBytes / kCopyBytes;
     int64_t rowsPerPass = loaders / chunksPerRow;
-    Value chunk = arith::RemUIOp::create(b, tid, wb.index(chunksPerRow));
-    Value chunkRow = arith::DivUIOp::create(b, tid, wb.index(chunksPerRow));
+    Value chunk = arith::RemUIOp::create(b, loader, wb.index(chunksPerRow));
+    Value chunkRow = arith::DivUIOp::create(b, loader, wb.index(chunksPerRow));
     // Chunk c of row r lands at chunk c ^ (r % 8) of its 128-byte row, as
     // TMA's 128-byte swizzle would put it; r % 8 is the same for all of a
     // thread's rows.
@@ -1099,13 +1105,14 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
       return;
     }
 
-    // Warp-specialized: warpgroup 0 loads, the others multiply. The
-    // producer refills a stage once `empty` says the consumers are done
-    // with it; gathering threads report their rows on `full` `lag` K tiles
-    // later, after their own cp.async wait and proxy fence, which keeps
-    // lag + 1 tiles of gathers in flight per thread (lag = stages - 2
-    // leaves the ring a free stage, so neither side waits on the other
-    // forever).
+    // Warp-specialized: the last warpgroup loads, the others multiply (the
+    // consumers keep the thread numbering of the kernel without a
+    // producer). The producer refills a stage once `empty` says the
+    // consumers are done with it; gathering threads report their rows on
+    // `full` `lag` K tiles later, after their own cp.async wait and proxy
+    // fence, which keeps lag + 1 tiles of gathers in flight per thread
+    // (lag = stages - 2 leaves the ring a free stage, so neither side waits
+    // on the other forever).
     int64_t lag = stages - 2;
     // The warpgroup index, broadcast from lane 0 so that ptxas sees the
     // role branches as warp-uniform: wgmma in a path it thinks divergent
@@ -1119,7 +1126,7 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
                        gpu::ShuffleModeAttr::get(ctx, gpu::ShuffleMode::IDX))
                        .getShuffleResult());
     Value producer =
-        wb.cmpi(arith::CmpIPredicate::eq, warpgroupIndex, wb.index(0));
+        wb.cmpi(arith::CmpIPredicate::eq, warpgroupIndex, wb.index(warpgroups));
     wb.ifThen(producer, [&] {
       SmallVector<std::pair<Value, Value>> sources;
       if (tokenInput)
@@ -1150,28 +1157,25 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
           b, arith::MaxSIOp::create(b, numSteps, wb.index(lag)), wb.index(lag));
       wb.loop(first, numSteps, [&](Value step) { reportRows(step); });
     });
-    wb.ifThen(
-        wb.cmpi(arith::CmpIPredicate::ne, warpgroupIndex, wb.index(0)), [&] {
-          Value consumerThread =
-              arith::SubIOp::create(b, tid, wb.index(kWarpgroupThreads));
-          Value consumer =
-              arith::SubIOp::create(b, warpgroupIndex, wb.index(1));
-          Value accumulators =
-              accumulate([&](Value step, Value sum, bool overwrite) -> Value {
-                waitFull(step);
-                sum = multiplyTile(step, consumer, sum, overwrite);
-                // The previous K tile's wgmmas are done: free its stage.
-                NVVM::WgmmaWaitGroupSyncOp::create(b, 1);
-                if (!overwrite)
-                  nvgpu::MBarrierArriveOp::create(
-                      b, empty,
-                      stageOf(arith::SubIOp::create(b, step, wb.index(1))));
-                return sum;
+    wb.ifThen(wb.cmpi(arith::CmpIPredicate::ult, warpgroupIndex,
+                      wb.index(warpgroups)),
+              [&] {
+                Value consumer = warpgroupIndex;
+                Value accumulators = accumulate([&](Value step, Value sum,
+                                                    bool overwrite) -> Value {
+                  waitFull(step);
+                  sum = multiplyTile(step, consumer, sum, overwrite);
+                  // The previous K tile's wgmmas are done: free its stage.
+                  NVVM::WgmmaWaitGroupSyncOp::create(b, 1);
+                  if (!overwrite)
+                    nvgpu::MBarrierArriveOp::create(
+                        b, empty,
+                        stageOf(arith::SubIOp::create(b, step, wb.index(1))));
+                  return sum;
+                });
+                NVVM::WgmmaWaitGroupSyncOp::create(b, 0);
+                finish(accumulators, warp);
               });
-          NVVM::WgmmaWaitGroupSyncOp::create(b, 0);
-          finish(accumulators,
-                 arith::DivUIOp::create(b, consumerThread, wb.index(32)));
-        });
   });
   if (reduction)
     emitSplitReduction(plan, builder, op, splits, *reduction);

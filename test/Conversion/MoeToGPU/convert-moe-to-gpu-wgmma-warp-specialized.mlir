@@ -1,4 +1,4 @@
-// convert-moe-to-gpu with warp_specialized = true: warpgroup 0 only loads,
+// convert-moe-to-gpu with warp_specialized = true: the last warpgroup only loads,
 // the others only multiply. Two mbarriers per stage: `full` (the leader's
 // expect_tx for the TMA bytes, plus, for gathered token rows, one arrival per
 // producer thread) and `empty` (one arrival per consumer thread). The role is
