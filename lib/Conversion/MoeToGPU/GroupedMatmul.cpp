@@ -1127,6 +1127,12 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
                        .getShuffleResult());
     Value producer =
         wb.cmpi(arith::CmpIPredicate::eq, warpgroupIndex, wb.index(warpgroups));
+    // Only threads that load wait on `empty`: a parity wait is ambiguous
+    // once the barrier has moved on two phases, which an idle thread could
+    // let happen (and then wait forever). Gathering threads cannot fall
+    // behind: every K tile needs their arrival on `full`.
+    if (!tokenInput)
+      producer = arith::AndIOp::create(b, producer, leader);
     wb.ifThen(producer, [&] {
       SmallVector<std::pair<Value, Value>> sources;
       if (tokenInput)
