@@ -117,9 +117,22 @@ def compile_all(compiler, gemms, tokens_list, jobs):
     return plans
 
 
-def measure(bundle, case, flush, args):
-    """(µs or None, why): our call on a poisoned output checked against
-    grouped_mm, then timed."""
+def measure(path, case, flush, args):
+    """(µs or None, why): the bundle at `path` called on a poisoned output,
+    checked against grouped_mm, then timed. The bundle is loaded for this
+    measurement only: hundreds of candidates' split-K workspaces would not
+    fit beside the weights."""
+    try:
+        bundle = Bundle(args.build, path)
+    except RuntimeError as error:  # a workspace that does not fit, say
+        return None, f"load failed: {error}"
+    try:
+        return measure_loaded(bundle, case, flush, args)
+    finally:
+        bundle.close()
+
+
+def measure_loaded(bundle, case, flush, args):
     described = bundle.describe(case.tensors)
     output = case.tensors[-1]
 
@@ -151,13 +164,6 @@ def tune_model(model, pair, plans, tokens_list, reference, flush, args,
     w2 = torch.empty(experts, hidden, inter, dtype=dtype,
                      device=DEVICE).normal_(std=inter ** -0.5)
     x_all = torch.randn(max(tokens_list), hidden, dtype=dtype, device=DEVICE)
-    opened = {}
-
-    def bundle(path):
-        if path not in opened:
-            opened[path] = Bundle(args.build, path)
-        return opened[path]
-
     entries = []
     date = datetime.date.today().isoformat()
     for tokens in tokens_list:
@@ -175,8 +181,8 @@ def tune_model(model, pair, plans, tokens_list, reference, flush, args,
         for part, case in cases.items():
             plan = plans[(model, part)]
             # moe-tile's heuristic config, compiled for this T.
-            heuristic_us, why = measure(bundle(plan["heuristic"][tokens]),
-                                        case, flush, args)
+            heuristic_us, why = measure(plan["heuristic"][tokens], case,
+                                        flush, args)
             if heuristic_us is None:
                 raise RuntimeError(f"{model} {part} T={tokens}: the "
                                    f"heuristic's bundle {why}")
@@ -185,7 +191,7 @@ def tune_model(model, pair, plans, tokens_list, reference, flush, args,
             for config, path in plan["candidates"]:
                 if not tune_space.timed_at(config, tokens):
                     continue
-                us, why = measure(bundle(path), case, flush, args)
+                us, why = measure(path, case, flush, args)
                 if us is None:
                     rejected += 1
                     print(f"  {model} {part} T={tokens} {config}: {why}",
@@ -205,8 +211,6 @@ def tune_model(model, pair, plans, tokens_list, reference, flush, args,
                   f"({heuristic_us / best_us:.2f}x)  grouped_mm+epilogue "
                   f"{peer_us:9.1f} us  [{len(timed)} timed, {rejected} "
                   f"rejected]", flush=True)
-    for opened_bundle in opened.values():
-        opened_bundle.close()
     del w13, w2, x_all
     torch.cuda.empty_cache()
     return entries
@@ -259,16 +263,22 @@ def main():
     reference = Reference(args.build)
     flush = flush_buffer(DEVICE)
     generator = torch.Generator().manual_seed(args.seed)
-    entries = []
+    written = 0
     for name in args.presets.split(","):
         started = time.time()
         pair = {gemm["part"]: gemm for gemm in gemms if gemm["model"] == name}
-        entries += tune_model(name, pair, plans, tokens_list, reference,
-                              flush, args, generator, device)
-        print(f"# {name}: {time.time() - started:.0f} s", flush=True)
-    merged = tune_space.merge(tune_space.read_database(args.output), entries)
-    tune_space.write_database(args.output, merged)
-    print(f"moe-tune: wrote {len(entries)} entries ({len(merged)} in all) to "
+        entries = tune_model(name, pair, plans, tokens_list, reference,
+                             flush, args, generator, device)
+        # Written after each model: what was measured survives a later
+        # failure.
+        merged = tune_space.merge(tune_space.read_database(args.output),
+                                  entries)
+        tune_space.write_database(args.output, merged)
+        written += len(entries)
+        print(f"# {name}: {time.time() - started:.0f} s, {len(entries)} "
+              f"entries written", flush=True)
+    print(f"moe-tune: wrote {written} entries "
+          f"({len(tune_space.read_database(args.output))} in all) to "
           f"{args.output}")
     return 0
 
