@@ -10,7 +10,7 @@
 // DECODE-NOT: warning
 // DECODE: config = #moe.gemm_config<block_m = 64, block_n = 128, block_k = 64, num_stages = 3>, moe.tuned
 // PREFILL-NOT: warning
-// PREFILL: config = #moe.gemm_config<block_m = 64, block_n = 128, block_k = 64, num_stages = 6>, moe.tuned
+// PREFILL: config = #moe.gemm_config<block_m = 64, block_n = 256, block_k = 64, num_stages = 4, warp_specialized = true>, moe.tuned
 // OTHER: warning: moe-tile: no tuned config for E=257 N=4096 K=7168 bf16 block_m=64 on 'NVIDIA H20' near 1 tokens
 // OTHER: config = #moe.gemm_config<block_m = 64, block_n = 128, block_k = 64, num_stages = 4>, num_slots
 func.func @deepseek_up(%x: tensor<?x7168xbf16>, %w13: tensor<257x4096x7168xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>) -> tensor<?x2048xbf16> {
