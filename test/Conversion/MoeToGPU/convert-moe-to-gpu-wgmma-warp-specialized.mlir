@@ -1,11 +1,12 @@
-// convert-moe-to-gpu with warp_specialized = true: the last warpgroup only loads,
-// the others only multiply. Two mbarriers per stage: `full` (the leader's
-// expect_tx for the TMA bytes, plus, for gathered token rows, one arrival per
-// producer thread) and `empty` (one arrival per consumer thread). The role is
-// the warpgroup index broadcast from lane 0 (warp-uniform for ptxas). The
-// producer waits on `empty` before refilling a stage, and each gathering
-// thread reports K tile s on `full` after issuing tile s + 2 (lag = stages -
-// 2), behind its own cp.async wait and proxy fence; the consumers wait on
+// convert-moe-to-gpu with warp_specialized = true: the last warpgroup only
+// loads, the others only multiply. Two mbarriers per stage: `full` (the
+// leader's expect_tx for the TMA bytes, plus, for gathered token rows, one
+// arrival per producer thread) and `empty` (one arrival per consumer thread).
+// The role is the warpgroup index broadcast from lane 0 (warp-uniform for
+// ptxas). The producer waits on `empty` before refilling a stage, and each
+// gathering thread reports K tile s on `full` after issuing tile s + 2 (lag =
+// stages - 2), behind its own cp.async wait and proxy fence; with TMA-only
+// loads the leader alone runs the producer loop. The consumers wait on
 // `full`, multiply, and free the previous K tile's stage once its wgmmas are
 // done. No block barrier in either loop.
 // RUN: moe-opt %s --convert-moe-to-gpu="tokens-max=128" | FileCheck %s
