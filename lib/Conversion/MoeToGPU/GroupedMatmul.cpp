@@ -1045,14 +1045,14 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
     };
 
     // The consumers' part from their accumulators: the split's partial sums,
-    // or the epilogue. `warpInConsumers` counts the consumer warps.
-    auto finish = [&](Value accumulators, Value warpInConsumers) {
+    // or the epilogue.
+    auto finish = [&](Value accumulators) {
       // Register 4 j + i of a thread holds row 16 warp + lane / 4 + 8 (i / 2),
-      // column 8 j + 2 (lane % 4) + i % 2 of the block's accumulators (warp
-      // counted over the consumers: consumer c's rows start at 64 c).
-      Value laneRow = arith::AddIOp::create(
-          b, arith::MulIOp::create(b, warpInConsumers, wb.index(16)),
-          arith::DivUIOp::create(b, lane, wb.index(4)));
+      // column 8 j + 2 (lane % 4) + i % 2 of the block's accumulators (the
+      // consumers are the first warpgroups: consumer c's rows start at 64 c).
+      Value laneRow =
+          arith::AddIOp::create(b, arith::MulIOp::create(b, warp, wb.index(16)),
+                                arith::DivUIOp::create(b, lane, wb.index(4)));
       Value laneColumn = arith::MulIOp::create(
           b, arith::RemUIOp::create(b, lane, wb.index(4)), wb.index(2));
       if (reduction) {
@@ -1101,7 +1101,7 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
             return sum;
           });
       NVVM::WgmmaWaitGroupSyncOp::create(b, 0);
-      finish(accumulators, warp);
+      finish(accumulators);
       return;
     }
 
@@ -1180,7 +1180,7 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
                   return sum;
                 });
                 NVVM::WgmmaWaitGroupSyncOp::create(b, 0);
-                finish(accumulators, warp);
+                finish(accumulators);
               });
   });
   if (reduction)
