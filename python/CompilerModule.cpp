@@ -631,8 +631,9 @@ the compiler moe_mlir.Error.
     return std::make_tuple(
         first..., py::kw_only(), py::arg("tokens_max") = 16384,
         py::arg("block_m") = 0, py::arg("config_db") = "",
-        py::arg("device") = "NVIDIA H100 80GB HBM3", py::arg("chip") = "sm_90a",
-        py::arg("features") = "+ptx80", py::arg("toolkit") = "/usr/local/cuda");
+        py::arg("device") = moe::kDefaultGemmDevice.str(),
+        py::arg("chip") = "sm_90a", py::arg("features") = "+ptx80",
+        py::arg("toolkit") = "/usr/local/cuda");
   };
   std::apply(
       [&](auto... arguments) {

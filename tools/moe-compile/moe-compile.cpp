@@ -77,7 +77,7 @@ static cl::opt<std::string>
 static cl::opt<std::string>
     device("device",
            cl::desc("CUDA device name the tuned configs are looked up for"),
-           cl::init("NVIDIA H100 80GB HBM3"));
+           cl::init(kDefaultGemmDevice.str()));
 static cl::opt<std::string> chip("chip", cl::desc("GPU architecture"),
                                  cl::init("sm_90a"));
 static cl::opt<std::string>

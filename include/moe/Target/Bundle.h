@@ -9,6 +9,8 @@
 #ifndef MOE_TARGET_BUNDLE_H
 #define MOE_TARGET_BUNDLE_H
 
+#include "moe/Dialect/Moe/Transforms/GemmConfigDatabase.h"
+
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/Support/Error.h"
 
@@ -27,7 +29,7 @@ struct BundleOptions {
   /// A tuned config database consulted before the shipped entries (empty:
   /// the shipped ones only), and the device its entries are looked up for.
   std::string configDatabase;
-  std::string device = "NVIDIA H100 80GB HBM3";
+  std::string device = kDefaultGemmDevice.str();
   std::string chip = "sm_90a";
   std::string features = "+ptx80";
   /// CUDA toolkit for ptxas; without one only PTX is written and the driver

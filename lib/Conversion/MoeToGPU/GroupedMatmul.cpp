@@ -386,8 +386,8 @@ LogicalResult emitSimtGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
 //===----------------------------------------------------------------------===//
 
 constexpr int64_t kWarpgroupThreads = 128;
-/// Rows of one wgmma (its M) and K elements of one instruction.
-constexpr int64_t kWgmmaM = 64, kWgmmaK = 16;
+/// K elements of one wgmma instruction (its M is kWgmmaRows).
+constexpr int64_t kWgmmaK = 16;
 /// The swizzle span of the tiles TMA and the row gathers write: a K tile is
 /// one 128-byte row per matrix row, and 8 rows form a 1024-byte atom.
 constexpr int64_t kSwizzleBytes = 128, kSwizzleAtomBytes = 1024;
@@ -438,11 +438,11 @@ LogicalResult checkWgmmaConfig(GroupedMatmulOp op, GemmConfigAttr config) {
     return fail("num_warpgroups must be 1 or 2");
   // The warpgroups of a block share its weight tile: their rows must be one
   // expert's, so one routing block must cover them all.
-  if (config.getNumWarpgroups() > 1 && config.getNumWarpgroups() * kWgmmaM >
+  if (config.getNumWarpgroups() > 1 && config.getNumWarpgroups() * kWgmmaRows >
                                            static_cast<int64_t>(op.getBlockM()))
     return fail("num_warpgroups = " + Twine(config.getNumWarpgroups()) +
                 " needs routing blocks (block_m) of at least " +
-                Twine(config.getNumWarpgroups() * kWgmmaM) +
+                Twine(config.getNumWarpgroups() * kWgmmaRows) +
                 " rows, so that a block's rows are one expert's");
   if (config.getClusterM() != 1 || config.getClusterN() != 1 ||
       config.getPersistent())
@@ -609,7 +609,7 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
   // [64 w, 64 w + 64)), all against the block's one weight tile; smaller
   // routing blocks leave the rest of the rows unused (masked).
   int64_t warpgroups = config.getNumWarpgroups();
-  int64_t tileRows = warpgroups * kWgmmaM;
+  int64_t tileRows = warpgroups * kWgmmaRows;
   // Warp-specialized, one more warpgroup only loads; otherwise every thread
   // loads (gathers rows) and multiplies.
   bool warpSpecialized = config.getWarpSpecialized();
@@ -918,7 +918,7 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
         b, tileDescriptors,
         arith::ConstantOp::create(
             b, b.getI64IntegerAttr((stages * rowTileBytes) >> 4)));
-    auto shape = NVVM::MMAShapeAttr::get(ctx, kWgmmaM, blockN, kWgmmaK);
+    auto shape = NVVM::MMAShapeAttr::get(ctx, kWgmmaRows, blockN, kWgmmaK);
     NVVM::WGMMATypes wgmmaType =
         elementType.isBF16() ? NVVM::WGMMATypes::bf16 : NVVM::WGMMATypes::f16;
     // The wgmmas of K tile `step` (in its stage) for the rows of consumer
@@ -933,7 +933,7 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
               b, arith::MulIOp::create(b, stage, wb.index(rowTileBytes >> 4)),
               arith::MulIOp::create(
                   b, consumer,
-                  wb.index(kWgmmaM * blockK * elementBytes >> 4)))));
+                  wb.index(kWgmmaRows * blockK * elementBytes >> 4)))));
       Value weightDescriptor = arith::AddIOp::create(
           b, weightDescriptors,
           i64(arith::MulIOp::create(b, stage, wb.index(weightTileBytes >> 4))));

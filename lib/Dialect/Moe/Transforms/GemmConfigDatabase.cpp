@@ -2,7 +2,6 @@
 
 #include "moe/Dialect/Moe/Transforms/GemmConfigDatabase.h"
 
-#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -97,9 +96,8 @@ public:
         return fail(where + ": config '" + name + "' must be an integer");
       *target = *value;
     }
-    for (auto [name, target] :
-         {std::pair{"persistent", &out.persistent},
-          {"warp_specialized", &out.warpSpecialized}}) {
+    for (auto [name, target] : {std::pair{"persistent", &out.persistent},
+                                {"warp_specialized", &out.warpSpecialized}}) {
       if (!config.get(name))
         continue;
       std::optional<bool> value = config.getBoolean(name);
@@ -186,7 +184,6 @@ GemmConfigDatabase::parse(llvm::StringRef text, llvm::StringRef origin) {
                                        index, key.str(), tuned.tokens)
                              .str());
     buckets.push_back(tuned);
-    ++database.numEntries;
   }
   return database;
 }

@@ -10,8 +10,6 @@ static constexpr int64_t kSwizzleBytes = 128;
 /// From this many tokens on, tiles of 256 accumulator columns (half the A
 /// traffic per flop) beat 128 on the H100/H200 (bench/RESULTS.md).
 static constexpr int64_t kWideTileTokens = 256;
-/// Rows of one wgmma: what one warpgroup of a block takes.
-static constexpr int64_t kWgmmaRows = 64;
 /// Weight bytes a K split must stream at least: below it the second launch
 /// and the partial sums cost more than the extra multiprocessors gain.
 static constexpr int64_t kMinSplitWeightBytes = 1 << 20;

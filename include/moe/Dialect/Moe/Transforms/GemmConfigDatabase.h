@@ -24,6 +24,10 @@
 namespace mlir {
 namespace moe {
 
+/// The CUDA device the tuned configs are looked up for unless told.
+inline constexpr llvm::StringLiteral kDefaultGemmDevice =
+    "NVIDIA H100 80GB HBM3";
+
 /// Fields of a #moe.gemm_config to change; unset ones keep the base's.
 struct GemmConfigChanges {
   std::optional<int64_t> blockN, blockK, numStages, numWarpgroups, splitK,
@@ -82,11 +86,8 @@ public:
   /// block_m or else among those for any block_m; null when there is none.
   const TunedGemmConfig *lookup(const GemmShapeKey &key, int64_t tokens) const;
 
-  size_t size() const { return numEntries; }
-
 private:
   std::map<GemmShapeKey, std::vector<TunedGemmConfig>> entries;
-  size_t numEntries = 0;
 };
 
 } // namespace moe

@@ -14,6 +14,9 @@
 namespace mlir {
 namespace moe {
 
+/// Rows of one wgmma: what one warpgroup of a grouped-matmul block takes.
+inline constexpr int64_t kWgmmaRows = 64;
+
 /// Whether a #moe.gemm_config can have `blockM` rows per block (a power of
 /// two in [16, 256]).
 inline bool isDescribableBlockM(int64_t blockM) {

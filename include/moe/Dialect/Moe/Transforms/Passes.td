@@ -114,7 +114,7 @@ def MoeTile : Pass<"moe-tile"> {
            "A tuned config database (JSON, docs/CONFIG-DATABASE.md) whose "
            "entries come before the shipped ones">,
     Option<"device", "device", "std::string",
-           /*default=*/"\"NVIDIA H100 80GB HBM3\"",
+           /*default=*/"::mlir::moe::kDefaultGemmDevice.str()",
            "The CUDA device name the tuned configs are looked up for">
   ];
 }
