@@ -166,6 +166,7 @@ llvm::Error mlir::moe::compileBundle(ModuleOp module,
   std::string toGpu = llvm::formatv(
       "moe-decompose{{block-m={0} tokens={1}},moe-tile{{tokens={1} block-n={4} "
       "num-stages={5} config-db='{6}' device='{7}'},moe-split-k{{tokens={1}},"
+      "moe-tma,"
       "convert-moe-to-gpu{{tokens-max={1} chip={2} features={3}}",
       options.blockM, options.tokensMax, options.chip, options.features,
       options.blockN, options.numStages, options.configDatabase,

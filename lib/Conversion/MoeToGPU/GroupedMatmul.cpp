@@ -67,7 +67,6 @@ constexpr int64_t kGemmColumnsPerThread = kGemmTileN / kGemmThreadsPerSide;
 LogicalResult emitSimtGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
                                     GroupedMatmulOp op) {
   OpBuilder::InsertionGuard guard(builder);
-  RankedTensorType weightsType = op.getWeightsType();
   int64_t numExperts = op.getNumStoredExperts(), k = op.getReductionSize();
   int64_t slots = op.getNumSlots(), blockM = op.getBlockM();
   Activation activation = op.getActivation();
@@ -82,35 +81,11 @@ LogicalResult emitSimtGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
   int64_t rowsPerThread = blockM / kGemmThreadsPerSide;
   int64_t threads = kGemmThreadsPerSide * kGemmThreadsPerSide;
 
+  // The threads stage both operands (f32 and rows TMA cannot address have
+  // no tensor-core kernel, so no TMA descriptors either).
   auto [capacity, rows, sortedIds, expertIds] = useGemmOperands(plan, op);
-  // Weight tiles come through one 3-D TMA descriptor over [E, N, K], the
-  // expert its outer coordinate, built once by the runtime and passed by
-  // value, when the rows are the 16-byte multiples TMA needs; else the
-  // threads load them. Sorted input rows are contiguous, so their tiles come
-  // through a 2-D descriptor over [C, K] as well; gathered token rows are
-  // loaded by the threads.
-  int64_t elementBytes = weightsType.getElementTypeBitWidth() / 8;
-  bool weightsByTma = (k * elementBytes) % 16 == 0;
-  bool rowsByTma = weightsByTma && !tokenInput;
-  unsigned weightsBuffer = plan.use(op.getWeights());
-  KernelArg weightsArg =
-      weightsByTma
-          ? KernelArg::tensorMap(plan.tensorMap(weightsBuffer, "weight_map",
-                                                {kGemmTileK, kGemmTileN, 1},
-                                                /*swizzleBytes=*/0))
-          : KernelArg(weightsBuffer);
-  KernelArg rowsArg = rowsByTma ? KernelArg::tensorMap(plan.tensorMap(
-                                      rows, "input_map", {kGemmTileK, blockM},
-                                      /*swizzleBytes=*/0))
-                                : KernelArg(rows);
-  int64_t weightTileBytes = kGemmTileN * kGemmTileK * elementBytes;
-  int64_t numWeightTiles = gated ? 2 : 1;
-  int64_t rowTileBytes = blockM * kGemmTileK * elementBytes;
-  // The bytes TMA brings in per K step, into the dynamic shared memory.
-  int64_t tmaStepBytes = (weightsByTma ? numWeightTiles * weightTileBytes : 0) +
-                         (rowsByTma ? rowTileBytes : 0);
-  SmallVector<KernelArg> args = {rowsArg, weightsArg, sortedIds, expertIds,
-                                 plan.use(op.getNumPadded())};
+  SmallVector<KernelArg> args = {rows, plan.use(op.getWeights()), sortedIds,
+                                 expertIds, plan.use(op.getNumPadded())};
   if (weighted)
     args.push_back(plan.use(op.getRoutedWeights()));
   args.push_back(defineOutput(plan, op));
@@ -124,47 +99,11 @@ LogicalResult emitSimtGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
       builder, op.getLoc(), "moe_grouped_matmul", args,
       {PlanBuilder::constant(llvm::divideCeil(columns, kGemmTileN)),
        PlanBuilder::ceilDiv(capacity, blockM), PlanBuilder::constant(1)},
-      {threads, 1, 1}, shared, tmaStepBytes);
+      {threads, 1, 1}, shared);
 
   ImplicitLocOpBuilder b(op.getLoc(), builder);
   LoopBuilder wb{b};
   Value input = kernel.getArgument(0), weights = kernel.getArgument(1);
-  // The TMA destinations are views of the dynamic shared memory, shaped as
-  // their descriptor's box: the weight tiles (gate, then up) [1, 64, 16],
-  // then the row tile [block_m, 16].
-  Value sharedBase =
-      tmaStepBytes ? dynamicSharedMemory(b, plan.kernels) : Value();
-  int64_t sharedOffset = 0;
-  auto tmaTile = [&](ArrayRef<int64_t> box) {
-    auto type = MemRefType::get(box, weightsType.getElementType(),
-                                MemRefLayoutAttrInterface(),
-                                b.getI64IntegerAttr(kSharedAddressSpace));
-    Value view = memref::ViewOp::create(b, type, sharedBase,
-                                        wb.index(sharedOffset), ValueRange());
-    sharedOffset += type.getNumElements() * elementBytes;
-    return view;
-  };
-  // The descriptor behind kernel argument `pointer`, for tiles like `tile`.
-  auto descriptor = [&](Value pointer, Value tile) -> Value {
-    auto type = nvgpu::TensorMapDescriptorType::get(
-        b.getContext(), cast<MemRefType>(tile.getType()),
-        nvgpu::TensorMapSwizzleKind::SWIZZLE_NONE,
-        nvgpu::TensorMapL2PromoKind::L2PROMO_NONE,
-        nvgpu::TensorMapOOBKind::OOB_ZERO,
-        nvgpu::TensorMapInterleaveKind::INTERLEAVE_NONE);
-    return UnrealizedConversionCastOp::create(b, type, pointer).getResult(0);
-  };
-  SmallVector<Value> weightTiles;
-  Value weightMap, rowTile, rowMap;
-  if (weightsByTma) {
-    for (int64_t tile = 0; tile < numWeightTiles; ++tile)
-      weightTiles.push_back(tmaTile({1, kGemmTileN, kGemmTileK}));
-    weightMap = descriptor(weights, weightTiles.front());
-  }
-  if (rowsByTma) {
-    rowTile = tmaTile({blockM, kGemmTileK});
-    rowMap = descriptor(input, rowTile);
-  }
   Value sorted = kernel.getArgument(2), experts = kernel.getArgument(3);
   Value padded = kernel.getArgument(4);
   Value routedWeights = weighted ? Value(kernel.getArgument(5)) : Value();
@@ -197,60 +136,13 @@ LogicalResult emitSimtGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
   };
   wb.ifThen(active, [&] {
     Value zero = wb.f32(0.0);
-    Value leader = wb.cmpi(arith::CmpIPredicate::eq, tid, wb.index(0));
-    // One mbarrier counts the weight tiles' bytes of each K step in; its
-    // phase flips every step. Initialised by one thread before anyone uses
-    // it.
-    Value barrier;
-    if (weightsByTma) {
-      barrier = nvgpu::MBarrierCreateOp::create(
-          b, nvgpu::MBarrierGroupType::get(
-                 b.getContext(), b.getI64IntegerAttr(kSharedAddressSpace)));
-      wb.ifThen(leader, [&] {
-        nvgpu::TmaPrefetchOp::create(b, weightMap, Value());
-        nvgpu::MBarrierInitOp::create(b, barrier, wb.index(1), wb.index(0),
-                                      Value());
-      });
-      gpu::BarrierOp::create(b);
-    }
     int64_t accumulators = rowsPerThread * kGemmColumnsPerThread;
     SmallVector<Value> inits(gated ? 2 * accumulators : accumulators, zero);
     SmallVector<Value> sums = wb.loop(
         wb.index(0), wb.index(k), inits,
         [&](Value k0, ValueRange carried) -> SmallVector<Value> {
-          // The weight tiles of this step (gate, then up at column +
-          // columns) and the sorted row tile are in flight while the threads
-          // stage gathered A rows; TMA fills what lies past N, K or C with
-          // zeros.
-          if (weightsByTma)
-            wb.ifThen(leader, [&] {
-              nvgpu::MBarrierArriveExpectTxOp::create(
-                  b, barrier, wb.index(tmaStepBytes), wb.index(0), Value());
-              for (int64_t tile = 0; tile < numWeightTiles; ++tile)
-                nvgpu::TmaAsyncLoadOp::create(
-                    b, weightTiles[tile], barrier, weightMap,
-                    ValueRange{k0,
-                               arith::AddIOp::create(b, firstColumn,
-                                                     wb.index(tile * columns)),
-                               expert},
-                    wb.index(0), Value(), Value());
-              if (rowsByTma)
-                nvgpu::TmaAsyncLoadOp::create(b, rowTile, barrier, rowMap,
-                                              ValueRange{k0, firstRow},
-                                              wb.index(0), Value(), Value());
-            });
-          auto waitForTma = [&] {
-            Value step = arith::DivUIOp::create(b, k0, wb.index(kGemmTileK));
-            Value parity = arith::IndexCastOp::create(
-                b, b.getI1Type(), arith::RemUIOp::create(b, step, wb.index(2)));
-            nvgpu::MBarrierTryWaitParityOp::create(
-                b, barrier, parity, wb.index(kMbarrierWaitTicks), wb.index(0));
-          };
-          if (rowsByTma)
-            waitForTma();
-          // Stage the A rows (gathered, zero for padding rows, which TMA
-          // loads as whatever they hold) and the B columns of this K step in
-          // shared memory, as f32.
+          // Stage the A rows (gathered, zero for padding rows) and the B
+          // columns of this K step in shared memory, as f32.
           for (int64_t base = 0; base < blockM * kGemmTileK; base += threads) {
             Value item = arith::AddIOp::create(b, tid, wb.index(base));
             Value i = arith::DivUIOp::create(b, item, wb.index(kGemmTileK));
@@ -265,14 +157,10 @@ LogicalResult emitSimtGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
                 b, routed,
                 wb.cmpi(arith::CmpIPredicate::ult, kIndex, wb.index(k)));
             Value value =
-                rowsByTma ? wb.loadF32(rowTile, {i, kk})
-                          : wb.loadF32(input,
-                                       {wb.select(valid, source, wb.index(0)),
-                                        wb.select(valid, kIndex, wb.index(0))});
+                wb.loadF32(input, {wb.select(valid, source, wb.index(0)),
+                                   wb.select(valid, kIndex, wb.index(0))});
             wb.store(wb.select(valid, value, zero), tileA, {i, kk});
           }
-          if (weightsByTma && !rowsByTma)
-            waitForTma();
           for (int64_t base = 0; base < kGemmTileN * kGemmTileK;
                base += threads) {
             Value item = arith::AddIOp::create(b, tid, wb.index(base));
@@ -288,8 +176,6 @@ LogicalResult emitSimtGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
             Value safeK = wb.select(valid, kIndex, wb.index(0));
             // Weight (expert, column + tile * columns, k) of the step.
             auto weight = [&](int64_t tile) {
-              if (weightsByTma)
-                return wb.loadF32(weightTiles[tile], {wb.index(0), jj, kk});
               return wb.loadF32(
                   weights, {expert,
                             arith::AddIOp::create(b, safeColumn,
@@ -395,16 +281,6 @@ constexpr int64_t kCopyBytes = 16;
 /// Row blocks per group of the block order (see the kernel).
 constexpr int64_t kRasterRowBlocks = 16;
 
-/// Whether the tensor-core kernel applies: 2-byte floats whose rows are the
-/// 16-byte multiples TMA and cp.async address, in routing blocks that a
-/// #moe.gemm_config can describe.
-bool supportsWgmma(GroupedMatmulOp op) {
-  Type elementType = op.getWeightsType().getElementType();
-  return (elementType.isBF16() || elementType.isF16()) &&
-         op.getReductionSize() * 2 % kCopyBytes == 0 &&
-         isDescribableBlockM(op.getBlockM());
-}
-
 /// The wgmma matrix descriptor of a K-major tile at shared address `address`
 /// (i64, 1024-aligned) in the 128-byte swizzle layout: start address >> 4,
 /// 8-row groups kSwizzleAtomBytes apart, layout type 1 (128-byte swizzle);
@@ -455,6 +331,27 @@ LogicalResult checkWgmmaConfig(GroupedMatmulOp op, GemmConfigAttr config) {
                 " K tiles)");
   if (config.getTmaA() != (op.getInputOrder() == RowOrder::sorted))
     return fail("tma_a must be set exactly for sorted input rows");
+  if (!config.getTmaB())
+    return fail("tma_b must be set (weights load only by TMA)");
+  // The descriptors moe-tma made, with the boxes the kernel's tiles have.
+  auto checkMap = [&](Value map, StringRef name,
+                      ArrayRef<int64_t> box) -> LogicalResult {
+    if (!map)
+      return op.emitOpError() << "has no " << name
+                              << " for its config's TMA loads (run moe-tma)";
+    auto expected = TensorMapType::get(op.getContext(),
+                                       op.getWeightsType().getElementType(),
+                                       box, kSwizzleBytes);
+    if (map.getType() != expected)
+      return op.emitOpError() << "expects its " << name << " to be " << expected
+                              << " for " << config << ", got " << map.getType();
+    return success();
+  };
+  if (failed(checkMap(op.getWeightsMap(), "weights_map",
+                      getWeightsTmaBox(op, config))))
+    return failure();
+  if (config.getTmaA())
+    return checkMap(op.getInputMap(), "input_map", getInputTmaBox(config));
   return success();
 }
 
@@ -627,13 +524,11 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
   int64_t numColumnTiles = llvm::divideCeil(columns, outputColumnsPerBlock);
 
   auto [capacity, rows, sortedIds, expertIds] = useGemmOperands(plan, op);
-  KernelArg weightsArg = KernelArg::tensorMap(
-      plan.tensorMap(plan.use(op.getWeights()), "weight_map",
-                     {blockK, boxRows, 1}, kSwizzleBytes));
+  KernelArg weightsArg =
+      KernelArg::tensorMap(plan.tensorMapOf(op.getWeightsMap()));
   KernelArg rowsArg =
       tokenInput ? KernelArg(rows)
-                 : KernelArg::tensorMap(plan.tensorMap(
-                       rows, "input_map", {blockK, tileRows}, kSwizzleBytes));
+                 : KernelArg::tensorMap(plan.tensorMapOf(op.getInputMap()));
   SmallVector<KernelArg> args = {rowsArg, weightsArg, sortedIds, expertIds,
                                  plan.use(op.getNumPadded())};
   // Split K: each split stores its fp32 partial sums per routed slot (and
@@ -697,23 +592,21 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
         wb.index(stages * rowTileBytes +
                  box * boxRows * blockK * elementBytes));
   };
-  auto descriptorType = [&](ArrayRef<int64_t> box) {
-    return nvgpu::TensorMapDescriptorType::get(
+  // The nvgpu view of a map kernel argument: TMA copies of its boxes.
+  auto descriptor = [&](Value map, Value argument) -> Value {
+    auto type = nvgpu::TensorMapDescriptorType::get(
         ctx,
-        MemRefType::get(box, elementType, MemRefLayoutAttrInterface(),
+        MemRefType::get(cast<TensorMapType>(map.getType()).getBox(),
+                        elementType, MemRefLayoutAttrInterface(),
                         b.getI64IntegerAttr(kSharedAddressSpace)),
         nvgpu::TensorMapSwizzleKind::SWIZZLE_128B,
         nvgpu::TensorMapL2PromoKind::L2PROMO_256B,
         nvgpu::TensorMapOOBKind::OOB_ZERO,
         nvgpu::TensorMapInterleaveKind::INTERLEAVE_NONE);
+    return UnrealizedConversionCastOp::create(b, type, argument).getResult(0);
   };
-  Value weightMap = UnrealizedConversionCastOp::create(
-                        b, descriptorType({1, boxRows, blockK}), weights)
-                        .getResult(0);
-  Value rowMap = tokenInput ? Value()
-                            : UnrealizedConversionCastOp::create(
-                                  b, descriptorType({tileRows, blockK}), input)
-                                  .getResult(0);
+  Value weightMap = descriptor(op.getWeightsMap(), weights);
+  Value rowMap = tokenInput ? Value() : descriptor(op.getInputMap(), input);
 
   Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
   Value warp = arith::DivUIOp::create(b, tid, wb.index(32));
@@ -1193,10 +1086,18 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
 LogicalResult mlir::moe::detail::emitGroupedMatmul(PlanBuilder &plan,
                                                    OpBuilder &builder,
                                                    GroupedMatmulOp op) {
-  GemmConfigAttr config = op.getConfigAttr();
-  if (!config)
-    config = chooseGemmConfig(op, plan.tokensMax);
-  if (!supportsWgmma(op))
+  // The tensor-core kernel is built from the op's tiling (moe-tile) and
+  // descriptors (moe-tma); ops it cannot run get the SIMT kernel.
+  if (!hasTensorCoreKernel(op)) {
+    if (op.getConfigAttr())
+      return op.emitOpError() << "has a config but no tensor-core kernel "
+                                 "(bf16/f16, rows of 16-byte multiples, a "
+                                 "power-of-two block_m in [16, 256])";
     return emitSimtGroupedMatmul(plan, builder, op);
-  return emitWgmmaGroupedMatmul(plan, builder, op, config);
+  }
+  if (GemmConfigAttr config = op.getConfigAttr())
+    return emitWgmmaGroupedMatmul(plan, builder, op, config);
+  return op.emitOpError()
+         << "has no #moe.gemm_config for its tensor-core kernel (run moe-tile "
+            "and moe-tma)";
 }

@@ -718,6 +718,10 @@ struct ConvertMoeToGPUPass
                 emitCombine(plan, builder, combine);
                 return success();
               })
+              .Case([&](TensorMapOp map) -> LogicalResult {
+                plan.defineTensorMap(map);
+                return success();
+              })
               .Case([&](GroupedMatmulOp gemm) -> LogicalResult {
                 return emitGroupedMatmul(plan, builder, gemm);
               })

@@ -161,14 +161,17 @@ public:
   }
   void zero(unsigned buffer) { zeroed.push_back(buffer); }
 
-  /// Registers a TMA descriptor over `buffer` whose boxes are `box`
-  /// elements (innermost first); returns its index for KernelArg::tensorMap.
-  unsigned tensorMap(unsigned buffer, StringRef name, ArrayRef<int64_t> box,
-                     int64_t swizzleBytes) {
-    maps.push_back(
-        {uniqueName(name), buffer, SmallVector<int64_t>(box), swizzleBytes});
-    return maps.size() - 1;
+  /// Registers the TMA descriptor `op` makes over its source's buffer, to
+  /// be encoded once by the runtime.
+  void defineTensorMap(TensorMapOp op) {
+    TensorMapType type = op.getMapType();
+    mapOf[op.getMap()] = maps.size();
+    maps.push_back({/*name=*/"", use(op.getSource()),
+                    llvm::to_vector(llvm::reverse(type.getBox())),
+                    type.getSwizzle()});
   }
+  /// The index for KernelArg::tensorMap of `map`, a moe.tensor_map result.
+  unsigned tensorMapOf(Value map) const { return mapOf.at(map); }
 
   /// Creates kernel `base_<n>` taking `args` (then T as i32), with
   /// `dynamicSharedBytes` of dynamic shared memory, and records its launch;
@@ -241,8 +244,10 @@ public:
       zeros.push_back(builder.getStringAttr(buffers[buffer].name));
     // Names are final only now: results are named when the return is seen.
     SmallVector<Attribute> mapEntries;
-    for (const TensorMap &map : maps)
+    for (TensorMap &map : maps) {
+      map.name = uniqueName(buffers[map.buffer].name + "_map");
       mapEntries.push_back(tensorMapEntry(builder, map));
+    }
     for (Launch &launch : launches) {
       SmallVector<Attribute> argNames;
       for (const KernelArg &arg : launch.args)
@@ -324,6 +329,7 @@ private:
   std::vector<Launch> launches;
   std::vector<Buffer> buffers;
   std::vector<TensorMap> maps;
+  DenseMap<Value, unsigned> mapOf;
   SmallVector<unsigned> zeroed;
   unsigned kernelCount = 0;
 };

@@ -447,6 +447,12 @@ struct ConvertMoeToLoopsPass
     RewritePatternSet patterns(&getContext());
     populateMoeToLoopsPatterns(patterns);
     walkAndApplyPatterns(getOperation(), std::move(patterns));
+    // TMA descriptors mean nothing to loops: they go with the GEMMs that
+    // loaded through them.
+    getOperation()->walk([](TensorMapOp map) {
+      if (map->use_empty())
+        map->erase();
+    });
     WalkResult remaining = getOperation()->walk([](Operation *op) {
       if (isa<FusedMoeOp>(op)) {
         op->emitError() << "convert-moe-to-loops: run moe-decompose first";

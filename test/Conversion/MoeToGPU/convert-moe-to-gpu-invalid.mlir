@@ -79,6 +79,56 @@ func.func @gemm_gated_block_n(%x: tensor<?x64xbf16>, %w: tensor<4x96x64xbf16>, %
 
 // -----
 
+func.func @gemm_untiled(%x: tensor<?x64xbf16>, %w: tensor<4x64x64xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>) -> tensor<?x64xbf16> {
+  // expected-error @below {{'moe.grouped_matmul' op has no #moe.gemm_config for its tensor-core kernel (run moe-tile and moe-tma)}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n input(token) output(sorted) {block_m = 64, num_slots = 2}
+    : (tensor<?x64xbf16>, tensor<4x64x64xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>) -> tensor<?x64xbf16>
+  return %o : tensor<?x64xbf16>
+}
+
+// -----
+
+func.func @gemm_without_maps(%x: tensor<?x64xbf16>, %w: tensor<4x64x64xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>) -> tensor<?x64xbf16> {
+  // expected-error @below {{'moe.grouped_matmul' op has no weights_map for its config's TMA loads (run moe-tma)}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n input(token) output(sorted)
+      {block_m = 64, num_slots = 2, config = #moe.gemm_config<block_m = 64, block_n = 128, block_k = 64, num_stages = 4>}
+    : (tensor<?x64xbf16>, tensor<4x64x64xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>) -> tensor<?x64xbf16>
+  return %o : tensor<?x64xbf16>
+}
+
+// -----
+
+func.func @gemm_weights_without_tma(%x: tensor<?x64xbf16>, %w: tensor<4x64x64xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>) -> tensor<?x64xbf16> {
+  // expected-error @below {{tma_b = false>: tma_b must be set (weights load only by TMA)}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n input(token) output(sorted)
+      {block_m = 64, num_slots = 2, config = #moe.gemm_config<block_m = 64, block_n = 128, block_k = 64, num_stages = 4, tma_b = false>}
+    : (tensor<?x64xbf16>, tensor<4x64x64xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>) -> tensor<?x64xbf16>
+  return %o : tensor<?x64xbf16>
+}
+
+// -----
+
+func.func @gemm_map_of_other_tiles(%x: tensor<?x64xbf16>, %w: tensor<4x256x64xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>) -> tensor<?x256xbf16> {
+  %map = moe.tensor_map %w : tensor<4x256x64xbf16> -> !moe.tensor_map<bf16, box = [1, 64, 64], swizzle = 128>
+  // expected-error @below {{'moe.grouped_matmul' op expects its weights_map to be '!moe.tensor_map<bf16, box = [1, 256, 64], swizzle = 128>' for #moe.gemm_config<block_m = 64, block_n = 256, block_k = 64, num_stages = 4>, got '!moe.tensor_map<bf16, box = [1, 64, 64], swizzle = 128>'}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n weights_map(%map) input(token) output(sorted)
+      {block_m = 64, num_slots = 2, config = #moe.gemm_config<block_m = 64, block_n = 256, block_k = 64, num_stages = 4>}
+    : (tensor<?x64xbf16>, tensor<4x256x64xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, !moe.tensor_map<bf16, box = [1, 64, 64], swizzle = 128>) -> tensor<?x256xbf16>
+  return %o : tensor<?x256xbf16>
+}
+
+// -----
+
+func.func @gemm_f32_config(%x: tensor<?x32xf32>, %w: tensor<4x64x32xf32>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>) -> tensor<?x64xf32> {
+  // expected-error @below {{'moe.grouped_matmul' op has a config but no tensor-core kernel (bf16/f16, rows of 16-byte multiples, a power-of-two block_m in [16, 256])}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n input(token) output(sorted)
+      {block_m = 64, num_slots = 2, config = #moe.gemm_config<block_m = 64, block_n = 128, block_k = 32, num_stages = 4>}
+    : (tensor<?x32xf32>, tensor<4x64x32xf32>, tensor<?xi32>, tensor<?xi32>, tensor<i32>) -> tensor<?x64xf32>
+  return %o : tensor<?x64xf32>
+}
+
+// -----
+
 func.func @too_many_experts(%ids: tensor<?x2xi32>) -> (tensor<?xi32>, tensor<?xi32>, tensor<i32>) {
   // expected-error @below {{'moe.route' op has no GPU lowering for more than 1024 experts}}
   %s, %e, %n = moe.route %ids {num_experts = 2048, block_m = 16} : (tensor<?x2xi32>) -> (tensor<?xi32>, tensor<?xi32>, tensor<i32>)

@@ -9,7 +9,7 @@
 // loads the leader alone runs the producer loop. The consumers wait on
 // `full`, multiply, and free the previous K tile's stage once its wgmmas are
 // done. No block barrier in either loop.
-// RUN: moe-opt %s --convert-moe-to-gpu="tokens-max=128" | FileCheck %s
+// RUN: moe-opt %s --moe-tile="tokens=128" --moe-tma --convert-moe-to-gpu="tokens-max=128" | FileCheck %s
 
 // Token rows, one consumer: 256 threads.
 // CHECK-LABEL: gpu.func @moe_grouped_matmul_wgmma_0(

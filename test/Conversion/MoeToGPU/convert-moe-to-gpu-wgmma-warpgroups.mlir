@@ -4,10 +4,10 @@
 // a stage holds all 128 rows (a 128-row TMA box for sorted rows, four passes
 // of 32 gathered rows for token rows), and warpgroup 1's wgmma descriptors
 // start 8 KiB (512 descriptor units) after warpgroup 0's.
-// RUN: moe-opt %s --convert-moe-to-gpu="tokens-max=128" | FileCheck %s
+// RUN: moe-opt %s --moe-tile="tokens=128" --moe-tma --convert-moe-to-gpu="tokens-max=128" | FileCheck %s
 
 // CHECK: gpu.module @moe_kernels
-// CHECK-SAME: {box = array<i64: 64, 128>, dims = ["128", "T*2+508"], name = "input_map"
+// CHECK-SAME: {box = array<i64: 64, 128>, dims = ["128", "T*2+508"], name = "arg5_map"
 
 // gemm1: 4 stages of 16 KiB rows + 32 KiB weights (block_n 256).
 // CHECK: gpu.func @moe_grouped_matmul_wgmma_0(

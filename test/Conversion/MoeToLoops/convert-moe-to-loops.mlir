@@ -221,3 +221,22 @@ func.func @combine_weighted(%r: tensor<?x2x8xf16>, %w: tensor<?x2xf32>) -> tenso
   %y = moe.combine %r weights(%w) : (tensor<?x2x8xf16>, tensor<?x2xf32>) -> tensor<?x8xf16>
   return %y : tensor<?x8xf16>
 }
+
+// -----
+
+// A tiled grouped matmul (moe-tile, moe-tma) computes the same loops; its TMA
+// descriptors mean nothing on the CPU and go with it.
+// CHECK-LABEL: func @grouped_matmul_tiled
+// CHECK-NOT: moe.
+// CHECK: scf.for
+// CHECK-NOT: moe.
+// CHECK: return
+func.func @grouped_matmul_tiled(%h: tensor<66x64xbf16>, %w: tensor<4x16x64xbf16>, %s: tensor<66xi32>, %e: tensor<5xi32>, %n: tensor<i32>) -> tensor<66x16xbf16> {
+  %h_map = moe.tensor_map %h : tensor<66x64xbf16> -> !moe.tensor_map<bf16, box = [64, 64], swizzle = 128>
+  %w_map = moe.tensor_map %w : tensor<4x16x64xbf16> -> !moe.tensor_map<bf16, box = [1, 16, 64], swizzle = 128>
+  %o = moe.grouped_matmul %h, %w, %s, %e, %n input_map(%h_map) weights_map(%w_map) input(sorted) output(sorted)
+      {block_m = 16, num_slots = 2, config = #moe.gemm_config<block_m = 16, block_n = 16, block_k = 64, num_stages = 3, tma_a = true>}
+    : (tensor<66x64xbf16>, tensor<4x16x64xbf16>, tensor<66xi32>, tensor<5xi32>, tensor<i32>,
+       !moe.tensor_map<bf16, box = [64, 64], swizzle = 128>, !moe.tensor_map<bf16, box = [1, 16, 64], swizzle = 128>) -> tensor<66x16xbf16>
+  return %o : tensor<66x16xbf16>
+}

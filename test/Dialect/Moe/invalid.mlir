@@ -600,3 +600,116 @@ func.func @fused_bias(%x: tensor<4x64xbf16>, %l: tensor<4x8xf32>, %w13: tensor<8
     : (tensor<4x64xbf16>, tensor<4x8xf32>, tensor<8x32x64xbf16>, tensor<8x64x16xbf16>, tensor<16xf32>) -> tensor<4x64xbf16>
   return
 }
+
+//===----------------------------------------------------------------------===//
+// !moe.tensor_map and moe.tensor_map
+//===----------------------------------------------------------------------===//
+
+// -----
+
+// expected-error @below {{expects box edges of 1 to 256 elements, got 512}}
+func.func private @map_box_edge(!moe.tensor_map<bf16, box = [1, 512, 64], swizzle = 128>)
+
+// -----
+
+// expected-error @below {{expects a swizzle of 0, 32, 64 or 128 bytes, got 16}}
+func.func private @map_swizzle(!moe.tensor_map<bf16, box = [64, 8], swizzle = 16>)
+
+// -----
+
+// expected-error @below {{expects the innermost box edge to be a multiple of 16 bytes, got 24}}
+func.func private @map_inner_bytes(!moe.tensor_map<bf16, box = [64, 12], swizzle = 0>)
+
+// -----
+
+// expected-error @below {{expects the innermost box edge (256 bytes) to fit in the 128-byte swizzle span}}
+func.func private @map_inner_swizzle(!moe.tensor_map<bf16, box = [64, 128], swizzle = 128>)
+
+// -----
+
+func.func @map_rank(%w: tensor<4x64x64xbf16>) {
+  // expected-error @below {{'moe.tensor_map' op expects a box of the source's rank (3), got 2 dims}}
+  %m = moe.tensor_map %w : tensor<4x64x64xbf16> -> !moe.tensor_map<bf16, box = [64, 64], swizzle = 128>
+  return
+}
+
+// -----
+
+func.func @map_element(%w: tensor<4x64x64xbf16>) {
+  // expected-error @below {{'moe.tensor_map' op expects the map's element type 'f16' to be the source's ('bf16')}}
+  %m = moe.tensor_map %w : tensor<4x64x64xbf16> -> !moe.tensor_map<f16, box = [1, 64, 64], swizzle = 128>
+  return
+}
+
+// -----
+
+func.func @map_rows(%w: tensor<4x64x12xbf16>) {
+  // expected-error @below {{'moe.tensor_map' op expects static source rows of a multiple of 16 bytes (TMA strides), got 'tensor<4x64x12xbf16>'}}
+  %m = moe.tensor_map %w : tensor<4x64x12xbf16> -> !moe.tensor_map<bf16, box = [1, 64, 8], swizzle = 0>
+  return
+}
+
+// -----
+
+func.func @gemm_map_without_config(%x: tensor<?x64xbf16>, %w: tensor<4x64x64xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>) {
+  %m = moe.tensor_map %w : tensor<4x64x64xbf16> -> !moe.tensor_map<bf16, box = [1, 64, 64], swizzle = 128>
+  // expected-error @below {{'moe.grouped_matmul' op expects a config for its weights_map}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n weights_map(%m) input(token) output(sorted) {block_m = 64, num_slots = 2}
+    : (tensor<?x64xbf16>, tensor<4x64x64xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, !moe.tensor_map<bf16, box = [1, 64, 64], swizzle = 128>) -> tensor<?x64xbf16>
+  return
+}
+
+// -----
+
+func.func @gemm_map_of_other(%x: tensor<?x64xbf16>, %w: tensor<4x64x64xbf16>, %v: tensor<4x64x64xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>) {
+  %m = moe.tensor_map %v : tensor<4x64x64xbf16> -> !moe.tensor_map<bf16, box = [1, 64, 64], swizzle = 128>
+  // expected-error @below {{'moe.grouped_matmul' op expects weights_map to be the moe.tensor_map of the weights}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n weights_map(%m) input(token) output(sorted)
+      {block_m = 64, num_slots = 2, config = #moe.gemm_config<block_m = 64, block_n = 64, block_k = 64, num_stages = 4>}
+    : (tensor<?x64xbf16>, tensor<4x64x64xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, !moe.tensor_map<bf16, box = [1, 64, 64], swizzle = 128>) -> tensor<?x64xbf16>
+  return
+}
+
+// -----
+
+func.func @gemm_map_without_tma(%x: tensor<?x64xbf16>, %w: tensor<4x64x64xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>) {
+  %m = moe.tensor_map %w : tensor<4x64x64xbf16> -> !moe.tensor_map<bf16, box = [1, 64, 64], swizzle = 128>
+  // expected-error @below {{'moe.grouped_matmul' op has a weights_map but its config does not load the weights by TMA (tma_b)}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n weights_map(%m) input(token) output(sorted)
+      {block_m = 64, num_slots = 2, config = #moe.gemm_config<block_m = 64, block_n = 64, block_k = 64, num_stages = 4, tma_b = false>}
+    : (tensor<?x64xbf16>, tensor<4x64x64xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, !moe.tensor_map<bf16, box = [1, 64, 64], swizzle = 128>) -> tensor<?x64xbf16>
+  return
+}
+
+// -----
+
+func.func @gemm_map_block_k(%x: tensor<?x64xbf16>, %w: tensor<4x64x64xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>) {
+  %m = moe.tensor_map %w : tensor<4x64x64xbf16> -> !moe.tensor_map<bf16, box = [1, 64, 32], swizzle = 64>
+  // expected-error @below {{'moe.grouped_matmul' op expects the weights_map box to span block_k (64) elements of K, got 32}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n weights_map(%m) input(token) output(sorted)
+      {block_m = 64, num_slots = 2, config = #moe.gemm_config<block_m = 64, block_n = 64, block_k = 64, num_stages = 4>}
+    : (tensor<?x64xbf16>, tensor<4x64x64xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, !moe.tensor_map<bf16, box = [1, 64, 32], swizzle = 64>) -> tensor<?x64xbf16>
+  return
+}
+
+// -----
+
+func.func @gemm_map_experts(%x: tensor<?x64xbf16>, %w: tensor<4x64x64xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>) {
+  %m = moe.tensor_map %w : tensor<4x64x64xbf16> -> !moe.tensor_map<bf16, box = [2, 64, 64], swizzle = 128>
+  // expected-error @below {{'moe.grouped_matmul' op expects weights_map boxes of one expert}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n weights_map(%m) input(token) output(sorted)
+      {block_m = 64, num_slots = 2, config = #moe.gemm_config<block_m = 64, block_n = 64, block_k = 64, num_stages = 4>}
+    : (tensor<?x64xbf16>, tensor<4x64x64xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, !moe.tensor_map<bf16, box = [2, 64, 64], swizzle = 128>) -> tensor<?x64xbf16>
+  return
+}
+
+// -----
+
+func.func @gemm_input_map_gathered(%x: tensor<?x64xbf16>, %w: tensor<4x64x64xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>) {
+  %m = moe.tensor_map %x : tensor<?x64xbf16> -> !moe.tensor_map<bf16, box = [64, 64], swizzle = 128>
+  // expected-error @below {{'moe.grouped_matmul' op expects no input_map for gathered token rows (they load by cp.async)}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n input_map(%m) input(token) output(sorted)
+      {block_m = 64, num_slots = 2, config = #moe.gemm_config<block_m = 64, block_n = 64, block_k = 64, num_stages = 4, tma_a = true>}
+    : (tensor<?x64xbf16>, tensor<4x64x64xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, !moe.tensor_map<bf16, box = [64, 64], swizzle = 128>) -> tensor<?x64xbf16>
+  return
+}

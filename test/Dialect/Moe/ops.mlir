@@ -119,3 +119,27 @@ func.func @combine(%rows: tensor<?x9x64xbf16>, %r: tensor<3x2x64xf32>,
        : (tensor<3x2x64xf32>, tensor<3x2xf32>) -> tensor<3x64xf32>
   return %y, %z : tensor<?x64xbf16>, tensor<3x64xf32>
 }
+
+// CHECK-LABEL: func @tensor_maps
+// CHECK: %[[W_MAP:.*]] = moe.tensor_map %{{.*}} : tensor<8x64x64xbf16> -> !moe.tensor_map<bf16, box = [1, 64, 64], swizzle = 128>
+// CHECK: %[[H_MAP:.*]] = moe.tensor_map %{{.*}} : tensor<?x64xbf16> -> !moe.tensor_map<bf16, box = [64, 64], swizzle = 128>
+// CHECK: moe.grouped_matmul {{.*}} input_map(%[[H_MAP]]) weights_map(%[[W_MAP]]) input(sorted) output(sorted)
+func.func @tensor_maps(%h: tensor<?x64xbf16>, %w: tensor<8x64x64xbf16>,
+                       %sorted: tensor<?xi32>, %experts: tensor<?xi32>,
+                       %count: tensor<i32>) -> tensor<?x64xbf16> {
+  %w_map = moe.tensor_map %w : tensor<8x64x64xbf16>
+             -> !moe.tensor_map<bf16, box = [1, 64, 64], swizzle = 128>
+  %h_map = moe.tensor_map %h : tensor<?x64xbf16>
+             -> !moe.tensor_map<bf16, box = [64, 64], swizzle = 128>
+  %o = moe.grouped_matmul %h, %w, %sorted, %experts, %count
+         input_map(%h_map) weights_map(%w_map) input(sorted) output(sorted)
+         {block_m = 64, num_slots = 2,
+          config = #moe.gemm_config<block_m = 64, block_n = 64, block_k = 64,
+                                    num_stages = 4, tma_a = true>}
+       : (tensor<?x64xbf16>, tensor<8x64x64xbf16>, tensor<?xi32>,
+          tensor<?xi32>, tensor<i32>,
+          !moe.tensor_map<bf16, box = [64, 64], swizzle = 128>,
+          !moe.tensor_map<bf16, box = [1, 64, 64], swizzle = 128>)
+       -> tensor<?x64xbf16>
+  return %o : tensor<?x64xbf16>
+}

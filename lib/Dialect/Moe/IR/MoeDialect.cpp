@@ -3,6 +3,7 @@
 #include "moe/Dialect/Moe/IR/MoeDialect.h"
 #include "moe/Dialect/Moe/IR/MoeAttrs.h"
 #include "moe/Dialect/Moe/IR/MoeOps.h"
+#include "moe/Dialect/Moe/IR/MoeTypes.h"
 
 using namespace mlir;
 using namespace mlir::moe;
@@ -15,4 +16,5 @@ void MoeDialect::initialize() {
 #include "moe/Dialect/Moe/IR/MoeOps.cpp.inc"
       >();
   registerAttributes();
+  registerTypes();
 }

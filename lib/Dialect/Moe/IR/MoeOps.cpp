@@ -334,6 +334,71 @@ LogicalResult GroupedMatmulOp::verify() {
                               "more than the "
                            << kMaxSharedMemoryBytes << " a block can have";
   }
+  return verifyTensorMaps();
+}
+
+/// A tensor map must be its operand's moe.tensor_map, for a config that
+/// loads that operand by TMA, with boxes of the config's K tile (and of one
+/// expert, for the weights).
+LogicalResult GroupedMatmulOp::verifyTensorMaps() {
+  GemmConfigAttr config = getConfigAttr();
+  auto verifyMap = [&](Value map, StringRef name, Value source,
+                       StringRef sourceName, bool loadsByTma,
+                       StringRef flag) -> LogicalResult {
+    if (!map)
+      return success();
+    if (!config)
+      return emitOpError() << "expects a config for its " << name;
+    auto mapOp = map.getDefiningOp<TensorMapOp>();
+    if (!mapOp || mapOp.getSource() != source)
+      return emitOpError() << "expects " << name << " to be the moe.tensor_map "
+                           << "of the " << sourceName;
+    if (!loadsByTma)
+      return emitOpError() << "has a " << name
+                           << " but its config does not load the " << sourceName
+                           << " by TMA (" << flag << ")";
+    ArrayRef<int64_t> box = mapOp.getMapType().getBox();
+    if (box.back() != config.getBlockK())
+      return emitOpError() << "expects the " << name << " box to span block_k ("
+                           << config.getBlockK() << ") elements of K, got "
+                           << box.back();
+    return success();
+  };
+  if (getInputMap() && getInputOrder() != RowOrder::sorted)
+    return emitOpError() << "expects no input_map for gathered token rows "
+                            "(they load by cp.async)";
+  if (failed(verifyMap(getInputMap(), "input_map", getInput(), "input",
+                       config && config.getTmaA(), "tma_a")) ||
+      failed(verifyMap(getWeightsMap(), "weights_map", getWeights(), "weights",
+                       config && config.getTmaB(), "tma_b")))
+    return failure();
+  if (Value weightsMap = getWeightsMap())
+    if (cast<TensorMapType>(weightsMap.getType()).getBox().front() != 1)
+      return emitOpError() << "expects weights_map boxes of one expert";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// TensorMapOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult TensorMapOp::verify() {
+  auto sourceType = cast<RankedTensorType>(getSource().getType());
+  TensorMapType mapType = getMapType();
+  if (static_cast<int64_t>(mapType.getBox().size()) != sourceType.getRank())
+    return emitOpError() << "expects a box of the source's rank ("
+                         << sourceType.getRank() << "), got "
+                         << mapType.getBox().size() << " dims";
+  if (mapType.getElementType() != sourceType.getElementType())
+    return emitOpError() << "expects the map's element type "
+                         << mapType.getElementType() << " to be the source's ("
+                         << sourceType.getElementType() << ")";
+  int64_t rowElements = sourceType.getShape().back();
+  int64_t rowBytes = rowElements * sourceType.getElementTypeBitWidth() / 8;
+  if (ShapedType::isDynamic(rowElements) || rowBytes % 16 != 0)
+    return emitOpError() << "expects static source rows of a multiple of 16 "
+                            "bytes (TMA strides), got "
+                         << sourceType;
   return success();
 }
 

@@ -66,14 +66,16 @@ struct DecomposeFusedMoe : OpRewritePattern<FusedMoeOp> {
         RankedTensorType::get({capacity, intermediate}, elementType),
         op.getHiddenStates(), op.getW13(), route.getSortedIds(),
         route.getExpertIds(), route.getNumPadded(), /*routed_weights=*/Value(),
-        blockM, numSlots, RowOrder::token, RowOrder::sorted, op.getActivation(),
+        /*input_map=*/Value(), /*weights_map=*/Value(), blockM, numSlots,
+        RowOrder::token, RowOrder::sorted, op.getActivation(),
         /*config=*/GemmConfigAttr());
     auto down = GroupedMatmulOp::create(
         rewriter, loc,
         RankedTensorType::get({numTokens, numSlots, hiddenSize}, elementType),
         gateUp.getOutput(), op.getW2(), route.getSortedIds(),
-        route.getExpertIds(), route.getNumPadded(), gate.getWeights(), blockM,
-        numSlots, RowOrder::sorted, RowOrder::slot, Activation::none,
+        route.getExpertIds(), route.getNumPadded(), gate.getWeights(),
+        /*input_map=*/Value(), /*weights_map=*/Value(), blockM, numSlots,
+        RowOrder::sorted, RowOrder::slot, Activation::none,
         /*config=*/GemmConfigAttr());
     rewriter.replaceOpWithNewOp<CombineOp>(op, op.getType(), down.getOutput(),
                                            /*weights=*/Value());

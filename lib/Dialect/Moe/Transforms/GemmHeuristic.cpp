@@ -14,6 +14,29 @@ static constexpr int64_t kWideTileTokens = 256;
 /// and the partial sums cost more than the extra multiprocessors gain.
 static constexpr int64_t kMinSplitWeightBytes = 1 << 20;
 
+bool mlir::moe::hasTensorCoreKernel(GroupedMatmulOp op) {
+  Type elementType = op.getWeightsType().getElementType();
+  constexpr int64_t kCopyBytes = 16;
+  return (elementType.isBF16() || elementType.isF16()) &&
+         op.getReductionSize() * 2 % kCopyBytes == 0 &&
+         isDescribableBlockM(op.getBlockM());
+}
+
+SmallVector<int64_t> mlir::moe::getWeightsTmaBox(GroupedMatmulOp op,
+                                                 GemmConfigAttr config) {
+  int64_t rows = op.isGated() ? config.getBlockN() / 2 : config.getBlockN();
+  return {1, rows, config.getBlockK()};
+}
+
+SmallVector<int64_t> mlir::moe::getInputTmaBox(GemmConfigAttr config) {
+  return {config.getNumWarpgroups() * kWgmmaRows, config.getBlockK()};
+}
+
+int64_t mlir::moe::getTileSwizzleBytes(GroupedMatmulOp op,
+                                       GemmConfigAttr config) {
+  return config.getBlockK() * op.getWeightsType().getElementTypeBitWidth() / 8;
+}
+
 int64_t mlir::moe::chooseRoutingBlockM(int64_t tokens, int64_t numSlots,
                                        int64_t numStoredExperts) {
   // bench/RESULTS.md: 128-row blocks win from 256 rows per expert

@@ -49,8 +49,10 @@ struct MoeTilePass : moe::impl::MoeTileBase<MoeTilePass> {
     auto *dialect = getContext().getLoadedDialect<MoeDialect>();
     std::set<GemmShapeKey> reported;
     WalkResult result = getOperation()->walk([&](GroupedMatmulOp op) {
-      // Routing blocks no config can describe are left to the lowering.
-      if (op.getConfigAttr() || !isDescribableBlockM(op.getBlockM()))
+      // Ops the tensor-core kernel cannot run (f32, rows TMA cannot
+      // address, routing blocks no config describes) lower to the SIMT
+      // kernel, which a config does not shape.
+      if (op.getConfigAttr() || !hasTensorCoreKernel(op))
         return WalkResult::advance();
       auto emitError = [&] { return op.emitOpError() << "moe-tile: "; };
       GemmConfigAttr heuristic = chooseGemmConfig(op, tokens);

@@ -27,11 +27,13 @@ def Moe_Dialect : Dialect {
     dynamic; every other dimension is static.
   }];
   let useDefaultAttributePrinterParser = 1;
+  let useDefaultTypePrinterParser = 1;
   // `moe.tuned` marks a grouped matmul whose #moe.gemm_config came from a
   // tuned config database: later passes must not change it.
   let discardableAttrs = (ins "::mlir::UnitAttr":$tuned);
   let extraClassDeclaration = [{
     void registerAttributes();
+    void registerTypes();
   }];
 }
 

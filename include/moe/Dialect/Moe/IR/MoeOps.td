@@ -4,6 +4,7 @@
 #define MOE_DIALECT_MOE_IR_MOEOPS_TD
 
 include "moe/Dialect/Moe/IR/MoeAttrs.td"
+include "moe/Dialect/Moe/IR/MoeTypes.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 
 class Moe_Op<string mnemonic, list<Trait> traits = []>
@@ -161,7 +162,8 @@ def Moe_RouteOp : Moe_Op<"route"> {
   }];
 }
 
-def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul"> {
+def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
+                                 [AttrSizedOperandSegments]> {
   let summary = "Per-expert matmul over routed rows with a fused epilogue";
   let description = [{
     For each padded routed row r of `sorted_ids` that is not padding
@@ -186,7 +188,10 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul"> {
     `weights` is `[E', N, K]` with E' the `num_experts` of the `moe.route`
     that produced the routing operands; A and `weights` share one element
     type; the result's element type may differ. An optional `config` fixes the
-    tiling that `moe-tile` uses.
+    tiling that `moe-tile` uses; `input_map` and `weights_map` are the
+    `moe.tensor_map`s of the input and the weights through which the config's
+    TMA loads go (`moe-tma` adds them): tiles of block_k elements of K, one
+    expert's rows of N per weight box.
 
     Example (the first GEMM of a layer):
 
@@ -205,6 +210,8 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul"> {
     Moe_I32Tensor:$expert_ids,
     Moe_CountTensor:$num_padded,
     Optional<Moe_F32Tensor>:$routed_weights,
+    Optional<Moe_TensorMapType>:$input_map,
+    Optional<Moe_TensorMapType>:$weights_map,
     Moe_PositiveI64Attr:$block_m,
     Moe_PositiveI64Attr:$num_slots,
     Moe_RowOrderAttr:$input_order,
@@ -216,6 +223,8 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul"> {
   let assemblyFormat = [{
     $input `,` $weights `,` $sorted_ids `,` $expert_ids `,` $num_padded
     (`routed_weights` `(` $routed_weights^ `)`)?
+    (`input_map` `(` $input_map^ `)`)?
+    (`weights_map` `(` $weights_map^ `)`)?
     `input` `(` $input_order `)` `output` `(` $output_order `)`
     (`activation` `(` $activation^ `)`)?
     attr-dict `:` functional-type(operands, results)
@@ -229,12 +238,42 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul"> {
     int64_t getNumStoredExperts() { return getWeightsType().getDimSize(0); }
     /// The reduction size K.
     int64_t getReductionSize() { return getWeightsType().getDimSize(2); }
+    /// Checks input_map and weights_map against the operands and config.
+    ::llvm::LogicalResult verifyTensorMaps();
     /// Whether the epilogue multiplies act(gate half) by the up half.
     bool isGated() { return getActivation() != Activation::none; }
     /// Output columns: N, or N / 2 after a gated activation.
     int64_t getOutputColumns() {
       int64_t n = getWeightsType().getDimSize(1);
       return isGated() ? n / 2 : n;
+    }
+  }];
+}
+
+def Moe_TensorMapOp : Moe_Op<"tensor_map"> {
+  let summary = "The TMA descriptor of a tensor";
+  let description = [{
+    The tensor map through which kernels load boxes of `source` by TMA (see
+    `!moe.tensor_map`): built once on the host when the buffer behind
+    `source` is known, however many tiles, experts or kernels read through
+    it. `moe-tma` creates these for the grouped matmuls whose
+    `#moe.gemm_config` loads an operand by TMA. The source's rows (its
+    innermost dim) must be a multiple of 16 bytes, as TMA addresses them.
+
+    Example:
+
+    ```mlir
+    %map = moe.tensor_map %w13 : tensor<8x28672x4096xbf16>
+             -> !moe.tensor_map<bf16, box = [1, 128, 64], swizzle = 128>
+    ```
+  }];
+  let arguments = (ins Moe_FloatTensor:$source);
+  let results = (outs Moe_TensorMapType:$map);
+  let assemblyFormat =
+      "$source attr-dict `:` type($source) `->` qualified(type($map))";
+  let extraClassDeclaration = [{
+    ::mlir::moe::TensorMapType getMapType() {
+      return ::llvm::cast<::mlir::moe::TensorMapType>(getMap().getType());
     }
   }];
 }

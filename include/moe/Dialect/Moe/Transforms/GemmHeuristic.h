@@ -1,8 +1,9 @@
 //===- GemmHeuristic.h - Default tile configurations ------------*- C++ -*-===//
 //
 // The configuration a grouped matmul gets when neither its IR nor a tuning
-// database gives one: shared by moe-tile and by convert-moe-to-gpu for ops
-// that reach it untiled.
+// database gives one, and the tile shapes a configuration means for the
+// tensor-core kernel: shared by moe-tile, moe-split-k, moe-tma and
+// convert-moe-to-gpu.
 //
 //===----------------------------------------------------------------------===//
 
@@ -22,6 +23,25 @@ inline constexpr int64_t kWgmmaRows = 64;
 inline bool isDescribableBlockM(int64_t blockM) {
   return blockM >= 16 && blockM <= 256 && (blockM & (blockM - 1)) == 0;
 }
+
+/// Whether the tensor-core (wgmma) kernel can run `op`: 2-byte floats whose
+/// rows are the 16-byte multiples TMA and cp.async address, in routing
+/// blocks a #moe.gemm_config can describe. moe-tile configures only these;
+/// the others lower to the SIMT kernel.
+bool hasTensorCoreKernel(GroupedMatmulOp op);
+
+/// The TMA box (outermost first) of the tensor-core kernel's weight tiles
+/// under `config`: one expert, block_n rows of N (two boxes of block_n / 2,
+/// the gate and the up rows, when the epilogue is gated), block_k of K.
+SmallVector<int64_t> getWeightsTmaBox(GroupedMatmulOp op,
+                                      GemmConfigAttr config);
+
+/// The TMA box of the tensor-core kernel's sorted row tiles: a wgmma's rows
+/// per warpgroup, block_k of K.
+SmallVector<int64_t> getInputTmaBox(GemmConfigAttr config);
+
+/// The swizzle span of the tensor-core kernel's tiles: one K tile of a row.
+int64_t getTileSwizzleBytes(GroupedMatmulOp op, GemmConfigAttr config);
 
 /// Whether `splits` K splits of ceil(steps / splits) K tiles each leave the
 /// last split a tile of the `steps`.

@@ -59,11 +59,12 @@ def MoeTile : Pass<"moe-tile"> {
     its GPU kernel is built from: the block of padded rows (the routing
     `block_m`) x `block_n` accumulator columns x `block_k` reduction
     elements, the depth of the shared-memory ring, the warpgroups, the K
-    splits and which operands load through TMA. `convert-moe-to-gpu`
-    materializes the grid (row blocks x N tiles x K splits) and the K loop of
-    tile loads and wgmmas from it. An op that already has a config (written
-    by hand or by the tuner) keeps it, and one whose routing `block_m` no
-    config can describe (not a power of two in [16, 256]) is left untiled.
+    splits and which operands load through TMA (`moe-tma` then makes their
+    descriptors). `convert-moe-to-gpu` materializes the grid (row blocks x N
+    tiles x K splits) and the K loop of tile loads and wgmmas from it. An op that already has a config (written
+    by hand or by the tuner) keeps it, and one the tensor-core kernel cannot
+    run (f32, rows not a multiple of 16 bytes, a routing `block_m` that is not
+    a power of two in [16, 256]) is left untiled, to the SIMT kernel.
 
     Tuned configs come first: the entries of `config-db` (a database written
     by `moe-tune`, docs/CONFIG-DATABASE.md), then those shipped with moe-mlir
@@ -155,6 +156,43 @@ def MoeSplitK : Pass<"moe-split-k"> {
     Option<"numSMs", "num-sms", "int64_t", /*default=*/"132",
            "Multiprocessors to fill (132 on the H100 SXM)">
   ];
+}
+
+def MoeTma : Pass<"moe-tma"> {
+  let summary = "Create the TMA descriptors of the grouped matmuls' tile loads";
+  let description = [{
+    For each `moe.grouped_matmul` whose `#moe.gemm_config` (see `moe-tile`)
+    loads an operand by TMA, makes that operand's `moe.tensor_map` and passes
+    it to the op (`weights_map`, `input_map`): weight tiles through one 3-D
+    map over `[E, N, K]` whose outer coordinate is the expert (boxes of one
+    expert x the tile's rows of N x block_k), and, with `tma_a`, sorted input
+    rows (the second GEMM reads the first one's sorted output) through a 2-D
+    map over `[C, K]`; gathered token rows stay cp.async loads. The swizzle
+    spans one K tile of a row, as the wgmma operands read it. A tensor gets
+    one map per box shape, placed where the tensor is defined, so the runtime
+    encodes it once on the host, never per tile or per expert; kernels take
+    it by value (`moe-grid-constant-tensor-maps`). Ops that already have
+    their maps are kept.
+
+    Before:
+
+    ```mlir
+    %h = moe.grouped_matmul %x, %w13, %sorted, %experts, %count
+           input(token) output(sorted) activation(silu_and_mul)
+           {config = #moe.gemm_config<block_m = 64, block_n = 128,
+                                      block_k = 64, num_stages = 4>, ...}
+    ```
+
+    After:
+
+    ```mlir
+    %map = moe.tensor_map %w13 : tensor<8x28672x4096xbf16>
+             -> !moe.tensor_map<bf16, box = [1, 64, 64], swizzle = 128>
+    %h = moe.grouped_matmul %x, %w13, %sorted, %experts, %count
+           weights_map(%map) input(token) output(sorted)
+           activation(silu_and_mul) {config = ..., ...}
+    ```
+  }];
 }
 
 def MoeGridConstantTensorMaps
