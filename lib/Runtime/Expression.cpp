@@ -67,16 +67,18 @@ private:
       return parseCall(OpKind::CeilDiv);
     if (consume("max("))
       return parseCall(OpKind::Max);
+    if (consume("min("))
+      return parseCall(OpKind::Min);
     if (consume("(")) {
       if (!enter() || !parseExpression())
         return false;
       --nesting;
       return expect(")");
     }
-    return expected("an integer, 'T', 'cdiv(', 'max(' or '('");
+    return expected("an integer, 'T', 'cdiv(', 'max(', 'min(' or '('");
   }
 
-  /// The arguments and closing parenthesis of `cdiv(` or `max(`.
+  /// The arguments and closing parenthesis of `cdiv(`, `max(` or `min(`.
   bool parseCall(OpKind kind) {
     if (!enter() || !parseExpression() || !expect(",") || !parseExpression() ||
         !expect(")"))
@@ -180,6 +182,9 @@ Status Expression::evaluate(int64_t tokens, int64_t &value) const {
       break;
     case OpKind::Max:
       lhs = lhs > rhs ? lhs : rhs;
+      break;
+    case OpKind::Min:
+      lhs = lhs < rhs ? lhs : rhs;
       break;
     case OpKind::Constant:
     case OpKind::Tokens:

@@ -39,7 +39,16 @@ public:
   static constexpr int kMaxNesting = 32;
 
 private:
-  enum class OpKind { Constant, Tokens, Add, Subtract, Multiply, CeilDiv, Max };
+  enum class OpKind {
+    Constant,
+    Tokens,
+    Add,
+    Subtract,
+    Multiply,
+    CeilDiv,
+    Max,
+    Min
+  };
   struct Op {
     OpKind kind;
     int64_t constant;

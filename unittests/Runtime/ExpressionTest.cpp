@@ -77,6 +77,9 @@ TEST(Expression, CeilDivAndMax) {
   EXPECT_EQ(evaluate("max(T,64)", 100), 100);
   EXPECT_EQ(evaluate("max(0-5,0-6)"), -5);
   EXPECT_EQ(evaluate("max(cdiv(T,4),1)*128+cdiv(max(T,2),2)", 9), 389);
+  EXPECT_EQ(evaluate("min(T,264)", 10), 10);
+  EXPECT_EQ(evaluate("min(cdiv(T*8+8064,64)*12,264)", 1), 264);
+  EXPECT_EQ(evaluate("min(0-5,0-6)"), -6);
 }
 
 TEST(Expression, KeepsItsText) {
@@ -86,10 +89,12 @@ TEST(Expression, KeepsItsText) {
 }
 
 TEST(Expression, ParseErrorsNameTheColumn) {
-  EXPECT_EQ(parseError(""), "expected an integer, 'T', 'cdiv(', 'max(' or "
-                            "'(' at column 1 of ''");
-  EXPECT_EQ(parseError("T+"), "expected an integer, 'T', 'cdiv(', 'max(' or "
-                              "'(' at column 3 of 'T+'");
+  EXPECT_EQ(parseError(""),
+            "expected an integer, 'T', 'cdiv(', 'max(', 'min(' or "
+            "'(' at column 1 of ''");
+  EXPECT_EQ(parseError("T+"),
+            "expected an integer, 'T', 'cdiv(', 'max(', 'min(' or "
+            "'(' at column 3 of 'T+'");
   EXPECT_EQ(parseError("cdiv(T,4"), "expected ')' at column 9 of 'cdiv(T,4'");
   EXPECT_EQ(parseError("cdiv(T)"), "expected ',' at column 7 of 'cdiv(T)'");
   EXPECT_EQ(parseError("max(1,2,3)"),
@@ -104,7 +109,7 @@ TEST(Expression, ParseErrorsNameTheColumn) {
 }
 
 TEST(Expression, RejectsWhatTheGrammarLacks) {
-  for (const char *text : {"-1", "+1", "t", "T/2", "min(1,2)", "cdiv (T,2)",
+  for (const char *text : {"-1", "+1", "t", "T/2", "abs(1)", "cdiv (T,2)",
                            "T 1", "cdiv", "max()", "1.5", "(", "()"})
     parseError(text);
 }

@@ -235,10 +235,11 @@ TEST(Manifest, LaunchSyntax) {
             "expected 'block', got 'smem'");
   EXPECT_EQ(statementError("launch k grid 1 1 1 block 1 1 1 smem 0"),
             "expected 'args' at the end of the line");
-  EXPECT_EQ(statementError("launch k grid 1 1 1 block 1 1 1 smem 0 cluster 2 "
-                           "1 args"),
-            "bad cluster value: expected an integer, 'T', 'cdiv(', 'max(' or "
-            "'(' at column 1 of 'args'");
+  EXPECT_EQ(
+      statementError("launch k grid 1 1 1 block 1 1 1 smem 0 cluster 2 "
+                     "1 args"),
+      "bad cluster value: expected an integer, 'T', 'cdiv(', 'max(', 'min(' or "
+      "'(' at column 1 of 'args'");
   EXPECT_EQ(statementError("launch k block 1 1 1 grid 1 1 1 smem 0 args"),
             "expected 'grid', got 'block'");
   EXPECT_EQ(statementError("launch k grid 1 1 1 block 1 1 1 smem 0 args f32:1"),
@@ -259,9 +260,10 @@ TEST(Manifest, TensorMapSyntax) {
             "bad tensor map rank; expected 1 to 5");
   EXPECT_EQ(statementError(map + "rank 6"),
             "bad tensor map rank; expected 1 to 5");
-  EXPECT_EQ(statementError(map + "rank 2 dims 1 2 strides box 1 1 swizzle 0"),
-            "bad strides value: expected an integer, 'T', 'cdiv(', 'max(' or "
-            "'(' at column 1 of 'box'");
+  EXPECT_EQ(
+      statementError(map + "rank 2 dims 1 2 strides box 1 1 swizzle 0"),
+      "bad strides value: expected an integer, 'T', 'cdiv(', 'max(', 'min(' or "
+      "'(' at column 1 of 'box'");
   EXPECT_EQ(statementError(map + "rank 2 dims 1"),
             "expected 2 values after 'dims'");
   EXPECT_EQ(statementError(map + "rank 2 dims 1 2 strides 4 box 1 1"),
@@ -358,10 +360,10 @@ TEST(Manifest, BadExpressions) {
   EXPECT_EQ(statementError("launch k grid 1 1 1 block 1 1 1 smem 0 args "
                            "i32:T+"),
             "bad argument 'i32:T+': expected an integer, 'T', 'cdiv(', "
-            "'max(' or '(' at column 3 of 'T+'");
+            "'max(', 'min(' or '(' at column 3 of 'T+'");
   EXPECT_EQ(statementError("launch k grid 1 1 1 block 1 1 1 smem 0 args i64:"),
-            "bad argument 'i64:': expected an integer, 'T', 'cdiv(', 'max(' "
-            "or '(' at column 1 of ''");
+            "bad argument 'i64:': expected an integer, 'T', 'cdiv(', 'max(', "
+            "'min(' or '(' at column 1 of ''");
   EXPECT_EQ(statementError("tensormap m logits f32 rank 1 dims 1 strides box "
                            "max(1) swizzle 0"),
             "bad box value: expected ',' at column 6 of 'max(1)'");

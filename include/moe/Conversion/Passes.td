@@ -101,8 +101,9 @@ def ConvertMoeToGPU : Pass<"convert-moe-to-gpu", "::mlir::ModuleOp"> {
       ranks slots within a warp (`match.any` + `popc`) and across warps
       through shared memory, keeping slot order within each expert.
     * `moe.grouped_matmul` in bf16/f16 with 16-byte rows: the tensor-core
-      kernel its `#moe.gemm_config` describes (`moe-tile`'s heuristic when it
-      has none): one warpgroup per 64 rows of one expert x `block_n`
+      kernel its `#moe.gemm_config` (`moe-tile`) describes, loading through
+      its `moe.tensor_map`s (`moe-tma`): one warpgroup per 64 rows of one
+      expert x `block_n`
       accumulator columns (gate and up halves side by side when gated),
       blocks in groups of 16 row blocks so resident blocks share weight
       tiles; a ring of `num_stages` 1024-aligned shared-memory stages, one
@@ -114,22 +115,20 @@ def ConvertMoeToGPU : Pass<"convert-moe-to-gpu", "::mlir::ModuleOp"> {
       descriptors, one group in flight while the freed stage is refilled;
       the epilogue on the accumulator registers with paired stores. With
       `split_k` > 1 each split stores fp32 partial sums per routed slot and a
-      second kernel adds the splits in order and runs the epilogue.
+      second kernel adds the splits in order and runs the epilogue. With
+      `persistent`, a grid of at most `num-sms` x the blocks that fit on a
+      multiprocessor walks all (row block, N tile, split) tiles, counted on
+      the device from the padded row count, the ring's phases running on
+      across tiles (a warp-specialized producer loads the next tile while
+      the consumers run the epilogue).
     * `moe.grouped_matmul` otherwise (f32, or rows that are not 16-byte
       multiples): a shared-memory tiled SIMT kernel, one block per
       `block_m` rows of one expert (blocks past the padded count idle) x 64
       columns, A rows gathered by slot / S or read in sorted order, K in
       steps of 16, fp32 multiply-add per element in K order, the epilogue
       (SiLU/GELU-and-mul, routed weight) on the accumulators, sorted or
-      scattered stores. Weight tiles (gate and up side by side) come by TMA
-      through one 3-D descriptor per weight tensor over [E, N, K], the expert
-      its outer coordinate, which the runtime builds once (a `tensormap` plan
-      line) and passes by value (`moe.tensor_maps`, made grid constants by
-      `moe-grid-constant-tensor-maps`); TMA zero-fills the N and K tails, and
-      one mbarrier counts each K step's bytes in. Sorted (contiguous) input
-      rows come by TMA too, through a 2-D descriptor over [C, K], padding
-      rows masked to zero after the load; gathered token rows, and rows that
-      are not 16-byte multiples, are loaded by the threads.
+      scattered stores; the threads stage both operands. Such ops have no
+      `#moe.gemm_config` (`moe-tile` leaves them untiled).
     * `moe.combine`: one thread per 16 bytes of a token's output row, summing
       its slot rows in fp32.
 
@@ -148,7 +147,10 @@ def ConvertMoeToGPU : Pass<"convert-moe-to-gpu", "::mlir::ModuleOp"> {
     Option<"chip", "chip", "std::string", /*default=*/"\"sm_90a\"",
            "Target GPU of the kernel module">,
     Option<"features", "features", "std::string", /*default=*/"\"+ptx80\"",
-           "PTX features of the kernel module">
+           "PTX features of the kernel module">,
+    Option<"numSMs", "num-sms", "int64_t", /*default=*/"132",
+           "Multiprocessors a persistent kernel's grid is sized for (132 on "
+           "the H100 SXM)">
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect",

@@ -320,9 +320,8 @@ LogicalResult checkWgmmaConfig(GroupedMatmulOp op, GemmConfigAttr config) {
                 " needs routing blocks (block_m) of at least " +
                 Twine(config.getNumWarpgroups() * kWgmmaRows) +
                 " rows, so that a block's rows are one expert's");
-  if (config.getClusterM() != 1 || config.getClusterN() != 1 ||
-      config.getPersistent())
-    return fail("no cluster and no persistent scheduler are built yet");
+  if (config.getClusterM() != 1 || config.getClusterN() != 1)
+    return fail("no thread-block clusters are built yet");
   int64_t numSteps =
       llvm::divideCeil(op.getReductionSize(), config.getBlockK());
   int64_t splits = config.getSplitK();
@@ -353,6 +352,20 @@ LogicalResult checkWgmmaConfig(GroupedMatmulOp op, GemmConfigAttr config) {
   if (config.getTmaA())
     return checkMap(op.getInputMap(), "input_map", getInputTmaBox(config));
   return success();
+}
+
+/// Blocks of the wgmma kernel a Hopper multiprocessor holds at once: its
+/// 228 KiB of shared memory (1 KiB per block reserved), 64 Ki registers
+/// (a thread holds block_n / 2 accumulators and about 40 more) and 2048
+/// threads.
+int64_t residentBlocks(int64_t threads, int64_t blockN, int64_t sharedBytes) {
+  constexpr int64_t kSharedBytesPerSM = 228 * 1024, kReservedBytes = 1024;
+  constexpr int64_t kRegistersPerSM = 64 * 1024, kThreadsPerSM = 2048;
+  int64_t registersPerThread = std::min<int64_t>(255, blockN / 2 + 40);
+  return std::max<int64_t>(
+      1, std::min({kSharedBytesPerSM / (sharedBytes + kReservedBytes),
+                   kRegistersPerSM / (threads * registersPerThread),
+                   kThreadsPerSM / threads}));
 }
 
 /// The workspaces of a split-K grouped matmul: fp32 partial sums [splits,
@@ -550,12 +563,18 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
       args.push_back(plan.use(op.getRoutedWeights()));
     args.push_back(defineOutput(plan, op));
   }
+  int64_t sharedBytes = stages * (rowTileBytes + weightTileBytes);
+  // A block per tile of the capacity's row blocks; persistent, as many as
+  // the multiprocessors hold at once.
+  SizeExpr gridSize =
+      PlanBuilder::ceilDiv(capacity, blockRows).times(numColumnTiles * splits);
+  if (config.getPersistent())
+    gridSize = PlanBuilder::min(
+        gridSize, plan.numSMs * residentBlocks(threads, blockN, sharedBytes));
   gpu::GPUFuncOp kernel = plan.createKernel(
       builder, op.getLoc(), "moe_grouped_matmul_wgmma", args,
-      {PlanBuilder::ceilDiv(capacity, blockRows).times(numColumnTiles * splits),
-       PlanBuilder::constant(1), PlanBuilder::constant(1)},
-      {threads, 1, 1}, /*workgroup=*/{},
-      stages * (rowTileBytes + weightTileBytes));
+      {gridSize, PlanBuilder::constant(1), PlanBuilder::constant(1)},
+      {threads, 1, 1}, /*workgroup=*/{}, sharedBytes);
 
   ImplicitLocOpBuilder b(op.getLoc(), builder);
   LoopBuilder wb{b};
@@ -611,113 +630,85 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
   Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
   Value warp = arith::DivUIOp::create(b, tid, wb.index(32));
   Value lane = arith::RemUIOp::create(b, tid, wb.index(32));
-  // Blocks run in groups of kRasterRowBlocks row blocks, row block fastest
-  // within a group, so the blocks resident at once share each weight tile
-  // (an expert's rows are consecutive) and a group's rows stay in L2.
-  Value numRowBlocks = arith::CeilDivUIOp::create(
-      b,
-      arith::AddIOp::create(b, routedSlots,
-                            wb.index(numExperts * (blockM - 1))),
-      wb.index(blockRows));
-  // The splits of a tile are neighbours: they share its rows in L2.
-  Value blockId = gpu::BlockIdOp::create(b, gpu::Dimension::x);
-  Value linear = arith::DivUIOp::create(b, blockId, wb.index(splits));
-  Value split = arith::RemUIOp::create(b, blockId, wb.index(splits));
-  Value groupBlocks = wb.index(kRasterRowBlocks * numColumnTiles);
-  Value group = arith::DivUIOp::create(b, linear, groupBlocks);
-  Value inGroup = arith::RemUIOp::create(b, linear, groupBlocks);
-  Value groupFirstRowBlock =
-      arith::MulIOp::create(b, group, wb.index(kRasterRowBlocks));
-  Value groupRowBlocks = arith::MinUIOp::create(
-      b, wb.index(kRasterRowBlocks),
-      arith::SubIOp::create(b, numRowBlocks, groupFirstRowBlock));
-  Value rowBlock =
-      arith::AddIOp::create(b, groupFirstRowBlock,
-                            arith::RemUIOp::create(b, inGroup, groupRowBlocks));
-  Value columnTile = arith::DivUIOp::create(b, inGroup, groupRowBlocks);
-  Value firstRow = arith::MulIOp::create(b, rowBlock, wb.index(blockRows));
-  Value firstColumn =
-      arith::MulIOp::create(b, columnTile, wb.index(outputColumnsPerBlock));
-  Value expert = wb.toIndex(wb.load(
-      experts, {arith::DivUIOp::create(b, firstRow, wb.index(blockM))}));
-  // Blocks past the padded rows, or of no expert, have nothing to do; the
-  // condition is uniform over the block, so its barriers stay matched.
-  Value active = arith::AndIOp::create(
-      b,
-      wb.cmpi(arith::CmpIPredicate::ult, firstRow,
-              wb.toIndex(wb.load(padded, {}))),
-      wb.inRange(expert, wb.index(0), wb.index(numExperts)));
-  // The slot of the block's row `rowInBlock`, and whether it is a routed
-  // slot of this block.
-  auto slotOf = [&](Value rowInBlock) -> std::pair<Value, Value> {
-    Value inBlock =
-        wb.cmpi(arith::CmpIPredicate::ult, rowInBlock, wb.index(blockRows));
-    Value row = arith::AddIOp::create(
-        b, firstRow, wb.select(inBlock, rowInBlock, wb.index(0)));
-    Value slot = wb.toIndex(wb.load(sorted, row));
-    return {slot, arith::AndIOp::create(
-                      b, inBlock, wb.inRange(slot, wb.index(0), routedSlots))};
-  };
-
-  wb.ifThen(active, [&] {
-    // Warp-specialized, the last warpgroup loads; `loader` numbers the
-    // loading threads (the leader issues TMA and initialises the barriers).
-    Value loader = warpSpecialized
-                       ? arith::SubIOp::create(
-                             b, tid, wb.index(warpgroups * kWarpgroupThreads))
-                       : tid;
-    Value leader = wb.cmpi(arith::CmpIPredicate::eq, loader, wb.index(0));
-    auto barrierGroup = nvgpu::MBarrierGroupType::get(
-        ctx, b.getI64IntegerAttr(kSharedAddressSpace), stages);
-    // `full[s]`: stage s holds its K tile. Warp-specialized, `empty[s]`: the
-    // consumers are done with stage s, and the gathering producer threads
-    // arrive on `full` themselves once their rows are in.
-    Value full = nvgpu::MBarrierCreateOp::create(b, barrierGroup);
-    Value empty = warpSpecialized
-                      ? Value(nvgpu::MBarrierCreateOp::create(b, barrierGroup))
-                      : Value();
-    int64_t fullArrivals =
-        warpSpecialized && tokenInput ? kWarpgroupThreads + 1 : 1;
-    wb.ifThen(leader, [&] {
-      nvgpu::TmaPrefetchOp::create(b, weightMap, Value());
-      if (rowMap)
-        nvgpu::TmaPrefetchOp::create(b, rowMap, Value());
-      for (int64_t stage = 0; stage < stages; ++stage) {
-        nvgpu::MBarrierInitOp::create(b, full, wb.index(fullArrivals),
+  // Warp-specialized, the last warpgroup loads; `loader` numbers the
+  // loading threads (the leader issues TMA and initialises the barriers).
+  Value loader = warpSpecialized
+                     ? arith::SubIOp::create(
+                           b, tid, wb.index(warpgroups * kWarpgroupThreads))
+                     : tid;
+  Value leader = wb.cmpi(arith::CmpIPredicate::eq, loader, wb.index(0));
+  auto barrierGroup = nvgpu::MBarrierGroupType::get(
+      ctx, b.getI64IntegerAttr(kSharedAddressSpace), stages);
+  // `full[s]`: stage s holds its K tile. Warp-specialized, `empty[s]`: the
+  // consumers are done with stage s, and the gathering producer threads
+  // arrive on `full` themselves once their rows are in.
+  Value full = nvgpu::MBarrierCreateOp::create(b, barrierGroup);
+  Value empty = warpSpecialized
+                    ? Value(nvgpu::MBarrierCreateOp::create(b, barrierGroup))
+                    : Value();
+  int64_t fullArrivals =
+      warpSpecialized && tokenInput ? kWarpgroupThreads + 1 : 1;
+  wb.ifThen(leader, [&] {
+    nvgpu::TmaPrefetchOp::create(b, weightMap, Value());
+    if (rowMap)
+      nvgpu::TmaPrefetchOp::create(b, rowMap, Value());
+    for (int64_t stage = 0; stage < stages; ++stage) {
+      nvgpu::MBarrierInitOp::create(b, full, wb.index(fullArrivals),
+                                    wb.index(stage), Value());
+      if (empty)
+        nvgpu::MBarrierInitOp::create(b, empty,
+                                      wb.index(warpgroups * kWarpgroupThreads),
                                       wb.index(stage), Value());
-        if (empty)
-          nvgpu::MBarrierInitOp::create(
-              b, empty, wb.index(warpgroups * kWarpgroupThreads),
-              wb.index(stage), Value());
-      }
-    });
-    gpu::BarrierOp::create(b);
+    }
+  });
+  gpu::BarrierOp::create(b);
 
-    // Gathered rows: thread t of the loading threads copies 16-byte chunk
-    // t % 8 of the rows t / 8 + (loaders / 8) j; the sources stay the same
-    // for every K tile.
-    int64_t chunksPerRow = kSwizzleBytes / kCopyBytes;
-    int64_t rowsPerPass = loaders / chunksPerRow;
-    Value chunk = arith::RemUIOp::create(b, loader, wb.index(chunksPerRow));
-    Value chunkRow = arith::DivUIOp::create(b, loader, wb.index(chunksPerRow));
-    // Chunk c of row r lands at chunk c ^ (r % 8) of its 128-byte row, as
-    // TMA's 128-byte swizzle would put it; r % 8 is the same for all of a
-    // thread's rows.
-    Value swizzledColumn = arith::MulIOp::create(
+  // The block's work on tile `tileIndex` of the `numRowBlocks` x N tiles x
+  // splits; `ringBase` counts the K tiles the ring took before it (null:
+  // none, the tile is the block's only one). Returns the count after it.
+  auto runTile = [&](Value tileIndex, Value numRowBlocks,
+                     Value ringBase) -> Value {
+    // Blocks run in groups of kRasterRowBlocks row blocks, row block fastest
+    // within a group, so the blocks resident at once share each weight tile
+    // (an expert's rows are consecutive) and a group's rows stay in L2.
+    // The splits of a tile are neighbours: they share its rows in L2.
+    Value linear = arith::DivUIOp::create(b, tileIndex, wb.index(splits));
+    Value split = arith::RemUIOp::create(b, tileIndex, wb.index(splits));
+    Value groupBlocks = wb.index(kRasterRowBlocks * numColumnTiles);
+    Value group = arith::DivUIOp::create(b, linear, groupBlocks);
+    Value inGroup = arith::RemUIOp::create(b, linear, groupBlocks);
+    Value groupFirstRowBlock =
+        arith::MulIOp::create(b, group, wb.index(kRasterRowBlocks));
+    Value groupRowBlocks = arith::MinUIOp::create(
+        b, wb.index(kRasterRowBlocks),
+        arith::SubIOp::create(b, numRowBlocks, groupFirstRowBlock));
+    Value rowBlock = arith::AddIOp::create(
+        b, groupFirstRowBlock,
+        arith::RemUIOp::create(b, inGroup, groupRowBlocks));
+    Value columnTile = arith::DivUIOp::create(b, inGroup, groupRowBlocks);
+    Value firstRow = arith::MulIOp::create(b, rowBlock, wb.index(blockRows));
+    Value firstColumn =
+        arith::MulIOp::create(b, columnTile, wb.index(outputColumnsPerBlock));
+    Value expert = wb.toIndex(wb.load(
+        experts, {arith::DivUIOp::create(b, firstRow, wb.index(blockM))}));
+    // Blocks past the padded rows, or of no expert, have nothing to do; the
+    // condition is uniform over the block, so its barriers stay matched.
+    Value active = arith::AndIOp::create(
         b,
-        arith::XOrIOp::create(
-            b, chunk,
-            arith::RemUIOp::create(b, chunkRow, wb.index(chunksPerRow))),
-        wb.index(kCopyBytes / elementBytes));
-    auto gatherSources = [&] {
-      SmallVector<std::pair<Value, Value>> sources;
-      for (int64_t pass = 0; pass < tileRows / rowsPerPass; ++pass) {
-        auto [slot, routed] = slotOf(
-            arith::AddIOp::create(b, chunkRow, wb.index(pass * rowsPerPass)));
-        Value token = arith::DivUIOp::create(b, slot, wb.index(slots));
-        sources.push_back({wb.select(routed, token, wb.index(0)), routed});
-      }
-      return sources;
+        wb.cmpi(arith::CmpIPredicate::ult, firstRow,
+                wb.toIndex(wb.load(padded, {}))),
+        wb.inRange(expert, wb.index(0), wb.index(numExperts)));
+    // The slot of the block's row `rowInBlock`, and whether it is a routed
+    // slot of this block.
+    auto slotOf = [&](Value rowInBlock) -> std::pair<Value, Value> {
+      Value inBlock =
+          wb.cmpi(arith::CmpIPredicate::ult, rowInBlock, wb.index(blockRows));
+      Value row = arith::AddIOp::create(
+          b, firstRow, wb.select(inBlock, rowInBlock, wb.index(0)));
+      Value slot = wb.toIndex(wb.load(sorted, row));
+      return {slot,
+              arith::AndIOp::create(
+                  b, inBlock, wb.inRange(slot, wb.index(0), routedSlots))};
     };
 
     // This split's K tiles: [firstStep, firstStep + numSteps).
@@ -728,340 +719,392 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
         b, wb.index(stepsPerSplit),
         arith::SubIOp::create(b, wb.index(llvm::divideCeil(k, blockK)),
                               firstStep));
-    auto stageOf = [&](Value step) {
-      return arith::RemUIOp::create(b, step, wb.index(stages));
-    };
-    // Parity of the phase of its stage's barrier that K tile `step` is at
-    // (`round` rounds of the ring later).
-    auto parityOf = [&](Value step, int64_t round) {
-      Value phase = arith::AddIOp::create(
-          b, arith::DivUIOp::create(b, step, wb.index(stages)),
-          wb.index(round));
-      return arith::IndexCastOp::create(
-          b, b.getI1Type(), arith::RemUIOp::create(b, phase, wb.index(2)));
-    };
-    // Loads the split's K tile `step` into its stage: the weight boxes and
-    // sorted rows by TMA from the leader, counted in on `full`; token rows
-    // by this thread's cp.async gathers (`sources`), committed as one group.
-    auto loadTile = [&](Value step, ArrayRef<std::pair<Value, Value>> sources) {
-      Value stage = stageOf(step);
-      Value k0 = arith::MulIOp::create(
-          b, arith::AddIOp::create(b, firstStep, step), wb.index(blockK));
-      wb.ifThen(leader, [&] {
-        nvgpu::MBarrierArriveExpectTxOp::create(
-            b, full, wb.index(stageTmaBytes), stage, Value());
-        for (int64_t box = 0; box < numBoxes; ++box) {
-          Value column = arith::AddIOp::create(
-              b,
-              gated ? firstColumn
-                    : arith::MulIOp::create(b, columnTile, wb.index(blockN)),
-              wb.index(box * columns));
-          nvgpu::TmaAsyncLoadOp::create(
-              b, sharedView({1, boxRows, blockK}, weightBoxOffset(stage, box)),
-              full, weightMap, ValueRange{k0, column, expert}, stage, Value(),
-              Value());
+    wb.ifThen(active, [&] {
+      // Gathered rows: thread t of the loading threads copies 16-byte chunk
+      // t % 8 of the rows t / 8 + (loaders / 8) j; the sources stay the same
+      // for every K tile.
+      int64_t chunksPerRow = kSwizzleBytes / kCopyBytes;
+      int64_t rowsPerPass = loaders / chunksPerRow;
+      Value chunk = arith::RemUIOp::create(b, loader, wb.index(chunksPerRow));
+      Value chunkRow =
+          arith::DivUIOp::create(b, loader, wb.index(chunksPerRow));
+      // Chunk c of row r lands at chunk c ^ (r % 8) of its 128-byte row, as
+      // TMA's 128-byte swizzle would put it; r % 8 is the same for all of a
+      // thread's rows.
+      Value swizzledColumn = arith::MulIOp::create(
+          b,
+          arith::XOrIOp::create(
+              b, chunk,
+              arith::RemUIOp::create(b, chunkRow, wb.index(chunksPerRow))),
+          wb.index(kCopyBytes / elementBytes));
+      auto gatherSources = [&] {
+        SmallVector<std::pair<Value, Value>> sources;
+        for (int64_t pass = 0; pass < tileRows / rowsPerPass; ++pass) {
+          auto [slot, routed] = slotOf(
+              arith::AddIOp::create(b, chunkRow, wb.index(pass * rowsPerPass)));
+          Value token = arith::DivUIOp::create(b, slot, wb.index(slots));
+          sources.push_back({wb.select(routed, token, wb.index(0)), routed});
         }
-        if (rowMap)
-          nvgpu::TmaAsyncLoadOp::create(
-              b, sharedView({tileRows, blockK}, rowTileOffset(stage)), full,
-              rowMap, ValueRange{k0, firstRow}, stage, Value(), Value());
-      });
-      if (!tokenInput)
-        return;
-      Value tile = sharedView({tileRows, blockK}, rowTileOffset(stage));
-      Value kIndex = arith::AddIOp::create(
-          b, k0,
-          arith::MulIOp::create(b, chunk, wb.index(kCopyBytes / elementBytes)));
-      Value kValid = wb.cmpi(arith::CmpIPredicate::ult, kIndex, wb.index(k));
-      for (auto [pass, source] : llvm::enumerate(sources)) {
-        Value valid = arith::AndIOp::create(b, source.second, kValid);
-        Value tileRow =
-            arith::AddIOp::create(b, chunkRow, wb.index(pass * rowsPerPass));
-        // Invalid chunks copy no bytes and zero-fill their 16 bytes.
-        nvgpu::DeviceAsyncCopyOp::create(
-            b, nvgpu::DeviceAsyncTokenType::get(ctx), tile,
-            ValueRange{tileRow, swizzledColumn}, input,
-            ValueRange{source.first, wb.select(kValid, kIndex, wb.index(0))},
-            b.getIndexAttr(kCopyBytes / elementBytes),
-            wb.select(valid, wb.index(kCopyBytes / elementBytes), wb.index(0)),
-            b.getUnitAttr());
-      }
-    };
-    // This thread's gathered chunks of all but its last `pendingGroups`
-    // K tiles are in shared memory, ordered before the tensor cores' reads.
-    auto awaitGathers = [&](int64_t pendingGroups) {
-      NVVM::CpAsyncWaitGroupOp::create(b, pendingGroups);
-      NVVM::FenceProxyOp::create(
-          b, NVVM::ProxyKindAttr::get(ctx, NVVM::ProxyKind::async_shared),
-          NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));
-    };
+        return sources;
+      };
 
-    Type f32 = b.getF32Type();
-    int64_t registers = blockN / 2;
-    auto accumulatorType = LLVM::LLVMStructType::getLiteral(
-        ctx, SmallVector<Type>(registers, f32));
-    auto i64 = [&](Value indexValue) -> Value {
-      return arith::IndexCastOp::create(b, b.getI64Type(), indexValue);
-    };
-    Value sharedAddress = arith::IndexCastOp::create(
-        b, b.getI64Type(),
-        memref::ExtractAlignedPointerAsIndexOp::create(b, sharedBase));
-    Value tileDescriptors = wgmmaDescriptor(b, sharedAddress);
-    Value weightDescriptors = arith::AddIOp::create(
-        b, tileDescriptors,
-        arith::ConstantOp::create(
-            b, b.getI64IntegerAttr((stages * rowTileBytes) >> 4)));
-    auto shape = NVVM::MMAShapeAttr::get(ctx, kWgmmaRows, blockN, kWgmmaK);
-    NVVM::WGMMATypes wgmmaType =
-        elementType.isBF16() ? NVVM::WGMMATypes::bf16 : NVVM::WGMMATypes::f16;
-    // The wgmmas of K tile `step` (in its stage) for the rows of consumer
-    // warpgroup `consumer` ([64 c, 64 c + 64) of the row tile), chained on
-    // `sum` and committed as one group.
-    auto multiplyTile = [&](Value step, Value consumer, Value sum,
-                            bool overwrite) -> Value {
-      Value stage = stageOf(step);
-      Value rowDescriptor = arith::AddIOp::create(
-          b, tileDescriptors,
-          i64(arith::AddIOp::create(
-              b, arith::MulIOp::create(b, stage, wb.index(rowTileBytes >> 4)),
-              arith::MulIOp::create(
-                  b, consumer,
-                  wb.index(kWgmmaRows * blockK * elementBytes >> 4)))));
-      Value weightDescriptor = arith::AddIOp::create(
-          b, weightDescriptors,
-          i64(arith::MulIOp::create(b, stage, wb.index(weightTileBytes >> 4))));
-      // Accumulators are touched only by the wgmmas from here to the wait,
-      // so they chain without a register round trip.
-      NVVM::WgmmaFenceAlignedOp::create(b);
-      for (int64_t kk = 0; kk < blockK / kWgmmaK; ++kk) {
-        // A k16 step advances 32 bytes inside the swizzle atom.
-        Value advance = arith::ConstantOp::create(
-            b, b.getI64IntegerAttr(kk * kWgmmaK * elementBytes >> 4));
-        sum = NVVM::WgmmaMmaAsyncOp::create(
-            b, accumulatorType, sum,
-            arith::AddIOp::create(b, rowDescriptor, advance),
-            arith::AddIOp::create(b, weightDescriptor, advance), shape,
-            wgmmaType, wgmmaType, NVVM::WGMMATypes::f32,
-            overwrite && kk == 0 ? NVVM::WGMMAScaleOut::zero
-                                 : NVVM::WGMMAScaleOut::one,
-            NVVM::WGMMAScaleIn::one, NVVM::WGMMAScaleIn::one,
-            NVVM::MMALayout::row, NVVM::MMALayout::col,
-            NVVM::MMAIntOverflowAttr());
-      }
-      NVVM::WgmmaGroupSyncAlignedOp::create(b);
-      return sum;
-    };
-    // The split's K tiles through `tile` (K tile, accumulators so far,
-    // whether they are still undefined): the first outside the loop, its
-    // first wgmma overwriting an undefined struct (scale-d 0), so that no
-    // move ever initialises the accumulators (ptxas would fence the wgmmas
-    // for it, C7519).
-    auto accumulate =
-        [&](function_ref<Value(Value, Value, bool)> tile) -> Value {
-      Value first = tile(wb.index(0), LLVM::UndefOp::create(b, accumulatorType),
-                         /*overwrite=*/true);
-      return wb.loop(wb.index(1), numSteps, {first},
-                     [&](Value step, ValueRange carried) -> SmallVector<Value> {
-                       return {tile(step, carried[0], /*overwrite=*/false)};
-                     })[0];
-    };
-    auto waitFull = [&](Value step) {
-      nvgpu::MBarrierTryWaitParityOp::create(b, full, parityOf(step, 0),
-                                             wb.index(kMbarrierWaitTicks),
-                                             stageOf(step));
-    };
-
-    // The epilogue on the accumulator registers: gated activation, routed
-    // weight, and the store in the op's row order.
-    auto emitEpilogue = [&](Value accumulators, Value laneRow,
-                            Value laneColumn) {
-      Type outputElement = cast<MemRefType>(output.getType()).getElementType();
-      auto pairType = VectorType::get({2}, f32);
-      for (int64_t half = 0; half < 2; ++half) {
-        Value rowInBlock =
-            arith::AddIOp::create(b, laneRow, wb.index(half * 8));
-        auto [slot, routed] = slotOf(rowInBlock);
-        Value row = arith::AddIOp::create(b, firstRow, rowInBlock);
-        Value token = arith::DivUIOp::create(b, slot, wb.index(slots));
-        Value slotInToken = arith::RemUIOp::create(b, slot, wb.index(slots));
-        wb.ifThen(routed, [&] {
-          Value weight =
-              weighted ? wb.load(routedWeights, {token, slotInToken}) : Value();
-          for (int64_t block = 0; block < outputColumnsPerBlock / 8; ++block) {
+      // The ring's count of the split's K tile `step`: its stage and barrier
+      // phases run on across the block's tiles.
+      auto ringStep = [&](Value step) -> Value {
+        return ringBase ? arith::AddIOp::create(b, ringBase, step).getResult()
+                        : step;
+      };
+      auto stageOf = [&](Value step) {
+        return arith::RemUIOp::create(b, ringStep(step), wb.index(stages));
+      };
+      // Parity of the phase of its stage's barrier that K tile `step` is at
+      // (`round` rounds of the ring later).
+      auto parityOf = [&](Value step, int64_t round) {
+        Value phase = arith::AddIOp::create(
+            b, arith::DivUIOp::create(b, ringStep(step), wb.index(stages)),
+            wb.index(round));
+        return arith::IndexCastOp::create(
+            b, b.getI1Type(), arith::RemUIOp::create(b, phase, wb.index(2)));
+      };
+      // Loads the split's K tile `step` into its stage: the weight boxes and
+      // sorted rows by TMA from the leader, counted in on `full`; token rows
+      // by this thread's cp.async gathers (`sources`), committed as one group.
+      auto loadTile = [&](Value step,
+                          ArrayRef<std::pair<Value, Value>> sources) {
+        Value stage = stageOf(step);
+        Value k0 = arith::MulIOp::create(
+            b, arith::AddIOp::create(b, firstStep, step), wb.index(blockK));
+        wb.ifThen(leader, [&] {
+          nvgpu::MBarrierArriveExpectTxOp::create(
+              b, full, wb.index(stageTmaBytes), stage, Value());
+          for (int64_t box = 0; box < numBoxes; ++box) {
             Value column = arith::AddIOp::create(
-                b, firstColumn,
-                arith::AddIOp::create(b, laneColumn, wb.index(block * 8)));
-            SmallVector<Value> values;
-            for (int64_t i = 0; i < 2; ++i) {
-              int64_t index = block * 4 + half * 2 + i;
-              Value value =
-                  LLVM::ExtractValueOp::create(b, accumulators, index);
-              if (gated)
-                value = arith::MulFOp::create(
-                    b, emitGatedActivation(b, b.getLoc(), activation, value),
-                    LLVM::ExtractValueOp::create(b, accumulators,
-                                                 index + registers / 2));
-              if (weight)
-                value = arith::MulFOp::create(b, value, weight);
-              values.push_back(value);
-            }
-            SmallVector<Value> at =
-                slotOutput ? SmallVector<Value>{token, slotInToken, column}
-                           : SmallVector<Value>{row, column};
-            if (columns % 2 == 0) {
-              // Two neighbouring columns in one 4-byte store.
-              Value pair = vector::FromElementsOp::create(b, pairType, values);
-              if (outputElement != f32)
-                pair = arith::TruncFOp::create(
-                    b, VectorType::get({2}, outputElement), pair);
-              wb.ifThen(
-                  wb.cmpi(arith::CmpIPredicate::ult, column, wb.index(columns)),
-                  [&] {
-                    // Even columns of even-length rows: the pair is aligned to
-                    // its size (the runtime checks the base alignment).
-                    vector::StoreOp::create(
-                        b, pair, output, at, /*nontemporal=*/false,
-                        llvm::Align(2 * outputElement.getIntOrFloatBitWidth() /
-                                    8));
-                  });
-              continue;
-            }
-            for (int64_t i = 0; i < 2; ++i) {
-              at.back() = arith::AddIOp::create(b, column, wb.index(i));
-              wb.ifThen(wb.cmpi(arith::CmpIPredicate::ult, at.back(),
-                                wb.index(columns)),
-                        [&] { wb.storeF32(values[i], output, at); });
-            }
+                b,
+                gated ? firstColumn
+                      : arith::MulIOp::create(b, columnTile, wb.index(blockN)),
+                wb.index(box * columns));
+            nvgpu::TmaAsyncLoadOp::create(
+                b,
+                sharedView({1, boxRows, blockK}, weightBoxOffset(stage, box)),
+                full, weightMap, ValueRange{k0, column, expert}, stage, Value(),
+                Value());
           }
+          if (rowMap)
+            nvgpu::TmaAsyncLoadOp::create(
+                b, sharedView({tileRows, blockK}, rowTileOffset(stage)), full,
+                rowMap, ValueRange{k0, firstRow}, stage, Value(), Value());
         });
-      }
-    };
-
-    // The consumers' part from their accumulators: the split's partial sums,
-    // or the epilogue.
-    auto finish = [&](Value accumulators) {
-      // Register 4 j + i of a thread holds row 16 warp + lane / 4 + 8 (i / 2),
-      // column 8 j + 2 (lane % 4) + i % 2 of the block's accumulators (the
-      // consumers are the first warpgroups: consumer c's rows start at 64 c).
-      Value laneRow =
-          arith::AddIOp::create(b, arith::MulIOp::create(b, warp, wb.index(16)),
-                                arith::DivUIOp::create(b, lane, wb.index(4)));
-      Value laneColumn = arith::MulIOp::create(
-          b, arith::RemUIOp::create(b, lane, wb.index(4)), wb.index(2));
-      if (reduction) {
-        storePartials(wb, accumulators, laneRow, laneColumn, firstRow,
-                      firstColumn, split, slotOf, partials, slotRows, op,
-                      config);
-        return;
-      }
-      emitEpilogue(accumulators, laneRow, laneColumn);
-    };
-
-    if (!warpSpecialized) {
-      // Every thread loads and multiplies: stages 0..S-2 in flight, then
-      // per K tile: wait for it, multiply, let the previous tile's wgmmas
-      // finish, and after a block barrier refill the stage they read.
-      SmallVector<std::pair<Value, Value>> sources;
-      if (tokenInput)
-        sources = gatherSources();
-      // Every thread commits one cp.async group per call so that the group
-      // counts stay uniform.
-      auto issue = [&](Value step) {
-        wb.ifThen(wb.cmpi(arith::CmpIPredicate::ult, step, numSteps),
-                  [&] { loadTile(step, sources); });
-        if (tokenInput)
-          NVVM::CpAsyncCommitGroupOp::create(b);
-      };
-      for (int64_t step = 0; step + 1 < stages; ++step)
-        issue(wb.index(step));
-      if (tokenInput)
-        awaitGathers(stages - 2);
-      gpu::BarrierOp::create(b);
-      Value consumer =
-          arith::DivUIOp::create(b, tid, wb.index(kWarpgroupThreads));
-      Value accumulators =
-          accumulate([&](Value step, Value sum, bool overwrite) -> Value {
-            waitFull(step);
-            sum = multiplyTile(step, consumer, sum, overwrite);
-            // The previous step's group is done in this warp; after
-            // the barrier in all, so its stage takes K tile
-            // step + stages - 1.
-            NVVM::WgmmaWaitGroupSyncOp::create(b, 1);
-            if (tokenInput)
-              awaitGathers(stages - 3);
-            gpu::BarrierOp::create(b);
-            issue(arith::AddIOp::create(b, step, wb.index(stages - 1)));
-            return sum;
-          });
-      NVVM::WgmmaWaitGroupSyncOp::create(b, 0);
-      finish(accumulators);
-      return;
-    }
-
-    // Warp-specialized: the last warpgroup loads, the others multiply (the
-    // consumers keep the thread numbering of the kernel without a
-    // producer). The producer refills a stage once `empty` says the
-    // consumers are done with it; gathering threads report their rows on
-    // `full` `lag` K tiles later, after their own cp.async wait and proxy
-    // fence, which keeps lag + 1 tiles of gathers in flight per thread
-    // (lag = stages - 2 leaves the ring a free stage, so neither side waits
-    // on the other forever).
-    int64_t lag = stages - 2;
-    // The warpgroup index, broadcast from lane 0 so that ptxas sees the
-    // role branches as warp-uniform: wgmma in a path it thinks divergent
-    // gets serialized (C7520).
-    Value warpgroupIndex =
-        wb.toIndex(gpu::ShuffleOp::create(
-                       b,
-                       wb.toI32(arith::DivUIOp::create(
-                           b, tid, wb.index(kWarpgroupThreads))),
-                       wb.i32(0), wb.i32(32),
-                       gpu::ShuffleModeAttr::get(ctx, gpu::ShuffleMode::IDX))
-                       .getShuffleResult());
-    Value producer =
-        wb.cmpi(arith::CmpIPredicate::eq, warpgroupIndex, wb.index(warpgroups));
-    // Only threads that load wait on `empty`: a parity wait is ambiguous
-    // once the barrier has moved on two phases, which an idle thread could
-    // let happen (and then wait forever). Gathering threads cannot fall
-    // behind: every K tile needs their arrival on `full`.
-    if (!tokenInput)
-      producer = arith::AndIOp::create(b, producer, leader);
-    wb.ifThen(producer, [&] {
-      SmallVector<std::pair<Value, Value>> sources;
-      if (tokenInput)
-        sources = gatherSources();
-      auto reportRows = [&](Value step) {
-        nvgpu::MBarrierArriveOp::create(b, full, stageOf(step));
-      };
-      wb.loop(wb.index(0), numSteps, [&](Value step) {
-        wb.ifThen(wb.cmpi(arith::CmpIPredicate::uge, step, wb.index(stages)),
-                  [&] {
-                    nvgpu::MBarrierTryWaitParityOp::create(
-                        b, empty, parityOf(step, -1),
-                        wb.index(kMbarrierWaitTicks), stageOf(step));
-                  });
-        loadTile(step, sources);
         if (!tokenInput)
           return;
-        NVVM::CpAsyncCommitGroupOp::create(b);
-        wb.ifThen(wb.cmpi(arith::CmpIPredicate::uge, step, wb.index(lag)), [&] {
-          awaitGathers(lag);
-          reportRows(arith::SubIOp::create(b, step, wb.index(lag)));
-        });
-      });
-      if (!tokenInput)
+        Value tile = sharedView({tileRows, blockK}, rowTileOffset(stage));
+        Value kIndex = arith::AddIOp::create(
+            b, k0,
+            arith::MulIOp::create(b, chunk,
+                                  wb.index(kCopyBytes / elementBytes)));
+        Value kValid = wb.cmpi(arith::CmpIPredicate::ult, kIndex, wb.index(k));
+        for (auto [pass, source] : llvm::enumerate(sources)) {
+          Value valid = arith::AndIOp::create(b, source.second, kValid);
+          Value tileRow =
+              arith::AddIOp::create(b, chunkRow, wb.index(pass * rowsPerPass));
+          // Invalid chunks copy no bytes and zero-fill their 16 bytes.
+          nvgpu::DeviceAsyncCopyOp::create(
+              b, nvgpu::DeviceAsyncTokenType::get(ctx), tile,
+              ValueRange{tileRow, swizzledColumn}, input,
+              ValueRange{source.first, wb.select(kValid, kIndex, wb.index(0))},
+              b.getIndexAttr(kCopyBytes / elementBytes),
+              wb.select(valid, wb.index(kCopyBytes / elementBytes),
+                        wb.index(0)),
+              b.getUnitAttr());
+        }
+      };
+      // This thread's gathered chunks of all but its last `pendingGroups`
+      // K tiles are in shared memory, ordered before the tensor cores' reads.
+      auto awaitGathers = [&](int64_t pendingGroups) {
+        NVVM::CpAsyncWaitGroupOp::create(b, pendingGroups);
+        NVVM::FenceProxyOp::create(
+            b, NVVM::ProxyKindAttr::get(ctx, NVVM::ProxyKind::async_shared),
+            NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));
+      };
+
+      Type f32 = b.getF32Type();
+      int64_t registers = blockN / 2;
+      auto accumulatorType = LLVM::LLVMStructType::getLiteral(
+          ctx, SmallVector<Type>(registers, f32));
+      auto i64 = [&](Value indexValue) -> Value {
+        return arith::IndexCastOp::create(b, b.getI64Type(), indexValue);
+      };
+      Value sharedAddress = arith::IndexCastOp::create(
+          b, b.getI64Type(),
+          memref::ExtractAlignedPointerAsIndexOp::create(b, sharedBase));
+      Value tileDescriptors = wgmmaDescriptor(b, sharedAddress);
+      Value weightDescriptors = arith::AddIOp::create(
+          b, tileDescriptors,
+          arith::ConstantOp::create(
+              b, b.getI64IntegerAttr((stages * rowTileBytes) >> 4)));
+      auto shape = NVVM::MMAShapeAttr::get(ctx, kWgmmaRows, blockN, kWgmmaK);
+      NVVM::WGMMATypes wgmmaType =
+          elementType.isBF16() ? NVVM::WGMMATypes::bf16 : NVVM::WGMMATypes::f16;
+      // The wgmmas of K tile `step` (in its stage) for the rows of consumer
+      // warpgroup `consumer` ([64 c, 64 c + 64) of the row tile), chained on
+      // `sum` and committed as one group.
+      auto multiplyTile = [&](Value step, Value consumer, Value sum,
+                              bool overwrite) -> Value {
+        Value stage = stageOf(step);
+        Value rowDescriptor = arith::AddIOp::create(
+            b, tileDescriptors,
+            i64(arith::AddIOp::create(
+                b, arith::MulIOp::create(b, stage, wb.index(rowTileBytes >> 4)),
+                arith::MulIOp::create(
+                    b, consumer,
+                    wb.index(kWgmmaRows * blockK * elementBytes >> 4)))));
+        Value weightDescriptor = arith::AddIOp::create(
+            b, weightDescriptors,
+            i64(arith::MulIOp::create(b, stage,
+                                      wb.index(weightTileBytes >> 4))));
+        // Accumulators are touched only by the wgmmas from here to the wait,
+        // so they chain without a register round trip.
+        NVVM::WgmmaFenceAlignedOp::create(b);
+        for (int64_t kk = 0; kk < blockK / kWgmmaK; ++kk) {
+          // A k16 step advances 32 bytes inside the swizzle atom.
+          Value advance = arith::ConstantOp::create(
+              b, b.getI64IntegerAttr(kk * kWgmmaK * elementBytes >> 4));
+          sum = NVVM::WgmmaMmaAsyncOp::create(
+              b, accumulatorType, sum,
+              arith::AddIOp::create(b, rowDescriptor, advance),
+              arith::AddIOp::create(b, weightDescriptor, advance), shape,
+              wgmmaType, wgmmaType, NVVM::WGMMATypes::f32,
+              overwrite && kk == 0 ? NVVM::WGMMAScaleOut::zero
+                                   : NVVM::WGMMAScaleOut::one,
+              NVVM::WGMMAScaleIn::one, NVVM::WGMMAScaleIn::one,
+              NVVM::MMALayout::row, NVVM::MMALayout::col,
+              NVVM::MMAIntOverflowAttr());
+        }
+        NVVM::WgmmaGroupSyncAlignedOp::create(b);
+        return sum;
+      };
+      // The split's K tiles through `tile` (K tile, accumulators so far,
+      // whether they are still undefined): the first outside the loop, its
+      // first wgmma overwriting an undefined struct (scale-d 0), so that no
+      // move ever initialises the accumulators (ptxas would fence the wgmmas
+      // for it, C7519).
+      auto accumulate =
+          [&](function_ref<Value(Value, Value, bool)> tile) -> Value {
+        Value first =
+            tile(wb.index(0), LLVM::UndefOp::create(b, accumulatorType),
+                 /*overwrite=*/true);
+        return wb.loop(
+            wb.index(1), numSteps, {first},
+            [&](Value step, ValueRange carried) -> SmallVector<Value> {
+              return {tile(step, carried[0], /*overwrite=*/false)};
+            })[0];
+      };
+      auto waitFull = [&](Value step) {
+        nvgpu::MBarrierTryWaitParityOp::create(b, full, parityOf(step, 0),
+                                               wb.index(kMbarrierWaitTicks),
+                                               stageOf(step));
+      };
+
+      // The epilogue on the accumulator registers: gated activation, routed
+      // weight, and the store in the op's row order.
+      auto emitEpilogue = [&](Value accumulators, Value laneRow,
+                              Value laneColumn) {
+        Type outputElement =
+            cast<MemRefType>(output.getType()).getElementType();
+        auto pairType = VectorType::get({2}, f32);
+        for (int64_t half = 0; half < 2; ++half) {
+          Value rowInBlock =
+              arith::AddIOp::create(b, laneRow, wb.index(half * 8));
+          auto [slot, routed] = slotOf(rowInBlock);
+          Value row = arith::AddIOp::create(b, firstRow, rowInBlock);
+          Value token = arith::DivUIOp::create(b, slot, wb.index(slots));
+          Value slotInToken = arith::RemUIOp::create(b, slot, wb.index(slots));
+          wb.ifThen(routed, [&] {
+            Value weight = weighted
+                               ? wb.load(routedWeights, {token, slotInToken})
+                               : Value();
+            for (int64_t block = 0; block < outputColumnsPerBlock / 8;
+                 ++block) {
+              Value column = arith::AddIOp::create(
+                  b, firstColumn,
+                  arith::AddIOp::create(b, laneColumn, wb.index(block * 8)));
+              SmallVector<Value> values;
+              for (int64_t i = 0; i < 2; ++i) {
+                int64_t index = block * 4 + half * 2 + i;
+                Value value =
+                    LLVM::ExtractValueOp::create(b, accumulators, index);
+                if (gated)
+                  value = arith::MulFOp::create(
+                      b, emitGatedActivation(b, b.getLoc(), activation, value),
+                      LLVM::ExtractValueOp::create(b, accumulators,
+                                                   index + registers / 2));
+                if (weight)
+                  value = arith::MulFOp::create(b, value, weight);
+                values.push_back(value);
+              }
+              SmallVector<Value> at =
+                  slotOutput ? SmallVector<Value>{token, slotInToken, column}
+                             : SmallVector<Value>{row, column};
+              if (columns % 2 == 0) {
+                // Two neighbouring columns in one 4-byte store.
+                Value pair =
+                    vector::FromElementsOp::create(b, pairType, values);
+                if (outputElement != f32)
+                  pair = arith::TruncFOp::create(
+                      b, VectorType::get({2}, outputElement), pair);
+                wb.ifThen(
+                    wb.cmpi(arith::CmpIPredicate::ult, column,
+                            wb.index(columns)),
+                    [&] {
+                      // Even columns of even-length rows: the pair is aligned
+                      // to its size (the runtime checks the base alignment).
+                      vector::StoreOp::create(
+                          b, pair, output, at, /*nontemporal=*/false,
+                          llvm::Align(
+                              2 * outputElement.getIntOrFloatBitWidth() / 8));
+                    });
+                continue;
+              }
+              for (int64_t i = 0; i < 2; ++i) {
+                at.back() = arith::AddIOp::create(b, column, wb.index(i));
+                wb.ifThen(wb.cmpi(arith::CmpIPredicate::ult, at.back(),
+                                  wb.index(columns)),
+                          [&] { wb.storeF32(values[i], output, at); });
+              }
+            }
+          });
+        }
+      };
+
+      // The consumers' part from their accumulators: the split's partial sums,
+      // or the epilogue.
+      auto finish = [&](Value accumulators) {
+        // Register 4 j + i of a thread holds row 16 warp + lane / 4 + 8 (i /
+        // 2), column 8 j + 2 (lane % 4) + i % 2 of the block's accumulators
+        // (the consumers are the first warpgroups: consumer c's rows start at
+        // 64 c).
+        Value laneRow = arith::AddIOp::create(
+            b, arith::MulIOp::create(b, warp, wb.index(16)),
+            arith::DivUIOp::create(b, lane, wb.index(4)));
+        Value laneColumn = arith::MulIOp::create(
+            b, arith::RemUIOp::create(b, lane, wb.index(4)), wb.index(2));
+        if (reduction) {
+          storePartials(wb, accumulators, laneRow, laneColumn, firstRow,
+                        firstColumn, split, slotOf, partials, slotRows, op,
+                        config);
+          return;
+        }
+        emitEpilogue(accumulators, laneRow, laneColumn);
+      };
+
+      if (!warpSpecialized) {
+        // Every thread loads and multiplies: stages 0..S-2 in flight, then
+        // per K tile: wait for it, multiply, let the previous tile's wgmmas
+        // finish, and after a block barrier refill the stage they read.
+        SmallVector<std::pair<Value, Value>> sources;
+        if (tokenInput)
+          sources = gatherSources();
+        // Every thread commits one cp.async group per call so that the group
+        // counts stay uniform.
+        auto issue = [&](Value step) {
+          wb.ifThen(wb.cmpi(arith::CmpIPredicate::ult, step, numSteps),
+                    [&] { loadTile(step, sources); });
+          if (tokenInput)
+            NVVM::CpAsyncCommitGroupOp::create(b);
+        };
+        for (int64_t step = 0; step + 1 < stages; ++step)
+          issue(wb.index(step));
+        if (tokenInput)
+          awaitGathers(stages - 2);
+        gpu::BarrierOp::create(b);
+        Value consumer =
+            arith::DivUIOp::create(b, tid, wb.index(kWarpgroupThreads));
+        Value accumulators =
+            accumulate([&](Value step, Value sum, bool overwrite) -> Value {
+              waitFull(step);
+              sum = multiplyTile(step, consumer, sum, overwrite);
+              // The previous step's group is done in this warp; after
+              // the barrier in all, so its stage takes K tile
+              // step + stages - 1.
+              NVVM::WgmmaWaitGroupSyncOp::create(b, 1);
+              if (tokenInput)
+                awaitGathers(stages - 3);
+              gpu::BarrierOp::create(b);
+              issue(arith::AddIOp::create(b, step, wb.index(stages - 1)));
+              return sum;
+            });
+        NVVM::WgmmaWaitGroupSyncOp::create(b, 0);
+        finish(accumulators);
         return;
-      awaitGathers(0);
-      Value first = arith::SubIOp::create(
-          b, arith::MaxSIOp::create(b, numSteps, wb.index(lag)), wb.index(lag));
-      wb.loop(first, numSteps, [&](Value step) { reportRows(step); });
-    });
-    wb.ifThen(wb.cmpi(arith::CmpIPredicate::ult, warpgroupIndex,
-                      wb.index(warpgroups)),
-              [&] {
-                Value consumer = warpgroupIndex;
-                Value accumulators = accumulate([&](Value step, Value sum,
-                                                    bool overwrite) -> Value {
+      }
+
+      // Warp-specialized: the last warpgroup loads, the others multiply (the
+      // consumers keep the thread numbering of the kernel without a
+      // producer). The producer refills a stage once `empty` says the
+      // consumers are done with it; gathering threads report their rows on
+      // `full` `lag` K tiles later, after their own cp.async wait and proxy
+      // fence, which keeps lag + 1 tiles of gathers in flight per thread
+      // (lag = stages - 2 leaves the ring a free stage, so neither side waits
+      // on the other forever).
+      int64_t lag = stages - 2;
+      // The warpgroup index, broadcast from lane 0 so that ptxas sees the
+      // role branches as warp-uniform: wgmma in a path it thinks divergent
+      // gets serialized (C7520).
+      Value warpgroupIndex =
+          wb.toIndex(gpu::ShuffleOp::create(
+                         b,
+                         wb.toI32(arith::DivUIOp::create(
+                             b, tid, wb.index(kWarpgroupThreads))),
+                         wb.i32(0), wb.i32(32),
+                         gpu::ShuffleModeAttr::get(ctx, gpu::ShuffleMode::IDX))
+                         .getShuffleResult());
+      Value producer = wb.cmpi(arith::CmpIPredicate::eq, warpgroupIndex,
+                               wb.index(warpgroups));
+      // Only threads that load wait on `empty`: a parity wait is ambiguous
+      // once the barrier has moved on two phases, which an idle thread could
+      // let happen (and then wait forever). Gathering threads cannot fall
+      // behind: every K tile needs their arrival on `full`.
+      if (!tokenInput)
+        producer = arith::AndIOp::create(b, producer, leader);
+      wb.ifThen(producer, [&] {
+        SmallVector<std::pair<Value, Value>> sources;
+        if (tokenInput)
+          sources = gatherSources();
+        auto reportRows = [&](Value step) {
+          nvgpu::MBarrierArriveOp::create(b, full, stageOf(step));
+        };
+        wb.loop(wb.index(0), numSteps, [&](Value step) {
+          wb.ifThen(wb.cmpi(arith::CmpIPredicate::uge, ringStep(step),
+                            wb.index(stages)),
+                    [&] {
+                      nvgpu::MBarrierTryWaitParityOp::create(
+                          b, empty, parityOf(step, -1),
+                          wb.index(kMbarrierWaitTicks), stageOf(step));
+                    });
+          loadTile(step, sources);
+          if (!tokenInput)
+            return;
+          NVVM::CpAsyncCommitGroupOp::create(b);
+          wb.ifThen(wb.cmpi(arith::CmpIPredicate::uge, step, wb.index(lag)),
+                    [&] {
+                      awaitGathers(lag);
+                      reportRows(arith::SubIOp::create(b, step, wb.index(lag)));
+                    });
+        });
+        if (!tokenInput)
+          return;
+        awaitGathers(0);
+        Value first = arith::SubIOp::create(
+            b, arith::MaxSIOp::create(b, numSteps, wb.index(lag)),
+            wb.index(lag));
+        wb.loop(first, numSteps, [&](Value step) { reportRows(step); });
+      });
+      wb.ifThen(
+          wb.cmpi(arith::CmpIPredicate::ult, warpgroupIndex,
+                  wb.index(warpgroups)),
+          [&] {
+            Value consumer = warpgroupIndex;
+            Value accumulators =
+                accumulate([&](Value step, Value sum, bool overwrite) -> Value {
                   waitFull(step);
                   sum = multiplyTile(step, consumer, sum, overwrite);
                   // The previous K tile's wgmmas are done: free its stage.
@@ -1072,10 +1115,52 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
                         stageOf(arith::SubIOp::create(b, step, wb.index(1))));
                   return sum;
                 });
-                NVVM::WgmmaWaitGroupSyncOp::create(b, 0);
-                finish(accumulators);
-              });
-  });
+            NVVM::WgmmaWaitGroupSyncOp::create(b, 0);
+            // The block's next tile goes on in the ring: free the last
+            // stage too.
+            if (ringBase)
+              nvgpu::MBarrierArriveOp::create(
+                  b, empty,
+                  stageOf(arith::SubIOp::create(b, numSteps, wb.index(1))));
+            finish(accumulators);
+          });
+    });
+    return ringBase ? arith::AddIOp::create(
+                          b, ringBase, wb.select(active, numSteps, wb.index(0)))
+                          .getResult()
+                    : Value();
+  };
+
+  Value blockId = gpu::BlockIdOp::create(b, gpu::Dimension::x);
+  if (!config.getPersistent()) {
+    // One block per tile of the row blocks the capacity bounds; those past
+    // the padded rows find nothing to do.
+    runTile(blockId,
+            arith::CeilDivUIOp::create(
+                b,
+                arith::AddIOp::create(b, routedSlots,
+                                      wb.index(numExperts * (blockM - 1))),
+                wb.index(blockRows)),
+            Value());
+  } else {
+    // Persistent: the blocks walk the tiles of the padded rows, counted on
+    // the device (a multiple of block_m, so of the tile rows), a grid apart.
+    Value numRowBlocks = arith::DivUIOp::create(
+        b, wb.toIndex(wb.load(padded, {})), wb.index(blockRows));
+    Value numTiles = arith::MulIOp::create(b, numRowBlocks,
+                                           wb.index(numColumnTiles * splits));
+    auto tiles = scf::ForOp::create(
+        b, blockId, numTiles, gpu::GridDimOp::create(b, gpu::Dimension::x),
+        ValueRange{wb.index(0)});
+    OpBuilder::InsertionGuard loopGuard(b);
+    b.setInsertionPointToStart(tiles.getBody());
+    // Without a producer, every thread refills the ring: all must be done
+    // with the previous tile's stages first.
+    if (!warpSpecialized)
+      gpu::BarrierOp::create(b);
+    scf::YieldOp::create(b, runTile(tiles.getInductionVar(), numRowBlocks,
+                                    tiles.getRegionIterArgs()[0]));
+  }
   if (reduction)
     emitSplitReduction(plan, builder, op, splits, *reduction);
   return success();

@@ -688,8 +688,9 @@ struct ConvertMoeToGPUPass
                          << functions.size();
       return signalPassFailure();
     }
-    if (tokensMax < 1) {
-      module.emitError() << "convert-moe-to-gpu: tokens-max must be positive";
+    if (tokensMax < 1 || numSMs < 1) {
+      module.emitError()
+          << "convert-moe-to-gpu: tokens-max and num-sms must be positive";
       return signalPassFailure();
     }
     func::FuncOp function = functions.front();
@@ -702,7 +703,7 @@ struct ConvertMoeToGPUPass
     auto kernels =
         gpu::GPUModuleOp::create(builder, function.getLoc(), kKernelModuleName,
                                  builder.getArrayAttr({target}));
-    PlanBuilder plan(module, kernels, tokensMax);
+    PlanBuilder plan(module, kernels, tokensMax, numSMs);
     for (BlockArgument argument : function.getArguments())
       plan.use(argument);
     WalkResult result = function.walk([&](Operation *op) {

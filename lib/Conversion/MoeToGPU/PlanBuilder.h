@@ -75,8 +75,10 @@ struct KernelArg {
 /// Collects buffers and kernels while the ops of a layer are compiled.
 class PlanBuilder {
 public:
-  PlanBuilder(ModuleOp module, gpu::GPUModuleOp kernels, int64_t tokensMax)
-      : module(module), kernels(kernels), tokensMax(tokensMax) {}
+  PlanBuilder(ModuleOp module, gpu::GPUModuleOp kernels, int64_t tokensMax,
+              int64_t numSMs)
+      : module(module), kernels(kernels), tokensMax(tokensMax), numSMs(numSMs) {
+  }
 
   SizeExpr tokens() const { return {"T", tokensMax}; }
   static SizeExpr constant(int64_t value) {
@@ -92,6 +94,10 @@ public:
   static SizeExpr ceilDiv(const SizeExpr &value, int64_t divisor) {
     return {"cdiv(" + value.text + "," + std::to_string(divisor) + ")",
             static_cast<int64_t>(llvm::divideCeil(value.atMax, divisor))};
+  }
+  static SizeExpr min(const SizeExpr &value, int64_t bound) {
+    return {"min(" + value.text + "," + std::to_string(bound) + ")",
+            std::min(value.atMax, bound)};
   }
 
   /// Registers `value` (a function argument, a result, or an op result) as a
@@ -275,6 +281,8 @@ public:
   ModuleOp module;
   gpu::GPUModuleOp kernels;
   int64_t tokensMax;
+  /// Multiprocessors of the target GPU: what persistent grids fill.
+  int64_t numSMs;
 
 private:
   /// `base`, or `base_<n>` when a layer has several ops of one kind.
