@@ -25,16 +25,24 @@ for gemm in tune_space.gemms(presets["deepseek-v3"]):
 # CHECK: gemm2 257 7168 2048 9
 
 configs = tune_space.candidates()
-unsplit = [c for c in configs if c["split_k"] == 1]
-print(len(configs), len(unsplit), tune_space.timed_at(configs[-1], 256),
-      tune_space.timed_at(configs[-1], 1024), tune_space.timed_at(unsplit[0], 4096))
-# CHECK: 122 32 True False True
+unsplit = [c for c in configs if c["split_k"] == 1 and "persistent" not in c]
+split = [c for c in configs if c["split_k"] > 1]
+persistent = [c for c in configs if c.get("persistent")]
+print(len(configs), len(unsplit), len(split), len(persistent),
+      tune_space.timed_at(split[-1], 256), tune_space.timed_at(split[-1], 1024),
+      tune_space.timed_at(unsplit[0], 4096))
+# CHECK: 154 32 90 32 True False True
+# Persistent grids are timed only from 1024 tokens, never split.
+print(tune_space.timed_at(persistent[0], 256),
+      tune_space.timed_at(persistent[0], 1024),
+      all(c["split_k"] == 1 for c in persistent))
+# CHECK: False True True
 assert len({json.dumps(c, sort_keys=True) for c in configs}) == len(configs)
 # From 128-row routing blocks every candidate comes with one and with two
 # warpgroups, named explicitly.
 wide = tune_space.candidates(128)
 print(len(wide), sorted({c["num_warpgroups"] for c in wide}))
-# CHECK: 244 [1, 2]
+# CHECK: 308 [1, 2]
 
 mixtral = {g["part"]: g for g in tune_space.gemms(presets["mixtral-8x7b"])}
 device = "NVIDIA H100 80GB HBM3"

@@ -18,6 +18,10 @@ SPLIT_STAGES = (3, 4, 6)
 # K splits pay off only while the tiles cannot fill the GPU: they are timed
 # up to this many tokens (and compiled for it, which sizes their workspace).
 SPLIT_MAX_TOKENS = 256
+# A persistent grid pays off only with many tiles per block (bench/RESULTS.md:
+# up to 9 % faster at 1024 and 4096 tokens, slower at 256): unsplit
+# candidates are also timed persistent from this many tokens.
+PERSISTENT_MIN_TOKENS = 1024
 
 
 def gemms(preset, dtype="bf16", block_m=64):
@@ -39,7 +43,7 @@ def candidates(block_m=64):
     """The config fields tried for one grouped matmul routed in blocks of
     `block_m` rows, unsplit first; from 128 rows each also with two
     warpgroups (128-row tiles); each with and without a producer warpgroup
-    (warp_specialized)."""
+    (warp_specialized); the unsplit ones last again as persistent grids."""
     result = [{"block_n": n, "num_stages": s, "split_k": 1}
               for n, s in itertools.product(BLOCK_N, STAGES)]
     result += [{"block_n": n, "num_stages": s, "split_k": k}
@@ -48,12 +52,16 @@ def candidates(block_m=64):
     if block_m >= 128:
         result = [dict(config, num_warpgroups=warpgroups)
                   for warpgroups in (1, 2) for config in result]
-    return [dict(config, warp_specialized=specialized)
-            for specialized in (False, True) for config in result]
+    result = [dict(config, warp_specialized=specialized)
+              for specialized in (False, True) for config in result]
+    return result + [dict(config, persistent=True) for config in result
+                     if config["split_k"] == 1]
 
 
 def timed_at(config, tokens):
     """Whether a candidate is timed at `tokens` tokens."""
+    if config.get("persistent"):
+        return tokens >= PERSISTENT_MIN_TOKENS
     return config["split_k"] == 1 or tokens <= SPLIT_MAX_TOKENS
 
 
