@@ -43,6 +43,13 @@ assert len({json.dumps(c, sort_keys=True) for c in configs}) == len(configs)
 wide = tune_space.candidates(128)
 print(len(wide), sorted({c["num_warpgroups"] for c in wide}))
 # CHECK: 308 [1, 2]
+# Every candidate compiles to a bundle of its own name.
+for block_m, configs in ((64, configs), (128, wide)):
+    gemm = dict(tune_space.gemms(presets["mixtral-8x7b"], block_m=block_m)[0])
+    names = {tune_space.config_name(gemm, c) for c in configs}
+    print(block_m, len(names) == len(configs))
+# CHECK: 64 True
+# CHECK: 128 True
 
 mixtral = {g["part"]: g for g in tune_space.gemms(presets["mixtral-8x7b"])}
 device = "NVIDIA H100 80GB HBM3"

@@ -58,6 +58,16 @@ def candidates(block_m=64):
                      if config["split_k"] == 1]
 
 
+def config_name(gemm, config):
+    """The bundle name of candidate `config` of `gemm`: distinct configs,
+    distinct names (the bundles are compiled side by side)."""
+    return (f"{gemm['model']}-{gemm['part']}-m{gemm['block_m']}"
+            f"-n{config['block_n']}-s{config['num_stages']}"
+            f"-k{config['split_k']}-w{config.get('num_warpgroups', 1)}"
+            f"{'-ws' if config.get('warp_specialized') else ''}"
+            f"{'-p' if config.get('persistent') else ''}")
+
+
 def timed_at(config, tokens):
     """Whether a candidate is timed at `tokens` tokens."""
     if config.get("persistent"):

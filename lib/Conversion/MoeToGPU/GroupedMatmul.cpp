@@ -648,20 +648,24 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
                     : Value();
   int64_t fullArrivals =
       warpSpecialized && tokenInput ? kWarpgroupThreads + 1 : 1;
-  wb.ifThen(leader, [&] {
-    nvgpu::TmaPrefetchOp::create(b, weightMap, Value());
-    if (rowMap)
-      nvgpu::TmaPrefetchOp::create(b, rowMap, Value());
-    for (int64_t stage = 0; stage < stages; ++stage) {
-      nvgpu::MBarrierInitOp::create(b, full, wb.index(fullArrivals),
-                                    wb.index(stage), Value());
-      if (empty)
-        nvgpu::MBarrierInitOp::create(b, empty,
-                                      wb.index(warpgroups * kWarpgroupThreads),
+  // Initialises the barriers before any thread uses them: once per block,
+  // by the blocks that have a tile.
+  auto initRing = [&] {
+    wb.ifThen(leader, [&] {
+      nvgpu::TmaPrefetchOp::create(b, weightMap, Value());
+      if (rowMap)
+        nvgpu::TmaPrefetchOp::create(b, rowMap, Value());
+      for (int64_t stage = 0; stage < stages; ++stage) {
+        nvgpu::MBarrierInitOp::create(b, full, wb.index(fullArrivals),
                                       wb.index(stage), Value());
-    }
-  });
-  gpu::BarrierOp::create(b);
+        if (empty)
+          nvgpu::MBarrierInitOp::create(
+              b, empty, wb.index(warpgroups * kWarpgroupThreads),
+              wb.index(stage), Value());
+      }
+    });
+    gpu::BarrierOp::create(b);
+  };
 
   // The block's work on tile `tileIndex` of the `numRowBlocks` x N tiles x
   // splits; `ringBase` counts the K tiles the ring took before it (null:
@@ -720,6 +724,8 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
         arith::SubIOp::create(b, wb.index(llvm::divideCeil(k, blockK)),
                               firstStep));
     wb.ifThen(active, [&] {
+      if (!ringBase)
+        initRing();
       // Gathered rows: thread t of the loading threads copies 16-byte chunk
       // t % 8 of the rows t / 8 + (loaders / 8) j; the sources stay the same
       // for every K tile.
@@ -1149,6 +1155,7 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
         b, wb.toIndex(wb.load(padded, {})), wb.index(blockRows));
     Value numTiles = arith::MulIOp::create(b, numRowBlocks,
                                            wb.index(numColumnTiles * splits));
+    initRing();
     auto tiles = scf::ForOp::create(
         b, blockId, numTiles, gpu::GridDimOp::create(b, gpu::Dimension::x),
         ValueRange{wb.index(0)});

@@ -21,12 +21,12 @@
 // CHECK: %[[SMEM:.*]] = memref.get_global @moe_dynamic_shared_memory
 // CHECK: %[[DESC:.*]] = builtin.unrealized_conversion_cast %[[MAP]] : !llvm.ptr to !nvgpu.tensormap.descriptor<tensor = memref<1x64x64xbf16, 3>, swizzle = swizzle_128b, l2promo = l2promo_256b, oob = zero, interleave = none>
 // CHECK: %[[FULL:.*]] = nvgpu.mbarrier.create -> <memorySpace = 3 : i64, num_barriers = 4>
-// CHECK: nvgpu.tma.prefetch.descriptor %[[DESC]]
-// CHECK-COUNT-4: nvgpu.mbarrier.init %[[FULL]]
-// CHECK: gpu.barrier
 // CHECK: gpu.block_id x
 // CHECK: arith.minui
 // CHECK: scf.if
+// CHECK: nvgpu.tma.prefetch.descriptor %[[DESC]]
+// CHECK-COUNT-4: nvgpu.mbarrier.init %[[FULL]]
+// CHECK: gpu.barrier
 // The descriptors: (address >> 4) | 1 << 16 | (1024 >> 4) << 32 | 1 << 62.
 // CHECK: memref.extract_aligned_pointer_as_index %[[SMEM]]
 // CHECK: arith.constant 4611686293305360384 : i64
