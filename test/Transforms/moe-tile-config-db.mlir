@@ -18,7 +18,7 @@
 // DECODE: moe.grouped_matmul {{.*}}config = #moe.gemm_config<block_m = 16, block_n = 128, block_k = 64, num_stages = 4, tma_a = true>, num_slots = 2 : i64}
 
 // 16 tokens are 2 octaves from the 64-token bucket and 4 from the 1-token one.
-// NEAR: moe.grouped_matmul {{.*}}config = #moe.gemm_config<block_m = 16, block_n = 128, block_k = 64, num_stages = 5>, moe.tuned, num_slots = 2 : i64}
+// NEAR: moe.grouped_matmul {{.*}}config = #moe.gemm_config<block_m = 16, block_n = 128, block_k = 64, num_stages = 5, persistent = true, warp_specialized = true>, moe.tuned, num_slots = 2 : i64}
 
 // Another device has its own entries.
 // H200: moe.grouped_matmul {{.*}}config = #moe.gemm_config<block_m = 16, block_n = 32, block_k = 64, num_stages = 8>, moe.tuned, num_slots = 2 : i64}
