@@ -488,14 +488,17 @@ void emitSplitReduction(PlanBuilder &plan, OpBuilder &builder,
   });
 }
 
-/// One warpgroup per (rows of one expert) x block_n accumulator columns: a
-/// ring of `num_stages` shared-memory stages filled by TMA (weights through
-/// one 3-D descriptor over [E, N, K]; sorted rows through a 2-D one over
-/// [C, K]) or cp.async row gathers (token rows), each stage's TMA bytes
-/// counted in by its mbarrier; wgmma m64 x block_n x k16 with both operands
-/// K-major in 128-byte swizzled tiles, one group in flight while the next
-/// stage is refilled; the epilogue (gated activation, routed weight, sorted
-/// or scattered store) on the accumulator registers.
+/// One warpgroup per 64 rows of one expert x block_n accumulator columns
+/// (one or two per block, plus a producer warpgroup when warp-specialized):
+/// a ring of `num_stages` shared-memory stages filled by TMA through the
+/// op's tensor maps (weights: one 3-D map over [E, N, K]; sorted rows: a 2-D
+/// map over [C, K]) or cp.async row gathers (token rows), each stage's TMA
+/// bytes counted in by its mbarrier; wgmma m64 x block_n x k16 with both
+/// operands K-major in 128-byte swizzled tiles, one group in flight while
+/// the next stage is refilled; the epilogue (gated activation, routed
+/// weight, sorted or scattered store) on the accumulator registers, or
+/// per-split partial sums and a reduction kernel. One block per tile, or,
+/// persistent, blocks walking the tiles with the ring running on.
 LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
                                      GroupedMatmulOp op,
                                      GemmConfigAttr config) {
