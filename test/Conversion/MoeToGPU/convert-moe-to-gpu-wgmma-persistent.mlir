@@ -13,7 +13,7 @@
 
 // PCIE: grid = ["min(cdiv(T*2+252,64)*4,228)", "1", "1"]
 // PCIE: grid = ["min(cdiv(T*2+508,128),114)", "1", "1"]
-// PCIE: grid = ["min(cdiv(T*2+508,128),114)", "1", "1"]
+// PCIE: grid = ["min(cdiv(T*2+508,128)*2,114)", "1", "1"]
 
 // CHECK-LABEL: gpu.func @moe_grouped_matmul_wgmma_0(
 // CHECK-SAME: %{{.*}}: memref<i32>
