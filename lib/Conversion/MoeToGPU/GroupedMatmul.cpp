@@ -278,16 +278,8 @@ constexpr int64_t kWgmmaK = 16;
 /// one 128-byte row per matrix row, and 8 rows form a 1024-byte atom.
 constexpr int64_t kSwizzleBytes = 128, kSwizzleAtomBytes = 1024;
 constexpr int64_t kCopyBytes = 16;
-/// Registers per thread of the producer and of the two consumer warpgroups
-/// of a 384-thread warp-specialized block (setmaxnreg), within the 128 *
-/// 3 * 168 the block starts with: a producer that only issues TMA needs few
-/// (40 + 2 * 232), one that gathers rows holds their sources (88 + 2 * 208).
-constexpr int32_t kTmaProducerRegisters = 40, kTmaConsumerRegisters = 232;
-constexpr int32_t kGatherProducerRegisters = 88, kGatherConsumerRegisters = 208;
 /// Row blocks per group of the block order (see the kernel).
 constexpr int64_t kRasterRowBlocks = 16;
-/// Whose part of a warp-specialized kernel's tile to emit.
-enum class Roles { both, producer, consumers };
 
 /// The wgmma matrix descriptor of a K-major tile at shared address `address`
 /// (i64, 1024-aligned) in the 128-byte swizzle layout: start address >> 4,
@@ -641,20 +633,6 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
   Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
   Value warp = arith::DivUIOp::create(b, tid, wb.index(32));
   Value lane = arith::RemUIOp::create(b, tid, wb.index(32));
-  // The warpgroup index, broadcast from lane 0 so that ptxas sees the role
-  // branches as warp-uniform: wgmma in a path it thinks divergent gets
-  // serialized (C7520).
-  Value warpgroupIndex =
-      warpSpecialized
-          ? wb.toIndex(
-                gpu::ShuffleOp::create(
-                    b,
-                    wb.toI32(arith::DivUIOp::create(
-                        b, tid, wb.index(kWarpgroupThreads))),
-                    wb.i32(0), wb.i32(32),
-                    gpu::ShuffleModeAttr::get(ctx, gpu::ShuffleMode::IDX))
-                    .getShuffleResult())
-          : Value();
   // Warp-specialized, the last warpgroup loads; `loader` numbers the
   // loading threads (the leader issues TMA and initialises the barriers).
   Value loader = warpSpecialized
@@ -695,10 +673,8 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
   // The block's work on tile `tileIndex` of the `numRowBlocks` x N tiles x
   // splits; `ringBase` counts the K tiles the ring took before it (null:
   // none, the tile is the block's only one). Returns the count after it.
-  // Warp-specialized, `roles` says whose part to emit (the caller has
-  // branched on the role already unless it is both).
-  auto runTile = [&](Value tileIndex, Value numRowBlocks, Value ringBase,
-                     Roles roles = Roles::both) -> Value {
+  auto runTile = [&](Value tileIndex, Value numRowBlocks,
+                     Value ringBase) -> Value {
     // Blocks run in groups of kRasterRowBlocks row blocks, row block fastest
     // within a group, so the blocks resident at once share each weight tile
     // (an expert's rows are consecutive) and a group's rows stay in L2.
@@ -1079,19 +1055,26 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
       // (lag = stages - 2 leaves the ring a free stage, so neither side waits
       // on the other forever).
       int64_t lag = stages - 2;
-      // The producer's threads (all of its warpgroup but) ...
-      Value producer = roles == Roles::both
-                           ? wb.cmpi(arith::CmpIPredicate::eq, warpgroupIndex,
-                                     wb.index(warpgroups))
-                           : Value();
-      // ... only threads that load wait on `empty`: a parity wait is
-      // ambiguous once the barrier has moved on two phases, which an idle
-      // thread could let happen (and then wait forever). Gathering threads
-      // cannot fall behind: every K tile needs their arrival on `full`.
+      // The warpgroup index, broadcast from lane 0 so that ptxas sees the
+      // role branches as warp-uniform: wgmma in a path it thinks divergent
+      // gets serialized (C7520).
+      Value warpgroupIndex =
+          wb.toIndex(gpu::ShuffleOp::create(
+                         b,
+                         wb.toI32(arith::DivUIOp::create(
+                             b, tid, wb.index(kWarpgroupThreads))),
+                         wb.i32(0), wb.i32(32),
+                         gpu::ShuffleModeAttr::get(ctx, gpu::ShuffleMode::IDX))
+                         .getShuffleResult());
+      Value producer = wb.cmpi(arith::CmpIPredicate::eq, warpgroupIndex,
+                               wb.index(warpgroups));
+      // Only threads that load wait on `empty`: a parity wait is ambiguous
+      // once the barrier has moved on two phases, which an idle thread could
+      // let happen (and then wait forever). Gathering threads cannot fall
+      // behind: every K tile needs their arrival on `full`.
       if (!tokenInput)
-        producer =
-            producer ? arith::AndIOp::create(b, producer, leader) : leader;
-      auto produce = [&] {
+        producer = arith::AndIOp::create(b, producer, leader);
+      wb.ifThen(producer, [&] {
         SmallVector<std::pair<Value, Value>> sources;
         if (tokenInput)
           sources = gatherSources();
@@ -1123,41 +1106,33 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
             b, arith::MaxSIOp::create(b, numSteps, wb.index(lag)),
             wb.index(lag));
         wb.loop(first, numSteps, [&](Value step) { reportRows(step); });
-      };
-      if (roles != Roles::consumers) {
-        if (producer)
-          wb.ifThen(producer, produce);
-        else
-          produce();
-      }
-      auto consume = [&] {
-        Value consumer = warpgroupIndex;
-        Value accumulators = accumulate([&](Value step, Value sum,
-                                            bool overwrite) -> Value {
-          waitFull(step);
-          sum = multiplyTile(step, consumer, sum, overwrite);
-          // The previous K tile's wgmmas are done: free its stage.
-          NVVM::WgmmaWaitGroupSyncOp::create(b, 1);
-          if (!overwrite)
-            nvgpu::MBarrierArriveOp::create(
-                b, empty, stageOf(arith::SubIOp::create(b, step, wb.index(1))));
-          return sum;
-        });
-        NVVM::WgmmaWaitGroupSyncOp::create(b, 0);
-        // The block's next tile goes on in the ring: free the last
-        // stage too.
-        if (ringBase)
-          nvgpu::MBarrierArriveOp::create(
-              b, empty,
-              stageOf(arith::SubIOp::create(b, numSteps, wb.index(1))));
-        finish(accumulators);
-      };
-      if (roles == Roles::both)
-        wb.ifThen(wb.cmpi(arith::CmpIPredicate::ult, warpgroupIndex,
-                          wb.index(warpgroups)),
-                  consume);
-      else if (roles == Roles::consumers)
-        consume();
+      });
+      wb.ifThen(
+          wb.cmpi(arith::CmpIPredicate::ult, warpgroupIndex,
+                  wb.index(warpgroups)),
+          [&] {
+            Value consumer = warpgroupIndex;
+            Value accumulators =
+                accumulate([&](Value step, Value sum, bool overwrite) -> Value {
+                  waitFull(step);
+                  sum = multiplyTile(step, consumer, sum, overwrite);
+                  // The previous K tile's wgmmas are done: free its stage.
+                  NVVM::WgmmaWaitGroupSyncOp::create(b, 1);
+                  if (!overwrite)
+                    nvgpu::MBarrierArriveOp::create(
+                        b, empty,
+                        stageOf(arith::SubIOp::create(b, step, wb.index(1))));
+                  return sum;
+                });
+            NVVM::WgmmaWaitGroupSyncOp::create(b, 0);
+            // The block's next tile goes on in the ring: free the last
+            // stage too.
+            if (ringBase)
+              nvgpu::MBarrierArriveOp::create(
+                  b, empty,
+                  stageOf(arith::SubIOp::create(b, numSteps, wb.index(1))));
+            finish(accumulators);
+          });
     });
     return ringBase ? arith::AddIOp::create(
                           b, ringBase, wb.select(active, numSteps, wb.index(0)))
@@ -1184,54 +1159,17 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
     Value numTiles = arith::MulIOp::create(b, numRowBlocks,
                                            wb.index(numColumnTiles * splits));
     initRing();
-    auto walkTiles = [&](Roles roles) {
-      auto tiles = scf::ForOp::create(
-          b, blockId, numTiles, gpu::GridDimOp::create(b, gpu::Dimension::x),
-          ValueRange{wb.index(0)});
-      OpBuilder::InsertionGuard loopGuard(b);
-      b.setInsertionPointToStart(tiles.getBody());
-      // Without a producer, every thread refills the ring: all must be done
-      // with the previous tile's stages first.
-      if (!warpSpecialized)
-        gpu::BarrierOp::create(b);
-      scf::YieldOp::create(b, runTile(tiles.getInductionVar(), numRowBlocks,
-                                      tiles.getRegionIterArgs()[0], roles));
-    };
-    if (!warpSpecialized) {
-      walkTiles(Roles::both);
-    } else {
-      // Each role walks the tiles in its own branch, so that ptxas gives
-      // each the registers setmaxnreg leaves it: with two consumer
-      // warpgroups the 384 threads start with 168 each, fewer than wide
-      // accumulators want, so the producer hands registers back and the
-      // consumers take them (as CUTLASS's warp-specialized kernels do). Only
-      // where the accumulators take 96 registers or more: ptxas then starts
-      // every thread at 168 (seen with block_n 128 to 256; 72 with block_n
-      // 64, too few for the consumers' raise, which would wait forever).
-      bool balance = warpgroups == 2 && blockN >= 192;
-      wb.ifThen(wb.cmpi(arith::CmpIPredicate::eq, warpgroupIndex,
-                        wb.index(warpgroups)),
-                [&] {
-                  if (balance)
-                    NVVM::SetMaxRegisterOp::create(
-                        b,
-                        tokenInput ? kGatherProducerRegisters
-                                   : kTmaProducerRegisters,
-                        NVVM::SetMaxRegisterAction::decrease);
-                  walkTiles(Roles::producer);
-                });
-      wb.ifThen(wb.cmpi(arith::CmpIPredicate::ult, warpgroupIndex,
-                        wb.index(warpgroups)),
-                [&] {
-                  if (balance)
-                    NVVM::SetMaxRegisterOp::create(
-                        b,
-                        tokenInput ? kGatherConsumerRegisters
-                                   : kTmaConsumerRegisters,
-                        NVVM::SetMaxRegisterAction::increase);
-                  walkTiles(Roles::consumers);
-                });
-    }
+    auto tiles = scf::ForOp::create(
+        b, blockId, numTiles, gpu::GridDimOp::create(b, gpu::Dimension::x),
+        ValueRange{wb.index(0)});
+    OpBuilder::InsertionGuard loopGuard(b);
+    b.setInsertionPointToStart(tiles.getBody());
+    // Without a producer, every thread refills the ring: all must be done
+    // with the previous tile's stages first.
+    if (!warpSpecialized)
+      gpu::BarrierOp::create(b);
+    scf::YieldOp::create(b, runTile(tiles.getInductionVar(), numRowBlocks,
+                                    tiles.getRegionIterArgs()[0]));
   }
   if (reduction)
     emitSplitReduction(plan, builder, op, splits, *reduction);

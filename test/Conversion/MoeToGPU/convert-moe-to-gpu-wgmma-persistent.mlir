@@ -13,7 +13,6 @@
 
 // PCIE: grid = ["min(cdiv(T*2+252,64)*4,228)", "1", "1"]
 // PCIE: grid = ["min(cdiv(T*2+508,128),114)", "1", "1"]
-// PCIE: grid = ["min(cdiv(T*2+508,128)*2,114)", "1", "1"]
 
 // CHECK-LABEL: gpu.func @moe_grouped_matmul_wgmma_0(
 // CHECK-SAME: %{{.*}}: memref<i32>
@@ -54,35 +53,14 @@
 // CHECK-NEXT: arith.constant 1 : index
 // CHECK-NEXT: arith.subi
 // CHECK: nvgpu.mbarrier.arrive %[[EMPTY]]
-// CHECK-NOT: nvvm.setmaxregister
-// CHECK: gpu.return
-
-// Two consumer warpgroups with block_n 256 (128 accumulators each): each role
-// walks the tiles in its own branch, after setmaxnreg moves registers from
-// the gathering producer (88) to the consumers (208).
-// CHECK-LABEL: gpu.func @moe_grouped_matmul_wgmma_3(
-// CHECK-SAME: block = array<i64: 384, 1, 1>
-// CHECK: gpu.barrier
-// CHECK: scf.if
-// CHECK-NEXT: nvvm.setmaxregister decrease 88
-// CHECK: scf.for
-// CHECK: nvvm.cp.async.commit.group
-// CHECK-NOT: nvvm.wgmma.mma_async
-// CHECK: nvvm.setmaxregister increase 208
-// CHECK: scf.for
-// CHECK-NOT: nvgpu.device_async_copy
-// CHECK: nvvm.wgmma.mma_async
 func.func @gemms(%x: tensor<?x128xbf16>, %w13: tensor<4x256x128xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>,
                  %h: tensor<?x128xbf16>, %w2: tensor<4x128x128xbf16>, %rw: tensor<?x2xf32>)
-    -> (tensor<?x128xbf16>, tensor<?x2x128xbf16>, tensor<?x128xbf16>) {
+    -> (tensor<?x128xbf16>, tensor<?x2x128xbf16>) {
   %up = moe.grouped_matmul %x, %w13, %s, %e, %n input(token) output(sorted) activation(silu_and_mul)
       {block_m = 64, num_slots = 2, config = #moe.gemm_config<block_m = 64, block_n = 128, block_k = 64, num_stages = 4, split_k = 2, persistent = true>}
     : (tensor<?x128xbf16>, tensor<4x256x128xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>) -> tensor<?x128xbf16>
   %down = moe.grouped_matmul %h, %w2, %s, %e, %n routed_weights(%rw) input(sorted) output(slot)
       {block_m = 128, num_slots = 2, config = #moe.gemm_config<block_m = 128, block_n = 128, block_k = 64, num_stages = 3, num_warpgroups = 2, tma_a = true, warp_specialized = true, persistent = true>}
     : (tensor<?x128xbf16>, tensor<4x128x128xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, tensor<?x2xf32>) -> tensor<?x2x128xbf16>
-  %wide = moe.grouped_matmul %x, %w13, %s, %e, %n input(token) output(sorted) activation(silu_and_mul)
-      {block_m = 128, num_slots = 2, config = #moe.gemm_config<block_m = 128, block_n = 256, block_k = 64, num_stages = 3, num_warpgroups = 2, warp_specialized = true, persistent = true>}
-    : (tensor<?x128xbf16>, tensor<4x256x128xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>) -> tensor<?x128xbf16>
-  return %up, %down, %wide : tensor<?x128xbf16>, tensor<?x2x128xbf16>, tensor<?x128xbf16>
+  return %up, %down : tensor<?x128xbf16>, tensor<?x2x128xbf16>
 }

@@ -14,12 +14,12 @@
 // Token rows, one consumer: 256 threads.
 // CHECK-LABEL: gpu.func @moe_grouped_matmul_wgmma_0(
 // CHECK-SAME: block = array<i64: 256, 1, 1>
-// CHECK: gpu.shuffle  idx
 // CHECK: %[[FULL:.*]] = nvgpu.mbarrier.create -> <memorySpace = 3 : i64, num_barriers = 4>
 // CHECK: %[[EMPTY:.*]] = nvgpu.mbarrier.create -> <memorySpace = 3 : i64, num_barriers = 4>
 // CHECK: nvgpu.mbarrier.init %[[FULL]][%{{.*}}], %c129
 // CHECK: nvgpu.mbarrier.init %[[EMPTY]][%{{.*}}], %c128
 // CHECK: gpu.barrier
+// CHECK: gpu.shuffle  idx
 // Producer.
 // CHECK: scf.for
 // CHECK: nvgpu.mbarrier.try_wait.parity %[[EMPTY]]
