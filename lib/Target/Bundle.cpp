@@ -165,12 +165,12 @@ llvm::Error mlir::moe::compileBundle(ModuleOp module,
                      "contain a quote (')");
   std::string toGpu = llvm::formatv(
       "moe-decompose{{block-m={0} tokens={1}},moe-tile{{tokens={1} block-n={4} "
-      "num-stages={5} config-db='{6}' device='{7}'},moe-split-k{{tokens={1}},"
-      "moe-tma,"
-      "convert-moe-to-gpu{{tokens-max={1} chip={2} features={3}}",
+      "num-stages={5} config-db='{6}' device='{7}'},moe-split-k{{tokens={1} "
+      "num-sms={8}},moe-tma,convert-moe-to-gpu{{tokens-max={1} chip={2} "
+      "features={3} num-sms={8}}",
       options.blockM, options.tokensMax, options.chip, options.features,
-      options.blockN, options.numStages, options.configDatabase,
-      options.device);
+      options.blockN, options.numStages, options.configDatabase, options.device,
+      options.numSMs);
   if (llvm::Error error = runPipeline(module, toGpu))
     return error;
   gpu::GPUModuleOp kernels;

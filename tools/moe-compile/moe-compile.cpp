@@ -78,6 +78,11 @@ static cl::opt<std::string>
     device("device",
            cl::desc("CUDA device name the tuned configs are looked up for"),
            cl::init(kDefaultGemmDevice.str()));
+static cl::opt<int64_t>
+    numSMs("num-sms",
+           cl::desc("Multiprocessors of the target GPU: what K splits fill "
+                    "and persistent grids are sized for"),
+           cl::init(132));
 static cl::opt<std::string> chip("chip", cl::desc("GPU architecture"),
                                  cl::init("sm_90a"));
 static cl::opt<std::string>
@@ -123,6 +128,8 @@ int main(int argc, char **argv) {
     return fail("--tokens-max must be at least 1");
   if (blockM < 0)
     return fail("--block-m must be positive, or 0 to choose it");
+  if (numSMs < 1)
+    return fail("--num-sms must be at least 1");
   // A preset's parts are written with their routing blocks: choose them
   // here as moe-decompose would.
   int64_t rowsPerBlock = blockM;
@@ -155,6 +162,7 @@ int main(int argc, char **argv) {
   options.numStages = numStages;
   options.configDatabase = configDatabase;
   options.device = device;
+  options.numSMs = numSMs;
   options.chip = chip;
   options.toolkit = toolkit;
   if (llvm::Error error = compileBundle(*module, options, output))

@@ -30,6 +30,9 @@ struct BundleOptions {
   /// the shipped ones only), and the device its entries are looked up for.
   std::string configDatabase;
   std::string device = kDefaultGemmDevice.str();
+  /// Multiprocessors of the target GPU: what moe-split-k fills and what
+  /// persistent grids are sized for (132 on the H100 SXM).
+  int64_t numSMs = 132;
   std::string chip = "sm_90a";
   std::string features = "+ptx80";
   /// CUDA toolkit for ptxas; without one only PTX is written and the driver
