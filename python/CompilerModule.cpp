@@ -458,18 +458,21 @@ roundTo(py::array_t<float, py::array::c_style | py::array::forcecast> values,
 std::string compileBundle(const Module &layer, py::handle directory,
                           int64_t tokensMax, int64_t blockM,
                           const std::string &configDatabase,
-                          const std::string &device, const std::string &chip,
-                          const std::string &features,
+                          const std::string &device, int64_t numSMs,
+                          const std::string &chip, const std::string &features,
                           const std::string &toolkit) {
   if (tokensMax < 1)
     throw py::value_error("tokens_max must be at least 1");
   if (blockM < 0)
     throw py::value_error("block_m must be positive, or 0 to choose it");
+  if (numSMs < 1)
+    throw py::value_error("num_sms must be at least 1");
   moe::BundleOptions options;
   options.tokensMax = tokensMax;
   options.blockM = blockM;
   options.configDatabase = configDatabase;
   options.device = device;
+  options.numSMs = numSMs;
   options.chip = chip;
   options.features = features;
   options.toolkit = toolkit;
@@ -632,6 +635,7 @@ the compiler moe_mlir.Error.
         first..., py::kw_only(), py::arg("tokens_max") = 16384,
         py::arg("block_m") = 0, py::arg("config_db") = "",
         py::arg("device") = moe::kDefaultGemmDevice.str(),
+        py::arg("num_sms") = moe::BundleOptions().numSMs,
         py::arg("chip") = "sm_90a", py::arg("features") = "+ptx80",
         py::arg("toolkit") = "/usr/local/cuda");
   };
@@ -640,16 +644,18 @@ the compiler moe_mlir.Error.
         m.def("compile_bundle", &compileBundle, arguments...,
               "Compiles a Module's layer to a bundle directory; config_db "
               "names a tuned config database consulted before the shipped "
-              "one, for `device`.");
+              "one, for `device`; num_sms is the target's multiprocessor "
+              "count (K splits and persistent grids fill it).");
         m.def(
             "compile_bundle",
             [](const std::string &text, py::handle directory, int64_t tokensMax,
                int64_t blockM, const std::string &configDatabase,
-               const std::string &device, const std::string &chip,
-               const std::string &features, const std::string &toolkit) {
+               const std::string &device, int64_t numSMs,
+               const std::string &chip, const std::string &features,
+               const std::string &toolkit) {
               return compileBundle(*Module::parse(text, "<string>"), directory,
                                    tokensMax, blockM, configDatabase, device,
-                                   chip, features, toolkit);
+                                   numSMs, chip, features, toolkit);
             },
             arguments...,
             "Compiles the layer in MLIR text to a bundle "

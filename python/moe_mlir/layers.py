@@ -210,11 +210,14 @@ def default_cache_dir():
 
 
 DEFAULT_DEVICE_NAME = "NVIDIA H100 80GB HBM3"
+# Its multiprocessors (BundleOptions::numSMs).
+DEFAULT_NUM_SMS = 132
 
 
 def layer_bundle(layer, dtype="bf16", *, cache_dir=None, tokens_max=16384,
                  block_m=0, config_db=None, device_name=DEFAULT_DEVICE_NAME,
-                 chip="sm_90a", toolkit="/usr/local/cuda"):
+                 num_sms=DEFAULT_NUM_SMS, chip="sm_90a",
+                 toolkit="/usr/local/cuda"):
     """The path of ``layer``'s bundle for ``dtype``, compiled on first use.
 
     Rows per routing block: ``block_m``, or with 0 chosen for tokens_max
@@ -222,11 +225,12 @@ def layer_bundle(layer, dtype="bf16", *, cache_dir=None, tokens_max=16384,
     take their tile configs from the tuned database
     ``config_db`` (a file moe-tune wrote) and then the shipped one, looked
     up for the CUDA device ``device_name`` near ``tokens_max`` tokens; a
-    shape with no entry gets the heuristic and a UserWarning.
+    shape with no entry gets the heuristic and a UserWarning. K splits and
+    persistent grids fill ``num_sms`` multiprocessors.
 
     Bundles live in ``cache_dir`` (default_cache_dir() when None) under a
     name derived from the layer, dtype, tokens_max, block_m, the config
-    database's contents, device_name and chip, so a
+    database's contents, device_name, num_sms and chip, so a
     cache filled on a machine with the compiler serves one without it. The
     key does not cover the compiler's own version: give a fresh cache_dir
     (or empty it) after changing the compiler. A bundle appears atomically
@@ -247,7 +251,8 @@ def layer_bundle(layer, dtype="bf16", *, cache_dir=None, tokens_max=16384,
             database = hashlib.sha256(file.read()).hexdigest()
     key = {"layer": dataclasses.asdict(layer), "dtype": dtype,
            "tokens_max": tokens_max, "block_m": block_m, "chip": chip,
-           "config_db": database, "device_name": device_name}
+           "config_db": database, "device_name": device_name,
+           "num_sms": num_sms}
     key_text = json.dumps(key, sort_keys=True, indent=1)
     digest = hashlib.sha256(key_text.encode()).hexdigest()[:16]
     name = (f"layer-e{layer.num_stored_experts}-h{layer.hidden_size}-"
@@ -269,8 +274,8 @@ def layer_bundle(layer, dtype="bf16", *, cache_dir=None, tokens_max=16384,
             compiler.compile_bundle(source, staging, tokens_max=tokens_max,
                                     block_m=block_m,
                                     config_db=os.fspath(config_db or ""),
-                                    device=device_name, chip=chip,
-                                    toolkit=toolkit)
+                                    device=device_name, num_sms=num_sms,
+                                    chip=chip, toolkit=toolkit)
         except Error as error:
             raise Error(f"cannot compile the layer (E={layer.num_experts}+"
                         f"{layer.router.num_shared_experts}, "

@@ -53,8 +53,10 @@ class FusedMoE(torch.nn.Module):
     ``cache_dir``; a machine without the compiler needs it there already)
     for up to ``tokens_max`` tokens, with the grouped matmuls' tile configs
     from ``config_db`` (a moe-tune database) and the shipped database for
-    the CUDA device named ``device_name`` (default: the name of ``device``,
-    or of the current CUDA device), and loaded onto a device at the first
+    the CUDA device named ``device_name``, with K splits and persistent
+    grids sized for ``num_sms`` multiprocessors (defaults: the name and the
+    multiprocessor count of ``device``, or of the current CUDA device), and
+    loaded onto a device at the first
     forward there. forward allocates only its output, through torch, and
     enqueues the layer on torch's current stream without synchronising, so
     it can be captured in a CUDA graph once it has run on that device.
@@ -67,7 +69,8 @@ class FusedMoE(torch.nn.Module):
                  correction_bias=None, preset=None, reduced=False, layer=None,
                  dtype=torch.bfloat16, device=None, tokens_max=16384,
                  block_m=0, cache_dir=None, config_db=None,
-                 device_name=None, chip="sm_90a", toolkit="/usr/local/cuda"):
+                 device_name=None, num_sms=None, chip="sm_90a",
+                 toolkit="/usr/local/cuda"):
         super().__init__()
         self.layer = _make_layer(
             preset, reduced, layer,
@@ -83,16 +86,22 @@ class FusedMoE(torch.nn.Module):
                             f"torch.float32, got {dtype}")
         self.dtype = dtype
         self.tokens_max = tokens_max
+        on_cuda = ((device is None or torch.device(device).type == "cuda")
+                   and torch.cuda.is_available())
         if device_name is None:
-            on_cuda = device is None or torch.device(device).type == "cuda"
-            device_name = (torch.cuda.get_device_name(device)
-                           if on_cuda and torch.cuda.is_available()
+            device_name = (torch.cuda.get_device_name(device) if on_cuda
                            else layers.DEFAULT_DEVICE_NAME)
+        if num_sms is None:
+            num_sms = (torch.cuda.get_device_properties(
+                device if device is not None
+                else torch.cuda.current_device()).multi_processor_count
+                if on_cuda else layers.DEFAULT_NUM_SMS)
         try:
             self.bundle_path = layers.layer_bundle(
                 self.layer, _LAYER_DTYPES[dtype], cache_dir=cache_dir,
                 tokens_max=tokens_max, block_m=block_m, config_db=config_db,
-                device_name=device_name, chip=chip, toolkit=toolkit)
+                device_name=device_name, num_sms=num_sms, chip=chip,
+                toolkit=toolkit)
         except Error as error:
             raise Error(f"FusedMoE has no GPU bundle for its layer: "
                         f"{error}") from error

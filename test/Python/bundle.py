@@ -84,6 +84,9 @@ report("config_db", lambda: moe_mlir.compile_bundle(
 report("tokens_max", lambda: moe_mlir.compile_bundle(
     text, os.path.join(work, "never.moeb"), tokens_max=0))
 # CHECK: tokens_max: ValueError: tokens_max must be at least 1
+report("num_sms", lambda: moe_mlir.compile_bundle(
+    text, os.path.join(work, "never.moeb"), num_sms=0))
+# CHECK: num_sms: ValueError: num_sms must be at least 1
 report("compile failure", lambda: moe_mlir.compile_bundle(
     text, os.path.join(work, "never.moeb"), block_m=3))
 # CHECK: compile failure: Error: {{.*}}'moe.grouped_matmul' op has no GPU lowering for block_m 3
@@ -103,10 +106,13 @@ assert os.stat(os.path.join(first, "manifest.txt")).st_mtime_ns == stamp
 other = moe_mlir.layer_bundle(deepseek, "bf16", cache_dir=cache,
                               tokens_max=128)
 assert other != first
+fewer_sms = moe_mlir.layer_bundle(deepseek, "bf16", cache_dir=cache,
+                                  tokens_max=256, num_sms=114)
+assert fewer_sms not in (first, other)
 print(sorted(os.listdir(first)))
 print(sorted(name.rsplit("-", 1)[0] for name in os.listdir(cache)))
 # CHECK: ['kernels.cubin', 'kernels.ptx', 'layer.json', 'layer.mlir', 'manifest.txt']
-# CHECK: ['layer-e257-h224-i64-bf16', 'layer-e257-h224-i64-bf16']
+# CHECK: ['layer-e257-h224-i64-bf16', 'layer-e257-h224-i64-bf16', 'layer-e257-h224-i64-bf16']
 with open(os.path.join(first, "layer.mlir")) as file:
     assert file.read() == deepseek.source("bf16")
 
@@ -116,7 +122,7 @@ bad = moe_mlir.Layer(64, 32, 6, moe_mlir.Router("softmax", 2, num_groups=4,
                                                 topk_groups=2))
 report("bad layer", lambda: moe_mlir.layer_bundle(bad, "f32",
                                                   cache_dir=cache))
-assert len(os.listdir(cache)) == 2
+assert len(os.listdir(cache)) == 3
 # CHECK: bad layer: Error: cannot compile the layer (E=6+0, H=64, I=32, f32) to a bundle: <string>:{{.*}}num_groups (4) must divide the expert count (6)
 report("layer dtype", lambda: moe_mlir.layer_bundle(deepseek, "f64"))
 # CHECK: layer dtype: ValueError: unknown layer dtype 'f64' (bf16, f16, f32)
