@@ -320,8 +320,22 @@ def test_fused_moe(results, args, generator):
             return (uniform(tokens, layer.hidden_size).to(torch_dtype),
                     uniform(tokens, layer.num_experts, scale=2.0))
 
+        def routable_inputs(tokens):
+            # Tokens whose routing is a near-tie are left out of the
+            # comparison; a draw where all of them tie (likely at T=1) would
+            # leave nothing to compare, so draw again.
+            bias = (moe.correction_bias.cpu().double()
+                    if moe.correction_bias is not None else None)
+            for _ in range(20):
+                hidden, logits = inputs(tokens)
+                margin = reference_routing(layer.router,
+                                           logits.cpu().double(), bias)[2]
+                if (margin > TIE_MARGIN).any():
+                    return hidden, logits
+            raise RuntimeError(f"20 draws of {tokens} token(s) all tie")
+
         for tokens in TOKEN_COUNTS:
-            hidden, logits = inputs(tokens)
+            hidden, logits = routable_inputs(tokens)
             with warnings.catch_warnings():  # "a prototype feature"
                 warnings.simplefilter("ignore", UserWarning)
                 torch.cuda.set_sync_debug_mode("error")
