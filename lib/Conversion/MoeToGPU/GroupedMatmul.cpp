@@ -520,9 +520,10 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
   bool weighted = static_cast<bool>(op.getRoutedWeights());
   // Each warpgroup takes one wgmma's rows of the block (warpgroup w rows
   // [64 w, 64 w + 64)), all against the block's one weight tile; smaller
-  // routing blocks leave the rest of the rows unused (masked).
+  // routing blocks leave the rest of the rows unused (masked). The row tile
+  // and each weight box are the boxes of moe-tma's maps.
   int64_t warpgroups = config.getNumWarpgroups();
-  int64_t tileRows = warpgroups * kWgmmaRows;
+  int64_t tileRows = getInputTmaBox(config).front();
   // Warp-specialized, one more warpgroup only loads; otherwise every thread
   // loads (gathers rows) and multiplies.
   bool warpSpecialized = config.getWarpSpecialized();
@@ -532,7 +533,7 @@ LogicalResult emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
   // Gated: the gate and up halves of the output columns side by side, so
   // act(gate) * up pairs registers of one thread.
   int64_t outputColumnsPerBlock = gated ? blockN / 2 : blockN;
-  int64_t boxRows = gated ? blockN / 2 : blockN;
+  int64_t boxRows = getWeightsTmaBox(op, config)[1];
   int64_t numBoxes = 1 + gated;
   int64_t rowTileBytes = tileRows * blockK * elementBytes;
   int64_t weightTileBytes = blockN * blockK * elementBytes;
