@@ -82,7 +82,7 @@ static cl::opt<int64_t>
     numSMs("num-sms",
            cl::desc("Multiprocessors of the target GPU: what K splits fill "
                     "and persistent grids are sized for"),
-           cl::init(132));
+           cl::init(BundleOptions().numSMs));
 static cl::opt<std::string> chip("chip", cl::desc("GPU architecture"),
                                  cl::init("sm_90a"));
 static cl::opt<std::string>
