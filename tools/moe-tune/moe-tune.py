@@ -24,7 +24,6 @@ and how many candidates were timed and rejected.
 import argparse
 import concurrent.futures
 import datetime
-import json
 import os
 import sys
 import time
@@ -197,21 +196,19 @@ def tune_model(model, pair, plans, tokens_list, reference, flush, args,
                     print(f"  {model} {part} T={tokens} {config}: {why}",
                           flush=True)
                 else:
-                    timed.append((us, config))
+                    timed.append((us, config, path))
             # Short timings rank the candidates; the few fastest are timed
             # again, longer, back to back, so that a lucky short run (clocks
             # still high, say) does not decide.
             finalists = sorted(timed, key=lambda item: item[0])[:FINALISTS]
-            paths = {json.dumps(config, sort_keys=True): path
-                     for config, path in plan["candidates"]}
             final = []
-            for _, config in finalists:
-                us, why = measure(paths[json.dumps(config, sort_keys=True)],
-                                  case, flush, args,
+            for _, config, path in finalists:
+                us, why = measure(path, case, flush, args,
                                   budget_s=args.final_budget_s)
                 if us is not None:
-                    final.append((us, config))
-            best_us, best = min(final or finalists, key=lambda item: item[0])
+                    final.append((us, config, path))
+            best_us, best, _ = min(final or finalists,
+                                   key=lambda item: item[0])
             measured = {"us": round(best_us, 1),
                         "heuristic_us": round(heuristic_us, 1),
                         "grouped_mm_epilogue_us": round(peer_us, 1),
