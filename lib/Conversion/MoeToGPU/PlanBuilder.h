@@ -17,6 +17,7 @@
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "llvm/ADT/StringMap.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,36 @@ struct KernelArg {
   unsigned index;
   bool isTensorMap;
 };
+
+/// The arguments of a kernel being declared. Each is recorded where it is
+/// added, and the kernel body reads it by that recorded position, so an
+/// optional argument never shifts the others' positions in the code.
+class KernelArgList {
+public:
+  /// Appends `arg`; returns its position.
+  unsigned add(KernelArg arg) {
+    args.push_back(arg);
+    return args.size() - 1;
+  }
+  /// Appends `arg` when `present` (an optional operand); returns its
+  /// position, or none.
+  std::optional<unsigned> addIf(bool present,
+                                llvm::function_ref<KernelArg()> arg) {
+    if (!present)
+      return std::nullopt;
+    return add(arg());
+  }
+  ArrayRef<KernelArg> get() const { return args; }
+
+private:
+  SmallVector<KernelArg> args;
+};
+
+/// The kernel argument at a recorded position, or null for none.
+inline Value kernelArgument(gpu::GPUFuncOp kernel,
+                            std::optional<unsigned> position) {
+  return position ? Value(kernel.getArgument(*position)) : Value();
+}
 
 /// Collects buffers and kernels while the ops of a layer are compiled.
 class PlanBuilder {
@@ -379,10 +410,6 @@ inline Value dynamicSharedMemory(ImplicitLocOpBuilder &b,
   }
   return memref::GetGlobalOp::create(b, type, kName);
 }
-
-/// Lowers a bufferized-at-the-plan moe.grouped_matmul to its kernel(s).
-LogicalResult emitGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
-                                GroupedMatmulOp op);
 
 } // namespace detail
 } // namespace moe

@@ -1,0 +1,79 @@
+//===- GroupedMatmul.h - The kernels of moe.grouped_matmul ------*- C++ -*-===//
+//
+// What the files of the grouped-matmul lowering share: the plan buffers of
+// the op's operands and output, and the kernel families.
+//
+//   GroupedMatmul.cpp       dispatch, and the checks of a config against the
+//                           wgmma kernel
+//   WgmmaGroupedMatmul.cpp  the tensor-core kernel (TMA / cp.async ring,
+//                           wgmma, warp specialization, persistent tiles)
+//   SplitK.cpp              split-K partial sums and their reduction kernel
+//   GroupedMatmulSimt.cpp   the SIMT kernel (f32, rows TMA cannot address)
+//   Hopper.h                descriptors, ring and fragment arithmetic
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOE_LIB_CONVERSION_MOETOGPU_GROUPEDMATMUL_H
+#define MOE_LIB_CONVERSION_MOETOGPU_GROUPEDMATMUL_H
+
+#include "PlanBuilder.h"
+
+namespace mlir {
+namespace moe {
+namespace detail {
+
+/// The routing capacity C = T*S + E*(block_m - 1) of the op's sorted rows.
+SizeExpr routedCapacity(PlanBuilder &plan, GroupedMatmulOp op);
+
+/// The plan buffers of a grouped matmul's input rows and routing operands,
+/// given the dims the op derives for them from the capacity C: sorted ids
+/// [C], block experts [ceil(C / block_m)], sorted input rows [C, K].
+struct GemmOperands {
+  SizeExpr capacity;
+  unsigned rows, sortedIds, expertIds;
+};
+GemmOperands useGemmOperands(PlanBuilder &plan, GroupedMatmulOp op);
+
+/// Registers the op's output buffer: [T, S, N'] in slot order, [C, N'] in
+/// sorted order.
+unsigned defineOutput(PlanBuilder &plan, GroupedMatmulOp op);
+
+/// The shared-memory tiled SIMT kernel.
+LogicalResult emitSimtGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
+                                    GroupedMatmulOp op);
+
+/// The tensor-core kernel of `config`, which checkWgmmaConfig accepted.
+void emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
+                            GroupedMatmulOp op, GemmConfigAttr config);
+
+/// The workspaces of a split-K grouped matmul: fp32 partial sums [splits,
+/// T*S, N] per routed slot, and each slot's sorted row [T*S].
+struct ReductionBuffers {
+  unsigned partials, slotRows;
+};
+ReductionBuffers defineReductionBuffers(PlanBuilder &plan, OpBuilder &builder,
+                                        GroupedMatmulOp op, int64_t splits);
+
+/// The slot of a block's row (given relative to the block), and whether it
+/// is a routed slot of the block.
+using SlotOfRow = function_ref<std::pair<Value, Value>(Value)>;
+
+/// A split's partial sums, from the accumulator fragment of a thread whose
+/// first row and column are `laneRow` and `laneColumn`.
+struct SplitPartials {
+  Value accumulators, laneRow, laneColumn, firstRow, firstColumn, split;
+};
+void storePartials(LoopBuilder &lb, const SplitPartials &partials,
+                   SlotOfRow slotOf, Value partialsBuffer, Value slotRows,
+                   GroupedMatmulOp op, GemmConfigAttr config);
+
+/// The kernel that adds the splits' partial sums and runs the epilogue.
+void emitSplitReduction(PlanBuilder &plan, OpBuilder &builder,
+                        GroupedMatmulOp op, int64_t splits,
+                        const ReductionBuffers &buffers);
+
+} // namespace detail
+} // namespace moe
+} // namespace mlir
+
+#endif // MOE_LIB_CONVERSION_MOETOGPU_GROUPEDMATMUL_H

@@ -1,0 +1,36 @@
+//===- Lowerings.h - The kernels of each moe op -----------------*- C++ -*-===//
+//
+// convert-moe-to-gpu lowers each op of a layer to its kernels, appended to the
+// launch plan in program order; one file per op (Gate.cpp, Route.cpp,
+// Combine.cpp, GroupedMatmul.cpp).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOE_LIB_CONVERSION_MOETOGPU_LOWERINGS_H
+#define MOE_LIB_CONVERSION_MOETOGPU_LOWERINGS_H
+
+#include "PlanBuilder.h"
+
+namespace mlir {
+namespace moe {
+namespace detail {
+
+/// moe.gate: one warp per token scores, selects and weighs its experts.
+LogicalResult emitGate(PlanBuilder &plan, OpBuilder &builder, GateOp op);
+
+/// moe.route: a counting sort of the slots by expert on the device.
+LogicalResult emitRoute(PlanBuilder &plan, OpBuilder &builder, RouteOp op);
+
+/// moe.combine: each token's slot rows summed.
+void emitCombine(PlanBuilder &plan, OpBuilder &builder, CombineOp op);
+
+/// moe.grouped_matmul: the tensor-core kernel its config describes, or the
+/// SIMT kernel for ops without one.
+LogicalResult emitGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
+                                GroupedMatmulOp op);
+
+} // namespace detail
+} // namespace moe
+} // namespace mlir
+
+#endif // MOE_LIB_CONVERSION_MOETOGPU_LOWERINGS_H

@@ -1,0 +1,279 @@
+//===- Route.cpp - moe.route to GPU kernels -------------------------------===//
+//
+// A counting sort of the slots by expert on the device, with no host sync:
+// per-chunk histograms, one block that scans them into stable offsets and
+// pads each expert to whole routing blocks, and a stable placement.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Lowerings.h"
+#include "WarpBuilder.h"
+
+using namespace mlir;
+using namespace mlir::moe;
+using namespace mlir::moe::detail;
+
+namespace {
+
+constexpr int64_t kRouteThreads = 512;
+constexpr int64_t kRouteWarps = kRouteThreads / kWarpSize;
+constexpr int64_t kScanThreads = 1024;
+
+/// Emits `for i = start; i < end; i += step` (index values).
+void strided(LoopBuilder &lb, Value start, Value end, int64_t step,
+             function_ref<void(Value)> body) {
+  auto forOp = scf::ForOp::create(lb.b, start, end, lb.index(step));
+  OpBuilder::InsertionGuard guard(lb.b);
+  lb.b.setInsertionPointToStart(forOp.getBody());
+  body(forOp.getInductionVar());
+}
+
+/// The sizes of a moe.route and the plan buffers its kernels share: chunks
+/// of kRouteThreads slots, per-chunk expert offsets, padded expert offsets.
+struct RoutePlan {
+  int64_t numExperts, blockM, slots;
+  SizeExpr chunks;
+  unsigned ids, sortedIds, expertIds, numPadded, blockOffsets, expertOffsets;
+};
+
+/// Slot `slot` of the thread in its chunk, its expert, and whether that is
+/// in range (else the expert reads as -1).
+std::tuple<Value, Value, Value> loadSlot(WarpBuilder &wb,
+                                         const RoutePlan &route,
+                                         Value idsBuffer, Value numTokens) {
+  ImplicitLocOpBuilder &b = wb.b;
+  int64_t slots = route.slots, numExperts = route.numExperts;
+  Value slot = arith::AddIOp::create(
+      b,
+      arith::MulIOp::create(b, gpu::BlockIdOp::create(b, gpu::Dimension::x),
+                            wb.index(kRouteThreads)),
+      gpu::ThreadIdOp::create(b, gpu::Dimension::x));
+  Value inRange = wb.cmpi(arith::CmpIPredicate::ult, slot,
+                          arith::MulIOp::create(b, numTokens, wb.index(slots)));
+  Value safe = wb.select(inRange, slot, wb.index(0));
+  Value expert =
+      wb.load(idsBuffer, {arith::DivUIOp::create(b, safe, wb.index(slots)),
+                          arith::RemUIOp::create(b, safe, wb.index(slots))});
+  Value valid = arith::AndIOp::create(
+      b, inRange, wb.inRange(expert, wb.i32(0), wb.i32(numExperts)));
+  return {slot, wb.select(valid, expert, wb.i32(-1)), valid};
+}
+
+/// 1. Per-chunk histograms of the slots' experts.
+void emitCountKernel(PlanBuilder &plan, OpBuilder &builder, Location loc,
+                     const RoutePlan &route) {
+  int64_t numExperts = route.numExperts;
+  Type i32 = builder.getI32Type();
+  KernelArgList args;
+  unsigned idsArg = args.add(route.ids);
+  unsigned chunkCountsArg = args.add(route.blockOffsets);
+  gpu::GPUFuncOp kernel = plan.createKernel(
+      builder, loc, "moe_route_count", args.get(),
+      {route.chunks, PlanBuilder::constant(1), PlanBuilder::constant(1)},
+      {kRouteThreads, 1, 1}, {workgroupMemRef({numExperts}, i32)});
+  ImplicitLocOpBuilder b(loc, builder);
+  WarpBuilder wb = makeWarpBuilder(b);
+  Value counts = kernel.getWorkgroupAttributions()[0];
+  Value numTokens = wb.toIndex(tokenCount(kernel));
+  Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
+  strided(wb, tid, wb.index(numExperts), kRouteThreads,
+          [&](Value e) { wb.store(wb.i32(0), counts, e); });
+  gpu::BarrierOp::create(b);
+  Value slot, expert, valid;
+  std::tie(slot, expert, valid) =
+      loadSlot(wb, route, kernel.getArgument(idsArg), numTokens);
+  wb.ifThen(valid, [&] {
+    memref::AtomicRMWOp::create(b, arith::AtomicRMWKind::addi, wb.i32(1),
+                                counts, ValueRange{wb.toIndex(expert)});
+  });
+  gpu::BarrierOp::create(b);
+  Value chunk = gpu::BlockIdOp::create(b, gpu::Dimension::x);
+  strided(wb, tid, wb.index(numExperts), kRouteThreads, [&](Value e) {
+    wb.store(wb.load(counts, e), kernel.getArgument(chunkCountsArg),
+             {chunk, e});
+  });
+}
+
+/// 2. One block: stable per-chunk offsets, padded expert offsets, block
+/// experts, padding sentinels and the padded count.
+void emitScanKernel(PlanBuilder &plan, OpBuilder &builder, Location loc,
+                    const RoutePlan &route) {
+  int64_t numExperts = route.numExperts, blockM = route.blockM;
+  int64_t slots = route.slots;
+  Type i32 = builder.getI32Type();
+  KernelArgList args;
+  unsigned chunkOffsetsArg = args.add(route.blockOffsets);
+  unsigned expertOffsetsArg = args.add(route.expertOffsets);
+  unsigned sortedIdsArg = args.add(route.sortedIds);
+  unsigned expertIdsArg = args.add(route.expertIds);
+  unsigned numPaddedArg = args.add(route.numPadded);
+  gpu::GPUFuncOp kernel = plan.createKernel(
+      builder, loc, "moe_route_scan", args.get(),
+      {PlanBuilder::constant(1), PlanBuilder::constant(1),
+       PlanBuilder::constant(1)},
+      {kScanThreads, 1, 1}, {workgroupMemRef({kScanThreads}, i32)});
+  ImplicitLocOpBuilder b(loc, builder);
+  WarpBuilder wb = makeWarpBuilder(b);
+  Value scan = kernel.getWorkgroupAttributions()[0];
+  Value offsetsPerChunk = kernel.getArgument(chunkOffsetsArg);
+  Value numTokens = wb.toIndex(tokenCount(kernel));
+  Value routedSlots = arith::MulIOp::create(b, numTokens, wb.index(slots));
+  Value sentinel = wb.toI32(routedSlots);
+  Value numChunks =
+      arith::CeilDivUIOp::create(b, routedSlots, wb.index(kRouteThreads));
+  Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
+  Value isExpert =
+      wb.cmpi(arith::CmpIPredicate::ult, tid, wb.index(numExperts));
+  Value expert = wb.select(isExpert, tid, wb.index(0));
+  // Exclusive prefix over chunks, in chunk order: slots keep their order.
+  Value total = wb.loop(
+      wb.index(0), wb.select(isExpert, numChunks, wb.index(0)), {wb.i32(0)},
+      [&](Value chunk, ValueRange carried) -> SmallVector<Value> {
+        Value count = wb.load(offsetsPerChunk, {chunk, expert});
+        wb.store(carried[0], offsetsPerChunk, {chunk, expert});
+        return {arith::AddIOp::create(b, carried[0], count)};
+      })[0];
+  Value blockRows = wb.i32(blockM);
+  Value padded = arith::MulIOp::create(
+      b, arith::CeilDivUIOp::create(b, total, blockRows), blockRows);
+  // Inclusive scan of the padded counts over the block (Hillis-Steele).
+  wb.store(padded, scan, tid);
+  gpu::BarrierOp::create(b);
+  for (int64_t distance = 1; distance < kScanThreads; distance *= 2) {
+    Value hasLeft = wb.cmpi(arith::CmpIPredicate::uge, tid, wb.index(distance));
+    Value left = wb.load(
+        scan,
+        wb.select(hasLeft, arith::SubIOp::create(b, tid, wb.index(distance)),
+                  wb.index(0)));
+    left = wb.select(hasLeft, left, wb.i32(0));
+    gpu::BarrierOp::create(b);
+    wb.store(arith::AddIOp::create(b, wb.load(scan, tid), left), scan, tid);
+    gpu::BarrierOp::create(b);
+  }
+  Value offset = arith::SubIOp::create(b, wb.load(scan, tid), padded);
+  Value totalPadded = wb.load(scan, wb.index(kScanThreads - 1));
+  Value sortedBuffer = kernel.getArgument(sortedIdsArg),
+        expertBuffer = kernel.getArgument(expertIdsArg);
+  wb.ifThen(isExpert, [&] {
+    wb.store(offset, kernel.getArgument(expertOffsetsArg), expert);
+    Value firstBlock = arith::DivUIOp::create(b, offset, blockRows);
+    Value endBlock = arith::DivUIOp::create(
+        b, arith::AddIOp::create(b, offset, padded), blockRows);
+    wb.loop(wb.toIndex(firstBlock), wb.toIndex(endBlock), [&](Value block) {
+      wb.store(wb.toI32(expert), expertBuffer, block);
+    });
+    wb.loop(wb.toIndex(arith::AddIOp::create(b, offset, total)),
+            wb.toIndex(arith::AddIOp::create(b, offset, padded)),
+            [&](Value row) { wb.store(sentinel, sortedBuffer, row); });
+  });
+  wb.ifThen(wb.cmpi(arith::CmpIPredicate::eq, tid, wb.index(0)), [&] {
+    wb.store(totalPadded, kernel.getArgument(numPaddedArg), {});
+  });
+  Value rowCapacity = arith::AddIOp::create(
+      b, routedSlots, wb.index(numExperts * (blockM - 1)));
+  strided(wb, arith::AddIOp::create(b, wb.toIndex(totalPadded), tid),
+          rowCapacity, kScanThreads,
+          [&](Value row) { wb.store(sentinel, sortedBuffer, row); });
+  strided(wb,
+          arith::AddIOp::create(
+              b, wb.toIndex(arith::DivUIOp::create(b, totalPadded, blockRows)),
+              tid),
+          arith::CeilDivUIOp::create(b, rowCapacity, wb.index(blockM)),
+          kScanThreads,
+          [&](Value block) { wb.store(wb.i32(-1), expertBuffer, block); });
+}
+
+/// 3. Stable placement: rank within the warp by match.any, across warps
+/// through shared per-warp counts, across chunks by the scanned offsets.
+void emitPlaceKernel(PlanBuilder &plan, OpBuilder &builder, Location loc,
+                     const RoutePlan &route) {
+  int64_t numExperts = route.numExperts;
+  Type i32 = builder.getI32Type();
+  KernelArgList args;
+  unsigned idsArg = args.add(route.ids);
+  unsigned chunkOffsetsArg = args.add(route.blockOffsets);
+  unsigned expertOffsetsArg = args.add(route.expertOffsets);
+  unsigned sortedIdsArg = args.add(route.sortedIds);
+  gpu::GPUFuncOp kernel = plan.createKernel(
+      builder, loc, "moe_route_place", args.get(),
+      {route.chunks, PlanBuilder::constant(1), PlanBuilder::constant(1)},
+      {kRouteThreads, 1, 1}, {workgroupMemRef({kRouteWarps, numExperts}, i32)});
+  ImplicitLocOpBuilder b(loc, builder);
+  WarpBuilder wb = makeWarpBuilder(b);
+  Value warpCounts = kernel.getWorkgroupAttributions()[0];
+  Value numTokens = wb.toIndex(tokenCount(kernel));
+  Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
+  Value warp = arith::DivUIOp::create(b, tid, wb.index(kWarpSize));
+  Value chunk = gpu::BlockIdOp::create(b, gpu::Dimension::x);
+  strided(wb, tid, wb.index(kRouteWarps * numExperts), kRouteThreads,
+          [&](Value i) {
+            wb.store(wb.i32(0), warpCounts,
+                     {arith::DivUIOp::create(b, i, wb.index(numExperts)),
+                      arith::RemUIOp::create(b, i, wb.index(numExperts))});
+          });
+  gpu::BarrierOp::create(b);
+  Value slot, expert, valid;
+  std::tie(slot, expert, valid) =
+      loadSlot(wb, route, kernel.getArgument(idsArg), numTokens);
+  Value same = NVVM::MatchSyncOp::create(
+      b, i32, wb.i32(-1), expert,
+      NVVM::MatchSyncKindAttr::get(b.getContext(), NVVM::MatchSyncKind::any));
+  Value below =
+      arith::AndIOp::create(b, same, NVVM::LaneMaskLtOp::create(b, i32));
+  Value rank = LLVM::CtPopOp::create(b, below);
+  Value leader = wb.cmpi(arith::CmpIPredicate::eq, below, wb.i32(0));
+  wb.ifThen(arith::AndIOp::create(b, valid, leader), [&] {
+    wb.store(LLVM::CtPopOp::create(b, same), warpCounts,
+             {warp, wb.toIndex(expert)});
+  });
+  gpu::BarrierOp::create(b);
+  strided(wb, tid, wb.index(numExperts), kRouteThreads, [&](Value e) {
+    Value start = arith::AddIOp::create(
+        b, wb.load(kernel.getArgument(expertOffsetsArg), e),
+        wb.load(kernel.getArgument(chunkOffsetsArg), {chunk, e}));
+    wb.loop(wb.index(0), wb.index(kRouteWarps), {start},
+            [&](Value w, ValueRange carried) -> SmallVector<Value> {
+              Value count = wb.load(warpCounts, {w, e});
+              wb.store(carried[0], warpCounts, {w, e});
+              return {arith::AddIOp::create(b, carried[0], count)};
+            });
+  });
+  gpu::BarrierOp::create(b);
+  wb.ifThen(valid, [&] {
+    Value row = arith::AddIOp::create(
+        b, wb.load(warpCounts, {warp, wb.toIndex(expert)}), rank);
+    wb.store(wb.toI32(slot), kernel.getArgument(sortedIdsArg), wb.toIndex(row));
+  });
+}
+
+} // namespace
+
+LogicalResult mlir::moe::detail::emitRoute(PlanBuilder &plan,
+                                           OpBuilder &builder, RouteOp op) {
+  OpBuilder::InsertionGuard guard(builder);
+  int64_t numExperts = op.getNumExperts(), blockM = op.getBlockM();
+  int64_t slots = cast<RankedTensorType>(op.getIds().getType()).getDimSize(1);
+  if (numExperts > kScanThreads)
+    return op.emitOpError() << "has no GPU lowering for more than "
+                            << kScanThreads << " experts";
+  Type i32 = builder.getI32Type();
+  SizeExpr capacity = plan.affine(slots, numExperts * (blockM - 1));
+  SizeExpr chunks = PlanBuilder::ceilDiv(plan.affine(slots, 0), kRouteThreads);
+  SizeExpr experts = PlanBuilder::constant(numExperts);
+  RoutePlan route{
+      numExperts,
+      blockM,
+      slots,
+      chunks,
+      plan.use(op.getIds()),
+      plan.define(op.getSortedIds(), "route_sorted_ids", {capacity}),
+      plan.define(op.getExpertIds(), "route_expert_ids",
+                  {PlanBuilder::ceilDiv(capacity, blockM)}),
+      plan.define(op.getNumPadded(), "route_num_padded", {}),
+      plan.scratch("route_block_offsets", i32, {chunks, experts}),
+      plan.scratch("route_expert_offsets", i32, {experts})};
+  emitCountKernel(plan, builder, op.getLoc(), route);
+  emitScanKernel(plan, builder, op.getLoc(), route);
+  emitPlaceKernel(plan, builder, op.getLoc(), route);
+  return success();
+}

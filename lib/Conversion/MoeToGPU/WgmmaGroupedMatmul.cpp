@@ -1,0 +1,924 @@
+//===- WgmmaGroupedMatmul.cpp - The tensor-core grouped matmul ------------===//
+//
+// The wgmma kernel of a grouped matmul under its #moe.gemm_config. A block
+// computes tiles of (block_rows rows of one expert) x block_n accumulator
+// columns, one warpgroup per 64 rows (one or two), through a ring of
+// `num_stages` shared-memory stages guarded by mbarriers. Its loop nest, per
+// variant (S = num_stages, a step is one K tile of block_k):
+//
+//   plain (every thread loads and multiplies):
+//     init ring
+//     for tile in tiles of this block:            // one, or persistent
+//       load steps 0 .. S-2                       // TMA, cp.async gathers
+//       for step in split's K tiles:
+//         wait full[stage(step)]
+//         wgmma (step) ; wait for step - 1's group
+//         block barrier ; load step + S - 1 into the stage step - 1 freed
+//       epilogue (or split-K partials)
+//
+//   warp-specialized (a producer warpgroup after the consumers):
+//     init ring
+//     for tile in tiles of this block:
+//       producer:  for step: wait empty[stage(step)] (from the second round
+//                            on) ; load step
+//                  (gathers arrive on full[] S-2 steps later, after their
+//                   own cp.async wait and proxy fence)
+//       consumers: for step: wait full[stage(step)] ; wgmma (step) ;
+//                            wait for step - 1's group ; arrive empty[step-1]
+//                  arrive empty[last stage] if tiles follow ; epilogue
+//
+//   persistent (either of the above): grid = min(tiles, SMs x resident
+//   blocks); tile = blockIdx, blockIdx + gridDim, ... over the tiles of the
+//   padded rows (counted on the device); the ring's count runs on across
+//   tiles, so stages and barrier phases continue where the last tile left.
+//
+// Tiles are rasterized in groups of 16 row blocks, row block fastest, so the
+// blocks resident at once share weight tiles; the splits of a tile are
+// neighbours. Weights load by TMA through one 3-D map over [E, N, K]; sorted
+// rows by TMA through a 2-D map over [C, K]; token rows by cp.async gathers
+// written in TMA's 128-byte swizzle. wgmma reads K-major tiles through
+// shared-memory descriptors; the accumulators stay in registers from the
+// first wgmma (scale-d 0, K tile 0 peeled) to the epilogue.
+//
+// A new operand kind (scaled fp8, 4-bit weights) is an addition of parts:
+// its stage layout (the byte sizes), its loads (loadStage), its MMAs
+// (multiplyStage) and what its epilogue applies (emitEpilogue).
+//
+//===----------------------------------------------------------------------===//
+
+#include "GroupedMatmul.h"
+#include "Hopper.h"
+
+#include "moe/Conversion/MoeCommon/RoutingMath.h"
+#include "moe/Dialect/Moe/Transforms/GemmHeuristic.h"
+
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+
+using namespace mlir;
+using namespace mlir::moe;
+using namespace mlir::moe::detail;
+
+namespace {
+
+/// Row blocks per group of the tile order (see tileAt).
+constexpr int64_t kRasterRowBlocks = 16;
+
+/// One tile of the grid, (row block, N tile, K split), as a block sees it.
+struct Tile {
+  Value split, columnTile, firstRow, firstColumn, expert;
+  /// Whether the tile has work: its rows lie inside the padded rows and
+  /// belong to an expert. Uniform over the block, so its barriers match.
+  Value active;
+  /// The split's K tiles: [firstStep, firstStep + numSteps).
+  Value firstStep, numSteps;
+  /// K tiles the ring took before this tile; null when the tile is the
+  /// block's only one.
+  Value ringBase;
+  /// Set inside the active region: this thread's 16-byte chunk and first row
+  /// of the row gathers and the chunk's swizzled column, and the wgmma
+  /// descriptors of stage 0's row and weight tiles.
+  Value chunk, chunkRow, swizzledColumn, rowDescriptors, weightDescriptors;
+};
+
+/// A gathering thread's token row in each pass over the row tile, and
+/// whether it is a routed slot.
+using GatherSources = SmallVector<std::pair<Value, Value>>;
+
+/// Builds the wgmma kernel (and the split-K reduction) of one op.
+class WgmmaGroupedMatmulEmitter {
+public:
+  WgmmaGroupedMatmulEmitter(PlanBuilder &plan, OpBuilder &builder,
+                            GroupedMatmulOp op, GemmConfigAttr config);
+  void emit();
+
+private:
+  // The kernel's arguments, workspaces and grid in the plan.
+  gpu::GPUFuncOp declareKernel();
+  // The kernel prologue: arguments, thread roles, the ring's barriers.
+  void setUpKernel(gpu::GPUFuncOp kernel);
+  void initRing();
+  // The grid: one tile per block, or persistent blocks.
+  void emitPersistentTiles(Value blockId);
+  Value emitTile(Value tileIndex, Value numRowBlocks, Value ringBase);
+  Tile tileAt(Value tileIndex, Value numRowBlocks, Value ringBase);
+  std::pair<Value, Value> slotOf(const Tile &tile, Value rowInBlock);
+  // Stage loads.
+  Value sharedView(ArrayRef<int64_t> shape, Value byteOffset);
+  Value rowTileOffset(Value stage);
+  Value weightBoxOffset(Value stage, int64_t box);
+  Value tensorMapDescriptor(Value map, Value argument);
+  void setUpGathers(Tile &tile);
+  GatherSources gatherSources(const Tile &tile);
+  void loadStage(const Tile &tile, Value step,
+                 ArrayRef<std::pair<Value, Value>> sources);
+  void gatherRows(const Tile &tile, Value stage, Value k0,
+                  ArrayRef<std::pair<Value, Value>> sources);
+  void awaitGathers(int64_t pendingGroups);
+  // The ring.
+  Value ringCount(const Tile &tile, Value step);
+  Value stageOf(const Tile &tile, Value step);
+  Value parityOf(const Tile &tile, Value step, int64_t round);
+  void waitFull(const Tile &tile, Value step);
+  // The MMAs.
+  void setUpDescriptors(Tile &tile);
+  Value multiplyStage(const Tile &tile, Value step, Value consumer, Value sum,
+                      bool overwrite);
+  Value accumulate(const Tile &tile,
+                   function_ref<Value(Value, Value, bool)> multiplyStep);
+  // The roles.
+  void emitPlainLoop(const Tile &tile);
+  void emitWarpSpecialized(const Tile &tile);
+  void emitProducer(const Tile &tile);
+  void emitConsumer(const Tile &tile, Value consumer);
+  // The accumulators' way out.
+  void finish(const Tile &tile, Value accumulators);
+  void emitEpilogue(const Tile &tile, Value accumulators, Value laneRow,
+                    Value laneColumn);
+
+  PlanBuilder &plan;
+  OpBuilder &builder;
+  GroupedMatmulOp op;
+  GemmConfigAttr config;
+
+  // The op's sizes and the tile shapes of its config.
+  Type elementType;
+  int64_t elementBytes, numExperts, k, slots, blockM, blockN, blockK;
+  int64_t columns, splits;
+  Activation activation;
+  bool gated, tokenInput, slotOutput, weighted, warpSpecialized;
+  /// Consumer warpgroups; each takes one wgmma's rows of the block
+  /// (warpgroup w rows [64 w, 64 w + 64)), all against the block's one
+  /// weight tile. Smaller routing blocks leave the rest of the rows masked.
+  int64_t warpgroups;
+  /// Rows of the row tile (moe-tma's input box), rows a block computes.
+  int64_t tileRows, blockRows;
+  /// Threads, and those that load (all, or the producer warpgroup).
+  int64_t threads, loaders;
+  /// Gated: the gate and up halves of the output columns side by side, so
+  /// act(gate) * up pairs registers of one thread.
+  int64_t outputColumnsPerBlock;
+  /// Weight box rows (moe-tma's weight box) and boxes per stage.
+  int64_t boxRows, numBoxes;
+  int64_t rowTileBytes, weightTileBytes, stageTmaBytes, sharedBytes;
+  int64_t numColumnTiles, numKTiles;
+  MbarrierRing ring;
+
+  // The kernel being built.
+  std::optional<ReductionBuffers> reduction;
+  ImplicitLocOpBuilder b;
+  LoopBuilder wb{b};
+  KernelArgList args;
+  unsigned inputArg, weightsArg, sortedIdsArg, expertIdsArg, numPaddedArg;
+  std::optional<unsigned> routedWeightsArg, outputArg, partialsArg, slotRowsArg;
+  Value input, sorted, experts, padded, routedWeights, output, partials,
+      slotRows;
+  Value numTokens, routedSlots, sharedBase, weightMap, rowMap;
+  Value tid, warp, lane, loader, leader;
+  /// `full[s]`: stage s holds its K tile. Warp-specialized, `empty[s]`: the
+  /// consumers are done with stage s.
+  Value full, empty;
+};
+
+WgmmaGroupedMatmulEmitter::WgmmaGroupedMatmulEmitter(PlanBuilder &plan,
+                                                     OpBuilder &builder,
+                                                     GroupedMatmulOp op,
+                                                     GemmConfigAttr config)
+    : plan(plan), builder(builder), op(op),
+      config(config), ring{config.getNumStages()},
+      b(op.getLoc(), op.getContext()) {
+  RankedTensorType weightsType = op.getWeightsType();
+  elementType = weightsType.getElementType();
+  elementBytes = weightsType.getElementTypeBitWidth() / 8;
+  numExperts = op.getNumStoredExperts();
+  k = op.getReductionSize();
+  slots = op.getNumSlots();
+  blockM = op.getBlockM();
+  blockN = config.getBlockN();
+  blockK = config.getBlockK();
+  activation = op.getActivation();
+  gated = op.isGated();
+  columns = op.getOutputColumns();
+  tokenInput = op.getInputOrder() == RowOrder::token;
+  slotOutput = op.getOutputOrder() == RowOrder::slot;
+  weighted = static_cast<bool>(op.getRoutedWeights());
+  splits = config.getSplitK();
+  warpgroups = config.getNumWarpgroups();
+  tileRows = getInputTmaBox(config).front();
+  warpSpecialized = config.getWarpSpecialized();
+  threads = (warpgroups + warpSpecialized) * kWarpgroupThreads;
+  loaders = warpSpecialized ? kWarpgroupThreads : threads;
+  blockRows = std::min(blockM, tileRows);
+  outputColumnsPerBlock = gated ? blockN / 2 : blockN;
+  boxRows = getWeightsTmaBox(op, config)[1];
+  numBoxes = 1 + gated;
+  rowTileBytes = tileRows * blockK * elementBytes;
+  weightTileBytes = blockN * blockK * elementBytes;
+  stageTmaBytes = weightTileBytes + (tokenInput ? 0 : rowTileBytes);
+  sharedBytes = ring.stages * (rowTileBytes + weightTileBytes);
+  numColumnTiles = llvm::divideCeil(columns, outputColumnsPerBlock);
+  numKTiles = llvm::divideCeil(k, blockK);
+}
+
+//===----------------------------------------------------------------------===//
+// The plan and the kernel prologue
+//===----------------------------------------------------------------------===//
+
+gpu::GPUFuncOp WgmmaGroupedMatmulEmitter::declareKernel() {
+  auto [capacity, rows, sortedIds, expertIds] = useGemmOperands(plan, op);
+  inputArg = args.add(
+      tokenInput ? KernelArg(rows)
+                 : KernelArg::tensorMap(plan.tensorMapOf(op.getInputMap())));
+  weightsArg =
+      args.add(KernelArg::tensorMap(plan.tensorMapOf(op.getWeightsMap())));
+  sortedIdsArg = args.add(sortedIds);
+  expertIdsArg = args.add(expertIds);
+  numPaddedArg = args.add(plan.use(op.getNumPadded()));
+  // Split K: the splits' partial sums go to workspaces that the reduction
+  // kernel adds (SplitK.cpp); it takes the routed weights and the output.
+  if (splits > 1) {
+    reduction = defineReductionBuffers(plan, builder, op, splits);
+    partialsArg = args.add(reduction->partials);
+    slotRowsArg = args.add(reduction->slotRows);
+  } else {
+    routedWeightsArg =
+        args.addIf(weighted, [&] { return plan.use(op.getRoutedWeights()); });
+    outputArg = args.add(defineOutput(plan, op));
+  }
+  // A block per tile of the capacity's row blocks; persistent, as many as
+  // the multiprocessors hold at once.
+  SizeExpr gridSize =
+      PlanBuilder::ceilDiv(capacity, blockRows).times(numColumnTiles * splits);
+  if (config.getPersistent())
+    gridSize = PlanBuilder::min(
+        gridSize, plan.numSMs * residentBlocks(threads, blockN, sharedBytes));
+  return plan.createKernel(
+      builder, op.getLoc(), "moe_grouped_matmul_wgmma", args.get(),
+      {gridSize, PlanBuilder::constant(1), PlanBuilder::constant(1)},
+      {threads, 1, 1}, /*workgroup=*/{}, sharedBytes);
+}
+
+void WgmmaGroupedMatmulEmitter::setUpKernel(gpu::GPUFuncOp kernel) {
+  b.setInsertionPoint(builder.getInsertionBlock(), builder.getInsertionPoint());
+  input = kernel.getArgument(inputArg);
+  Value weights = kernel.getArgument(weightsArg);
+  sorted = kernel.getArgument(sortedIdsArg);
+  experts = kernel.getArgument(expertIdsArg);
+  padded = kernel.getArgument(numPaddedArg);
+  routedWeights = kernelArgument(kernel, routedWeightsArg);
+  output = kernelArgument(kernel, outputArg);
+  partials = kernelArgument(kernel, partialsArg);
+  slotRows = kernelArgument(kernel, slotRowsArg);
+  numTokens = wb.toIndex(tokenCount(kernel));
+  routedSlots = arith::MulIOp::create(b, numTokens, wb.index(slots));
+
+  // The ring: stage s's row tile at s * rowTileBytes, its weight tile (the
+  // boxes one after another) after all row tiles; every tile 1024-aligned.
+  sharedBase = dynamicSharedMemory(b, plan.kernels);
+  weightMap = tensorMapDescriptor(op.getWeightsMap(), weights);
+  rowMap = tokenInput ? Value() : tensorMapDescriptor(op.getInputMap(), input);
+
+  tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
+  warp = arith::DivUIOp::create(b, tid, wb.index(32));
+  lane = arith::RemUIOp::create(b, tid, wb.index(32));
+  // Warp-specialized, the last warpgroup loads; `loader` numbers the
+  // loading threads (the leader issues TMA and initialises the barriers).
+  loader = warpSpecialized
+               ? arith::SubIOp::create(b, tid,
+                                       wb.index(warpgroups * kWarpgroupThreads))
+               : tid;
+  leader = wb.cmpi(arith::CmpIPredicate::eq, loader, wb.index(0));
+  auto barrierGroup = nvgpu::MBarrierGroupType::get(
+      b.getContext(), b.getI64IntegerAttr(kSharedAddressSpace), ring.stages);
+  // Warp-specialized, the gathering producer threads arrive on `full`
+  // themselves once their rows are in.
+  full = nvgpu::MBarrierCreateOp::create(b, barrierGroup);
+  empty = warpSpecialized
+              ? Value(nvgpu::MBarrierCreateOp::create(b, barrierGroup))
+              : Value();
+}
+
+/// Initialises the barriers before any thread uses them: once per block, by
+/// the blocks that have a tile.
+void WgmmaGroupedMatmulEmitter::initRing() {
+  int64_t fullArrivals =
+      warpSpecialized && tokenInput ? kWarpgroupThreads + 1 : 1;
+  wb.ifThen(leader, [&] {
+    nvgpu::TmaPrefetchOp::create(b, weightMap, Value());
+    if (rowMap)
+      nvgpu::TmaPrefetchOp::create(b, rowMap, Value());
+    for (int64_t stage = 0; stage < ring.stages; ++stage) {
+      nvgpu::MBarrierInitOp::create(b, full, wb.index(fullArrivals),
+                                    wb.index(stage), Value());
+      if (empty)
+        nvgpu::MBarrierInitOp::create(b, empty,
+                                      wb.index(warpgroups * kWarpgroupThreads),
+                                      wb.index(stage), Value());
+    }
+  });
+  gpu::BarrierOp::create(b);
+}
+
+void WgmmaGroupedMatmulEmitter::emit() {
+  OpBuilder::InsertionGuard guard(builder);
+  setUpKernel(declareKernel());
+  Value blockId = gpu::BlockIdOp::create(b, gpu::Dimension::x);
+  if (!config.getPersistent()) {
+    // One block per tile of the row blocks the capacity bounds; those past
+    // the padded rows find nothing to do.
+    emitTile(blockId,
+             arith::CeilDivUIOp::create(
+                 b,
+                 arith::AddIOp::create(b, routedSlots,
+                                       wb.index(numExperts * (blockM - 1))),
+                 wb.index(blockRows)),
+             Value());
+  } else {
+    emitPersistentTiles(blockId);
+  }
+  if (reduction)
+    emitSplitReduction(plan, builder, op, splits, *reduction);
+}
+
+/// Persistent: the blocks walk the tiles of the padded rows, counted on the
+/// device (a multiple of block_m, so of the tile rows), a grid apart.
+void WgmmaGroupedMatmulEmitter::emitPersistentTiles(Value blockId) {
+  Value numRowBlocks = arith::DivUIOp::create(
+      b, wb.toIndex(wb.load(padded, {})), wb.index(blockRows));
+  Value numTiles =
+      arith::MulIOp::create(b, numRowBlocks, wb.index(numColumnTiles * splits));
+  initRing();
+  auto tiles = scf::ForOp::create(b, blockId, numTiles,
+                                  gpu::GridDimOp::create(b, gpu::Dimension::x),
+                                  ValueRange{wb.index(0)});
+  OpBuilder::InsertionGuard loopGuard(b);
+  b.setInsertionPointToStart(tiles.getBody());
+  // Without a producer, every thread refills the ring: all must be done
+  // with the previous tile's stages first.
+  if (!warpSpecialized)
+    gpu::BarrierOp::create(b);
+  scf::YieldOp::create(b, emitTile(tiles.getInductionVar(), numRowBlocks,
+                                   tiles.getRegionIterArgs()[0]));
+}
+
+//===----------------------------------------------------------------------===//
+// Tiles
+//===----------------------------------------------------------------------===//
+
+/// Tile `tileIndex` of the `numRowBlocks` x N tiles x splits. Blocks run in
+/// groups of kRasterRowBlocks row blocks, row block fastest within a group,
+/// so the blocks resident at once share each weight tile (an expert's rows
+/// are consecutive) and a group's rows stay in L2. The splits of a tile are
+/// neighbours: they share its rows in L2.
+Tile WgmmaGroupedMatmulEmitter::tileAt(Value tileIndex, Value numRowBlocks,
+                                       Value ringBase) {
+  Tile tile;
+  tile.ringBase = ringBase;
+  Value linear = arith::DivUIOp::create(b, tileIndex, wb.index(splits));
+  tile.split = arith::RemUIOp::create(b, tileIndex, wb.index(splits));
+  Value groupBlocks = wb.index(kRasterRowBlocks * numColumnTiles);
+  Value group = arith::DivUIOp::create(b, linear, groupBlocks);
+  Value inGroup = arith::RemUIOp::create(b, linear, groupBlocks);
+  Value groupFirstRowBlock =
+      arith::MulIOp::create(b, group, wb.index(kRasterRowBlocks));
+  Value groupRowBlocks = arith::MinUIOp::create(
+      b, wb.index(kRasterRowBlocks),
+      arith::SubIOp::create(b, numRowBlocks, groupFirstRowBlock));
+  Value rowBlock =
+      arith::AddIOp::create(b, groupFirstRowBlock,
+                            arith::RemUIOp::create(b, inGroup, groupRowBlocks));
+  tile.columnTile = arith::DivUIOp::create(b, inGroup, groupRowBlocks);
+  tile.firstRow = arith::MulIOp::create(b, rowBlock, wb.index(blockRows));
+  tile.firstColumn = arith::MulIOp::create(b, tile.columnTile,
+                                           wb.index(outputColumnsPerBlock));
+  tile.expert = wb.toIndex(wb.load(
+      experts, {arith::DivUIOp::create(b, tile.firstRow, wb.index(blockM))}));
+  tile.active = arith::AndIOp::create(
+      b,
+      wb.cmpi(arith::CmpIPredicate::ult, tile.firstRow,
+              wb.toIndex(wb.load(padded, {}))),
+      wb.inRange(tile.expert, wb.index(0), wb.index(numExperts)));
+  int64_t stepsPerSplit = llvm::divideCeil(numKTiles, splits);
+  tile.firstStep =
+      arith::MulIOp::create(b, tile.split, wb.index(stepsPerSplit));
+  tile.numSteps = arith::MinUIOp::create(
+      b, wb.index(stepsPerSplit),
+      arith::SubIOp::create(b, wb.index(numKTiles), tile.firstStep));
+  return tile;
+}
+
+/// The slot of the block's row `rowInBlock`, and whether it is a routed slot
+/// of this block.
+std::pair<Value, Value> WgmmaGroupedMatmulEmitter::slotOf(const Tile &tile,
+                                                          Value rowInBlock) {
+  Value inBlock =
+      wb.cmpi(arith::CmpIPredicate::ult, rowInBlock, wb.index(blockRows));
+  Value row = arith::AddIOp::create(
+      b, tile.firstRow, wb.select(inBlock, rowInBlock, wb.index(0)));
+  Value slot = wb.toIndex(wb.load(sorted, row));
+  return {slot, arith::AndIOp::create(
+                    b, inBlock, wb.inRange(slot, wb.index(0), routedSlots))};
+}
+
+/// The block's work on one tile; returns the ring's count after it (null
+/// when the tile is the block's only one).
+Value WgmmaGroupedMatmulEmitter::emitTile(Value tileIndex, Value numRowBlocks,
+                                          Value ringBase) {
+  Tile tile = tileAt(tileIndex, numRowBlocks, ringBase);
+  wb.ifThen(tile.active, [&] {
+    if (!ringBase)
+      initRing();
+    setUpGathers(tile);
+    setUpDescriptors(tile);
+    if (warpSpecialized)
+      emitWarpSpecialized(tile);
+    else
+      emitPlainLoop(tile);
+  });
+  return ringBase ? arith::AddIOp::create(
+                        b, ringBase,
+                        wb.select(tile.active, tile.numSteps, wb.index(0)))
+                        .getResult()
+                  : Value();
+}
+
+//===----------------------------------------------------------------------===//
+// Stage loads
+//===----------------------------------------------------------------------===//
+
+Value WgmmaGroupedMatmulEmitter::sharedView(ArrayRef<int64_t> shape,
+                                            Value byteOffset) {
+  auto type = MemRefType::get(shape, elementType, MemRefLayoutAttrInterface(),
+                              b.getI64IntegerAttr(kSharedAddressSpace));
+  return memref::ViewOp::create(b, type, sharedBase, byteOffset, ValueRange());
+}
+
+Value WgmmaGroupedMatmulEmitter::rowTileOffset(Value stage) {
+  return arith::MulIOp::create(b, stage, wb.index(rowTileBytes));
+}
+
+Value WgmmaGroupedMatmulEmitter::weightBoxOffset(Value stage, int64_t box) {
+  return arith::AddIOp::create(
+      b, arith::MulIOp::create(b, stage, wb.index(weightTileBytes)),
+      wb.index(ring.stages * rowTileBytes +
+               box * boxRows * blockK * elementBytes));
+}
+
+/// The nvgpu view of a map kernel argument: TMA copies of its boxes.
+Value WgmmaGroupedMatmulEmitter::tensorMapDescriptor(Value map,
+                                                     Value argument) {
+  auto type = nvgpu::TensorMapDescriptorType::get(
+      b.getContext(),
+      MemRefType::get(cast<TensorMapType>(map.getType()).getBox(), elementType,
+                      MemRefLayoutAttrInterface(),
+                      b.getI64IntegerAttr(kSharedAddressSpace)),
+      nvgpu::TensorMapSwizzleKind::SWIZZLE_128B,
+      nvgpu::TensorMapL2PromoKind::L2PROMO_256B,
+      nvgpu::TensorMapOOBKind::OOB_ZERO,
+      nvgpu::TensorMapInterleaveKind::INTERLEAVE_NONE);
+  return UnrealizedConversionCastOp::create(b, type, argument).getResult(0);
+}
+
+/// Gathered rows: thread t of the loading threads copies 16-byte chunk t % 8
+/// of the rows t / 8 + (loaders / 8) j; the sources stay the same for every
+/// K tile. Chunk c of row r lands at chunk c ^ (r % 8) of its 128-byte row,
+/// as TMA's 128-byte swizzle would put it; r % 8 is the same for all of a
+/// thread's rows.
+void WgmmaGroupedMatmulEmitter::setUpGathers(Tile &tile) {
+  int64_t chunksPerRow = kSwizzleBytes / kCopyBytes;
+  tile.chunk = arith::RemUIOp::create(b, loader, wb.index(chunksPerRow));
+  tile.chunkRow = arith::DivUIOp::create(b, loader, wb.index(chunksPerRow));
+  tile.swizzledColumn = arith::MulIOp::create(
+      b,
+      arith::XOrIOp::create(
+          b, tile.chunk,
+          arith::RemUIOp::create(b, tile.chunkRow, wb.index(chunksPerRow))),
+      wb.index(kCopyBytes / elementBytes));
+}
+
+GatherSources WgmmaGroupedMatmulEmitter::gatherSources(const Tile &tile) {
+  int64_t rowsPerPass = loaders / (kSwizzleBytes / kCopyBytes);
+  GatherSources sources;
+  for (int64_t pass = 0; pass < tileRows / rowsPerPass; ++pass) {
+    auto [slot, routed] =
+        slotOf(tile, arith::AddIOp::create(b, tile.chunkRow,
+                                           wb.index(pass * rowsPerPass)));
+    Value token = arith::DivUIOp::create(b, slot, wb.index(slots));
+    sources.push_back({wb.select(routed, token, wb.index(0)), routed});
+  }
+  return sources;
+}
+
+/// Loads the split's K tile `step` into its stage: the weight boxes and
+/// sorted rows by TMA from the leader, counted in on `full`; token rows by
+/// this thread's cp.async gathers (`sources`), committed as one group by the
+/// caller.
+void WgmmaGroupedMatmulEmitter::loadStage(
+    const Tile &tile, Value step, ArrayRef<std::pair<Value, Value>> sources) {
+  Value stage = stageOf(tile, step);
+  Value k0 = arith::MulIOp::create(
+      b, arith::AddIOp::create(b, tile.firstStep, step), wb.index(blockK));
+  wb.ifThen(leader, [&] {
+    nvgpu::MBarrierArriveExpectTxOp::create(b, full, wb.index(stageTmaBytes),
+                                            stage, Value());
+    for (int64_t box = 0; box < numBoxes; ++box) {
+      Value column = arith::AddIOp::create(
+          b,
+          gated ? tile.firstColumn
+                : arith::MulIOp::create(b, tile.columnTile, wb.index(blockN)),
+          wb.index(box * columns));
+      nvgpu::TmaAsyncLoadOp::create(
+          b, sharedView({1, boxRows, blockK}, weightBoxOffset(stage, box)),
+          full, weightMap, ValueRange{k0, column, tile.expert}, stage, Value(),
+          Value());
+    }
+    if (rowMap)
+      nvgpu::TmaAsyncLoadOp::create(
+          b, sharedView({tileRows, blockK}, rowTileOffset(stage)), full, rowMap,
+          ValueRange{k0, tile.firstRow}, stage, Value(), Value());
+  });
+  if (tokenInput)
+    gatherRows(tile, stage, k0, sources);
+}
+
+/// This thread's cp.async copies of its gathered row chunks of K tile `k0`
+/// into `stage`; invalid chunks copy no bytes and zero-fill their 16 bytes.
+void WgmmaGroupedMatmulEmitter::gatherRows(
+    const Tile &tile, Value stage, Value k0,
+    ArrayRef<std::pair<Value, Value>> sources) {
+  int64_t rowsPerPass = loaders / (kSwizzleBytes / kCopyBytes);
+  Value rowTile = sharedView({tileRows, blockK}, rowTileOffset(stage));
+  Value kIndex = arith::AddIOp::create(
+      b, k0,
+      arith::MulIOp::create(b, tile.chunk,
+                            wb.index(kCopyBytes / elementBytes)));
+  Value kValid = wb.cmpi(arith::CmpIPredicate::ult, kIndex, wb.index(k));
+  for (auto [pass, source] : llvm::enumerate(sources)) {
+    Value valid = arith::AndIOp::create(b, source.second, kValid);
+    Value tileRow =
+        arith::AddIOp::create(b, tile.chunkRow, wb.index(pass * rowsPerPass));
+    nvgpu::DeviceAsyncCopyOp::create(
+        b, nvgpu::DeviceAsyncTokenType::get(b.getContext()), rowTile,
+        ValueRange{tileRow, tile.swizzledColumn}, input,
+        ValueRange{source.first, wb.select(kValid, kIndex, wb.index(0))},
+        b.getIndexAttr(kCopyBytes / elementBytes),
+        wb.select(valid, wb.index(kCopyBytes / elementBytes), wb.index(0)),
+        b.getUnitAttr());
+  }
+}
+
+/// This thread's gathered chunks of all but its last `pendingGroups` K tiles
+/// are in shared memory, ordered before the tensor cores' reads.
+void WgmmaGroupedMatmulEmitter::awaitGathers(int64_t pendingGroups) {
+  NVVM::CpAsyncWaitGroupOp::create(b, pendingGroups);
+  NVVM::FenceProxyOp::create(
+      b,
+      NVVM::ProxyKindAttr::get(b.getContext(), NVVM::ProxyKind::async_shared),
+      NVVM::SharedSpaceAttr::get(b.getContext(),
+                                 NVVM::SharedSpace::shared_cta));
+}
+
+//===----------------------------------------------------------------------===//
+// The ring
+//===----------------------------------------------------------------------===//
+
+/// The ring's count of the split's K tile `step`: its stage and barrier
+/// phases run on across the block's tiles.
+Value WgmmaGroupedMatmulEmitter::ringCount(const Tile &tile, Value step) {
+  return tile.ringBase
+             ? arith::AddIOp::create(b, tile.ringBase, step).getResult()
+             : step;
+}
+
+Value WgmmaGroupedMatmulEmitter::stageOf(const Tile &tile, Value step) {
+  return ring.stageOf(wb, ringCount(tile, step));
+}
+
+/// Parity of the phase of its stage's barrier that K tile `step` is at
+/// (`round` rounds of the ring later).
+Value WgmmaGroupedMatmulEmitter::parityOf(const Tile &tile, Value step,
+                                          int64_t round) {
+  return ring.parityOf(wb, ringCount(tile, step), round);
+}
+
+void WgmmaGroupedMatmulEmitter::waitFull(const Tile &tile, Value step) {
+  nvgpu::MBarrierTryWaitParityOp::create(b, full, parityOf(tile, step, 0),
+                                         wb.index(kMbarrierWaitTicks),
+                                         stageOf(tile, step));
+}
+
+//===----------------------------------------------------------------------===//
+// The MMAs
+//===----------------------------------------------------------------------===//
+
+/// The wgmma descriptors of stage 0's row tile and weight tile.
+void WgmmaGroupedMatmulEmitter::setUpDescriptors(Tile &tile) {
+  Value sharedAddress = arith::IndexCastOp::create(
+      b, b.getI64Type(),
+      memref::ExtractAlignedPointerAsIndexOp::create(b, sharedBase));
+  tile.rowDescriptors = kSwizzled128KMajor.build(b, sharedAddress);
+  tile.weightDescriptors = arith::AddIOp::create(
+      b, tile.rowDescriptors,
+      arith::ConstantOp::create(
+          b, b.getI64IntegerAttr(
+                 SharedMatrixDescriptor::advance(ring.stages * rowTileBytes))));
+}
+
+/// The wgmmas of K tile `step` (in its stage) for the rows of consumer
+/// warpgroup `consumer` ([64 c, 64 c + 64) of the row tile), chained on
+/// `sum` and committed as one group. With `overwrite`, the first wgmma
+/// overwrites the accumulators (scale-d 0).
+Value WgmmaGroupedMatmulEmitter::multiplyStage(const Tile &tile, Value step,
+                                               Value consumer, Value sum,
+                                               bool overwrite) {
+  auto i64 = [&](Value indexValue) -> Value {
+    return arith::IndexCastOp::create(b, b.getI64Type(), indexValue);
+  };
+  Value stage = stageOf(tile, step);
+  Value rowDescriptor = arith::AddIOp::create(
+      b, tile.rowDescriptors,
+      i64(arith::AddIOp::create(
+          b,
+          arith::MulIOp::create(
+              b, stage,
+              wb.index(SharedMatrixDescriptor::advance(rowTileBytes))),
+          arith::MulIOp::create(b, consumer,
+                                wb.index(SharedMatrixDescriptor::advance(
+                                    kWgmmaRows * blockK * elementBytes))))));
+  Value weightDescriptor = arith::AddIOp::create(
+      b, tile.weightDescriptors,
+      i64(arith::MulIOp::create(
+          b, stage,
+          wb.index(SharedMatrixDescriptor::advance(weightTileBytes)))));
+  auto accumulatorType = LLVM::LLVMStructType::getLiteral(
+      b.getContext(), SmallVector<Type>(blockN / 2, b.getF32Type()));
+  auto shape =
+      NVVM::MMAShapeAttr::get(b.getContext(), kWgmmaRows, blockN, kWgmmaK);
+  NVVM::WGMMATypes wgmmaType =
+      elementType.isBF16() ? NVVM::WGMMATypes::bf16 : NVVM::WGMMATypes::f16;
+  // Accumulators are touched only by the wgmmas from here to the wait, so
+  // they chain without a register round trip.
+  NVVM::WgmmaFenceAlignedOp::create(b);
+  for (int64_t kk = 0; kk < blockK / kWgmmaK; ++kk) {
+    // A k16 step advances 32 bytes inside the swizzle atom.
+    Value advance = arith::ConstantOp::create(
+        b, b.getI64IntegerAttr(
+               SharedMatrixDescriptor::advance(kk * kWgmmaK * elementBytes)));
+    sum = NVVM::WgmmaMmaAsyncOp::create(
+        b, accumulatorType, sum,
+        arith::AddIOp::create(b, rowDescriptor, advance),
+        arith::AddIOp::create(b, weightDescriptor, advance), shape, wgmmaType,
+        wgmmaType, NVVM::WGMMATypes::f32,
+        overwrite && kk == 0 ? NVVM::WGMMAScaleOut::zero
+                             : NVVM::WGMMAScaleOut::one,
+        NVVM::WGMMAScaleIn::one, NVVM::WGMMAScaleIn::one, NVVM::MMALayout::row,
+        NVVM::MMALayout::col, NVVM::MMAIntOverflowAttr());
+  }
+  NVVM::WgmmaGroupSyncAlignedOp::create(b);
+  return sum;
+}
+
+/// The split's K tiles through `multiplyStep` (K tile, accumulators so far,
+/// whether they are still undefined): the first outside the loop, its first
+/// wgmma overwriting an undefined struct (scale-d 0), so that no move ever
+/// initialises the accumulators (ptxas would fence the wgmmas for it,
+/// C7519).
+Value WgmmaGroupedMatmulEmitter::accumulate(
+    const Tile &tile, function_ref<Value(Value, Value, bool)> multiplyStep) {
+  auto accumulatorType = LLVM::LLVMStructType::getLiteral(
+      b.getContext(), SmallVector<Type>(blockN / 2, b.getF32Type()));
+  Value first =
+      multiplyStep(wb.index(0), LLVM::UndefOp::create(b, accumulatorType),
+                   /*overwrite=*/true);
+  return wb.loop(wb.index(1), tile.numSteps, {first},
+                 [&](Value step, ValueRange carried) -> SmallVector<Value> {
+                   return {multiplyStep(step, carried[0], /*overwrite=*/false)};
+                 })[0];
+}
+
+//===----------------------------------------------------------------------===//
+// The roles
+//===----------------------------------------------------------------------===//
+
+/// Every thread loads and multiplies: stages 0..S-2 in flight, then per K
+/// tile: wait for it, multiply, let the previous tile's wgmmas finish, and
+/// after a block barrier refill the stage they read.
+void WgmmaGroupedMatmulEmitter::emitPlainLoop(const Tile &tile) {
+  GatherSources sources;
+  if (tokenInput)
+    sources = gatherSources(tile);
+  // Every thread commits one cp.async group per call so that the group
+  // counts stay uniform.
+  auto issue = [&](Value step) {
+    wb.ifThen(wb.cmpi(arith::CmpIPredicate::ult, step, tile.numSteps),
+              [&] { loadStage(tile, step, sources); });
+    if (tokenInput)
+      NVVM::CpAsyncCommitGroupOp::create(b);
+  };
+  for (int64_t step = 0; step + 1 < ring.stages; ++step)
+    issue(wb.index(step));
+  if (tokenInput)
+    awaitGathers(ring.stages - 2);
+  gpu::BarrierOp::create(b);
+  Value consumer = arith::DivUIOp::create(b, tid, wb.index(kWarpgroupThreads));
+  Value accumulators =
+      accumulate(tile, [&](Value step, Value sum, bool overwrite) -> Value {
+        waitFull(tile, step);
+        sum = multiplyStage(tile, step, consumer, sum, overwrite);
+        // The previous step's group is done in this warp; after the barrier
+        // in all, so its stage takes K tile step + stages - 1.
+        NVVM::WgmmaWaitGroupSyncOp::create(b, 1);
+        if (tokenInput)
+          awaitGathers(ring.stages - 3);
+        gpu::BarrierOp::create(b);
+        issue(arith::AddIOp::create(b, step, wb.index(ring.stages - 1)));
+        return sum;
+      });
+  NVVM::WgmmaWaitGroupSyncOp::create(b, 0);
+  finish(tile, accumulators);
+}
+
+/// Warp-specialized: the last warpgroup loads, the others multiply (the
+/// consumers keep the thread numbering of the kernel without a producer).
+void WgmmaGroupedMatmulEmitter::emitWarpSpecialized(const Tile &tile) {
+  // The warpgroup index, broadcast from lane 0 so that ptxas sees the role
+  // branches as warp-uniform: wgmma in a path it thinks divergent gets
+  // serialized (C7520).
+  Value warpgroupIndex = wb.toIndex(
+      gpu::ShuffleOp::create(
+          b,
+          wb.toI32(arith::DivUIOp::create(b, tid, wb.index(kWarpgroupThreads))),
+          wb.i32(0), wb.i32(32),
+          gpu::ShuffleModeAttr::get(b.getContext(), gpu::ShuffleMode::IDX))
+          .getShuffleResult());
+  Value producer =
+      wb.cmpi(arith::CmpIPredicate::eq, warpgroupIndex, wb.index(warpgroups));
+  // Only threads that load wait on `empty`: a parity wait is ambiguous once
+  // the barrier has moved on two phases, which an idle thread could let
+  // happen (and then wait forever). Gathering threads cannot fall behind:
+  // every K tile needs their arrival on `full`.
+  if (!tokenInput)
+    producer = arith::AndIOp::create(b, producer, leader);
+  wb.ifThen(producer, [&] { emitProducer(tile); });
+  wb.ifThen(
+      wb.cmpi(arith::CmpIPredicate::ult, warpgroupIndex, wb.index(warpgroups)),
+      [&] { emitConsumer(tile, warpgroupIndex); });
+}
+
+/// The producer refills a stage once `empty` says the consumers are done
+/// with it. Gathering threads report their rows on `full` `lag` K tiles
+/// later, after their own cp.async wait and proxy fence, which keeps lag + 1
+/// tiles of gathers in flight per thread (lag = stages - 2 leaves the ring a
+/// free stage, so neither side waits on the other forever).
+void WgmmaGroupedMatmulEmitter::emitProducer(const Tile &tile) {
+  int64_t lag = ring.stages - 2;
+  GatherSources sources;
+  if (tokenInput)
+    sources = gatherSources(tile);
+  auto reportRows = [&](Value step) {
+    nvgpu::MBarrierArriveOp::create(b, full, stageOf(tile, step));
+  };
+  wb.loop(wb.index(0), tile.numSteps, [&](Value step) {
+    wb.ifThen(wb.cmpi(arith::CmpIPredicate::uge, ringCount(tile, step),
+                      wb.index(ring.stages)),
+              [&] {
+                nvgpu::MBarrierTryWaitParityOp::create(
+                    b, empty, parityOf(tile, step, -1),
+                    wb.index(kMbarrierWaitTicks), stageOf(tile, step));
+              });
+    loadStage(tile, step, sources);
+    if (!tokenInput)
+      return;
+    NVVM::CpAsyncCommitGroupOp::create(b);
+    wb.ifThen(wb.cmpi(arith::CmpIPredicate::uge, step, wb.index(lag)), [&] {
+      awaitGathers(lag);
+      reportRows(arith::SubIOp::create(b, step, wb.index(lag)));
+    });
+  });
+  if (!tokenInput)
+    return;
+  awaitGathers(0);
+  Value first = arith::SubIOp::create(
+      b, arith::MaxSIOp::create(b, tile.numSteps, wb.index(lag)),
+      wb.index(lag));
+  wb.loop(first, tile.numSteps, [&](Value step) { reportRows(step); });
+}
+
+/// A consumer waits on `full`, multiplies, and frees the stage of the
+/// previous K tile once its wgmmas are done.
+void WgmmaGroupedMatmulEmitter::emitConsumer(const Tile &tile, Value consumer) {
+  Value accumulators =
+      accumulate(tile, [&](Value step, Value sum, bool overwrite) -> Value {
+        waitFull(tile, step);
+        sum = multiplyStage(tile, step, consumer, sum, overwrite);
+        NVVM::WgmmaWaitGroupSyncOp::create(b, 1);
+        if (!overwrite)
+          nvgpu::MBarrierArriveOp::create(
+              b, empty,
+              stageOf(tile, arith::SubIOp::create(b, step, wb.index(1))));
+        return sum;
+      });
+  NVVM::WgmmaWaitGroupSyncOp::create(b, 0);
+  // The block's next tile goes on in the ring: free the last stage too.
+  if (tile.ringBase)
+    nvgpu::MBarrierArriveOp::create(
+        b, empty,
+        stageOf(tile, arith::SubIOp::create(b, tile.numSteps, wb.index(1))));
+  finish(tile, accumulators);
+}
+
+//===----------------------------------------------------------------------===//
+// The epilogue
+//===----------------------------------------------------------------------===//
+
+/// The consumers' part from their accumulators: the split's partial sums,
+/// or the epilogue.
+void WgmmaGroupedMatmulEmitter::finish(const Tile &tile, Value accumulators) {
+  Value laneRow = AccumulatorFragment::laneRow(wb, warp, lane);
+  Value laneColumn = AccumulatorFragment::laneColumn(wb, lane);
+  auto slotOfRow = [&](Value rowInBlock) { return slotOf(tile, rowInBlock); };
+  if (reduction) {
+    storePartials(wb,
+                  {accumulators, laneRow, laneColumn, tile.firstRow,
+                   tile.firstColumn, tile.split},
+                  slotOfRow, partials, slotRows, op, config);
+    return;
+  }
+  emitEpilogue(tile, accumulators, laneRow, laneColumn);
+}
+
+/// The epilogue on the accumulator registers: gated activation, routed
+/// weight, and the store in the op's row order.
+void WgmmaGroupedMatmulEmitter::emitEpilogue(const Tile &tile,
+                                             Value accumulators, Value laneRow,
+                                             Value laneColumn) {
+  Type f32 = b.getF32Type();
+  int64_t registers = blockN / 2;
+  Type outputElement = cast<MemRefType>(output.getType()).getElementType();
+  auto pairType = VectorType::get({2}, f32);
+  for (int64_t half = 0; half < 2; ++half) {
+    Value rowInBlock = arith::AddIOp::create(b, laneRow, wb.index(half * 8));
+    auto [slot, routed] = slotOf(tile, rowInBlock);
+    Value row = arith::AddIOp::create(b, tile.firstRow, rowInBlock);
+    Value token = arith::DivUIOp::create(b, slot, wb.index(slots));
+    Value slotInToken = arith::RemUIOp::create(b, slot, wb.index(slots));
+    wb.ifThen(routed, [&] {
+      Value weight =
+          weighted ? wb.load(routedWeights, {token, slotInToken}) : Value();
+      for (int64_t block = 0; block < outputColumnsPerBlock / 8; ++block) {
+        Value column = arith::AddIOp::create(
+            b, tile.firstColumn,
+            arith::AddIOp::create(b, laneColumn, wb.index(block * 8)));
+        SmallVector<Value> values;
+        for (int64_t i = 0; i < 2; ++i) {
+          int64_t index = AccumulatorFragment::registerOf(block, half, i);
+          Value value = LLVM::ExtractValueOp::create(b, accumulators, index);
+          if (gated)
+            value = arith::MulFOp::create(
+                b, emitGatedActivation(b, b.getLoc(), activation, value),
+                LLVM::ExtractValueOp::create(b, accumulators,
+                                             index + registers / 2));
+          if (weight)
+            value = arith::MulFOp::create(b, value, weight);
+          values.push_back(value);
+        }
+        SmallVector<Value> at =
+            slotOutput ? SmallVector<Value>{token, slotInToken, column}
+                       : SmallVector<Value>{row, column};
+        if (columns % 2 == 0) {
+          // Two neighbouring columns in one 4-byte store.
+          Value pair = vector::FromElementsOp::create(b, pairType, values);
+          if (outputElement != f32)
+            pair = arith::TruncFOp::create(
+                b, VectorType::get({2}, outputElement), pair);
+          wb.ifThen(
+              wb.cmpi(arith::CmpIPredicate::ult, column, wb.index(columns)),
+              [&] {
+                // Even columns of even-length rows: the pair is aligned to
+                // its size (the runtime checks the base alignment).
+                vector::StoreOp::create(
+                    b, pair, output, at, /*nontemporal=*/false,
+                    llvm::Align(2 * outputElement.getIntOrFloatBitWidth() / 8));
+              });
+          continue;
+        }
+        for (int64_t i = 0; i < 2; ++i) {
+          at.back() = arith::AddIOp::create(b, column, wb.index(i));
+          wb.ifThen(
+              wb.cmpi(arith::CmpIPredicate::ult, at.back(), wb.index(columns)),
+              [&] { wb.storeF32(values[i], output, at); });
+        }
+      }
+    });
+  }
+}
+
+} // namespace
+
+void mlir::moe::detail::emitWgmmaGroupedMatmul(PlanBuilder &plan,
+                                               OpBuilder &builder,
+                                               GroupedMatmulOp op,
+                                               GemmConfigAttr config) {
+  WgmmaGroupedMatmulEmitter(plan, builder, op, config).emit();
+}
