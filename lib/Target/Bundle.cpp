@@ -2,6 +2,7 @@
 
 #include "moe/Target/Bundle.h"
 #include "moe/Conversion/MoeToGPU/MoeToGPU.h"
+#include "moe/Dialect/Moe/IR/MoeDialect.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Pass/PassManager.h"
@@ -55,76 +56,100 @@ llvm::Expected<std::string> dtypeName(Type type) {
   return makeError(text);
 }
 
-/// The tensors, workspaces, fills and launches of the plan recorded on
-/// `kernels` (before their lowering drops the launch attributes).
+/// The `tensormap` statement of `map` over `buffer`: the buffer's dims
+/// innermost first, the byte strides of the outer ones as size expressions
+/// (a number while the inner dims are constants, then a product), the box
+/// innermost first.
+llvm::Error writeTensorMap(raw_ostream &os, PlanTensorMapAttr map,
+                           PlanBufferAttr buffer) {
+  auto dtype = dtypeName(buffer.getElementType());
+  if (!dtype)
+    return dtype.takeError();
+  ArrayRef<StringAttr> dims = buffer.getDims();
+  os << "tensormap " << map.getName() << " " << buffer.getName() << " "
+     << *dtype << " rank " << dims.size() << " dims";
+  for (StringAttr dim : llvm::reverse(dims))
+    os << " " << dim.getValue();
+  os << " strides";
+  std::string stride =
+      std::to_string(buffer.getElementType().getIntOrFloatBitWidth() / 8);
+  for (StringAttr dim : llvm::reverse(dims.drop_front())) {
+    int64_t strideValue, dimValue;
+    if (!StringRef(stride).getAsInteger(10, strideValue) &&
+        !dim.getValue().getAsInteger(10, dimValue))
+      stride = std::to_string(strideValue * dimValue);
+    else
+      stride += "*(" + dim.getValue().str() + ")";
+    os << " " << stride;
+  }
+  os << " box";
+  for (int64_t size : llvm::reverse(map.getBox()))
+    os << " " << size;
+  os << " swizzle " << map.getSwizzle() << "\n";
+  return llvm::Error::success();
+}
+
+/// The `launch` statement of `kernel`.
+void writeLaunch(raw_ostream &os, StringRef kernel, LaunchAttr launch) {
+  os << "launch " << kernel << " grid";
+  for (StringAttr size : launch.getGrid())
+    os << " " << size.getValue();
+  os << " block";
+  for (int64_t size : launch.getBlock())
+    os << " " << size;
+  os << " smem " << launch.getSmem() << " args";
+  for (const LaunchArg &arg : launch.getArgs()) {
+    os << " ";
+    if (arg.kind != LaunchArgKind::buffer)
+      os << stringifyLaunchArgKind(arg.kind) << ":";
+    os << arg.value.getValue();
+  }
+  os << "\n";
+}
+
+/// The tensors, workspaces, fills, tensor maps and launches of the launch
+/// plan of `kernels`, read from its gpu.func kernels (before their lowering).
 llvm::Expected<std::string> writePlan(gpu::GPUModuleOp kernels) {
   std::string text;
   llvm::raw_string_ostream os(text);
-  auto buffers = kernels->getAttrOfType<ArrayAttr>("moe.buffers");
-  if (!buffers)
+  auto *dialect = kernels->getContext()->getLoadedDialect<MoeDialect>();
+  LaunchPlanAttr plan = dialect->getLaunchPlanAttrHelper().getAttr(kernels);
+  if (!plan)
     return makeError("the kernel module has no launch plan");
   // Tensors in signature order (arguments, then results), then workspaces.
-  for (StringRef role : {"input", "output", "workspace"}) {
-    SmallVector<DictionaryAttr> selected;
-    for (auto buffer : buffers.getAsRange<DictionaryAttr>())
-      if (buffer.getAs<StringAttr>("role").getValue() == role)
+  for (BufferRole role :
+       {BufferRole::input, BufferRole::output, BufferRole::workspace}) {
+    SmallVector<PlanBufferAttr> selected;
+    for (PlanBufferAttr buffer : plan.getBuffers())
+      if (buffer.getRole() == role)
         selected.push_back(buffer);
-    llvm::sort(selected, [](DictionaryAttr a, DictionaryAttr b) {
-      StringRef x = a.getAs<StringAttr>("name").getValue();
-      StringRef y = b.getAs<StringAttr>("name").getValue();
+    llvm::sort(selected, [](PlanBufferAttr a, PlanBufferAttr b) {
+      StringRef x = a.getName(), y = b.getName();
       return x.size() != y.size() ? x.size() < y.size() : x < y;
     });
-    for (DictionaryAttr buffer : selected) {
-      auto dtype = dtypeName(buffer.getAs<TypeAttr>("type").getValue());
+    for (PlanBufferAttr buffer : selected) {
+      auto dtype = dtypeName(buffer.getElementType());
       if (!dtype)
         return dtype.takeError();
-      os << (role == "workspace" ? "workspace " : "tensor ")
-         << buffer.getAs<StringAttr>("name").getValue();
-      if (role != "workspace")
-        os << " " << role;
+      os << (role == BufferRole::workspace ? "workspace " : "tensor ")
+         << buffer.getName();
+      if (role != BufferRole::workspace)
+        os << " " << stringifyBufferRole(role);
       os << " " << *dtype;
-      for (auto dim : buffer.getAs<ArrayAttr>("dims").getAsRange<StringAttr>())
+      for (StringAttr dim : buffer.getDims())
         os << " " << dim.getValue();
       os << "\n";
     }
   }
-  for (auto name :
-       kernels->getAttrOfType<ArrayAttr>("moe.zero").getAsRange<StringAttr>())
+  for (StringAttr name : plan.getZeroFill())
     os << "zero " << name.getValue() << "\n";
-  for (auto map : kernels->getAttrOfType<ArrayAttr>("moe.tensormaps")
-                      .getAsRange<DictionaryAttr>()) {
-    auto dtype = dtypeName(map.getAs<TypeAttr>("type").getValue());
-    if (!dtype)
-      return dtype.takeError();
-    auto dims = map.getAs<ArrayAttr>("dims");
-    os << "tensormap " << map.getAs<StringAttr>("name").getValue() << " "
-       << map.getAs<StringAttr>("tensor").getValue() << " " << *dtype
-       << " rank " << dims.size() << " dims";
-    for (auto dim : dims.getAsRange<StringAttr>())
-      os << " " << dim.getValue();
-    os << " strides";
-    for (auto stride : map.getAs<ArrayAttr>("strides").getAsRange<StringAttr>())
-      os << " " << stride.getValue();
-    os << " box";
-    for (int64_t size : map.getAs<DenseI64ArrayAttr>("box").asArrayRef())
-      os << " " << size;
-    os << " swizzle " << map.getAs<IntegerAttr>("swizzle").getInt() << "\n";
-  }
-  for (auto kernel : kernels.getOps<gpu::GPUFuncOp>()) {
-    auto launch = kernel->getAttrOfType<DictionaryAttr>("moe.launch");
-    if (!launch)
-      continue;
-    os << "launch " << kernel.getName() << " grid";
-    for (auto size : launch.getAs<ArrayAttr>("grid").getAsRange<StringAttr>())
-      os << " " << size.getValue();
-    os << " block";
-    for (int64_t size : launch.getAs<DenseI64ArrayAttr>("block").asArrayRef())
-      os << " " << size;
-    os << " smem " << launch.getAs<StringAttr>("smem").getValue() << " args";
-    for (auto arg : launch.getAs<ArrayAttr>("args").getAsRange<StringAttr>())
-      os << " " << arg.getValue();
-    os << "\n";
-  }
+  for (PlanTensorMapAttr map : plan.getTensorMaps())
+    if (llvm::Error error =
+            writeTensorMap(os, map, plan.lookupBuffer(map.getBuffer())))
+      return std::move(error);
+  for (auto kernel : kernels.getOps<gpu::GPUFuncOp>())
+    if (LaunchAttr launch = dialect->getLaunchAttrHelper().getAttr(kernel))
+      writeLaunch(os, kernel.getName(), launch);
   return text;
 }
 

@@ -1,5 +1,5 @@
 // moe-grid-constant-tensor-maps makes the kernel arguments that
-// moe.tensor_maps lists by-value 128-byte grid constants, after
+// moe.grid_constant_args lists by-value 128-byte grid constants, after
 // convert-gpu-to-nvvm (which keeps the kernel's discardable attributes but
 // not llvm.byval); the PTX then takes the descriptor as a 64-byte aligned
 // parameter array and the TMA instructions read it from the parameter space.
@@ -38,7 +38,7 @@ module attributes {gpu.container_module} {
   gpu.module @kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
     memref.global @smem : memref<0xi8, 3> {alignment = 1024 : i64}
     gpu.func @tma_tile(%map_ptr: !llvm.ptr, %row: index) kernel
-        attributes {moe.tensor_maps = array<i64: 0>} {
+        attributes {moe.grid_constant_args = array<i64: 0>} {
       %c0 = arith.constant 0 : index
       %c1 = arith.constant 1 : index
       %bytes = arith.constant 8192 : index

@@ -76,14 +76,19 @@ def ConvertMoeToGPU : Pass<"convert-moe-to-gpu", "::mlir::ModuleOp"> {
 
     * Buffers: the function's arguments become the plan's input tensors
       (`arg0`, `arg1`, ...), its results the output tensors (`result0`, ...),
-      and every other value a workspace named after its op. The gpu.module
-      lists them in `moe.buffers` with their element type and dims, where the
-      dynamic token count is written `T` and derived sizes are expressions
-      in T (the route capacity `T*S+E*(block_m-1)`, ...).
+      and every other value a workspace named after its op. The gpu.module's
+      `moe.launch_plan` (`#moe.launch_plan`) lists them with their element
+      type and dims, where the dynamic token count is written `T` and
+      derived sizes are expressions in T (the route capacity
+      `T*S+E*(block_m-1)`, ...), and the TMA descriptors (`moe.tensor_map`)
+      the runtime encodes over them.
     * Kernels take one pointer per buffer (the bare-pointer calling
-      convention) typed with the shapes at `tokens-max`, plus T as an i32,
-      and carry their launch in `moe.launch`: grid and block sizes, dynamic
-      shared memory, and the buffer names of their arguments.
+      convention) typed with the shapes at `tokens-max`, a pointer per
+      tensor map (listed in `moe.grid_constant_args`, passed by value once
+      `moe-grid-constant-tensor-maps` has run), plus T as an i32, and carry
+      their launch in `moe.launch` (`#moe.launch`): grid and block sizes,
+      dynamic shared memory, and the buffer and tensor map names of their
+      arguments.
 
     The kernels, each a direct transcription of the op's semantics:
 
@@ -135,10 +140,15 @@ def ConvertMoeToGPU : Pass<"convert-moe-to-gpu", "::mlir::ModuleOp"> {
     Example:
 
     ```mlir
-    gpu.func @moe_gate_0(%logits: memref<16384x256xf32>, ...) kernel
-        attributes {moe.launch = {args = ["arg1", "arg4", "gate0_weights",
-                    "gate0_ids", "i32:T"], block = array<i64: 128, 1, 1>,
-                    grid = ["cdiv(T,4)", "1", "1"], smem = "0"}}
+    gpu.module @moe_kernels [#nvvm.target<...>] attributes {
+        moe.launch_plan = #moe.launch_plan<tokens_max = 16384, buffers = [
+            <input "arg0" : f32 ["T", "256"]>, <input "arg1" : f32 ["256"]>,
+            <output "result0" : f32 ["T", "9"]>,
+            <output "result1" : i32 ["T", "9"]>, ...]>} {
+      gpu.func @moe_gate_0(%logits: memref<16384x256xf32>, ...) kernel
+          attributes {moe.launch = #moe.launch<grid = ["cdiv(T,4)", "1", "1"],
+                      block = [128, 1, 1], smem = 0,
+                      args = ["arg0", "arg1", "result0", "result1", i32 "T"]>}
     ```
   }];
   let options = [

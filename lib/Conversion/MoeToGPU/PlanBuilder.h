@@ -15,6 +15,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "llvm/ADT/SmallVectorExtras.h"
 #include "llvm/ADT/StringMap.h"
 
 #include <optional>
@@ -31,7 +32,7 @@ constexpr int64_t kSharedVectorBytes = 16;
 /// One buffer of the launch plan.
 struct Buffer {
   std::string name;
-  StringRef role; // input, output or workspace
+  BufferRole role;
   Type elementType;
   SmallVector<std::string> dims;   // size expressions in T
   SmallVector<int64_t> shapeAtMax; // the sizes at T = tokens-max
@@ -51,12 +52,12 @@ struct SizeExpr {
   }
 };
 
-/// A TMA descriptor the runtime builds over a buffer (a `tensormap` line):
-/// the buffer's dims innermost first, with a box of `box` elements.
+/// A TMA descriptor the runtime builds over a buffer, with a box of `box`
+/// elements (outermost first).
 struct TensorMap {
   std::string name;
   unsigned buffer;
-  SmallVector<int64_t> box; // innermost first
+  SmallVector<int64_t> box;
   int64_t swizzleBytes;
 };
 
@@ -145,10 +146,10 @@ public:
       buffer.shapeAtMax.push_back(dim.atMax);
     }
     buffer.name = uniqueName(workspaceName);
-    buffer.role = "workspace";
+    buffer.role = BufferRole::workspace;
     if (auto argument = dyn_cast<BlockArgument>(value)) {
       buffer.name = "arg" + std::to_string(argument.getArgNumber());
-      buffer.role = "input";
+      buffer.role = BufferRole::input;
     }
     bufferOf[value] = buffers.size();
     buffers.push_back(std::move(buffer));
@@ -156,7 +157,7 @@ public:
   }
   /// Registers a workspace that no tensor of the function holds.
   unsigned scratch(StringRef name, Type elementType, ArrayRef<SizeExpr> dims) {
-    Buffer buffer{uniqueName(name), "workspace", elementType, {}, {}};
+    Buffer buffer{uniqueName(name), BufferRole::workspace, elementType, {}, {}};
     for (const SizeExpr &dim : dims) {
       buffer.dims.push_back(dim.text);
       buffer.shapeAtMax.push_back(dim.atMax);
@@ -168,7 +169,7 @@ public:
   /// Gives an input tensor the dims an op derives for it (a `?` in the
   /// signature reads as T, but routing arrays are sized by the capacity).
   void refineInput(unsigned buffer, ArrayRef<SizeExpr> dims) {
-    if (buffers[buffer].role != "input")
+    if (buffers[buffer].role != BufferRole::input)
       return;
     buffers[buffer].dims.clear();
     buffers[buffer].shapeAtMax.clear();
@@ -193,7 +194,7 @@ public:
     for (auto [index, value] : llvm::enumerate(ret.getOperands())) {
       Buffer &buffer = buffers[use(value)];
       buffer.name = "result" + std::to_string(index);
-      buffer.role = "output";
+      buffer.role = BufferRole::output;
     }
   }
   void zero(unsigned buffer) { zeroed.push_back(buffer); }
@@ -204,8 +205,7 @@ public:
     TensorMapType type = op.getMapType();
     mapOf[op.getMap()] = maps.size();
     maps.push_back({/*name=*/"", use(op.getSource()),
-                    llvm::to_vector(llvm::reverse(type.getBox())),
-                    type.getSwizzle()});
+                    llvm::to_vector(type.getBox()), type.getSwizzle()});
   }
   /// The index for KernelArg::tensorMap of `map`, a moe.tensor_map result.
   unsigned tensorMapOf(Value map) const { return mapOf.at(map); }
@@ -213,18 +213,19 @@ public:
   /// Creates kernel `base_<n>` taking `args` (then T as i32), with
   /// `dynamicSharedBytes` of dynamic shared memory, and records its launch;
   /// moves the builder to the start of its body. A tensor map argument is an
-  /// `!llvm.ptr` to the descriptor, listed in the kernel's `moe.tensor_maps`
-  /// so that it is passed by value (moe-grid-constant-tensor-maps).
+  /// `!llvm.ptr` to the descriptor, listed in the kernel's
+  /// `moe.grid_constant_args` so that it is passed by value
+  /// (moe-grid-constant-tensor-maps).
   gpu::GPUFuncOp createKernel(OpBuilder &builder, Location loc, StringRef base,
                               ArrayRef<KernelArg> args, ArrayRef<SizeExpr> grid,
                               ArrayRef<int64_t> block,
                               ArrayRef<MemRefType> workgroup = {},
                               int64_t dynamicSharedBytes = 0) {
     SmallVector<Type> types;
-    SmallVector<int64_t> tensorMapArgs;
+    SmallVector<int64_t> gridConstantArgs;
     for (const KernelArg &arg : args) {
       if (arg.isTensorMap) {
-        tensorMapArgs.push_back(types.size());
+        gridConstantArgs.push_back(types.size());
         types.push_back(LLVM::LLVMPointerType::get(builder.getContext()));
         continue;
       }
@@ -239,9 +240,9 @@ public:
         SmallVector<Type>(workgroup.begin(), workgroup.end()), TypeRange());
     kernel->setAttr(gpu::GPUDialect::getKernelFuncAttrName(),
                     builder.getUnitAttr());
-    if (!tensorMapArgs.empty())
-      kernel->setAttr("moe.tensor_maps",
-                      builder.getDenseI64ArrayAttr(tensorMapArgs));
+    if (!gridConstantArgs.empty())
+      dialect().getGridConstantArgsAttrHelper().setAttr(
+          kernel, builder.getDenseI64ArrayAttr(gridConstantArgs));
     // The NVPTX backend vectorizes shared-memory accesses up to 16 bytes:
     // make the buffers' alignment say so, whatever precedes them.
     for (unsigned index = 0; index < workgroup.size(); ++index)
@@ -263,50 +264,47 @@ public:
     return kernel;
   }
 
-  /// Writes the buffers and fills onto the kernel module.
+  /// Records the launch plan: `moe.launch_plan` on the kernel module and
+  /// `moe.launch` on each kernel.
   void finish(OpBuilder &builder) {
-    SmallVector<Attribute> entries;
+    MLIRContext *context = builder.getContext();
+    SmallVector<PlanBufferAttr> bufferAttrs;
     for (const Buffer &buffer : buffers) {
-      SmallVector<Attribute> dims;
-      for (const std::string &dim : buffer.dims)
-        dims.push_back(builder.getStringAttr(dim));
-      entries.push_back(builder.getDictionaryAttr(
-          {builder.getNamedAttr("name", builder.getStringAttr(buffer.name)),
-           builder.getNamedAttr("role", builder.getStringAttr(buffer.role)),
-           builder.getNamedAttr("type", TypeAttr::get(buffer.elementType)),
-           builder.getNamedAttr("dims", builder.getArrayAttr(dims))}));
+      auto dims = llvm::map_to_vector(buffer.dims, [&](const std::string &dim) {
+        return builder.getStringAttr(dim);
+      });
+      bufferAttrs.push_back(PlanBufferAttr::get(
+          context, buffer.role, buffer.name, buffer.elementType, dims));
     }
-    SmallVector<Attribute> zeros;
+    SmallVector<StringAttr> zeroFill;
     for (unsigned buffer : zeroed)
-      zeros.push_back(builder.getStringAttr(buffers[buffer].name));
+      zeroFill.push_back(builder.getStringAttr(buffers[buffer].name));
     // Names are final only now: results are named when the return is seen.
-    SmallVector<Attribute> mapEntries;
+    SmallVector<PlanTensorMapAttr> mapAttrs;
     for (TensorMap &map : maps) {
       map.name = uniqueName(buffers[map.buffer].name + "_map");
-      mapEntries.push_back(tensorMapEntry(builder, map));
+      mapAttrs.push_back(PlanTensorMapAttr::get(context, map.name,
+                                                buffers[map.buffer].name,
+                                                map.box, map.swizzleBytes));
     }
+    dialect().getLaunchPlanAttrHelper().setAttr(
+        kernels, LaunchPlanAttr::get(context, tokensMax, bufferAttrs, zeroFill,
+                                     mapAttrs));
     for (Launch &launch : launches) {
-      SmallVector<Attribute> argNames;
+      SmallVector<LaunchArg> args;
       for (const KernelArg &arg : launch.args)
-        argNames.push_back(builder.getStringAttr(
-            arg.isTensorMap ? "map:" + maps[arg.index].name
-                            : buffers[arg.index].name));
-      argNames.push_back(builder.getStringAttr("i32:T"));
-      launch.kernel->setAttr(
-          "moe.launch",
-          builder.getDictionaryAttr(
-              {builder.getNamedAttr("grid", builder.getArrayAttr(launch.grid)),
-               builder.getNamedAttr("block",
-                                    builder.getDenseI64ArrayAttr(launch.block)),
-               builder.getNamedAttr(
-                   "smem", builder.getStringAttr(
-                               std::to_string(launch.dynamicSharedBytes))),
-               builder.getNamedAttr("args", builder.getArrayAttr(argNames))}));
+        args.push_back(
+            arg.isTensorMap
+                ? LaunchArg{LaunchArgKind::map,
+                            builder.getStringAttr(maps[arg.index].name)}
+                : LaunchArg{LaunchArgKind::buffer,
+                            builder.getStringAttr(buffers[arg.index].name)});
+      args.push_back(
+          {LaunchArgKind::i32, builder.getStringAttr(tokens().text)});
+      dialect().getLaunchAttrHelper().setAttr(
+          launch.kernel, LaunchAttr::get(context, launch.grid, launch.block,
+                                         launch.dynamicSharedBytes, args));
     }
-    kernels->setAttr("moe.buffers", builder.getArrayAttr(entries));
-    kernels->setAttr("moe.zero", builder.getArrayAttr(zeros));
-    kernels->setAttr("moe.tensormaps", builder.getArrayAttr(mapEntries));
-    kernels->setAttr("moe.tokens_max", builder.getI64IntegerAttr(tokensMax));
   }
 
   ModuleOp module;
@@ -322,46 +320,18 @@ private:
     return uses ? (base + "_" + Twine(uses)).str() : base.str();
   }
 
+  MoeDialect &dialect() {
+    return *module.getContext()->getLoadedDialect<MoeDialect>();
+  }
+
   /// A kernel and the buffers it takes, named when the plan is finished.
   struct Launch {
     gpu::GPUFuncOp kernel;
     SmallVector<KernelArg> args;
-    SmallVector<Attribute> grid;
+    SmallVector<StringAttr> grid;
     SmallVector<int64_t> block;
     int64_t dynamicSharedBytes;
   };
-
-  /// The `tensormap` statement of `map` as a dictionary: its buffer's dims
-  /// innermost first and the byte strides of the outer ones, as size
-  /// expressions.
-  DictionaryAttr tensorMapEntry(OpBuilder &builder, const TensorMap &map) {
-    const Buffer &buffer = buffers[map.buffer];
-    int64_t elementBytes = buffer.elementType.getIntOrFloatBitWidth() / 8;
-    SmallVector<Attribute> dims, strides;
-    // The stride of each dim: a number while the inner dims are constants,
-    // then a product of expressions.
-    std::string stride = std::to_string(elementBytes);
-    for (const std::string &dim : llvm::reverse(buffer.dims)) {
-      if (!dims.empty())
-        strides.push_back(builder.getStringAttr(stride));
-      dims.push_back(builder.getStringAttr(dim));
-      int64_t strideValue, dimValue;
-      if (!StringRef(stride).getAsInteger(10, strideValue) &&
-          !StringRef(dim).getAsInteger(10, dimValue))
-        stride = std::to_string(strideValue * dimValue);
-      else
-        stride += "*(" + dim + ")";
-    }
-    return builder.getDictionaryAttr(
-        {builder.getNamedAttr("name", builder.getStringAttr(map.name)),
-         builder.getNamedAttr("tensor", builder.getStringAttr(buffer.name)),
-         builder.getNamedAttr("type", TypeAttr::get(buffer.elementType)),
-         builder.getNamedAttr("dims", builder.getArrayAttr(dims)),
-         builder.getNamedAttr("strides", builder.getArrayAttr(strides)),
-         builder.getNamedAttr("box", builder.getDenseI64ArrayAttr(map.box)),
-         builder.getNamedAttr("swizzle",
-                              builder.getI64IntegerAttr(map.swizzleBytes))});
-  }
 
   DenseMap<Value, unsigned> bufferOf;
   llvm::StringMap<unsigned> nameUses;

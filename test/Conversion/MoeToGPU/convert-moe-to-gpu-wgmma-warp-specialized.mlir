@@ -13,7 +13,7 @@
 
 // Token rows, one consumer: 256 threads.
 // CHECK-LABEL: gpu.func @moe_grouped_matmul_wgmma_0(
-// CHECK-SAME: block = array<i64: 256, 1, 1>
+// CHECK-SAME: block = [256, 1, 1]
 // CHECK: %[[FULL:.*]] = nvgpu.mbarrier.create -> <memorySpace = 3 : i64, num_barriers = 4>
 // CHECK: %[[EMPTY:.*]] = nvgpu.mbarrier.create -> <memorySpace = 3 : i64, num_barriers = 4>
 // CHECK: nvgpu.mbarrier.init %[[FULL]][%{{.*}}], %c129
@@ -48,7 +48,7 @@
 // Sorted rows by TMA, two consumers: 384 threads, `full` counts the leader
 // alone, `empty` the 256 consumer threads.
 // CHECK-LABEL: gpu.func @moe_grouped_matmul_wgmma_1(
-// CHECK-SAME: block = array<i64: 384, 1, 1>
+// CHECK-SAME: block = [384, 1, 1]
 // CHECK: nvgpu.mbarrier.init %{{.*}}, %c1{{(_[0-9]+)?}} :
 // CHECK: nvgpu.mbarrier.init %{{.*}}, %c256
 // CHECK-NOT: nvgpu.device_async_copy

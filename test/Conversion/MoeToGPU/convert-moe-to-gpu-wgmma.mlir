@@ -12,12 +12,14 @@
 // RUN: moe-opt %s --moe-tile="tokens=128" --moe-tma --convert-moe-to-gpu="tokens-max=128" | FileCheck %s
 
 // CHECK: gpu.module @moe_kernels
-// CHECK-SAME: moe.tensormaps = [{box = array<i64: 64, 64, 1>, dims = ["128", "128", "4"], name = "arg1_map", strides = ["256", "32768"], swizzle = 128 : i64, tensor = "arg1", type = bf16}, {box = array<i64: 64, 64, 1>, dims = ["64", "96", "4"], name = "arg6_map", strides = ["128", "12288"], swizzle = 128 : i64, tensor = "arg6", type = f16}, {box = array<i64: 64, 64>, dims = ["64", "T*2+60"], name = "arg5_map", strides = ["128"], swizzle = 128 : i64, tensor = "arg5", type = f16}]
+// CHECK-SAME: <input "arg1" : bf16 ["4", "128", "128"]>
+// CHECK-SAME: <input "arg5" : f16 ["T*2+60", "64"]>, <input "arg6" : f16 ["4", "96", "64"]>
+// CHECK-SAME: tensor_maps = [<"arg1_map" over "arg1" box [1, 64, 64] swizzle 128>, <"arg6_map" over "arg6" box [1, 64, 64] swizzle 128>, <"arg5_map" over "arg5" box [64, 64] swizzle 128>]>
 
 // The heuristic config for 128 tokens: block_n 128 (64 gated output columns), 4 stages of
 // 8 KiB rows + 16 KiB weights.
 // CHECK: gpu.func @moe_grouped_matmul_wgmma_0(%[[X:.*]]: memref<128x128xbf16>, %[[MAP:.*]]: !llvm.ptr, %{{.*}}: memref<316xi32>, %{{.*}}: memref<20xi32>, %{{.*}}: memref<i32>, %[[OUT:.*]]: memref<316x64xbf16>, %{{.*}}: i32)
-// CHECK-SAME: moe.launch = {args = ["arg0", "map:arg1_map", "arg2", "arg3", "arg4", "result0", "i32:T"], block = array<i64: 128, 1, 1>, grid = ["cdiv(T*2+60,16)", "1", "1"], smem = "98304"}, moe.tensor_maps = array<i64: 1>
+// CHECK-SAME: moe.grid_constant_args = array<i64: 1>, moe.launch = #moe.launch<grid = ["cdiv(T*2+60,16)", "1", "1"], block = [128, 1, 1], smem = 98304, args = ["arg0", map "arg1_map", "arg2", "arg3", "arg4", "result0", i32 "T"]>
 // CHECK: %[[SMEM:.*]] = memref.get_global @moe_dynamic_shared_memory
 // CHECK: %[[DESC:.*]] = builtin.unrealized_conversion_cast %[[MAP]] : !llvm.ptr to !nvgpu.tensormap.descriptor<tensor = memref<1x64x64xbf16, 3>, swizzle = swizzle_128b, l2promo = l2promo_256b, oob = zero, interleave = none>
 // CHECK: %[[FULL:.*]] = nvgpu.mbarrier.create -> <memorySpace = 3 : i64, num_barriers = 4>
@@ -76,7 +78,7 @@
 // and scattered to slot order.
 // CHECK: gpu.func @moe_grouped_matmul_wgmma_1(%[[ROWS:.*]]: !llvm.ptr, %[[MAP2:.*]]: !llvm.ptr,
 // CHECK-SAME: %[[RW:[a-z0-9]+]]: memref<128x2xf32>, %[[OUT2:[a-z0-9]+]]: memref<128x2x96xf16>, %{{.*}}: i32)
-// CHECK-SAME: moe.launch = {args = ["map:arg5_map", "map:arg6_map", "arg2", "arg3", "arg4", "arg7", "result1", "i32:T"], block = array<i64: 128, 1, 1>, grid = ["cdiv(T*2+60,16)*2", "1", "1"], smem = "49152"}, moe.tensor_maps = array<i64: 0, 1>
+// CHECK-SAME: moe.grid_constant_args = array<i64: 0, 1>, moe.launch = #moe.launch<grid = ["cdiv(T*2+60,16)*2", "1", "1"], block = [128, 1, 1], smem = 49152, args = [map "arg5_map", map "arg6_map", "arg2", "arg3", "arg4", "arg7", "result1", i32 "T"]>
 // CHECK: %[[WDESC:.*]] = builtin.unrealized_conversion_cast %[[MAP2]] : !llvm.ptr to !nvgpu.tensormap.descriptor<tensor = memref<1x64x64xf16, 3>, swizzle = swizzle_128b
 // CHECK: %[[RDESC:.*]] = builtin.unrealized_conversion_cast %[[ROWS]] : !llvm.ptr to !nvgpu.tensormap.descriptor<tensor = memref<64x64xf16, 3>, swizzle = swizzle_128b
 // CHECK: nvgpu.mbarrier.create -> <memorySpace = 3 : i64, num_barriers = 3>

@@ -6,24 +6,23 @@
 
 // CHECK: module attributes {gpu.container_module}
 // CHECK: gpu.module @moe_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx80">]
-// CHECK-SAME: moe.buffers = [
-// CHECK-SAME: {dims = ["T", "256"], name = "arg0", role = "input", type = f32}
-// CHECK-SAME: {dims = ["256"], name = "arg1", role = "input", type = f32}
-// CHECK-SAME: {dims = ["T", "9", "64"], name = "arg2", role = "input", type = bf16}
-// CHECK-SAME: {dims = ["T", "9"], name = "result0", role = "output", type = f32}
-// CHECK-SAME: {dims = ["T", "9"], name = "result1", role = "output", type = i32}
-// CHECK-SAME: {dims = ["T*9+16191"], name = "result2", role = "output", type = i32}
-// CHECK-SAME: {dims = ["cdiv(T*9+16191,64)"], name = "result3", role = "output", type = i32}
-// CHECK-SAME: {dims = [], name = "result4", role = "output", type = i32}
-// CHECK-SAME: {dims = ["cdiv(T*9,512)", "257"], name = "route_block_offsets", role = "workspace", type = i32}
-// CHECK-SAME: {dims = ["257"], name = "route_expert_offsets", role = "workspace", type = i32}
-// CHECK-SAME: {dims = ["T", "64"], name = "result5", role = "output", type = bf16}
-// CHECK-SAME: moe.tokens_max = 1024 : i64
+// CHECK-SAME: moe.launch_plan = #moe.launch_plan<tokens_max = 1024, buffers = [
+// CHECK-SAME: <input "arg0" : f32 ["T", "256"]>
+// CHECK-SAME: <input "arg1" : f32 ["256"]>
+// CHECK-SAME: <input "arg2" : bf16 ["T", "9", "64"]>
+// CHECK-SAME: <output "result0" : f32 ["T", "9"]>
+// CHECK-SAME: <output "result1" : i32 ["T", "9"]>
+// CHECK-SAME: <output "result2" : i32 ["T*9+16191"]>
+// CHECK-SAME: <output "result3" : i32 ["cdiv(T*9+16191,64)"]>
+// CHECK-SAME: <output "result4" : i32 []>
+// CHECK-SAME: <workspace "route_block_offsets" : i32 ["cdiv(T*9,512)", "257"]>
+// CHECK-SAME: <workspace "route_expert_offsets" : i32 ["257"]>
+// CHECK-SAME: <output "result5" : bf16 ["T", "64"]>]>
 
 // The gate: a warp per token, shapes at tokens-max, T last.
 // CHECK: gpu.func @moe_gate_0(%{{.*}}: memref<1024x256xf32>, %{{.*}}: memref<256xf32>, %{{.*}}: memref<1024x9xf32>, %{{.*}}: memref<1024x9xi32>, %{{.*}}: i32) kernel
 // CHECK-SAME: known_block_size = array<i32: 128, 1, 1>
-// CHECK-SAME: moe.launch = {args = ["arg0", "arg1", "result0", "result1", "i32:T"], block = array<i64: 128, 1, 1>, grid = ["cdiv(T,4)", "1", "1"], smem = "0"}
+// CHECK-SAME: moe.launch = #moe.launch<grid = ["cdiv(T,4)", "1", "1"], block = [128, 1, 1], smem = 0, args = ["arg0", "arg1", "result0", "result1", i32 "T"]>
 // Sigmoid through the routing exp; group scores from warp reductions of
 // top-two keys (max, count of holders, max of the rest); arg-max on
 // (order-preserving key, expert): redux max of the keys, redux min of the
@@ -49,8 +48,8 @@
 
 // CHECK: gpu.func @moe_route_scan_2(
 // CHECK-SAME: workgroup(%{{.*}} : memref<1024xi32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}) kernel
-// CHECK-SAME: args = ["route_block_offsets", "route_expert_offsets", "result2", "result3", "result4", "i32:T"]
 // CHECK-SAME: grid = ["1", "1", "1"]
+// CHECK-SAME: args = ["route_block_offsets", "route_expert_offsets", "result2", "result3", "result4", i32 "T"]
 
 // CHECK: gpu.func @moe_route_place_3(
 // CHECK-SAME: workgroup(%{{.*}} : memref<16x257xi32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}) kernel

@@ -4,8 +4,13 @@
 #include "moe/Dialect/Moe/IR/MoeDialect.h"
 
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/MathExtras.h"
+
+#include <limits>
 
 using namespace mlir;
 using namespace mlir::moe;
@@ -106,5 +111,267 @@ GemmConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "cluster " << clusterM << "x" << clusterN
                        << " must have power-of-two sides and at most 8 "
                           "blocks (the portable cluster size)";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Size expressions and the lists of the launch plan
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// Reads a size expression by the grammar of docs/BUNDLE.md, nested at most
+/// as deep as the runtime evaluates.
+class SizeExpressionReader {
+public:
+  explicit SizeExpressionReader(StringRef text) : rest(text) {}
+
+  bool readsWhole() { return readExpression(0) && rest.empty(); }
+
+private:
+  static constexpr unsigned kMaxNesting = 32;
+
+  bool readExpression(unsigned nesting) {
+    if (!readTerm(nesting))
+      return false;
+    while (rest.consume_front("+") || rest.consume_front("-"))
+      if (!readTerm(nesting))
+        return false;
+    return true;
+  }
+  bool readTerm(unsigned nesting) {
+    if (!readFactor(nesting))
+      return false;
+    while (rest.consume_front("*"))
+      if (!readFactor(nesting))
+        return false;
+    return true;
+  }
+  bool readFactor(unsigned nesting) {
+    if (rest.consume_front("T"))
+      return true;
+    if (!rest.empty() && llvm::isDigit(rest.front())) {
+      StringRef digits = rest.take_while(llvm::isDigit);
+      rest = rest.drop_front(digits.size());
+      int64_t value;
+      return !digits.getAsInteger(10, value);
+    }
+    if (nesting == kMaxNesting)
+      return false;
+    for (StringRef call : {"cdiv(", "max(", "min("})
+      if (rest.consume_front(call))
+        return readExpression(nesting + 1) && rest.consume_front(",") &&
+               readExpression(nesting + 1) && rest.consume_front(")");
+    return rest.consume_front("(") && readExpression(nesting + 1) &&
+           rest.consume_front(")");
+  }
+
+  StringRef rest;
+};
+
+/// Whether `text` is a size expression in the token count T, as the bundle
+/// format defines them: integers, `T`, `+`, `-`, `*`, parentheses and
+/// `cdiv`/`min`/`max` calls, without spaces.
+bool isSizeExpression(StringRef text) {
+  return SizeExpressionReader(text).readsWhole();
+}
+
+/// Names of the bundle format: `[A-Za-z_][A-Za-z0-9_]*`.
+bool isBundleName(StringRef name) {
+  auto isNameChar = [](char c) { return llvm::isAlnum(c) || c == '_'; };
+  return !name.empty() && !llvm::isDigit(name.front()) &&
+         llvm::all_of(name, isNameChar);
+}
+} // namespace
+
+llvm::hash_code mlir::moe::hash_value(const LaunchArg &arg) {
+  return llvm::hash_combine(arg.kind, arg.value);
+}
+
+ParseResult mlir::moe::detail::parseListElement(AsmParser &parser,
+                                                int64_t &value) {
+  return parser.parseInteger(value);
+}
+
+ParseResult mlir::moe::detail::parseListElement(AsmParser &parser,
+                                                StringAttr &value) {
+  std::string text;
+  if (parser.parseString(&text))
+    return failure();
+  value = parser.getBuilder().getStringAttr(text);
+  return success();
+}
+
+ParseResult mlir::moe::detail::parseListElement(AsmParser &parser,
+                                                LaunchArg &value) {
+  value.kind = LaunchArgKind::buffer;
+  StringRef keyword;
+  SMLoc loc = parser.getCurrentLocation();
+  if (succeeded(parser.parseOptionalKeyword(&keyword))) {
+    std::optional<LaunchArgKind> kind = symbolizeLaunchArgKind(keyword);
+    if (!kind || *kind == LaunchArgKind::buffer)
+      return parser.emitError(loc, "expected a quoted buffer name, 'map' or "
+                                   "'i32', got '")
+             << keyword << "'";
+    value.kind = *kind;
+  }
+  return parseListElement(parser, value.value);
+}
+
+void mlir::moe::detail::printListElement(AsmPrinter &printer, int64_t value) {
+  printer << value;
+}
+
+void mlir::moe::detail::printListElement(AsmPrinter &printer,
+                                         StringAttr value) {
+  printer.printString(value.getValue());
+}
+
+void mlir::moe::detail::printListElement(AsmPrinter &printer,
+                                         const LaunchArg &value) {
+  if (value.kind != LaunchArgKind::buffer)
+    printer << stringifyLaunchArgKind(value.kind) << ' ';
+  printListElement(printer, value.value);
+}
+
+//===----------------------------------------------------------------------===//
+// PlanBufferAttr
+//===----------------------------------------------------------------------===//
+
+LogicalResult
+PlanBufferAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                       BufferRole role, StringRef name, Type elementType,
+                       ArrayRef<StringAttr> dims) {
+  if (!isBundleName(name))
+    return emitError() << "buffer name '" << name
+                       << "' is not an identifier ([A-Za-z_][A-Za-z0-9_]*)";
+  if (!elementType.isIntOrFloat() || elementType.getIntOrFloatBitWidth() % 8)
+    return emitError() << "buffer '" << name
+                       << "' must hold integers or floats of whole bytes, not "
+                       << elementType;
+  for (StringAttr dim : dims)
+    if (!isSizeExpression(dim.getValue()))
+      return emitError() << "dim '" << dim.getValue() << "' of buffer '" << name
+                         << "' is not a size expression in T";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// PlanTensorMapAttr
+//===----------------------------------------------------------------------===//
+
+LogicalResult
+PlanTensorMapAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                          StringRef name, StringRef buffer,
+                          ArrayRef<int64_t> box, int64_t swizzle) {
+  if (!isBundleName(name))
+    return emitError() << "tensor map name '" << name
+                       << "' is not an identifier ([A-Za-z_][A-Za-z0-9_]*)";
+  // cuTensorMapEncodeTiled: rank 1 to 5, box sizes 1 to 256.
+  if (box.empty() || box.size() > 5)
+    return emitError() << "tensor map '" << name
+                       << "' must have a box of rank 1 to 5, got rank "
+                       << box.size();
+  if (llvm::any_of(box, [](int64_t size) { return size < 1 || size > 256; }))
+    return emitError() << "tensor map '" << name
+                       << "' must have box sizes in [1, 256]";
+  if (!llvm::is_contained({0, 32, 64, 128}, swizzle))
+    return emitError() << "tensor map '" << name
+                       << "' must have a swizzle of 0, 32, 64 or 128 bytes, "
+                          "got "
+                       << swizzle;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// LaunchPlanAttr
+//===----------------------------------------------------------------------===//
+
+LogicalResult
+LaunchPlanAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                       int64_t tokensMax, ArrayRef<PlanBufferAttr> buffers,
+                       ArrayRef<StringAttr> zeroFill,
+                       ArrayRef<PlanTensorMapAttr> tensorMaps) {
+  if (tokensMax < 1)
+    return emitError() << "tokens_max must be at least 1, got " << tokensMax;
+  // Buffers and tensor maps share one namespace in the manifest.
+  llvm::StringMap<PlanBufferAttr> bufferOf;
+  llvm::StringSet<> names;
+  for (PlanBufferAttr buffer : buffers) {
+    if (!names.insert(buffer.getName()).second)
+      return emitError() << "buffer '" << buffer.getName()
+                         << "' is defined twice";
+    bufferOf[buffer.getName()] = buffer;
+  }
+  for (StringAttr name : zeroFill)
+    if (!bufferOf.count(name.getValue()))
+      return emitError() << "zero_fill names '" << name.getValue()
+                         << "', which is not a buffer of the plan";
+  for (PlanTensorMapAttr map : tensorMaps) {
+    if (!names.insert(map.getName()).second)
+      return emitError() << "tensor map '" << map.getName()
+                         << "' reuses the name of a buffer or tensor map";
+    PlanBufferAttr buffer = bufferOf.lookup(map.getBuffer());
+    if (!buffer)
+      return emitError() << "tensor map '" << map.getName() << "' is over '"
+                         << map.getBuffer()
+                         << "', which is not a buffer of the plan";
+    if (buffer.getDims().size() != map.getBox().size())
+      return emitError() << "tensor map '" << map.getName() << "' has a box of "
+                         << map.getBox().size() << " dims over buffer '"
+                         << buffer.getName() << "' of "
+                         << buffer.getDims().size();
+  }
+  return success();
+}
+
+PlanBufferAttr LaunchPlanAttr::lookupBuffer(StringRef name) const {
+  for (PlanBufferAttr buffer : getBuffers())
+    if (buffer.getName() == name)
+      return buffer;
+  return {};
+}
+
+PlanTensorMapAttr LaunchPlanAttr::lookupTensorMap(StringRef name) const {
+  for (PlanTensorMapAttr map : getTensorMaps())
+    if (map.getName() == name)
+      return map;
+  return {};
+}
+
+//===----------------------------------------------------------------------===//
+// LaunchAttr
+//===----------------------------------------------------------------------===//
+
+LogicalResult LaunchAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                 ArrayRef<StringAttr> grid,
+                                 ArrayRef<int64_t> block, int64_t smem,
+                                 ArrayRef<LaunchArg> args) {
+  if (grid.size() != 3)
+    return emitError() << "grid must have 3 sizes, got " << grid.size();
+  for (StringAttr size : grid)
+    if (!isSizeExpression(size.getValue()))
+      return emitError() << "grid size '" << size.getValue()
+                         << "' is not a size expression in T";
+  if (block.size() != 3)
+    return emitError() << "block must have 3 sizes, got " << block.size();
+  // CUDA's limits on a block.
+  constexpr int64_t kMaxThreads = 1024;
+  if (llvm::any_of(
+          block, [](int64_t size) { return size < 1 || size > kMaxThreads; }) ||
+      block[0] * block[1] * block[2] > kMaxThreads)
+    return emitError() << "block " << block[0] << "x" << block[1] << "x"
+                       << block[2]
+                       << " must have positive sizes and at most 1024 threads";
+  if (smem < 0 || smem > std::numeric_limits<uint32_t>::max())
+    return emitError() << "smem must be in [0, 2^32), got " << smem;
+  for (const LaunchArg &arg : args) {
+    StringRef value = arg.value.getValue();
+    if (arg.kind == LaunchArgKind::i32 && !isSizeExpression(value))
+      return emitError() << "argument '" << value
+                         << "' is not a size expression in T";
+    if (arg.kind != LaunchArgKind::i32 && !isBundleName(value))
+      return emitError() << "argument '" << value
+                         << "' is not a buffer or tensor map name";
+  }
   return success();
 }

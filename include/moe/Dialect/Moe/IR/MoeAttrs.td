@@ -27,6 +27,30 @@ def Moe_ActivationAttr : I32EnumAttr<"Activation",
   let cppNamespace = "::mlir::moe";
 }
 
+def Moe_BufferRoleAttr : I32EnumAttr<"BufferRole",
+    "what a buffer of a launch plan holds", [
+    // A tensor the caller passes for an argument of the layer (argN).
+    I32EnumAttrCase<"input", 0>,
+    // A tensor the caller passes for a result of the layer (resultN).
+    I32EnumAttrCase<"output", 1>,
+    // A device buffer the runtime allocates once, sized for tokens_max.
+    I32EnumAttrCase<"workspace", 2>
+  ]> {
+  let cppNamespace = "::mlir::moe";
+}
+
+def Moe_LaunchArgKindAttr : I32EnumAttr<"LaunchArgKind",
+    "how the runtime passes a kernel argument", [
+    // The device pointer of a buffer of the plan.
+    I32EnumAttrCase<"buffer", 0>,
+    // The 128-byte descriptor of a tensor map of the plan, by value.
+    I32EnumAttrCase<"map", 1>,
+    // A 32-bit integer, the value of a size expression in T.
+    I32EnumAttrCase<"i32", 2>
+  ]> {
+  let cppNamespace = "::mlir::moe";
+}
+
 def Moe_RowOrderAttr : I32EnumAttr<"RowOrder", "order of the rows of a GEMM operand", [
     // One row per token: rows are gathered by slot / S.
     I32EnumAttrCase<"token", 0>,
@@ -151,6 +175,151 @@ def Moe_GemmConfigAttr : Moe_Attr<"GemmConfig", "gemm_config"> {
              elementBytes;
     }
   }];
+}
+
+//===----------------------------------------------------------------------===//
+// The launch plan (convert-moe-to-gpu), which moe-compile writes out as a
+// bundle's manifest (docs/BUNDLE.md)
+//===----------------------------------------------------------------------===//
+
+/// A bracketed list that may be empty: `[a, b]`, `[]`.
+class Moe_ListParameter<string element, string desc = "">
+    : ArrayRefParameter<element, desc> {
+  let parser = "::mlir::moe::detail::parseList<" # element # ">($_parser)";
+  let printer = "::mlir::moe::detail::printList($_printer, $_self)";
+}
+
+/// A list that `struct(params)` leaves out of the assembly when empty.
+class Moe_OptionalListParameter<string element, string desc = "">
+    : Moe_ListParameter<element, desc> {
+  let defaultValue = cppStorageType # "()";
+  let comparator = cppType # "($_lhs) == " # cppType # "($_rhs)";
+}
+
+def Moe_PlanBufferAttr : Moe_Attr<"PlanBuffer", "plan_buffer"> {
+  let summary = "A buffer of a launch plan";
+  let description = [{
+    A device buffer that kernels of a launch plan take by pointer: a tensor
+    the caller passes (`input`, `output`) or a `workspace` the runtime
+    allocates once for T = tokens_max. `dims` are size expressions in the
+    token count T (docs/BUNDLE.md), outermost first; a name is an identifier
+    unique in the plan. Written as the manifest's `tensor` or `workspace`
+    statement.
+
+    Example (inside `#moe.launch_plan`, where the prefix is left out):
+
+    ```mlir
+    #moe.plan_buffer<workspace "route_block_offsets" : i32 ["cdiv(T*9,512)", "257"]>
+    ```
+  }];
+  let parameters = (ins
+    EnumParameter<Moe_BufferRoleAttr>:$role,
+    StringRefParameter<"identifier unique in the plan">:$name,
+    "::mlir::Type":$element_type,
+    Moe_ListParameter<"::mlir::StringAttr", "size expressions in T">:$dims
+  );
+  let assemblyFormat = "`<` $role $name `:` $element_type $dims `>`";
+  let genVerifyDecl = 1;
+}
+
+def Moe_PlanTensorMapAttr : Moe_Attr<"PlanTensorMap", "plan_tensor_map"> {
+  let summary = "A TMA descriptor the runtime encodes over a buffer of a plan";
+  let description = [{
+    A tensor map (`CUtensorMap`) over the whole of a buffer of the plan,
+    whose TMA copies move boxes of `box` elements (outermost first, like the
+    buffer's dims and `!moe.tensor_map`) with a `swizzle`-byte span (0, 32,
+    64 or 128). Its element type, dims and strides are the buffer's. Kernels
+    take it by value (`map` arguments of `#moe.launch`). Written as the
+    manifest's `tensormap` statement, innermost dim first.
+
+    Example (inside `#moe.launch_plan`, where the prefix is left out):
+
+    ```mlir
+    #moe.plan_tensor_map<"arg1_map" over "arg1" box [1, 64, 64] swizzle 128>
+    ```
+  }];
+  let parameters = (ins
+    StringRefParameter<"identifier unique in the plan">:$name,
+    StringRefParameter<"the buffer it describes">:$buffer,
+    Moe_ListParameter<"int64_t", "box sizes, outermost first">:$box,
+    "int64_t":$swizzle
+  );
+  let assemblyFormat =
+      "`<` $name `over` $buffer `box` $box `swizzle` $swizzle `>`";
+  let genVerifyDecl = 1;
+}
+
+def Moe_LaunchPlanAttr : Moe_Attr<"LaunchPlan", "launch_plan"> {
+  let summary = "The buffers and tensor maps of the kernels of a layer";
+  let description = [{
+    What the runtime sets up before it launches the kernels of a
+    `gpu.module` (convert-moe-to-gpu puts it on `@moe_kernels` as
+    `moe.launch_plan`; each kernel carries its `moe.launch`): the largest
+    token count `tokens_max`, the `buffers`, the buffers to `zero_fill`
+    before the launches, and the `tensor_maps` to encode. Buffer and tensor
+    map names are unique across both lists.
+
+    Example:
+
+    ```mlir
+    gpu.module @moe_kernels attributes {moe.launch_plan = #moe.launch_plan<
+        tokens_max = 1024,
+        buffers = [<input "arg0" : bf16 ["T", "64"]>,
+                   <output "result0" : f32 ["T", "128"]>,
+                   <workspace "gemm_partials" : f32 ["2", "T", "128"]>],
+        zero_fill = ["gemm_partials"],
+        tensor_maps = [<"arg0_map" over "arg0" box [64, 64] swizzle 128>]>} {
+      ...
+    }
+    ```
+  }];
+  let parameters = (ins
+    "int64_t":$tokens_max,
+    Moe_ListParameter<"::mlir::moe::PlanBufferAttr">:$buffers,
+    Moe_OptionalListParameter<"::mlir::StringAttr",
+                              "names of buffers to fill with zeros">:$zero_fill,
+    Moe_OptionalListParameter<"::mlir::moe::PlanTensorMapAttr">:$tensor_maps
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// The buffer named `name`, or null.
+    PlanBufferAttr lookupBuffer(::llvm::StringRef name) const;
+    /// The tensor map named `name`, or null.
+    PlanTensorMapAttr lookupTensorMap(::llvm::StringRef name) const;
+  }];
+}
+
+def Moe_LaunchAttr : Moe_Attr<"Launch", "launch"> {
+  let summary = "How the runtime launches one kernel of a launch plan";
+  let description = [{
+    The launch of a kernel (`moe.launch` on a `gpu.func` of a module that
+    carries a `moe.launch_plan`): its `grid` as three size expressions in T
+    (docs/BUNDLE.md), its `block` of three sizes, `smem` bytes of dynamic
+    shared memory, and what to pass for each kernel argument, in order: the
+    pointer of a buffer of the plan (its name), the descriptor of a tensor
+    map of the plan by value (`map` and its name), or a 32-bit integer
+    (`i32` and a size expression). Written as the manifest's `launch`
+    statement.
+
+    Example:
+
+    ```mlir
+    gpu.func @moe_grouped_matmul_wgmma_0(...) kernel attributes {
+        moe.launch = #moe.launch<grid = ["cdiv(T*2+60,16)", "1", "1"],
+                                 block = [128, 1, 1], smem = 98304,
+                                 args = ["arg0", map "arg1_map", "result0",
+                                         i32 "T"]>}
+    ```
+  }];
+  let parameters = (ins
+    Moe_ListParameter<"::mlir::StringAttr", "size expressions in T">:$grid,
+    Moe_ListParameter<"int64_t", "threads per block">:$block,
+    "int64_t":$smem,
+    Moe_ListParameter<"::mlir::moe::LaunchArg", "kernel arguments">:$args
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
 }
 
 #endif // MOE_DIALECT_MOE_IR_MOEATTRS_TD

@@ -7,6 +7,8 @@
 #include "mlir/IR/Dialect.h"
 #include "mlir/IR/Operation.h"
 
+#include "moe/Dialect/Moe/IR/MoeAttrs.h"
+
 #include "moe/Dialect/Moe/IR/MoeDialect.h.inc"
 
 #endif // MOE_DIALECT_MOE_IR_MOEDIALECT_H

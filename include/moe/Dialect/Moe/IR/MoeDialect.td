@@ -30,7 +30,19 @@ def Moe_Dialect : Dialect {
   let useDefaultTypePrinterParser = 1;
   // `moe.tuned` marks a grouped matmul whose #moe.gemm_config came from a
   // tuned config database: later passes must not change it.
-  let discardableAttrs = (ins "::mlir::UnitAttr":$tuned);
+  // The launch plan of convert-moe-to-gpu: `moe.launch_plan` on the kernel
+  // gpu.module, `moe.launch` on each kernel, and on a kernel that takes
+  // tensor maps `moe.grid_constant_args`, the indices of the arguments that
+  // moe-grid-constant-tensor-maps turns into by-value grid constants.
+  let discardableAttrs = (ins
+    "::mlir::UnitAttr":$tuned,
+    "::mlir::moe::LaunchPlanAttr":$launch_plan,
+    "::mlir::moe::LaunchAttr":$launch,
+    "::mlir::DenseI64ArrayAttr":$grid_constant_args
+  );
+  // Checks the attributes above: their kind, the op they are on, and that
+  // launches and grid constants agree with the plan and the kernel.
+  let hasOperationAttrVerify = 1;
   let extraClassDeclaration = [{
     void registerAttributes();
     void registerTypes();

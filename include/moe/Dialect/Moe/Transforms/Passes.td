@@ -199,9 +199,10 @@ def MoeGridConstantTensorMaps
     : Pass<"moe-grid-constant-tensor-maps", "::mlir::gpu::GPUModuleOp"> {
   let summary = "Pass TMA descriptors to kernels by value, as grid constants";
   let description = [{
-    A kernel built by the moe lowerings names, in its `moe.tensor_maps`
-    attribute, the arguments that carry a TMA descriptor (a 128-byte
-    `CUtensorMap` that the runtime builds on the host). This pass runs on the
+    A kernel built by the moe lowerings names, in its
+    `moe.grid_constant_args` attribute, the arguments that carry a TMA
+    descriptor (a 128-byte `CUtensorMap` that the runtime builds on the
+    host). This pass runs on the
     LLVM-dialect kernels after `convert-gpu-to-nvvm` and turns each of those
     arguments into a by-value parameter in the parameter space, CUDA's
     `__grid_constant__ const CUtensorMap`: `llvm.byval` of 128 bytes, 64-byte
@@ -216,7 +217,8 @@ def MoeGridConstantTensorMaps
 
     ```mlir
     llvm.func @gemm(%map: !llvm.ptr, %out: !llvm.ptr)
-        attributes {gpu.kernel, nvvm.kernel, moe.tensor_maps = array<i64: 0>}
+        attributes {gpu.kernel, nvvm.kernel,
+                    moe.grid_constant_args = array<i64: 0>}
     ```
 
     After:
@@ -229,6 +231,7 @@ def MoeGridConstantTensorMaps
     ```
   }];
   let dependentDialects = ["::mlir::LLVM::LLVMDialect",
+                           "::mlir::moe::MoeDialect",
                            "::mlir::NVVM::NVVMDialect"];
 }
 
