@@ -631,13 +631,14 @@ the compiler moe_mlir.Error.
 
   // Both overloads take the same keyword arguments.
   auto bundleOptions = [](auto... first) {
-    return std::make_tuple(
-        first..., py::kw_only(), py::arg("tokens_max") = 16384,
-        py::arg("block_m") = 0, py::arg("config_db") = "",
-        py::arg("device") = moe::kDefaultGemmDevice.str(),
-        py::arg("num_sms") = moe::BundleOptions().numSMs,
-        py::arg("chip") = "sm_90a", py::arg("features") = "+ptx80",
-        py::arg("toolkit") = "/usr/local/cuda");
+    return std::make_tuple(first..., py::kw_only(),
+                           py::arg("tokens_max") = 16384,
+                           py::arg("block_m") = 0, py::arg("config_db") = "",
+                           py::arg("device") = moe::kDefaultDeviceName,
+                           py::arg("num_sms") = moe::kDefaultNumSMs,
+                           py::arg("chip") = moe::kDefaultChip,
+                           py::arg("features") = moe::kDefaultFeatures,
+                           py::arg("toolkit") = moe::kDefaultCudaToolkit);
   };
   std::apply(
       [&](auto... arguments) {

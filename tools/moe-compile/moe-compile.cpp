@@ -1,7 +1,8 @@
 //===- moe-compile.cpp - Compile an MoE layer to a kernel bundle ----------===//
 //
 // One command from a layer (an MLIR file, or a model preset) to a bundle
-// directory that the runtime loads: kernels for sm_90a and their launch plan.
+// directory that the runtime loads: kernels for one GPU (by default the
+// H100 SXM of moe/Target/DefaultTarget.h) and their launch plan.
 //
 //===----------------------------------------------------------------------===//
 
@@ -77,19 +78,19 @@ static cl::opt<std::string>
 static cl::opt<std::string>
     device("device",
            cl::desc("CUDA device name the tuned configs are looked up for"),
-           cl::init(kDefaultGemmDevice.str()));
+           cl::init(kDefaultDeviceName));
 static cl::opt<int64_t>
     numSMs("num-sms",
            cl::desc("Multiprocessors of the target GPU: what K splits fill "
                     "and persistent grids are sized for"),
-           cl::init(BundleOptions().numSMs));
+           cl::init(kDefaultNumSMs));
 static cl::opt<std::string> chip("chip", cl::desc("GPU architecture"),
-                                 cl::init("sm_90a"));
+                                 cl::init(kDefaultChip));
 static cl::opt<std::string>
     toolkit("toolkit",
             cl::desc("CUDA toolkit whose ptxas makes the cubin (PTX only when "
                      "it has none)"),
-            cl::init("/usr/local/cuda"));
+            cl::init(kDefaultCudaToolkit));
 
 static int fail(const llvm::Twine &message) {
   llvm::errs() << "moe-compile: " << message << "\n";

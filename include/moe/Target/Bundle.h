@@ -9,7 +9,7 @@
 #ifndef MOE_TARGET_BUNDLE_H
 #define MOE_TARGET_BUNDLE_H
 
-#include "moe/Dialect/Moe/Transforms/GemmConfigDatabase.h"
+#include "moe/Target/DefaultTarget.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/Support/Error.h"
@@ -29,15 +29,15 @@ struct BundleOptions {
   /// A tuned config database consulted before the shipped entries (empty:
   /// the shipped ones only), and the device its entries are looked up for.
   std::string configDatabase;
-  std::string device = kDefaultGemmDevice.str();
+  std::string device = kDefaultDeviceName;
   /// Multiprocessors of the target GPU: what moe-split-k fills and what
-  /// persistent grids are sized for (132 on the H100 SXM).
-  int64_t numSMs = 132;
-  std::string chip = "sm_90a";
-  std::string features = "+ptx80";
+  /// persistent grids are sized for.
+  int64_t numSMs = kDefaultNumSMs;
+  std::string chip = kDefaultChip;
+  std::string features = kDefaultFeatures;
   /// CUDA toolkit for ptxas; without one only PTX is written and the driver
   /// JIT-compiles it at load.
-  std::string toolkit = "/usr/local/cuda";
+  std::string toolkit = kDefaultCudaToolkit;
 };
 
 /// Compiles the layer function of `module` (a moe.fused_moe or primitive moe
