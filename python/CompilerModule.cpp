@@ -468,13 +468,13 @@ std::string compileBundle(const Module &layer, py::handle directory,
   if (numSMs < 1)
     throw py::value_error("num_sms must be at least 1");
   moe::BundleOptions options;
-  options.tokensMax = tokensMax;
-  options.blockM = blockM;
-  options.configDatabase = configDatabase;
-  options.device = device;
-  options.numSMs = numSMs;
-  options.chip = chip;
-  options.features = features;
+  options.pipeline.tokensMax = tokensMax;
+  options.pipeline.blockM = blockM;
+  options.pipeline.configDatabase = configDatabase;
+  options.pipeline.device = device;
+  options.pipeline.numSMs = numSMs;
+  options.pipeline.chip = chip;
+  options.pipeline.features = features;
   options.toolkit = toolkit;
   std::string path = fsPath(directory);
   // compileBundle transforms its module; the caller's stays as it was.

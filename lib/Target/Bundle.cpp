@@ -4,8 +4,8 @@
 #include "moe/Conversion/MoeToGPU/MoeToGPU.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/GPU/Transforms/Passes.h"
 #include "mlir/Pass/PassManager.h"
-#include "mlir/Pass/PassRegistry.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
@@ -19,11 +19,12 @@ llvm::Error makeError(const llvm::Twine &message) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
 }
 
-/// Runs `pipeline` on `module`, returning its diagnostics as the error.
-llvm::Error runPipeline(ModuleOp module, const std::string &pipeline) {
+/// Runs the passes `build` adds on `module`, returning their diagnostics as
+/// the error.
+llvm::Error runPipeline(ModuleOp module,
+                        function_ref<void(OpPassManager &)> build) {
   PassManager pm(module.getContext());
-  if (failed(parsePassPipeline(pipeline, pm)))
-    return makeError("malformed pipeline: " + pipeline);
+  build(pm);
   std::string diagnostics;
   llvm::raw_string_ostream os(diagnostics);
   // Errors become the llvm::Error; warnings (moe-tile's heuristic fallback)
@@ -133,11 +134,12 @@ llvm::Expected<std::string> writePlan(gpu::GPUModuleOp kernels) {
 llvm::Expected<std::string> serialize(ModuleOp lowered, StringRef format,
                                       const BundleOptions &options) {
   OwningOpRef<ModuleOp> clone(lowered.clone());
-  std::string toolkit =
-      options.toolkit.empty() ? "" : " toolkit=" + options.toolkit;
-  if (llvm::Error error = runPipeline(
-          *clone,
-          ("gpu-module-to-binary{format=" + format + toolkit + "}").str()))
+  GpuModuleToBinaryPassOptions toBinary;
+  toBinary.compilationTarget = format.str();
+  toBinary.toolkitPath = options.toolkit;
+  if (llvm::Error error = runPipeline(*clone, [&](OpPassManager &pm) {
+        pm.addPass(createGpuModuleToBinaryPass(toBinary));
+      }))
     return std::move(error);
   for (auto binary : clone->getOps<gpu::BinaryOp>())
     for (auto object : binary.getObjects().getAsRange<gpu::ObjectAttr>())
@@ -158,20 +160,11 @@ llvm::Error writeFile(const llvm::Twine &path, StringRef contents) {
 llvm::Error mlir::moe::compileBundle(ModuleOp module,
                                      const BundleOptions &options,
                                      StringRef directory) {
-  // The names travel quoted inside a pass-pipeline string.
-  if (StringRef(options.configDatabase).contains('\'') ||
-      StringRef(options.device).contains('\''))
-    return makeError("the config database path and the device name must not "
-                     "contain a quote (')");
-  std::string toGpu = llvm::formatv(
-      "moe-decompose{{block-m={0} tokens={1}},moe-tile{{tokens={1} block-n={4} "
-      "num-stages={5} config-db='{6}' device='{7}'},moe-split-k{{tokens={1} "
-      "num-sms={8}},moe-tma,convert-moe-to-gpu{{tokens-max={1} chip={2} "
-      "features={3} num-sms={8}}",
-      options.blockM, options.tokensMax, options.chip, options.features,
-      options.blockN, options.numStages, options.configDatabase, options.device,
-      options.numSMs);
-  if (llvm::Error error = runPipeline(module, toGpu))
+  // moe-gpu-pipeline in its two halves: the launch plan is read between
+  // them, while the kernels still carry it.
+  if (llvm::Error error = runPipeline(module, [&](OpPassManager &pm) {
+        buildMoeToKernelsPipeline(pm, options.pipeline);
+      }))
     return error;
   gpu::GPUModuleOp kernels;
   for (auto candidate : module.getOps<gpu::GPUModuleOp>())
@@ -184,16 +177,7 @@ llvm::Error mlir::moe::compileBundle(ModuleOp module,
   if (!plan)
     return plan.takeError();
 
-  // Kernels (nvgpu's TMA and mbarrier ops included) to NVVM with one
-  // pointer per buffer, TMA descriptors (the kernels' `moe.tensor_maps`) by
-  // value. Math ops (the GEMM epilogues' exp
-  // and erf) become libdevice calls, linked at serialization from the
-  // toolkit; the routing kernels need none.
-  if (llvm::Error error = runPipeline(
-          module, "gpu.module(convert-scf-to-cf,convert-nvgpu-to-nvvm,"
-                  "convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=true},"
-                  "convert-nvvm-to-llvm,moe-grid-constant-tensor-maps,"
-                  "canonicalize,cse,reconcile-unrealized-casts)"))
+  if (llvm::Error error = runPipeline(module, buildKernelLoweringPipeline))
     return error;
   auto cubin = serialize(module, "bin", options);
   bool hasCubin = static_cast<bool>(cubin);
@@ -203,7 +187,8 @@ llvm::Error mlir::moe::compileBundle(ModuleOp module,
       "moe-bundle 1\n# {0} kernels and launch plan of one MoE "
       "layer, written by moe-compile (docs/BUNDLE.md).\n"
       "target {0}\nmodule {1}kernels.ptx\ntokens-max {2}\n{3}",
-      options.chip, hasCubin ? "kernels.cubin " : "", options.tokensMax, *plan);
+      options.pipeline.chip.getValue(), hasCubin ? "kernels.cubin " : "",
+      options.pipeline.tokensMax.getValue(), *plan);
   auto ptx = serialize(module, "isa", options);
   if (!ptx)
     return ptx.takeError();

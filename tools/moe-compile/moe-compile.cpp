@@ -157,14 +157,14 @@ int main(int argc, char **argv) {
     return fail(error);
 
   BundleOptions options;
-  options.tokensMax = tokensMax;
-  options.blockM = rowsPerBlock;
-  options.blockN = blockN;
-  options.numStages = numStages;
-  options.configDatabase = configDatabase;
-  options.device = device;
-  options.numSMs = numSMs;
-  options.chip = chip;
+  options.pipeline.tokensMax = tokensMax;
+  options.pipeline.blockM = rowsPerBlock;
+  options.pipeline.blockN = blockN;
+  options.pipeline.numStages = numStages;
+  options.pipeline.configDatabase = configDatabase;
+  options.pipeline.device = device;
+  options.pipeline.numSMs = numSMs;
+  options.pipeline.chip = chip;
   options.toolkit = toolkit;
   if (llvm::Error error = compileBundle(*module, options, output))
     return fail(llvm::toString(std::move(error)));

@@ -210,7 +210,7 @@ bool runOnGpu(ModuleOp module, const std::vector<HostTensor> &inputs,
   auto start = std::chrono::steady_clock::now();
   OwningOpRef<ModuleOp> clone(module.clone());
   BundleOptions options;
-  options.tokensMax = numTokens;
+  options.pipeline.tokensMax = numTokens;
   if (llvm::Error compileError = compileBundle(*clone, options, directory)) {
     error = llvm::toString(std::move(compileError));
     return false;

@@ -9,6 +9,7 @@
 #ifndef MOE_TARGET_BUNDLE_H
 #define MOE_TARGET_BUNDLE_H
 
+#include "moe/Pipelines/Pipelines.h"
 #include "moe/Target/DefaultTarget.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -20,23 +21,10 @@ namespace mlir {
 namespace moe {
 
 struct BundleOptions {
-  int64_t tokensMax = 16384;
-  /// Rows per routing block; 0: chosen for tokensMax (moe-decompose).
-  int64_t blockM = 0;
-  /// Overrides of moe-tile's heuristic (0: the heuristic's choice).
-  int64_t blockN = 0;
-  int64_t numStages = 0;
-  /// A tuned config database consulted before the shipped entries (empty:
-  /// the shipped ones only), and the device its entries are looked up for.
-  std::string configDatabase;
-  std::string device = kDefaultDeviceName;
-  /// Multiprocessors of the target GPU: what moe-split-k fills and what
-  /// persistent grids are sized for.
-  int64_t numSMs = kDefaultNumSMs;
-  std::string chip = kDefaultChip;
-  std::string features = kDefaultFeatures;
-  /// CUDA toolkit for ptxas; without one only PTX is written and the driver
-  /// JIT-compiles it at load.
+  /// What the kernels are built for (moe-gpu-pipeline's options).
+  MoeGpuPipelineOptions pipeline;
+  /// CUDA toolkit for ptxas and libdevice; without ptxas only PTX is written
+  /// and the driver JIT-compiles it at load.
   std::string toolkit = kDefaultCudaToolkit;
 };
 
