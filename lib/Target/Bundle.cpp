@@ -6,10 +6,14 @@
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/GPU/Transforms/Passes.h"
 #include "mlir/Pass/PassManager.h"
+#include "llvm/MC/MCSubtargetInfo.h"
+#include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
+#include "llvm/TargetParser/Triple.h"
 
 using namespace mlir;
 using namespace mlir::moe;
@@ -155,11 +159,32 @@ llvm::Error writeFile(const llvm::Twine &path, StringRef contents) {
   file << contents;
   return llvm::Error::success();
 }
+
+/// Fails unless LLVM's NVPTX back end knows `chip`, which would otherwise
+/// ignore it with a warning and then fail to select the kernels'
+/// instructions (a crash, not a diagnostic).
+llvm::Error checkChip(StringRef chip) {
+  LLVMInitializeNVPTXTargetInfo();
+  LLVMInitializeNVPTXTargetMC();
+  llvm::Triple triple("nvptx64-nvidia-cuda");
+  std::string error;
+  const llvm::Target *target =
+      llvm::TargetRegistry::lookupTarget(triple, error);
+  if (!target)
+    return makeError("no NVPTX back end: " + error);
+  std::unique_ptr<llvm::MCSubtargetInfo> subtarget(
+      target->createMCSubtargetInfo(triple, "", ""));
+  if (!subtarget || !subtarget->isCPUStringValid(chip))
+    return makeError("unknown chip '" + chip + "' (e.g. " + kDefaultChip + ")");
+  return llvm::Error::success();
+}
 } // namespace
 
 llvm::Error mlir::moe::compileBundle(ModuleOp module,
                                      const BundleOptions &options,
                                      StringRef directory) {
+  if (llvm::Error error = checkChip(options.pipeline.chip))
+    return error;
   // moe-gpu-pipeline in its two halves: the launch plan is read between
   // them, while the kernels still carry it.
   if (llvm::Error error = runPipeline(module, [&](OpPassManager &pm) {
