@@ -10,11 +10,11 @@
 
 #include "PythonError.h"
 
+#include "moe/CpuJit/CpuFunction.h"
 #include "moe/Dialect/Moe/IR/MoeAttrs.h"
 #include "moe/Presets/Presets.h"
 #include "moe/Registration/Registration.h"
-#include "moe/Runner/CpuRunner.h"
-#include "moe/Target/Bundle.h"
+#include "moe/Target/BundleWriter.h"
 
 #include "mlir/AsmParser/AsmParser.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"

@@ -9,7 +9,7 @@
 #include "moe/Dialect/Moe/Transforms/GemmHeuristic.h"
 #include "moe/Presets/Presets.h"
 #include "moe/Registration/Registration.h"
-#include "moe/Target/Bundle.h"
+#include "moe/Target/BundleWriter.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"

@@ -1,22 +1,24 @@
 //===- moe-run.cpp - Run one MoE layer and check it -----------------------===//
 //
-// Runs one MoE layer end to end on the CPU path: the layer comes from an MLIR
-// file (a function holding a moe.fused_moe, or the primitive ops it
-// decomposes into) or from a named model preset. Inputs are seeded random
-// data; the output is compared against the plain C++ reference, and the
-// routing statistics and times are printed. Exits non-zero on any error or
-// mismatch.
+// Runs one MoE layer end to end: on the GPU (a bundle compiled in-process,
+// run by the runtime) or on the CPU path (moe-cpu-pipeline, JIT-compiled),
+// as --device says; by default on the GPU when the runtime finds one. The
+// layer comes from an MLIR file (a function holding a moe.fused_moe, or the
+// primitive ops it decomposes into) or from a named model preset. Inputs are
+// seeded random data; the output is compared against the plain C++
+// reference, and the path, the routing statistics and the times are
+// printed. Exits non-zero on any error or mismatch.
 //
 //===----------------------------------------------------------------------===//
 
+#include "moe/CpuJit/CpuFunction.h"
 #include "moe/Dialect/Moe/IR/MoeOps.h"
 #include "moe/Presets/Presets.h"
 #include "moe/Reference/Reference.h"
 #include "moe/Registration/Registration.h"
-#include "moe/Runner/CpuRunner.h"
 #ifdef MOE_ENABLE_RUNTIME
 #include "moe/Runtime/Runtime.h"
-#include "moe/Target/Bundle.h"
+#include "moe/Target/BundleWriter.h"
 #endif
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -290,8 +292,9 @@ int main(int argc, char **argv) {
   llvm::InitLLVM initLLVM(argc, argv);
   cl::ParseCommandLineOptions(
       argc, argv,
-      "moe-run: run one MoE layer on the CPU path and check it against the "
-      "reference\n\n  moe-run --preset deepseek-v3 --reduced --tokens 16\n"
+      "moe-run: run one MoE layer on the GPU or the CPU path and check it "
+      "against the reference\n\n  moe-run --preset deepseek-v3 --reduced "
+      "--tokens 16\n"
       "  moe-run layer.mlir --tokens 4\n");
 
   MLIRContext context;

@@ -1,6 +1,6 @@
-//===- Bundle.cpp - Compile a layer to a kernel bundle --------------------===//
+//===- BundleWriter.cpp - Compile a layer to a kernel bundle --------------===//
 
-#include "moe/Target/Bundle.h"
+#include "moe/Target/BundleWriter.h"
 #include "moe/Conversion/MoeToGPU/MoeToGPU.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"

@@ -1,4 +1,4 @@
-//===- Bundle.h - Compile a layer to a kernel bundle ------------*- C++ -*-===//
+//===- BundleWriter.h - Compile a layer to a kernel bundle ------*- C++ -*-===//
 //
 // The last IR level: kernels lowered through NVVM to a cubin (and PTX), and
 // the launch plan that convert-moe-to-gpu recorded, written as a bundle
@@ -6,8 +6,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef MOE_TARGET_BUNDLE_H
-#define MOE_TARGET_BUNDLE_H
+#ifndef MOE_TARGET_BUNDLEWRITER_H
+#define MOE_TARGET_BUNDLEWRITER_H
 
 #include "moe/Pipelines/Pipelines.h"
 #include "moe/Target/DefaultTarget.h"
@@ -37,4 +37,4 @@ llvm::Error compileBundle(ModuleOp module, const BundleOptions &options,
 } // namespace moe
 } // namespace mlir
 
-#endif // MOE_TARGET_BUNDLE_H
+#endif // MOE_TARGET_BUNDLEWRITER_H
