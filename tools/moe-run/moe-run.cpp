@@ -41,34 +41,37 @@ using namespace mlir;
 using namespace mlir::moe;
 namespace cl = llvm::cl;
 
+// Only these options show in --help: the LLVM back ends linked in register
+// hundreds of their own, hidden with cl::HideUnrelatedOptions.
+static cl::OptionCategory moeRunCategory("moe-run options");
 static cl::opt<std::string> inputFile(cl::Positional, cl::desc("[layer.mlir]"),
-                                      cl::init(""));
+                                      cl::init(""), cl::cat(moeRunCategory));
 static cl::opt<std::string>
     presetName("preset",
                cl::desc("Model preset: mixtral-8x7b, qwen3-30b-a3b, "
                         "deepseek-v3, kimi-k2"),
-               cl::init(""));
+               cl::init(""), cl::cat(moeRunCategory));
 static cl::opt<bool>
     reduced("reduced",
             cl::desc("Shrink the preset's hidden and intermediate sizes 32x "
                      "(routing unchanged) so that it runs in seconds"),
-            cl::init(false));
+            cl::init(false), cl::cat(moeRunCategory));
 static cl::opt<int64_t> tokens("tokens", cl::desc("Token count T"),
-                               cl::init(16));
+                               cl::init(16), cl::cat(moeRunCategory));
 static cl::opt<std::string>
     dtypeName("dtype", cl::desc("Preset element type: bf16, f16 or f32"),
-              cl::init("bf16"));
+              cl::init("bf16"), cl::cat(moeRunCategory));
 static cl::opt<unsigned> seed("seed", cl::desc("Random seed of the inputs"),
-                              cl::init(0));
+                              cl::init(0), cl::cat(moeRunCategory));
 static cl::opt<std::string>
     deviceName("device",
                cl::desc("cpu, gpu, or auto: the GPU when the runtime finds "
                         "one, else the CPU path"),
-               cl::init("auto"));
+               cl::init("auto"), cl::cat(moeRunCategory));
 static cl::opt<std::string> entry("entry",
                                   cl::desc("Function to run (default: the "
                                            "module's only function)"),
-                                  cl::init(""));
+                                  cl::init(""), cl::cat(moeRunCategory));
 
 namespace {
 /// Where the layer's operands are among the function's arguments, and what
@@ -290,6 +293,7 @@ bool runOnGpu(ModuleOp module, const std::vector<HostTensor> &inputs,
 
 int main(int argc, char **argv) {
   llvm::InitLLVM initLLVM(argc, argv);
+  cl::HideUnrelatedOptions(moeRunCategory);
   cl::ParseCommandLineOptions(
       argc, argv,
       "moe-run: run one MoE layer on the GPU or the CPU path and check it "
