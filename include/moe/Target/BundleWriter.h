@@ -29,8 +29,10 @@ struct BundleOptions {
 };
 
 /// Compiles the layer function of `module` (a moe.fused_moe or primitive moe
-/// ops on tensors) and writes the bundle into `directory`, creating it.
-/// `module` is transformed in place.
+/// ops on tensors) through moe-gpu-pipeline, reading the launch plan off the
+/// kernel module between its two halves, serializes the kernels
+/// (gpu-module-to-binary) and writes the bundle into `directory`, creating
+/// it. `module` is transformed in place.
 llvm::Error compileBundle(ModuleOp module, const BundleOptions &options,
                           llvm::StringRef directory);
 
