@@ -10,11 +10,11 @@
 
 #include "PythonError.h"
 
+#include "moe/CpuJit/CpuFunction.h"
 #include "moe/Dialect/Moe/IR/MoeAttrs.h"
 #include "moe/Presets/Presets.h"
 #include "moe/Registration/Registration.h"
-#include "moe/Runner/CpuRunner.h"
-#include "moe/Target/Bundle.h"
+#include "moe/Target/BundleWriter.h"
 
 #include "mlir/AsmParser/AsmParser.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -468,13 +468,13 @@ std::string compileBundle(const Module &layer, py::handle directory,
   if (numSMs < 1)
     throw py::value_error("num_sms must be at least 1");
   moe::BundleOptions options;
-  options.tokensMax = tokensMax;
-  options.blockM = blockM;
-  options.configDatabase = configDatabase;
-  options.device = device;
-  options.numSMs = numSMs;
-  options.chip = chip;
-  options.features = features;
+  options.pipeline.tokensMax = tokensMax;
+  options.pipeline.blockM = blockM;
+  options.pipeline.configDatabase = configDatabase;
+  options.pipeline.device = device;
+  options.pipeline.numSMs = numSMs;
+  options.pipeline.chip = chip;
+  options.pipeline.features = features;
   options.toolkit = toolkit;
   std::string path = fsPath(directory);
   // compileBundle transforms its module; the caller's stays as it was.
@@ -631,13 +631,14 @@ the compiler moe_mlir.Error.
 
   // Both overloads take the same keyword arguments.
   auto bundleOptions = [](auto... first) {
-    return std::make_tuple(
-        first..., py::kw_only(), py::arg("tokens_max") = 16384,
-        py::arg("block_m") = 0, py::arg("config_db") = "",
-        py::arg("device") = moe::kDefaultGemmDevice.str(),
-        py::arg("num_sms") = moe::BundleOptions().numSMs,
-        py::arg("chip") = "sm_90a", py::arg("features") = "+ptx80",
-        py::arg("toolkit") = "/usr/local/cuda");
+    return std::make_tuple(first..., py::kw_only(),
+                           py::arg("tokens_max") = 16384,
+                           py::arg("block_m") = 0, py::arg("config_db") = "",
+                           py::arg("device") = moe::kDefaultDeviceName,
+                           py::arg("num_sms") = moe::kDefaultNumSMs,
+                           py::arg("chip") = moe::kDefaultChip,
+                           py::arg("features") = moe::kDefaultFeatures,
+                           py::arg("toolkit") = moe::kDefaultCudaToolkit);
   };
   std::apply(
       [&](auto... arguments) {

@@ -34,7 +34,7 @@ void mlir::moe::buildMoeCpuPipeline(OpPassManager &pm) {
     llvm::report_fatal_error("moe-cpu-pipeline: malformed pipeline text");
 }
 
-void mlir::moe::registerMoePipelines() {
+void mlir::moe::registerMoeCpuPipeline() {
   PassPipelineRegistration<>(
       "moe-cpu-pipeline",
       "Lower moe layers to the LLVM dialect through the CPU loops "

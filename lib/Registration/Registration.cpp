@@ -33,5 +33,6 @@ void mlir::moe::registerMoePasses() {
   registerAllPasses();
   registerMoeTransformsPasses();
   registerMoeConversionPasses();
-  registerMoePipelines();
+  registerMoeCpuPipeline();
+  registerMoeGpuPipeline();
 }

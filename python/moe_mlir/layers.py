@@ -15,6 +15,7 @@ import os
 import shutil
 import tempfile
 
+from . import _default_target
 from ._errors import Error
 
 # A runtime-only build has no _compiler (see require_compiler); one that
@@ -209,15 +210,19 @@ def default_cache_dir():
     return os.path.join(tempfile.gettempdir(), f"moe_mlir-{os.getuid()}")
 
 
-DEFAULT_DEVICE_NAME = "NVIDIA H100 80GB HBM3"
-# Its multiprocessors (BundleOptions::numSMs).
-DEFAULT_NUM_SMS = 132
+# The default target (include/moe/Target/DefaultTarget.h): the CUDA device
+# name tuned configs are looked up for, its multiprocessors, the chip and the
+# CUDA toolkit.
+DEFAULT_DEVICE_NAME = _default_target.DEVICE_NAME
+DEFAULT_NUM_SMS = _default_target.NUM_SMS
+DEFAULT_CHIP = _default_target.CHIP
+DEFAULT_CUDA_TOOLKIT = _default_target.CUDA_TOOLKIT
 
 
 def layer_bundle(layer, dtype="bf16", *, cache_dir=None, tokens_max=16384,
                  block_m=0, config_db=None, device_name=DEFAULT_DEVICE_NAME,
-                 num_sms=DEFAULT_NUM_SMS, chip="sm_90a",
-                 toolkit="/usr/local/cuda"):
+                 num_sms=DEFAULT_NUM_SMS, chip=DEFAULT_CHIP,
+                 toolkit=DEFAULT_CUDA_TOOLKIT):
     """The path of ``layer``'s bundle for ``dtype``, compiled on first use.
 
     Rows per routing block: ``block_m``, or with 0 chosen for tokens_max

@@ -69,8 +69,8 @@ class FusedMoE(torch.nn.Module):
                  correction_bias=None, preset=None, reduced=False, layer=None,
                  dtype=torch.bfloat16, device=None, tokens_max=16384,
                  block_m=0, cache_dir=None, config_db=None,
-                 device_name=None, num_sms=None, chip="sm_90a",
-                 toolkit="/usr/local/cuda"):
+                 device_name=None, num_sms=None, chip=layers.DEFAULT_CHIP,
+                 toolkit=layers.DEFAULT_CUDA_TOOLKIT):
         super().__init__()
         self.layer = _make_layer(
             preset, reduced, layer,

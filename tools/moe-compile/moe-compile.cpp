@@ -1,14 +1,15 @@
 //===- moe-compile.cpp - Compile an MoE layer to a kernel bundle ----------===//
 //
 // One command from a layer (an MLIR file, or a model preset) to a bundle
-// directory that the runtime loads: kernels for sm_90a and their launch plan.
+// directory that the runtime loads: kernels for one GPU (by default the
+// H100 SXM of moe/Target/DefaultTarget.h) and their launch plan.
 //
 //===----------------------------------------------------------------------===//
 
 #include "moe/Dialect/Moe/Transforms/GemmHeuristic.h"
 #include "moe/Presets/Presets.h"
 #include "moe/Registration/Registration.h"
-#include "moe/Target/Bundle.h"
+#include "moe/Target/BundleWriter.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
@@ -23,73 +24,83 @@ using namespace mlir;
 using namespace mlir::moe;
 namespace cl = llvm::cl;
 
+// Only these options show in --help: the LLVM back ends linked in register
+// hundreds of their own, hidden with cl::HideUnrelatedOptions.
+static cl::OptionCategory moeCompileCategory("moe-compile options");
 static cl::opt<std::string> inputFile(cl::Positional, cl::desc("[layer.mlir]"),
-                                      cl::init(""));
+                                      cl::init(""),
+                                      cl::cat(moeCompileCategory));
 static cl::opt<std::string> output("o", cl::desc("Bundle directory to write"),
-                                   cl::value_desc("dir"), cl::init(""));
+                                   cl::value_desc("dir"), cl::init(""),
+                                   cl::cat(moeCompileCategory));
 static cl::opt<bool>
     listPresets("list-presets",
                 cl::desc("Print the model presets' sizes and routers as JSON "
                          "(what moe-tune and the benchmarks size from)"),
-                cl::init(false));
-static cl::opt<std::string>
-    presetName("preset",
-               cl::desc("Model preset instead of a file: " + presetNames()),
-               cl::init(""));
+                cl::init(false), cl::cat(moeCompileCategory));
+// cl::desc keeps a reference: the text must outlive the option.
+static const std::string presetHelp =
+    "Model preset instead of a file: " + presetNames();
+static cl::opt<std::string> presetName("preset", cl::desc(presetHelp),
+                                       cl::init(""),
+                                       cl::cat(moeCompileCategory));
 static cl::opt<std::string>
     part("part",
          cl::desc("Of a preset: 'layer' (moe.fused_moe), 'routing' (gate, "
                   "route and combine), 'router' (gate), 'gemm1' (the w13 "
                   "grouped matmul with SiLU-and-mul) or 'gemm2' (the w2 "
                   "grouped matmul with routed weights)"),
-         cl::init("layer"));
+         cl::init("layer"), cl::cat(moeCompileCategory));
 static cl::opt<bool> reduced("reduced",
                              cl::desc("Shrink the preset's hidden and "
                                       "intermediate sizes 32x"),
-                             cl::init(false));
+                             cl::init(false), cl::cat(moeCompileCategory));
 static cl::opt<std::string> dtype("dtype",
                                   cl::desc("Preset element type: bf16, f16 "
                                            "or f32"),
-                                  cl::init("bf16"));
+                                  cl::init("bf16"),
+                                  cl::cat(moeCompileCategory));
 static cl::opt<int64_t> tokensMax("tokens-max",
                                   cl::desc("Largest token count to size for"),
-                                  cl::init(16384));
+                                  cl::init(16384), cl::cat(moeCompileCategory));
 static cl::opt<int64_t>
     blockM("block-m",
            cl::desc("Rows per routing block (0: chosen for --tokens-max, 128 "
                     "once the experts average 256 rows, else 64)"),
-           cl::init(0));
+           cl::init(0), cl::cat(moeCompileCategory));
 static cl::opt<int64_t>
     blockN("block-n",
            cl::desc("Accumulator columns per grouped-matmul block (0: "
                     "moe-tile's heuristic)"),
-           cl::init(0));
+           cl::init(0), cl::cat(moeCompileCategory));
 static cl::opt<int64_t>
     numStages("num-stages",
               cl::desc("Shared-memory stages of the grouped matmuls (0: "
                        "moe-tile's heuristic)"),
-              cl::init(0));
+              cl::init(0), cl::cat(moeCompileCategory));
 static cl::opt<std::string>
     configDatabase("config-db",
                    cl::desc("Tuned config database (JSON, written by "
                             "moe-tune) consulted before the shipped entries"),
-                   cl::value_desc("file"), cl::init(""));
+                   cl::value_desc("file"), cl::init(""),
+                   cl::cat(moeCompileCategory));
 static cl::opt<std::string>
     device("device",
            cl::desc("CUDA device name the tuned configs are looked up for"),
-           cl::init(kDefaultGemmDevice.str()));
+           cl::init(kDefaultDeviceName), cl::cat(moeCompileCategory));
 static cl::opt<int64_t>
     numSMs("num-sms",
            cl::desc("Multiprocessors of the target GPU: what K splits fill "
                     "and persistent grids are sized for"),
-           cl::init(BundleOptions().numSMs));
+           cl::init(kDefaultNumSMs), cl::cat(moeCompileCategory));
 static cl::opt<std::string> chip("chip", cl::desc("GPU architecture"),
-                                 cl::init("sm_90a"));
+                                 cl::init(kDefaultChip),
+                                 cl::cat(moeCompileCategory));
 static cl::opt<std::string>
     toolkit("toolkit",
             cl::desc("CUDA toolkit whose ptxas makes the cubin (PTX only when "
                      "it has none)"),
-            cl::init("/usr/local/cuda"));
+            cl::init(kDefaultCudaToolkit), cl::cat(moeCompileCategory));
 
 static int fail(const llvm::Twine &message) {
   llvm::errs() << "moe-compile: " << message << "\n";
@@ -113,6 +124,7 @@ static void printPresets(llvm::raw_ostream &os) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM initLLVM(argc, argv);
+  cl::HideUnrelatedOptions(moeCompileCategory);
   cl::ParseCommandLineOptions(
       argc, argv,
       "moe-compile: compile an MoE layer to a kernel bundle\n\n"
@@ -156,14 +168,14 @@ int main(int argc, char **argv) {
     return fail(error);
 
   BundleOptions options;
-  options.tokensMax = tokensMax;
-  options.blockM = rowsPerBlock;
-  options.blockN = blockN;
-  options.numStages = numStages;
-  options.configDatabase = configDatabase;
-  options.device = device;
-  options.numSMs = numSMs;
-  options.chip = chip;
+  options.pipeline.tokensMax = tokensMax;
+  options.pipeline.blockM = rowsPerBlock;
+  options.pipeline.blockN = blockN;
+  options.pipeline.numStages = numStages;
+  options.pipeline.configDatabase = configDatabase;
+  options.pipeline.device = device;
+  options.pipeline.numSMs = numSMs;
+  options.pipeline.chip = chip;
   options.toolkit = toolkit;
   if (llvm::Error error = compileBundle(*module, options, output))
     return fail(llvm::toString(std::move(error)));

@@ -1,22 +1,24 @@
 //===- moe-run.cpp - Run one MoE layer and check it -----------------------===//
 //
-// Runs one MoE layer end to end on the CPU path: the layer comes from an MLIR
-// file (a function holding a moe.fused_moe, or the primitive ops it
-// decomposes into) or from a named model preset. Inputs are seeded random
-// data; the output is compared against the plain C++ reference, and the
-// routing statistics and times are printed. Exits non-zero on any error or
-// mismatch.
+// Runs one MoE layer end to end: on the GPU (a bundle compiled in-process,
+// run by the runtime) or on the CPU path (moe-cpu-pipeline, JIT-compiled),
+// as --device says; by default on the GPU when the runtime finds one. The
+// layer comes from an MLIR file (a function holding a moe.fused_moe, or the
+// primitive ops it decomposes into) or from a named model preset. Inputs are
+// seeded random data; the output is compared against the plain C++
+// reference, and the path, the routing statistics and the times are
+// printed. Exits non-zero on any error or mismatch.
 //
 //===----------------------------------------------------------------------===//
 
+#include "moe/CpuJit/CpuFunction.h"
 #include "moe/Dialect/Moe/IR/MoeOps.h"
 #include "moe/Presets/Presets.h"
 #include "moe/Reference/Reference.h"
 #include "moe/Registration/Registration.h"
-#include "moe/Runner/CpuRunner.h"
 #ifdef MOE_ENABLE_RUNTIME
 #include "moe/Runtime/Runtime.h"
-#include "moe/Target/Bundle.h"
+#include "moe/Target/BundleWriter.h"
 #endif
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -39,34 +41,37 @@ using namespace mlir;
 using namespace mlir::moe;
 namespace cl = llvm::cl;
 
+// Only these options show in --help: the LLVM back ends linked in register
+// hundreds of their own, hidden with cl::HideUnrelatedOptions.
+static cl::OptionCategory moeRunCategory("moe-run options");
 static cl::opt<std::string> inputFile(cl::Positional, cl::desc("[layer.mlir]"),
-                                      cl::init(""));
+                                      cl::init(""), cl::cat(moeRunCategory));
 static cl::opt<std::string>
     presetName("preset",
                cl::desc("Model preset: mixtral-8x7b, qwen3-30b-a3b, "
                         "deepseek-v3, kimi-k2"),
-               cl::init(""));
+               cl::init(""), cl::cat(moeRunCategory));
 static cl::opt<bool>
     reduced("reduced",
             cl::desc("Shrink the preset's hidden and intermediate sizes 32x "
                      "(routing unchanged) so that it runs in seconds"),
-            cl::init(false));
+            cl::init(false), cl::cat(moeRunCategory));
 static cl::opt<int64_t> tokens("tokens", cl::desc("Token count T"),
-                               cl::init(16));
+                               cl::init(16), cl::cat(moeRunCategory));
 static cl::opt<std::string>
     dtypeName("dtype", cl::desc("Preset element type: bf16, f16 or f32"),
-              cl::init("bf16"));
+              cl::init("bf16"), cl::cat(moeRunCategory));
 static cl::opt<unsigned> seed("seed", cl::desc("Random seed of the inputs"),
-                              cl::init(0));
+                              cl::init(0), cl::cat(moeRunCategory));
 static cl::opt<std::string>
     deviceName("device",
                cl::desc("cpu, gpu, or auto: the GPU when the runtime finds "
                         "one, else the CPU path"),
-               cl::init("auto"));
+               cl::init("auto"), cl::cat(moeRunCategory));
 static cl::opt<std::string> entry("entry",
                                   cl::desc("Function to run (default: the "
                                            "module's only function)"),
-                                  cl::init(""));
+                                  cl::init(""), cl::cat(moeRunCategory));
 
 namespace {
 /// Where the layer's operands are among the function's arguments, and what
@@ -210,7 +215,7 @@ bool runOnGpu(ModuleOp module, const std::vector<HostTensor> &inputs,
   auto start = std::chrono::steady_clock::now();
   OwningOpRef<ModuleOp> clone(module.clone());
   BundleOptions options;
-  options.tokensMax = numTokens;
+  options.pipeline.tokensMax = numTokens;
   if (llvm::Error compileError = compileBundle(*clone, options, directory)) {
     error = llvm::toString(std::move(compileError));
     return false;
@@ -288,10 +293,12 @@ bool runOnGpu(ModuleOp module, const std::vector<HostTensor> &inputs,
 
 int main(int argc, char **argv) {
   llvm::InitLLVM initLLVM(argc, argv);
+  cl::HideUnrelatedOptions(moeRunCategory);
   cl::ParseCommandLineOptions(
       argc, argv,
-      "moe-run: run one MoE layer on the CPU path and check it against the "
-      "reference\n\n  moe-run --preset deepseek-v3 --reduced --tokens 16\n"
+      "moe-run: run one MoE layer on the GPU or the CPU path and check it "
+      "against the reference\n\n  moe-run --preset deepseek-v3 --reduced "
+      "--tokens 16\n"
       "  moe-run layer.mlir --tokens 4\n");
 
   MLIRContext context;

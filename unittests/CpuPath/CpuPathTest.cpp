@@ -7,9 +7,9 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "moe/CpuJit/CpuFunction.h"
 #include "moe/Reference/Reference.h"
 #include "moe/Registration/Registration.h"
-#include "moe/Runner/CpuRunner.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
@@ -485,7 +485,7 @@ TEST(Combine, WeightedAndUnweighted) {
 }
 
 //===----------------------------------------------------------------------===//
-// The runner's own checks
+// CpuFunction's own checks
 //===----------------------------------------------------------------------===//
 
 TEST(CpuFunction, RejectsWrongInputs) {

@@ -154,13 +154,16 @@ def ConvertMoeToGPU : Pass<"convert-moe-to-gpu", "::mlir::ModuleOp"> {
   let options = [
     Option<"tokensMax", "tokens-max", "int64_t", /*default=*/"16384",
            "Largest token count the kernels and workspaces are sized for">,
-    Option<"chip", "chip", "std::string", /*default=*/"\"sm_90a\"",
+    Option<"chip", "chip", "std::string",
+           /*default=*/"::mlir::moe::kDefaultChip",
            "Target GPU of the kernel module">,
-    Option<"features", "features", "std::string", /*default=*/"\"+ptx80\"",
+    Option<"features", "features", "std::string",
+           /*default=*/"::mlir::moe::kDefaultFeatures",
            "PTX features of the kernel module">,
-    Option<"numSMs", "num-sms", "int64_t", /*default=*/"132",
-           "Multiprocessors a persistent kernel's grid is sized for (132 on "
-           "the H100 SXM)">
+    Option<"numSMs", "num-sms", "int64_t",
+           /*default=*/"::mlir::moe::kDefaultNumSMs",
+           "Multiprocessors a persistent kernel's grid is sized for "
+           "(default: the H100 SXM's)">
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect",

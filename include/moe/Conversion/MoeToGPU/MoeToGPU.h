@@ -3,6 +3,8 @@
 #ifndef MOE_CONVERSION_MOETOGPU_MOETOGPU_H
 #define MOE_CONVERSION_MOETOGPU_MOETOGPU_H
 
+#include "moe/Target/DefaultTarget.h"
+
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"

@@ -24,10 +24,6 @@
 namespace mlir {
 namespace moe {
 
-/// The CUDA device the tuned configs are looked up for unless told.
-inline constexpr llvm::StringLiteral kDefaultGemmDevice =
-    "NVIDIA H100 80GB HBM3";
-
 /// Fields of a #moe.gemm_config to change; unset ones keep the base's.
 struct GemmConfigChanges {
   std::optional<int64_t> blockN, blockK, numStages, numWarpgroups, splitK,

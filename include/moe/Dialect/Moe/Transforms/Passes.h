@@ -4,7 +4,7 @@
 #define MOE_DIALECT_MOE_TRANSFORMS_PASSES_H
 
 #include "moe/Dialect/Moe/IR/MoeDialect.h"
-#include "moe/Dialect/Moe/Transforms/GemmConfigDatabase.h"
+#include "moe/Target/DefaultTarget.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"

@@ -115,8 +115,9 @@ def MoeTile : Pass<"moe-tile"> {
            "A tuned config database (JSON, docs/CONFIG-DATABASE.md) whose "
            "entries come before the shipped ones">,
     Option<"device", "device", "std::string",
-           /*default=*/"::mlir::moe::kDefaultGemmDevice.str()",
-           "The CUDA device name the tuned configs are looked up for">
+           /*default=*/"::mlir::moe::kDefaultDeviceName",
+           "The CUDA device name the tuned configs are looked up for "
+           "(default: the H100 SXM's)">
   ];
 }
 
@@ -153,8 +154,9 @@ def MoeSplitK : Pass<"moe-split-k"> {
   let options = [
     Option<"tokens", "tokens", "int64_t", /*default=*/"4096",
            "The token count the splits are chosen for">,
-    Option<"numSMs", "num-sms", "int64_t", /*default=*/"132",
-           "Multiprocessors to fill (132 on the H100 SXM)">
+    Option<"numSMs", "num-sms", "int64_t",
+           /*default=*/"::mlir::moe::kDefaultNumSMs",
+           "Multiprocessors to fill (default: the H100 SXM's)">
   ];
 }
 

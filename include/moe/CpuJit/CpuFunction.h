@@ -1,14 +1,14 @@
-//===- CpuRunner.h - Run moe functions on the CPU path ----------*- C++ -*-===//
+//===- CpuFunction.h - JIT a function of moe ops on the host ----*- C++ -*-===//
 //
 // Compiles one function of a module of moe ops through moe-cpu-pipeline and
 // runs it in-process with mlir::ExecutionEngine on host tensors.
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef MOE_RUNNER_CPURUNNER_H
-#define MOE_RUNNER_CPURUNNER_H
+#ifndef MOE_CPUJIT_CPUFUNCTION_H
+#define MOE_CPUJIT_CPUFUNCTION_H
 
-#include "moe/Runner/HostTensor.h"
+#include "moe/CpuJit/HostTensor.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/Support/Error.h"
@@ -55,4 +55,4 @@ private:
 } // namespace moe
 } // namespace mlir
 
-#endif // MOE_RUNNER_CPURUNNER_H
+#endif // MOE_CPUJIT_CPUFUNCTION_H

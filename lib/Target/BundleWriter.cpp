@@ -1,16 +1,20 @@
-//===- Bundle.cpp - Compile a layer to a kernel bundle --------------------===//
+//===- BundleWriter.cpp - Compile a layer to a kernel bundle --------------===//
 
-#include "moe/Target/Bundle.h"
+#include "moe/Target/BundleWriter.h"
 #include "moe/Conversion/MoeToGPU/MoeToGPU.h"
 #include "moe/Dialect/Moe/IR/MoeDialect.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/GPU/Transforms/Passes.h"
 #include "mlir/Pass/PassManager.h"
-#include "mlir/Pass/PassRegistry.h"
+#include "llvm/MC/MCSubtargetInfo.h"
+#include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
+#include "llvm/TargetParser/Triple.h"
 
 using namespace mlir;
 using namespace mlir::moe;
@@ -20,11 +24,12 @@ llvm::Error makeError(const llvm::Twine &message) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
 }
 
-/// Runs `pipeline` on `module`, returning its diagnostics as the error.
-llvm::Error runPipeline(ModuleOp module, const std::string &pipeline) {
+/// Runs the passes `build` adds on `module`, returning their diagnostics as
+/// the error.
+llvm::Error runPipeline(ModuleOp module,
+                        function_ref<void(OpPassManager &)> build) {
   PassManager pm(module.getContext());
-  if (failed(parsePassPipeline(pipeline, pm)))
-    return makeError("malformed pipeline: " + pipeline);
+  build(pm);
   std::string diagnostics;
   llvm::raw_string_ostream os(diagnostics);
   // Errors become the llvm::Error; warnings (moe-tile's heuristic fallback)
@@ -158,11 +163,12 @@ llvm::Expected<std::string> writePlan(gpu::GPUModuleOp kernels) {
 llvm::Expected<std::string> serialize(ModuleOp lowered, StringRef format,
                                       const BundleOptions &options) {
   OwningOpRef<ModuleOp> clone(lowered.clone());
-  std::string toolkit =
-      options.toolkit.empty() ? "" : " toolkit=" + options.toolkit;
-  if (llvm::Error error = runPipeline(
-          *clone,
-          ("gpu-module-to-binary{format=" + format + toolkit + "}").str()))
+  GpuModuleToBinaryPassOptions toBinary;
+  toBinary.compilationTarget = format.str();
+  toBinary.toolkitPath = options.toolkit;
+  if (llvm::Error error = runPipeline(*clone, [&](OpPassManager &pm) {
+        pm.addPass(createGpuModuleToBinaryPass(toBinary));
+      }))
     return std::move(error);
   for (auto binary : clone->getOps<gpu::BinaryOp>())
     for (auto object : binary.getObjects().getAsRange<gpu::ObjectAttr>())
@@ -178,25 +184,37 @@ llvm::Error writeFile(const llvm::Twine &path, StringRef contents) {
   file << contents;
   return llvm::Error::success();
 }
+
+/// Fails unless LLVM's NVPTX back end knows `chip`, which would otherwise
+/// ignore it with a warning and then fail to select the kernels'
+/// instructions (a crash, not a diagnostic).
+llvm::Error checkChip(StringRef chip) {
+  LLVMInitializeNVPTXTargetInfo();
+  LLVMInitializeNVPTXTargetMC();
+  llvm::Triple triple("nvptx64-nvidia-cuda");
+  std::string error;
+  const llvm::Target *target =
+      llvm::TargetRegistry::lookupTarget(triple, error);
+  if (!target)
+    return makeError("no NVPTX back end: " + error);
+  std::unique_ptr<llvm::MCSubtargetInfo> subtarget(
+      target->createMCSubtargetInfo(triple, "", ""));
+  if (!subtarget || !subtarget->isCPUStringValid(chip))
+    return makeError("unknown chip '" + chip + "' (e.g. " + kDefaultChip + ")");
+  return llvm::Error::success();
+}
 } // namespace
 
 llvm::Error mlir::moe::compileBundle(ModuleOp module,
                                      const BundleOptions &options,
                                      StringRef directory) {
-  // The names travel quoted inside a pass-pipeline string.
-  if (StringRef(options.configDatabase).contains('\'') ||
-      StringRef(options.device).contains('\''))
-    return makeError("the config database path and the device name must not "
-                     "contain a quote (')");
-  std::string toGpu = llvm::formatv(
-      "moe-decompose{{block-m={0} tokens={1}},moe-tile{{tokens={1} block-n={4} "
-      "num-stages={5} config-db='{6}' device='{7}'},moe-split-k{{tokens={1} "
-      "num-sms={8}},moe-tma,convert-moe-to-gpu{{tokens-max={1} chip={2} "
-      "features={3} num-sms={8}}",
-      options.blockM, options.tokensMax, options.chip, options.features,
-      options.blockN, options.numStages, options.configDatabase, options.device,
-      options.numSMs);
-  if (llvm::Error error = runPipeline(module, toGpu))
+  if (llvm::Error error = checkChip(options.pipeline.chip))
+    return error;
+  // moe-gpu-pipeline in its two halves: the launch plan is read between
+  // them, while the kernels still carry it.
+  if (llvm::Error error = runPipeline(module, [&](OpPassManager &pm) {
+        buildMoeToKernelsPipeline(pm, options.pipeline);
+      }))
     return error;
   gpu::GPUModuleOp kernels;
   for (auto candidate : module.getOps<gpu::GPUModuleOp>())
@@ -209,16 +227,7 @@ llvm::Error mlir::moe::compileBundle(ModuleOp module,
   if (!plan)
     return plan.takeError();
 
-  // Kernels (nvgpu's TMA and mbarrier ops included) to NVVM with one
-  // pointer per buffer, TMA descriptors (the kernels' `moe.tensor_maps`) by
-  // value. Math ops (the GEMM epilogues' exp
-  // and erf) become libdevice calls, linked at serialization from the
-  // toolkit; the routing kernels need none.
-  if (llvm::Error error = runPipeline(
-          module, "gpu.module(convert-scf-to-cf,convert-nvgpu-to-nvvm,"
-                  "convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=true},"
-                  "convert-nvvm-to-llvm,moe-grid-constant-tensor-maps,"
-                  "canonicalize,cse,reconcile-unrealized-casts)"))
+  if (llvm::Error error = runPipeline(module, buildKernelLoweringPipeline))
     return error;
   auto cubin = serialize(module, "bin", options);
   bool hasCubin = static_cast<bool>(cubin);
@@ -228,7 +237,8 @@ llvm::Error mlir::moe::compileBundle(ModuleOp module,
       "moe-bundle 1\n# {0} kernels and launch plan of one MoE "
       "layer, written by moe-compile (docs/BUNDLE.md).\n"
       "target {0}\nmodule {1}kernels.ptx\ntokens-max {2}\n{3}",
-      options.chip, hasCubin ? "kernels.cubin " : "", options.tokensMax, *plan);
+      options.pipeline.chip.getValue(), hasCubin ? "kernels.cubin " : "",
+      options.pipeline.tokensMax.getValue(), *plan);
   auto ptx = serialize(module, "isa", options);
   if (!ptx)
     return ptx.takeError();

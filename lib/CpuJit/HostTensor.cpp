@@ -1,6 +1,6 @@
 //===- HostTensor.cpp - Dense host tensors of the moe element types -------===//
 
-#include "moe/Runner/HostTensor.h"
+#include "moe/CpuJit/HostTensor.h"
 #include "moe/Reference/Float16.h"
 
 #include <cassert>

@@ -1,7 +1,7 @@
 //===- HostTensor.h - Dense host tensors of the moe element types -*- C++ -*-=//
 
-#ifndef MOE_RUNNER_HOSTTENSOR_H
-#define MOE_RUNNER_HOSTTENSOR_H
+#ifndef MOE_CPUJIT_HOSTTENSOR_H
+#define MOE_CPUJIT_HOSTTENSOR_H
 
 #include <cstdint>
 #include <string>
@@ -47,4 +47,4 @@ struct HostTensor {
 } // namespace moe
 } // namespace mlir
 
-#endif // MOE_RUNNER_HOSTTENSOR_H
+#endif // MOE_CPUJIT_HOSTTENSOR_H

@@ -1,6 +1,6 @@
-//===- CpuRunner.cpp - Run moe functions on the CPU path ------------------===//
+//===- CpuFunction.cpp - JIT a function of moe ops on the host ------------===//
 
-#include "moe/Runner/CpuRunner.h"
+#include "moe/CpuJit/CpuFunction.h"
 #include "moe/Pipelines/Pipelines.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"

@@ -1,4 +1,4 @@
-//===- Bundle.cpp - A kernel bundle loaded onto a device ------------------===//
+//===- BundleLoader.cpp - Load a kernel bundle onto a device, run it ------===//
 //
 // Loading resolves everything that does not depend on T (module, kernels,
 // workspaces, argument slots). A run evaluates the whole plan at T, checks
