@@ -59,7 +59,7 @@ void mlir::moe::buildMoeToKernelsPipeline(
 void mlir::moe::buildKernelLoweringPipeline(OpPassManager &pm) {
   // Kernels (nvgpu's TMA and mbarrier ops included) to NVVM with one pointer
   // per buffer, the bundle's calling convention; TMA descriptors (the
-  // kernels' `moe.tensor_maps`) by value, which must follow
+  // kernels' `moe.grid_constant_args`) by value, which must follow
   // convert-gpu-to-nvvm (moe-grid-constant-tensor-maps says why). Math ops
   // (the GEMM epilogues' exp and erf) become libdevice calls, linked at
   // serialization from the toolkit.
