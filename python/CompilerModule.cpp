@@ -460,7 +460,8 @@ std::string compileBundle(const Module &layer, py::handle directory,
                           const std::string &configDatabase,
                           const std::string &device, int64_t numSMs,
                           const std::string &chip, const std::string &features,
-                          const std::string &toolkit) {
+                          const std::string &toolkit,
+                          const std::vector<int64_t> &tokenBuckets) {
   if (tokensMax < 1)
     throw py::value_error("tokens_max must be at least 1");
   if (blockM < 0)
@@ -476,8 +477,9 @@ std::string compileBundle(const Module &layer, py::handle directory,
   options.pipeline.chip = chip;
   options.pipeline.features = features;
   options.toolkit = toolkit;
+  options.tokenBuckets.assign(tokenBuckets.begin(), tokenBuckets.end());
   std::string path = fsPath(directory);
-  // compileBundle transforms its module; the caller's stays as it was.
+  // A copy whose diagnostics this call collects.
   std::unique_ptr<Module> work = layer.clone();
   DiagnosticCollector diagnostics(work->getContext().get(), work->getSources());
   if (llvm::Error error = moe::compileBundle(work->get(), options, path))
@@ -638,7 +640,8 @@ the compiler moe_mlir.Error.
                            py::arg("num_sms") = moe::kDefaultNumSMs,
                            py::arg("chip") = moe::kDefaultChip,
                            py::arg("features") = moe::kDefaultFeatures,
-                           py::arg("toolkit") = moe::kDefaultCudaToolkit);
+                           py::arg("toolkit") = moe::kDefaultCudaToolkit,
+                           py::arg("token_buckets") = std::vector<int64_t>());
   };
   std::apply(
       [&](auto... arguments) {
@@ -646,17 +649,25 @@ the compiler moe_mlir.Error.
               "Compiles a Module's layer to a bundle directory; config_db "
               "names a tuned config database consulted before the shipped "
               "one, for `device`; num_sms is the target's multiprocessor "
-              "count (K splits and persistent grids fill it).");
+              "count (K splits and persistent grids fill it). The bundle has "
+              "a variant per range of token counts: token_buckets, rising "
+              "to tokens_max, are the token counts the variants choose their "
+              "routing blocks, tiles and K splits for; empty (the default), "
+              "the token counts where those choices change, so that every "
+              "token count runs the kernels a bundle for it alone would; "
+              "[tokens_max], one variant.");
         m.def(
             "compile_bundle",
             [](const std::string &text, py::handle directory, int64_t tokensMax,
                int64_t blockM, const std::string &configDatabase,
                const std::string &device, int64_t numSMs,
                const std::string &chip, const std::string &features,
-               const std::string &toolkit) {
+               const std::string &toolkit,
+               const std::vector<int64_t> &tokenBuckets) {
               return compileBundle(*Module::parse(text, "<string>"), directory,
                                    tokensMax, blockM, configDatabase, device,
-                                   numSMs, chip, features, toolkit);
+                                   numSMs, chip, features, toolkit,
+                                   tokenBuckets);
             },
             arguments...,
             "Compiles the layer in MLIR text to a bundle "

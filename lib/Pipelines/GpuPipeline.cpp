@@ -26,15 +26,16 @@ using namespace mlir::moe;
 
 void mlir::moe::buildMoeToKernelsPipeline(
     OpPassManager &pm, const MoeGpuPipelineOptions &options) {
-  // Every choice is made for the largest token count: the routing block
-  // size, the tiles, the K splits and the sizes of kernels and workspaces.
+  // The routing block size, the tiles and the K splits are chosen for
+  // `tokens`; kernels and workspaces are sized for tokens-max.
+  int64_t tokens = options.choiceTokens();
   MoeDecomposeOptions decompose;
   decompose.blockM = options.blockM;
-  decompose.tokens = options.tokensMax;
+  decompose.tokens = tokens;
   pm.addPass(createMoeDecompose(decompose));
 
   MoeTileOptions tile;
-  tile.tokens = options.tokensMax;
+  tile.tokens = tokens;
   tile.blockN = options.blockN;
   tile.numStages = options.numStages;
   tile.configDatabase = options.configDatabase;
@@ -42,7 +43,7 @@ void mlir::moe::buildMoeToKernelsPipeline(
   pm.addPass(createMoeTile(tile));
 
   MoeSplitKOptions splitK;
-  splitK.tokens = options.tokensMax;
+  splitK.tokens = tokens;
   splitK.numSMs = options.numSMs;
   pm.addPass(createMoeSplitK(splitK));
 

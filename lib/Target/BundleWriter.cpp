@@ -6,7 +6,9 @@
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/GPU/Transforms/Passes.h"
+#include "mlir/IR/SymbolTable.h"
 #include "mlir/Pass/PassManager.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/MC/MCSubtargetInfo.h"
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/FileSystem.h"
@@ -16,6 +18,8 @@
 #include "llvm/Support/raw_ostream.h"
 #include "llvm/TargetParser/Triple.h"
 
+#include <map>
+
 using namespace mlir;
 using namespace mlir::moe;
 
@@ -24,19 +28,29 @@ llvm::Error makeError(const llvm::Twine &message) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
 }
 
+/// A warning as `warned` (see runPipeline) keys it: moe-tile's fallback to
+/// its heuristic once per shape, whichever token count it was seen at.
+std::string warningKey(StringRef message) {
+  size_t near = message.find(" near ");
+  size_t tokens = message.find(" tokens", near);
+  if (near == StringRef::npos || tokens == StringRef::npos)
+    return message.str();
+  return (message.take_front(near) + message.drop_front(tokens)).str();
+}
+
 /// Runs the passes `build` adds on `module`, returning their diagnostics as
-/// the error.
+/// the error. Warnings (moe-tile's heuristic fallback) go on to the caller's
+/// handler, each once: those in `warned` were reported by an earlier run.
 llvm::Error runPipeline(ModuleOp module,
-                        function_ref<void(OpPassManager &)> build) {
+                        function_ref<void(OpPassManager &)> build,
+                        llvm::StringSet<> *warned = nullptr) {
   PassManager pm(module.getContext());
   build(pm);
   std::string diagnostics;
   llvm::raw_string_ostream os(diagnostics);
-  // Errors become the llvm::Error; warnings (moe-tile's heuristic fallback)
-  // go on to the caller's handler.
   ScopedDiagnosticHandler handler(module.getContext(), [&](Diagnostic &d) {
     if (d.getSeverity() != DiagnosticSeverity::Error)
-      return failure();
+      return success(warned && !warned->insert(warningKey(d.str())).second);
     os << d.getLocation() << ": " << d << "\n";
     return success();
   });
@@ -112,46 +126,72 @@ void writeLaunch(raw_ostream &os, StringRef kernel, LaunchAttr launch) {
   os << "\n";
 }
 
-/// The tensors, workspaces, fills, tensor maps and launches of the launch
-/// plan of `kernels`, read from its gpu.func kernels (before their lowering).
-llvm::Expected<std::string> writePlan(gpu::GPUModuleOp kernels) {
+/// The launch plan of `kernels`, read before their lowering drops it.
+llvm::Expected<LaunchPlanAttr> launchPlanOf(gpu::GPUModuleOp kernels) {
+  auto *dialect = kernels->getContext()->getLoadedDialect<MoeDialect>();
+  if (LaunchPlanAttr plan = dialect->getLaunchPlanAttrHelper().getAttr(kernels))
+    return plan;
+  return makeError("the kernel module has no launch plan");
+}
+
+/// The `tensor` or `workspace` statements of the plan's buffers of `role`,
+/// in signature order (arguments, then results), workspaces by name.
+llvm::Error writeBuffers(raw_ostream &os, LaunchPlanAttr plan,
+                         BufferRole role) {
+  SmallVector<PlanBufferAttr> selected;
+  for (PlanBufferAttr buffer : plan.getBuffers())
+    if (buffer.getRole() == role)
+      selected.push_back(buffer);
+  llvm::sort(selected, [](PlanBufferAttr a, PlanBufferAttr b) {
+    StringRef x = a.getName(), y = b.getName();
+    return x.size() != y.size() ? x.size() < y.size() : x < y;
+  });
+  for (PlanBufferAttr buffer : selected) {
+    auto dtype = dtypeName(buffer.getElementType());
+    if (!dtype)
+      return dtype.takeError();
+    os << (role == BufferRole::workspace ? "workspace " : "tensor ")
+       << buffer.getName();
+    if (role != BufferRole::workspace)
+      os << " " << stringifyBufferRole(role);
+    os << " " << *dtype;
+    for (StringAttr dim : buffer.getDims())
+      os << " " << dim.getValue();
+    os << "\n";
+  }
+  return llvm::Error::success();
+}
+
+/// The caller tensors of the plan of `kernels`: the `tensor` statements.
+llvm::Expected<std::string> writeTensors(gpu::GPUModuleOp kernels) {
+  auto plan = launchPlanOf(kernels);
+  if (!plan)
+    return plan.takeError();
   std::string text;
   llvm::raw_string_ostream os(text);
-  auto *dialect = kernels->getContext()->getLoadedDialect<MoeDialect>();
-  LaunchPlanAttr plan = dialect->getLaunchPlanAttrHelper().getAttr(kernels);
-  if (!plan)
-    return makeError("the kernel module has no launch plan");
-  // Tensors in signature order (arguments, then results), then workspaces.
-  for (BufferRole role :
-       {BufferRole::input, BufferRole::output, BufferRole::workspace}) {
-    SmallVector<PlanBufferAttr> selected;
-    for (PlanBufferAttr buffer : plan.getBuffers())
-      if (buffer.getRole() == role)
-        selected.push_back(buffer);
-    llvm::sort(selected, [](PlanBufferAttr a, PlanBufferAttr b) {
-      StringRef x = a.getName(), y = b.getName();
-      return x.size() != y.size() ? x.size() < y.size() : x < y;
-    });
-    for (PlanBufferAttr buffer : selected) {
-      auto dtype = dtypeName(buffer.getElementType());
-      if (!dtype)
-        return dtype.takeError();
-      os << (role == BufferRole::workspace ? "workspace " : "tensor ")
-         << buffer.getName();
-      if (role != BufferRole::workspace)
-        os << " " << stringifyBufferRole(role);
-      os << " " << *dtype;
-      for (StringAttr dim : buffer.getDims())
-        os << " " << dim.getValue();
-      os << "\n";
-    }
-  }
-  for (StringAttr name : plan.getZeroFill())
-    os << "zero " << name.getValue() << "\n";
-  for (PlanTensorMapAttr map : plan.getTensorMaps())
-    if (llvm::Error error =
-            writeTensorMap(os, map, plan.lookupBuffer(map.getBuffer())))
+  for (BufferRole role : {BufferRole::input, BufferRole::output})
+    if (llvm::Error error = writeBuffers(os, *plan, role))
       return std::move(error);
+  return text;
+}
+
+/// The rest of the plan of `kernels`, what a variant of the bundle holds:
+/// its workspaces, fills, tensor maps and launches.
+llvm::Expected<std::string> writeVariantPlan(gpu::GPUModuleOp kernels) {
+  auto plan = launchPlanOf(kernels);
+  if (!plan)
+    return plan.takeError();
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  if (llvm::Error error = writeBuffers(os, *plan, BufferRole::workspace))
+    return std::move(error);
+  for (StringAttr name : plan->getZeroFill())
+    os << "zero " << name.getValue() << "\n";
+  for (PlanTensorMapAttr map : plan->getTensorMaps())
+    if (llvm::Error error =
+            writeTensorMap(os, map, plan->lookupBuffer(map.getBuffer())))
+      return std::move(error);
+  auto *dialect = kernels->getContext()->getLoadedDialect<MoeDialect>();
   for (auto kernel : kernels.getOps<gpu::GPUFuncOp>())
     if (LaunchAttr launch = dialect->getLaunchAttrHelper().getAttr(kernel))
       writeLaunch(os, kernel.getName(), launch);
@@ -203,6 +243,173 @@ llvm::Error checkChip(StringRef chip) {
     return makeError("unknown chip '" + chip + "' (e.g. " + kDefaultChip + ")");
   return llvm::Error::success();
 }
+/// The kernel module convert-moe-to-gpu made in `module`, or null.
+gpu::GPUModuleOp kernelModuleOf(ModuleOp module) {
+  for (auto candidate : module.getOps<gpu::GPUModuleOp>())
+    if (candidate.getName() == kKernelModuleName)
+      return candidate;
+  return {};
+}
+
+/// A variant of a bundle: kernels for the token counts above the previous
+/// variant's up to `maxTokens`, whose choices (routing blocks, tiles, K
+/// splits) were made for a token count in that range.
+struct Variant {
+  int64_t maxTokens;
+  OwningOpRef<ModuleOp> module;
+  /// The kernel module as text, which tells variants apart.
+  std::string kernelsText;
+};
+
+/// Compiles a layer through the moe half of moe-gpu-pipeline with its
+/// choices made for given token counts, all sized for tokens-max, and finds
+/// the ranges of token counts whose kernels are the same.
+class VariantCompiler {
+public:
+  VariantCompiler(ModuleOp module, const BundleOptions &options)
+      : module(module), options(options) {}
+
+  /// The variants up to tokens-max: with the options' token buckets, one
+  /// per bucket (neighbours with the same kernels merged); else the token
+  /// counts where the kernels change, searched between powers of two, so
+  /// that every token count runs the kernels a bundle for it alone would.
+  llvm::Expected<SmallVector<Variant>> compile();
+
+private:
+  /// The kernels for `tokens` (compiled once).
+  llvm::Expected<Variant *> at(int64_t tokens);
+  /// Compiles the token counts in (lower, upper) that tell where the kernels
+  /// change, given both ends compiled: none where the ends agree.
+  llvm::Error refine(int64_t lower, int64_t upper);
+
+  ModuleOp module;
+  const BundleOptions &options;
+  std::map<int64_t, Variant> compiled;
+  llvm::StringSet<> warned;
+};
+
+llvm::Expected<Variant *> VariantCompiler::at(int64_t tokens) {
+  auto found = compiled.find(tokens);
+  if (found != compiled.end())
+    return &found->second;
+  MoeGpuPipelineOptions pipeline;
+  pipeline.copyOptionValuesFrom(options.pipeline);
+  pipeline.tokens = tokens;
+  OwningOpRef<ModuleOp> clone(module.clone());
+  if (llvm::Error error = runPipeline(
+          *clone,
+          [&](OpPassManager &pm) { buildMoeToKernelsPipeline(pm, pipeline); },
+          &warned))
+    return std::move(error);
+  gpu::GPUModuleOp kernels = kernelModuleOf(*clone);
+  if (!kernels)
+    return makeError("convert-moe-to-gpu made no kernel module");
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  kernels->print(os);
+  return &(compiled[tokens] = Variant{tokens, std::move(clone), text});
+}
+
+llvm::Error VariantCompiler::refine(int64_t lower, int64_t upper) {
+  if (upper - lower < 2 ||
+      compiled.at(lower).kernelsText == compiled.at(upper).kernelsText)
+    return llvm::Error::success();
+  int64_t middle = lower + (upper - lower) / 2;
+  if (auto variant = at(middle); !variant)
+    return variant.takeError();
+  if (llvm::Error error = refine(lower, middle))
+    return error;
+  return refine(middle, upper);
+}
+
+llvm::Expected<SmallVector<Variant>> VariantCompiler::compile() {
+  int64_t tokensMax = options.pipeline.tokensMax;
+  SmallVector<int64_t> points(options.tokenBuckets);
+  if (points.empty())
+    for (int64_t power = 1; power < tokensMax; power *= 2)
+      points.push_back(power);
+  if (points.empty() || points.back() != tokensMax)
+    points.push_back(tokensMax);
+  for (auto [index, tokens] : llvm::enumerate(points)) {
+    if (tokens < 1 || tokens > tokensMax ||
+        (index && tokens <= points[index - 1]))
+      return makeError("token buckets must rise from 1 to tokens-max (" +
+                       Twine(tokensMax) + "), got " + Twine(tokens));
+    if (auto variant = at(tokens); !variant)
+      return variant.takeError();
+    if (index && options.tokenBuckets.empty())
+      if (llvm::Error error = refine(points[index - 1], tokens))
+        return std::move(error);
+  }
+  // A variant is a run of compiled token counts with the same kernels; it
+  // serves up to the run's last.
+  SmallVector<Variant> variants;
+  for (auto &[tokens, variant] : compiled) {
+    if (!variants.empty() &&
+        variants.back().kernelsText == variant.kernelsText) {
+      variants.back().maxTokens = tokens;
+      continue;
+    }
+    variants.push_back(std::move(variant));
+    variants.back().maxTokens = tokens;
+  }
+  return variants;
+}
+
+/// The launch plans of the variants as the manifest's statements after its
+/// header: the caller tensors, the same in every variant, then a `variant`
+/// section each. With several variants, each kernel's name gets its
+/// variant's bound (`_t<max tokens>`), so that all live in one module.
+llvm::Expected<std::string>
+writeVariantPlans(MutableArrayRef<Variant> variants) {
+  std::string text, tensors;
+  llvm::raw_string_ostream os(text);
+  for (Variant &variant : variants) {
+    gpu::GPUModuleOp kernels = kernelModuleOf(*variant.module);
+    if (variants.size() > 1)
+      for (auto kernel : kernels.getOps<gpu::GPUFuncOp>())
+        SymbolTable::setSymbolName(
+            kernel, (kernel.getName() + "_t" + Twine(variant.maxTokens)).str());
+    auto variantTensors = writeTensors(kernels);
+    if (!variantTensors)
+      return variantTensors.takeError();
+    if (tensors.empty())
+      os << (tensors = *variantTensors);
+    else if (tensors != *variantTensors)
+      return makeError(
+          "the layer's tensors differ between the bundle's token variants "
+          "(routing arrays sized by a routing block that depends on the token "
+          "count): give the routing block size, or compile one variant");
+    auto plan = writeVariantPlan(kernels);
+    if (!plan)
+      return plan.takeError();
+    os << "variant " << variant.maxTokens << "\n" << *plan;
+  }
+  return text;
+}
+
+/// Moves the kernels of every variant into the first variant's kernel
+/// module, dropping the launch plans (written already), so that one cubin
+/// holds them all.
+void mergeKernels(MutableArrayRef<Variant> variants) {
+  gpu::GPUModuleOp into = kernelModuleOf(*variants.front().module);
+  auto *dialect = into->getContext()->getLoadedDialect<MoeDialect>();
+  for (Variant &variant : variants) {
+    gpu::GPUModuleOp from = kernelModuleOf(*variant.module);
+    from->removeAttr(dialect->getLaunchPlanAttrHelper().getName());
+    for (auto kernel : from.getOps<gpu::GPUFuncOp>())
+      kernel->removeAttr(dialect->getLaunchAttrHelper().getName());
+    if (from == into)
+      continue;
+    for (Operation &op : llvm::make_early_inc_range(*from.getBody())) {
+      // The base of dynamic shared memory is the same in every variant.
+      auto symbol = dyn_cast<SymbolOpInterface>(op);
+      if (symbol && SymbolTable::lookupSymbolIn(into, symbol.getNameAttr()))
+        continue;
+      op.moveBefore(into.getBody(), into.getBody()->end());
+    }
+  }
+}
 } // namespace
 
 llvm::Error mlir::moe::compileBundle(ModuleOp module,
@@ -210,36 +417,30 @@ llvm::Error mlir::moe::compileBundle(ModuleOp module,
                                      StringRef directory) {
   if (llvm::Error error = checkChip(options.pipeline.chip))
     return error;
-  // moe-gpu-pipeline in its two halves: the launch plan is read between
-  // them, while the kernels still carry it.
-  if (llvm::Error error = runPipeline(module, [&](OpPassManager &pm) {
-        buildMoeToKernelsPipeline(pm, options.pipeline);
-      }))
+  // moe-gpu-pipeline in its two halves: the launch plans are read between
+  // them, while the kernels still carry them.
+  auto variants = VariantCompiler(module, options).compile();
+  if (!variants)
+    return variants.takeError();
+  auto plans = writeVariantPlans(*variants);
+  if (!plans)
+    return plans.takeError();
+  mergeKernels(*variants);
+  ModuleOp lowered = *variants->front().module;
+  if (llvm::Error error = runPipeline(lowered, buildKernelLoweringPipeline))
     return error;
-  gpu::GPUModuleOp kernels;
-  for (auto candidate : module.getOps<gpu::GPUModuleOp>())
-    if (candidate.getName() == kKernelModuleName)
-      kernels = candidate;
-  if (!kernels)
-    return makeError("convert-moe-to-gpu made no kernel module");
-
-  auto plan = writePlan(kernels);
-  if (!plan)
-    return plan.takeError();
-
-  if (llvm::Error error = runPipeline(module, buildKernelLoweringPipeline))
-    return error;
-  auto cubin = serialize(module, "bin", options);
+  auto cubin = serialize(lowered, "bin", options);
   bool hasCubin = static_cast<bool>(cubin);
   if (!hasCubin)
     llvm::consumeError(cubin.takeError());
   std::string manifest = llvm::formatv(
-      "moe-bundle 1\n# {0} kernels and launch plan of one MoE "
-      "layer, written by moe-compile (docs/BUNDLE.md).\n"
+      "moe-bundle 2\n# {0} kernels and launch plans of one MoE layer, a "
+      "variant per range of token counts, written by moe-compile "
+      "(docs/BUNDLE.md).\n"
       "target {0}\nmodule {1}kernels.ptx\ntokens-max {2}\n{3}",
       options.pipeline.chip.getValue(), hasCubin ? "kernels.cubin " : "",
-      options.pipeline.tokensMax.getValue(), *plan);
-  auto ptx = serialize(module, "isa", options);
+      options.pipeline.tokensMax.getValue(), *plans);
+  auto ptx = serialize(lowered, "isa", options);
   if (!ptx)
     return ptx.takeError();
 

@@ -222,11 +222,16 @@ DEFAULT_CUDA_TOOLKIT = _default_target.CUDA_TOOLKIT
 def layer_bundle(layer, dtype="bf16", *, cache_dir=None, tokens_max=16384,
                  block_m=0, config_db=None, device_name=DEFAULT_DEVICE_NAME,
                  num_sms=DEFAULT_NUM_SMS, chip=DEFAULT_CHIP,
-                 toolkit=DEFAULT_CUDA_TOOLKIT):
+                 toolkit=DEFAULT_CUDA_TOOLKIT, token_buckets=()):
     """The path of ``layer``'s bundle for ``dtype``, compiled on first use.
 
-    Rows per routing block: ``block_m``, or with 0 chosen for tokens_max
-    (128 once the experts average 256 rows, else 64). The grouped matmuls
+    The bundle serves every token count up to ``tokens_max`` with a variant
+    per range of token counts, each with the routing blocks, tiles and K
+    splits chosen for its token counts (compile_bundle's ``token_buckets``;
+    the default finds where the choices change, so every token count runs
+    the kernels a bundle for it alone would). Rows per routing block:
+    ``block_m``, or with 0 chosen for each variant's token counts (128 once
+    the experts average 256 rows, else 64). The grouped matmuls
     take their tile configs from the tuned database
     ``config_db`` (a file moe-tune wrote) and then the shipped one, looked
     up for the CUDA device ``device_name`` near ``tokens_max`` tokens; a
@@ -235,8 +240,9 @@ def layer_bundle(layer, dtype="bf16", *, cache_dir=None, tokens_max=16384,
 
     Bundles live in ``cache_dir`` (default_cache_dir() when None) under a
     name derived from the layer, dtype, tokens_max, block_m, the config
-    database's contents, device_name, num_sms and chip, so a
-    cache filled on a machine with the compiler serves one without it. The
+    database's contents, device_name, num_sms, chip, token_buckets and the
+    bundle format, so a cache filled on a machine with the compiler serves
+    one without it. The
     key does not cover the compiler's own version: give a fresh cache_dir
     (or empty it) after changing the compiler. A bundle appears atomically
     (compiled beside it, then renamed), so concurrent processes never load
@@ -257,7 +263,8 @@ def layer_bundle(layer, dtype="bf16", *, cache_dir=None, tokens_max=16384,
     key = {"layer": dataclasses.asdict(layer), "dtype": dtype,
            "tokens_max": tokens_max, "block_m": block_m, "chip": chip,
            "config_db": database, "device_name": device_name,
-           "num_sms": num_sms}
+           "num_sms": num_sms, "token_buckets": list(token_buckets),
+           "bundle_format": 2}
     key_text = json.dumps(key, sort_keys=True, indent=1)
     digest = hashlib.sha256(key_text.encode()).hexdigest()[:16]
     name = (f"layer-e{layer.num_stored_experts}-h{layer.hidden_size}-"
@@ -280,7 +287,8 @@ def layer_bundle(layer, dtype="bf16", *, cache_dir=None, tokens_max=16384,
                                     block_m=block_m,
                                     config_db=os.fspath(config_db or ""),
                                     device=device_name, num_sms=num_sms,
-                                    chip=chip, toolkit=toolkit)
+                                    chip=chip, toolkit=toolkit,
+                                    token_buckets=list(token_buckets))
         except Error as error:
             raise Error(f"cannot compile the layer (E={layer.num_experts}+"
                         f"{layer.router.num_shared_experts}, "

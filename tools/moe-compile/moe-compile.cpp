@@ -63,9 +63,17 @@ static cl::opt<std::string> dtype("dtype",
 static cl::opt<int64_t> tokensMax("tokens-max",
                                   cl::desc("Largest token count to size for"),
                                   cl::init(16384), cl::cat(moeCompileCategory));
+static cl::opt<std::string> tokenBuckets(
+    "token-buckets",
+    cl::desc("Token counts the bundle's variants choose their routing blocks, "
+             "tiles and K splits for: 'auto' (1, 2, 3, 4, 6, 8, 12, ... up to "
+             "--tokens-max; neighbours with the same kernels are one "
+             "variant), 'max' (one variant, for --tokens-max) or a rising "
+             "list such as 1,16,256"),
+    cl::init("auto"), cl::cat(moeCompileCategory));
 static cl::opt<int64_t>
     blockM("block-m",
-           cl::desc("Rows per routing block (0: chosen for --tokens-max, 128 "
+           cl::desc("Rows per routing block (0: chosen for each variant's token count, 128 "
                     "once the experts average 256 rows, else 64)"),
            cl::init(0), cl::cat(moeCompileCategory));
 static cl::opt<int64_t>
@@ -101,6 +109,30 @@ static cl::opt<std::string>
             cl::desc("CUDA toolkit whose ptxas makes the cubin (PTX only when "
                      "it has none)"),
             cl::init(kDefaultCudaToolkit), cl::cat(moeCompileCategory));
+
+/// Reads --token-buckets into `buckets` (empty for 'auto'); says what is
+/// wrong with it, if anything.
+static std::optional<std::string>
+parseTokenBuckets(StringRef text, int64_t tokensMax,
+                  SmallVectorImpl<int64_t> &buckets) {
+  if (text == "auto")
+    return std::nullopt;
+  if (text == "max") {
+    buckets.push_back(tokensMax);
+    return std::nullopt;
+  }
+  SmallVector<StringRef> items;
+  text.split(items, ',');
+  for (StringRef item : items) {
+    int64_t bucket;
+    if (item.trim().getAsInteger(10, bucket) || bucket < 1 ||
+        bucket > tokensMax || (!buckets.empty() && bucket <= buckets.back()))
+      return "expected 'auto', 'max' or rising token counts in [1, " +
+             std::to_string(tokensMax) + "], got '" + text.str() + "'";
+    buckets.push_back(bucket);
+  }
+  return std::nullopt;
+}
 
 static int fail(const llvm::Twine &message) {
   llvm::errs() << "moe-compile: " << message << "\n";
@@ -169,7 +201,12 @@ int main(int argc, char **argv) {
 
   BundleOptions options;
   options.pipeline.tokensMax = tokensMax;
-  options.pipeline.blockM = rowsPerBlock;
+  // Each variant of a layer chooses its routing blocks; a preset's parts
+  // take them from their source.
+  options.pipeline.blockM = blockM;
+  if (std::optional<std::string> bad =
+          parseTokenBuckets(tokenBuckets, tokensMax, options.tokenBuckets))
+    return fail("--token-buckets: " + *bad);
   options.pipeline.blockN = blockN;
   options.pipeline.numStages = numStages;
   options.pipeline.configDatabase = configDatabase;

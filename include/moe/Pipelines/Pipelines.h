@@ -23,15 +23,23 @@ void buildMoeCpuPipeline(OpPassManager &pm);
 /// defaults are moe-compile's.
 struct MoeGpuPipelineOptions
     : public PassPipelineOptions<MoeGpuPipelineOptions> {
+  /// The token count the choices are made for: `tokens`, or tokens-max.
+  int64_t choiceTokens() const { return tokens ? tokens : tokensMax; }
+
   Option<int64_t> tokensMax{
       *this, "tokens-max",
       llvm::cl::desc("Largest token count the kernels and workspaces are "
-                     "sized for, and the one routing blocks, tiles and K "
-                     "splits are chosen for"),
+                     "sized for"),
       llvm::cl::init(16384)};
+  Option<int64_t> tokens{
+      *this, "tokens",
+      llvm::cl::desc("The token count routing blocks, tiles and K splits are "
+                     "chosen for (0: tokens-max); a bundle's variant for "
+                     "token counts up to N is compiled with tokens=N"),
+      llvm::cl::init(0)};
   Option<int64_t> blockM{
       *this, "block-m",
-      llvm::cl::desc("Rows per routing block (0: chosen for tokens-max, 128 "
+      llvm::cl::desc("Rows per routing block (0: chosen for `tokens`, 128 "
                      "once the experts average 256 rows, else 64)"),
       llvm::cl::init(0)};
   Option<int64_t> blockN{

@@ -26,13 +26,21 @@ struct BundleOptions {
   /// CUDA toolkit for ptxas and libdevice; without ptxas only PTX is written
   /// and the driver JIT-compiles it at load.
   std::string toolkit = kDefaultCudaToolkit;
+  /// The token counts the bundle's variants make their choices for, rising
+  /// to tokens-max (which is added when missing); empty: 1, 2, 3, 4, 6, 8,
+  /// 12, ... (powers of two and 1.5 times them). Neighbours whose kernels
+  /// come out the same are one variant. `{tokens-max}`: one variant, as a
+  /// bundle for tokens-max alone.
+  SmallVector<int64_t> tokenBuckets;
 };
 
 /// Compiles the layer function of `module` (a moe.fused_moe or primitive moe
-/// ops on tensors) through moe-gpu-pipeline, reading the launch plan off the
-/// kernel module between its two halves, serializes the kernels
-/// (gpu-module-to-binary) and writes the bundle into `directory`, creating
-/// it. `module` is transformed in place.
+/// ops on tensors) into a bundle with a variant per range of token counts:
+/// the moe half of moe-gpu-pipeline runs on a copy of `module` for each of
+/// the options' token buckets, each variant's launch plan is read off its
+/// kernel module, the kernels of all variants are lowered (the second half)
+/// and serialized together (gpu-module-to-binary), and the bundle is written
+/// into `directory`, creating it. `module` is left as it was.
 llvm::Error compileBundle(ModuleOp module, const BundleOptions &options,
                           llvm::StringRef directory);
 
