@@ -23,8 +23,10 @@ import time
 import torch
 import torch.nn.functional as F
 
+from moe_mlir import Bundle
+
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "test", "GPU"))
-from moe_ctypes import Bundle, Reference, load_specs  # noqa: E402
+from moe_ctypes import Reference, load_specs  # noqa: E402
 from compiler import compile_bundle  # noqa: E402
 from timing import flush_buffer, time_us  # noqa: E402
 from gemm_common import (gemm1_reference, gemm2_reference,  # noqa: E402
@@ -130,10 +132,8 @@ def gemm2_case(spec, tokens, rows, w2, routing, ids, weights):
 
 def run_case(case, bundle, flush, args, estimate):
     """(result dict) for one case; skips ours when it would be too slow."""
-    described = bundle.describe(case.tensors)
-
     def ours():
-        bundle.run(case.tokens, case.tensors, described)
+        bundle.run(case.tokens, case.tensors)
 
     floor = max(case.bytes / BANDWIDTH, case.flops / MATH) * 1e6
     result = {"floor": floor, "ours": None, "note": ""}
@@ -257,7 +257,7 @@ def main():
         x_all = torch.randn(max(tokens_list), hidden, dtype=torch.bfloat16,
                             device=DEVICE)
         paths = bundle_paths(args, pair, tokens_list)
-        opened = {path: Bundle(args.build, path)
+        opened = {path: Bundle(path)
                   for path in set(paths.values())}
         bundles = {key: opened[path] for key, path in paths.items()}
         last = {}  # part -> (padded rows, our µs) of the last T, to scale

@@ -28,12 +28,10 @@ import sys
 import torch
 import torch.nn.functional as F
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "test", "GPU"))
-from moe_ctypes import Bundle  # noqa: E402
-from compiler import compile_bundle, list_presets  # noqa: E402
-from router_bench import torch_router  # noqa: E402
-from timing import flush_buffer, time_us  # noqa: E402
+from moe_mlir import Bundle
+from compiler import compile_bundle, list_presets
+from router_bench import torch_router
+from timing import flush_buffer, time_us
 
 BANDWIDTH = 3.0e12  # measured device-to-device copy on the H100, bytes/s
 MATH = 720e12       # dense bf16 tensor-core rate to count against, FLOP/s
@@ -143,7 +141,6 @@ def main():
     parser.add_argument("--compiler", default="build/bin/moe-compile")
     parser.add_argument("--config-db", default="",
                         help="tuned database before the shipped entries")
-    parser.add_argument("--build", default="build-runtime")
     parser.add_argument("--work", default="out/layer-bench")
     parser.add_argument("--presets",
                         default="mixtral-8x7b,qwen3-30b-a3b,deepseek-v3,"
@@ -186,13 +183,11 @@ def main():
             logits = torch.randn(tokens, preset["experts"], device=DEVICE)
             out = torch.full((tokens, hidden), float("nan"),
                              dtype=torch.bfloat16, device=DEVICE)
-            bundle = Bundle(args.build, bundles[(name, tokens)])
+            bundle = Bundle(bundles[(name, tokens)])
             tensors = [x, logits, w13, w2] + ([bias] if bias is not None
                                               else []) + [out]
-            described = bundle.describe(tensors)
-
             def ours():
-                bundle.run(tokens, tensors, described)
+                bundle.run(tokens, tensors)
                 return out
 
             # Eager first (each side checked on its own), then the graphs,

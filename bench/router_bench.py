@@ -12,8 +12,10 @@ import sys
 
 import torch
 
+from moe_mlir import Bundle
+
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "test", "GPU"))
-from moe_ctypes import Bundle, load_specs  # noqa: E402
+from moe_ctypes import load_specs  # noqa: E402
 from timing import flush_buffer, time_us  # noqa: E402
 
 BANDWIDTH = 3.0e12  # measured device-to-device copy on the H100, bytes/s
@@ -60,7 +62,6 @@ def graphed(function):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--build", default="build-runtime")
     parser.add_argument("--bundles", default="out/gpu-bundles")
     parser.add_argument("--tokens", default="1,128,4096,16384")
     parser.add_argument("--iterations", type=int, default=100)
@@ -76,8 +77,7 @@ def main():
             continue
         router = spec["router"]
         name = spec["name"].removeprefix("router-")
-        bundle = Bundle(args.build,
-                        os.path.join(args.bundles, spec["name"] + ".moeb"))
+        bundle = Bundle(os.path.join(args.bundles, spec["name"] + ".moeb"))
         reference = torch_router(router)
         compiled = torch.compile(reference, dynamic=False)
         experts, slots = router["experts"], router["top_k"] + router["shared"]
@@ -88,10 +88,8 @@ def main():
             weights = torch.empty(tokens, slots, device="cuda")
             ids = torch.empty(tokens, slots, dtype=torch.int32, device="cuda")
             tensors = [logits] + ([bias] if bias is not None else []) + [weights, ids]
-            described = bundle.describe(tensors)
-
             def ours():
-                bundle.run(tokens, tensors, described)
+                bundle.run(tokens, tensors)
 
             # Five untimed calls first: torch.compile and the graphs settle.
             def timed(function):

@@ -18,8 +18,10 @@ import time
 
 import torch
 
+from moe_mlir import Bundle
+
 sys.path.insert(0, os.path.dirname(__file__))
-from moe_ctypes import DTYPES, Bundle, Reference, load_specs  # noqa: E402
+from moe_ctypes import DTYPES, Reference, load_specs  # noqa: E402
 from gemm_common import (gemm1_reference, gemm2_reference,  # noqa: E402
                          random_ids, relative_errors, route, valid_rows)
 
@@ -64,7 +66,7 @@ def check(bundle, spec, reference, tokens, mode, generator):
             weights.to(DEVICE)]
         expected = gemm2_reference(rows, w2, ids, sorted_ids, weights)
 
-    shapes = [tuple(shape) for _, _, _, shape in bundle.infos(tokens)]
+    shapes = [tuple(info.shape) for info in bundle.tensors(tokens)]
     given = [tuple(tensor.shape) for tensor in inputs + [output]]
     if shapes != given:
         return f"manifest shapes {shapes}, test built {given}", note
@@ -111,8 +113,7 @@ def main():
             continue
         if args.only and spec["name"] not in args.only.split(","):
             continue
-        bundle = Bundle(args.build,
-                        os.path.join(args.bundles, spec["name"] + ".moeb"))
+        bundle = Bundle(os.path.join(args.bundles, spec["name"] + ".moeb"))
         for tokens, mode in cases:
             failure, note = check(bundle, spec, reference, tokens, mode,
                                   generator)

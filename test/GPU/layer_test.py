@@ -13,8 +13,10 @@ import time
 
 import torch
 
+from moe_mlir import Bundle
+
 sys.path.insert(0, os.path.dirname(__file__))
-from moe_ctypes import DTYPES, Bundle, Reference, load_specs  # noqa: E402
+from moe_ctypes import DTYPES, Reference, load_specs  # noqa: E402
 
 TOLERANCE = {"f32": 1e-5, "f16": 4e-3, "bf16": 2e-2}
 
@@ -68,8 +70,7 @@ def main():
     for spec in load_specs(args.bundles):
         if spec["kind"] != "layer":
             continue
-        bundle = Bundle(args.build,
-                        os.path.join(args.bundles, spec["name"] + ".moeb"))
+        bundle = Bundle(os.path.join(args.bundles, spec["name"] + ".moeb"))
         for tokens in map(int, args.tokens.split(",")):
             failure = check(bundle, spec, reference, tokens, generator)
             print(f"{spec['name']:16} T={tokens:<5} "

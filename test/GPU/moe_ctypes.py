@@ -1,5 +1,5 @@
-"""ctypes access to the runtime (libmoe_runtime.so) and to the reference
-(libmoe_reference.so) for the GPU tests and benchmarks, on torch tensors."""
+"""ctypes access to the reference (libmoe_reference.so) for the GPU tests
+and benchmarks, on torch tensors; they run bundles through moe_mlir.Bundle."""
 
 import ctypes
 import json
@@ -7,90 +7,12 @@ import os
 
 import torch
 
-MAX_RANK = 4
 DTYPES = {"f32": (0, torch.float32), "bf16": (1, torch.bfloat16),
           "f16": (2, torch.float16), "i32": (3, torch.int32)}
-TORCH_DTYPES = {code: dtype for code, dtype in DTYPES.values()}
-CODES = {dtype: code for code, dtype in DTYPES.values()}
-
-
-class MoeTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int32),
-                ("rank", ctypes.c_int32), ("dims", ctypes.c_int64 * MAX_RANK)]
-
-
-class MoeTensorInfo(ctypes.Structure):
-    _fields_ = [("name", ctypes.c_char_p), ("role", ctypes.c_int32),
-                ("dtype", ctypes.c_int32), ("rank", ctypes.c_int32),
-                ("dims", ctypes.c_int64 * MAX_RANK)]
 
 
 def _library(build, name):
     return ctypes.CDLL(os.path.join(build, "lib", name))
-
-
-class Bundle:
-    """A bundle loaded on the current CUDA device."""
-
-    def __init__(self, build, path):
-        self.lib = _library(build, "libmoe_runtime.so")
-        self.lib.moe_bundle_open.argtypes = [
-            ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
-            ctypes.c_char_p, ctypes.c_size_t]
-        self.lib.moe_bundle_run.argtypes = [
-            ctypes.c_void_p, ctypes.c_int64, ctypes.POINTER(MoeTensor),
-            ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
-        self.lib.moe_bundle_tensor_info.argtypes = [
-            ctypes.c_void_p, ctypes.c_int, ctypes.c_int64,
-            ctypes.POINTER(MoeTensorInfo), ctypes.c_char_p, ctypes.c_size_t]
-        self.lib.moe_bundle_num_tensors.argtypes = [ctypes.c_void_p]
-        self.lib.moe_bundle_close.argtypes = [ctypes.c_void_p]
-        self.handle = ctypes.c_void_p()
-        self.error = ctypes.create_string_buffer(4096)
-        status = self.lib.moe_bundle_open(
-            path.encode(), torch.cuda.current_device(),
-            ctypes.byref(self.handle), self.error, len(self.error))
-        if status:
-            raise RuntimeError(f"moe_bundle_open({path}): "
-                               f"{self.error.value.decode()}")
-        self.count = self.lib.moe_bundle_num_tensors(self.handle)
-
-    def infos(self, tokens):
-        """(name, role, torch dtype, shape) of each tensor at `tokens`."""
-        result = []
-        for index in range(self.count):
-            info = MoeTensorInfo()
-            if self.lib.moe_bundle_tensor_info(self.handle, index, tokens,
-                                               ctypes.byref(info), self.error,
-                                               len(self.error)):
-                raise RuntimeError(self.error.value.decode())
-            result.append((info.name.decode(), info.role,
-                           TORCH_DTYPES[info.dtype],
-                           tuple(info.dims[:info.rank])))
-        return result
-
-    def describe(self, tensors):
-        array = (MoeTensor * len(tensors))()
-        for slot, tensor in zip(array, tensors):
-            slot.data = tensor.data_ptr()
-            slot.dtype = CODES[tensor.dtype]
-            slot.rank = tensor.dim()
-            for axis, size in enumerate(tensor.shape):
-                slot.dims[axis] = size
-        return array
-
-    def run(self, tokens, tensors, described=None):
-        """Enqueues a run on the current stream; raises on an error."""
-        array = described if described is not None else self.describe(tensors)
-        stream = torch.cuda.current_stream().cuda_stream
-        status = self.lib.moe_bundle_run(self.handle, tokens, array,
-                                         len(tensors), stream, self.error,
-                                         len(self.error))
-        if status:
-            raise RuntimeError(f"moe_bundle_run: {self.error.value.decode()}")
-
-    def close(self):
-        self.lib.moe_bundle_close(self.handle)
 
 
 class Reference:

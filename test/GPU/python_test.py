@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """GPU test of the moe_mlir package on torch tensors.
 
-- moe_mlir.Bundle on routing-deepseek (bundles.json): tensors() as the ctypes
-  runtime reports them, and outputs bit-identical to the ctypes path's with
-  tensors passed through data_ptr(), DLPack and raw pointers (on a side
-  stream), and from a replayed CUDA graph; wrong tensors raise.
+- moe_mlir.Bundle on routing-deepseek (bundles.json): tensors() as its
+  manifest declares them, outputs bit-identical to the C++ reference with
+  torch tensors passed through data_ptr(), and to that run with tensors
+  passed through DLPack and raw pointers (on a side stream), replays of a
+  CUDA graph bit-identical to the reference; wrong tensors raise.
 - moe_mlir.torch.FusedMoE on each of LAYERS against a torch reference of the
   layer (float64 on the host, from DESIGN.md's semantics): max |error| over
   max |reference| within TOLERANCE, with torch's sync debug mode set to
@@ -114,21 +115,41 @@ class DlpackOnly:
         return self.tensor.__dlpack_device__()
 
 
-def test_bundle(results, args, generator):
-    from moe_ctypes import Bundle as CtypesBundle  # noqa: E402
-    from moe_mlir.torch import TORCH_DTYPES, empty_outputs
+def routing_tensors(spec, tokens):
+    """(name, role, dtype, shape) of each tensor of routing bundle `spec`
+    at `tokens` tokens, as moe-compile declares them in the manifest: the
+    logits, the correction bias, the rows to combine; the weights and ids,
+    moe.route's sorted slots, block experts and padded count, and the
+    combined rows."""
+    router, block_m = spec["router"], spec["block_m"]
+    experts, hidden = router["experts"], spec["hidden"]
+    slots = router["top_k"] + router["shared"]
+    capacity = tokens * slots + (experts + router["shared"]) * (block_m - 1)
+    return [("arg0", "input", spec["logits"], (tokens, experts)),
+            ("arg1", "input", "f32", (experts,)),
+            ("arg2", "input", spec["rows"], (tokens, slots, hidden)),
+            ("result0", "output", "f32", (tokens, slots)),
+            ("result1", "output", "i32", (tokens, slots)),
+            ("result2", "output", "i32", (capacity,)),
+            ("result3", "output", "i32", (-(-capacity // block_m),)),
+            ("result4", "output", "i32", ()),
+            ("result5", "output", spec["rows"], (tokens, hidden))]
 
-    path = os.path.join(args.bundles, ROUTING_BUNDLE + ".moeb")
-    ctypes_bundle = CtypesBundle(args.build, path)
-    bundle = moe_mlir.Bundle(path)
+
+def test_bundle(results, args, generator):
+    from moe_ctypes import Reference, load_specs
+    from moe_mlir.torch import empty_outputs
+    from routing_test import routing_mismatches
+
+    spec, = (spec for spec in load_specs(args.bundles)
+             if spec["name"] == ROUTING_BUNDLE)
+    reference = Reference(args.build)
+    bundle = moe_mlir.Bundle(os.path.join(args.bundles,
+                                          ROUTING_BUNDLE + ".moeb"))
     tokens = 300
-    expected_infos = [(name, "input" if role == 0 else "output", dtype, shape)
-                      for name, role, dtype, shape
-                      in ctypes_bundle.infos(tokens)]
-    infos = [(info.name, info.role, TORCH_DTYPES[info.dtype], info.shape)
-             for info in bundle.tensors(tokens)]
-    results.check("Bundle.tensors matches the ctypes runtime",
-                  infos == expected_infos, f"{infos}")
+    infos = [tuple(info) for info in bundle.tensors(tokens)]
+    results.check("Bundle.tensors lists the manifest's tensors",
+                  infos == routing_tensors(spec, tokens), f"{infos}")
 
     def inputs(count):
         logits = torch.randn(count, 256, generator=generator) * 2
@@ -142,19 +163,13 @@ def test_bundle(results, args, generator):
             output.fill_(float("nan") if output.is_floating_point() else -7)
         return outputs
 
-    def ctypes_run(count, tensors):
-        outputs = poisoned(count)
-        ctypes_bundle.run(count, tensors + outputs)
-        torch.cuda.synchronize()
-        return outputs
-
     tensors = inputs(tokens)
-    expected = ctypes_run(tokens, tensors)
-    outputs = poisoned(tokens)
-    bundle.run(tokens, tensors + outputs)
+    expected = poisoned(tokens)
+    bundle.run(tokens, tensors + expected)
     torch.cuda.synchronize()
-    results.check("Bundle.run on torch tensors",
-                  same_bits(outputs, expected))
+    failures = routing_mismatches(reference, spec, *tensors, expected)
+    results.check("Bundle.run on torch tensors matches the reference",
+                  not failures, "; ".join(failures))
 
     outputs = poisoned(tokens)
     bundle.run(tokens, [DlpackOnly(tensor) for tensor in tensors + outputs])
@@ -178,15 +193,17 @@ def test_bundle(results, args, generator):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         bundle.run(64, static_inputs + static_outputs)
-    replays_match = True
+    failures = []
     for _ in range(2):
         fresh = inputs(64)
         for static, new in zip(static_inputs, fresh):
             static.copy_(new)
         graph.replay()
         torch.cuda.synchronize()
-        replays_match &= same_bits(static_outputs, ctypes_run(64, fresh))
-    results.check("Bundle.run captured in a CUDA graph", replays_match)
+        failures += routing_mismatches(reference, spec, *fresh,
+                                       static_outputs)
+    results.check("Bundle.run captured in a CUDA graph matches the "
+                  "reference", not failures, "; ".join(failures))
 
     results.raises("Bundle.run: host tensor", ValueError, lambda: bundle.run(
         tokens, [tensors[0].cpu()] + tensors[1:] + outputs))
@@ -206,7 +223,6 @@ def test_bundle(results, args, generator):
                                       tensors + outputs))
     torch.cuda.synchronize()
     bundle.close()
-    ctypes_bundle.close()
 
 
 def reference_routing(router, logits, bias):

@@ -30,6 +30,8 @@ import time
 
 import torch
 
+from moe_mlir import Bundle, Error
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
 sys.path[:0] = [HERE, os.path.join(ROOT, "test", "GPU"),
@@ -38,7 +40,7 @@ import tune_space  # noqa: E402
 from compiler import CompileError, compile_bundle, list_presets  # noqa: E402
 from gemm_bench import gemm1_case, gemm2_case  # noqa: E402
 from gemm_common import random_ids, route  # noqa: E402
-from moe_ctypes import Bundle, Reference  # noqa: E402
+from moe_ctypes import Reference  # noqa: E402
 from timing import flush_buffer, time_us  # noqa: E402
 
 TOLERANCE = 1e-2
@@ -120,8 +122,8 @@ def measure(path, case, flush, args, budget_s=None):
     hundreds of candidates' split-K workspaces would not fit beside the
     weights."""
     try:
-        bundle = Bundle(args.build, path)
-    except RuntimeError as error:  # a workspace that does not fit, say
+        bundle = Bundle(path)
+    except Error as error:  # a workspace that does not fit, say
         return None, f"load failed: {error}"
     try:
         return measure_loaded(bundle, case, flush, args,
@@ -131,11 +133,10 @@ def measure(path, case, flush, args, budget_s=None):
 
 
 def measure_loaded(bundle, case, flush, args, budget_s):
-    described = bundle.describe(case.tensors)
     output = case.tensors[-1]
 
     def ours():
-        bundle.run(case.tokens, case.tensors, described)
+        bundle.run(case.tokens, case.tensors)
 
     output.fill_(float("nan"))
     try:
@@ -232,8 +233,7 @@ def main():
     parser.add_argument("--compiler", default="build/bin/moe-compile",
                         help="moe-compile (the static one travels)")
     parser.add_argument("--build", default="build-runtime",
-                        help="build directory with libmoe_runtime.so and "
-                             "libmoe_reference.so")
+                        help="build directory with libmoe_reference.so")
     parser.add_argument("--presets",
                         default="mixtral-8x7b,qwen3-30b-a3b,deepseek-v3,"
                                 "kimi-k2")
