@@ -25,12 +25,12 @@ The GPU machine has no compiler, so the FusedMoE bundles come from here:
 
 import argparse
 import copy
-import os
 import sys
 import time
 import warnings
 
 import moe_mlir
+from moe_mlir.testing.bundles import bundle_path, load_specs
 
 try:
     import torch
@@ -91,16 +91,6 @@ class Results:
         self.check(name, False, f"raised no {kind.__name__}")
 
 
-def bits(tensor):
-    """The tensor's bit patterns, so that NaN == NaN."""
-    width = {4: torch.int32, 2: torch.int16}[tensor.element_size()]
-    return tensor.contiguous().view(-1).view(width)
-
-
-def same_bits(first, second):
-    return all(torch.equal(bits(a), bits(b)) for a, b in zip(first, second))
-
-
 class DlpackOnly:
     """A tensor seen only through the DLPack protocol, as a non-torch
     producer (CuPy, JAX) would hand it over."""
@@ -137,15 +127,14 @@ def routing_tensors(spec, tokens):
 
 
 def test_bundle(results, args, generator):
-    from moe_ctypes import Reference, load_specs
-    from moe_mlir.torch import empty_outputs
-    from routing_test import routing_mismatches
+    from moe_mlir.testing.reference import Reference
+    from moe_mlir.testing.routing import routing_mismatches
+    from moe_mlir.testing.tensors import poisoned_outputs, same_bits
 
     spec, = (spec for spec in load_specs(args.bundles)
              if spec["name"] == ROUTING_BUNDLE)
     reference = Reference(args.build)
-    bundle = moe_mlir.Bundle(os.path.join(args.bundles,
-                                          ROUTING_BUNDLE + ".moeb"))
+    bundle = moe_mlir.Bundle(bundle_path(args.bundles, spec))
     tokens = 300
     infos = [tuple(info) for info in bundle.tensors(tokens)]
     results.check("Bundle.tensors lists the manifest's tensors",
@@ -157,26 +146,20 @@ def test_bundle(results, args, generator):
         rows = torch.randn(count, 9, 224, generator=generator)
         return [logits.cuda(), bias.cuda(), rows.to(torch.bfloat16).cuda()]
 
-    def poisoned(count):
-        outputs = empty_outputs(bundle, count)
-        for output in outputs:
-            output.fill_(float("nan") if output.is_floating_point() else -7)
-        return outputs
-
     tensors = inputs(tokens)
-    expected = poisoned(tokens)
+    expected = poisoned_outputs(bundle, tokens)
     bundle.run(tokens, tensors + expected)
     torch.cuda.synchronize()
     failures = routing_mismatches(reference, spec, *tensors, expected)
     results.check("Bundle.run on torch tensors matches the reference",
                   not failures, "; ".join(failures))
 
-    outputs = poisoned(tokens)
+    outputs = poisoned_outputs(bundle, tokens)
     bundle.run(tokens, [DlpackOnly(tensor) for tensor in tensors + outputs])
     torch.cuda.synchronize()
     results.check("Bundle.run through DLPack", same_bits(outputs, expected))
 
-    outputs = poisoned(tokens)
+    outputs = poisoned_outputs(bundle, tokens)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     raw = [(tensor.data_ptr(), info.dtype, tuple(tensor.shape))
@@ -188,7 +171,7 @@ def test_bundle(results, args, generator):
                   same_bits(outputs, expected))
 
     # A CUDA graph of one run, replayed on new inputs.
-    static_inputs, static_outputs = inputs(64), poisoned(64)
+    static_inputs, static_outputs = inputs(64), poisoned_outputs(bundle, 64)
     bundle.run(64, static_inputs + static_outputs)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
@@ -313,28 +296,28 @@ def compare(layer, dtype, output, hidden, logits, moe):
 
 
 def test_fused_moe(results, args, generator):
+    from moe_mlir.testing.tensors import bits, uniform
     from moe_mlir.torch import FusedMoE, TORCH_DTYPES
-
-    def uniform(*shape, scale=1.0):
-        return ((torch.rand(*shape, generator=generator) * 2 - 1)
-                * scale).cuda()
 
     for name, (layer, dtype) in LAYERS.items():
         torch_dtype = TORCH_DTYPES[dtype]
         moe = FusedMoE(layer=layer, dtype=torch_dtype, device="cuda",
                        cache_dir=args.cache, tokens_max=TOKENS_MAX)
         with torch.no_grad():
-            moe.w13.copy_(uniform(*layer.w13_shape,
+            moe.w13.copy_(uniform(generator, *layer.w13_shape,
                                   scale=layer.hidden_size ** -0.5))
-            moe.w2.copy_(uniform(*layer.w2_shape,
+            moe.w2.copy_(uniform(generator, *layer.w2_shape,
                                  scale=layer.intermediate_size ** -0.5))
             if moe.correction_bias is not None:
-                moe.correction_bias.copy_(uniform(layer.num_experts,
+                moe.correction_bias.copy_(uniform(generator,
+                                                  layer.num_experts,
                                                   scale=0.1))
 
         def inputs(tokens):
-            return (uniform(tokens, layer.hidden_size).to(torch_dtype),
-                    uniform(tokens, layer.num_experts, scale=2.0))
+            return (uniform(generator, tokens, layer.hidden_size)
+                    .to(torch_dtype).cuda(),
+                    uniform(generator, tokens, layer.num_experts,
+                            scale=2.0).cuda())
 
         def routable_inputs(tokens):
             # Tokens whose routing is a near-tie are left out of the
@@ -463,7 +446,6 @@ def main():
 
     if torch is None:
         parser.error("torch is needed (all but --prepare run on the GPU)")
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     print(f"python_test: seed {args.seed}", flush=True)
     generator = torch.Generator().manual_seed(args.seed)
     results = Results()

@@ -5,9 +5,9 @@ given presets on this machine's GPU and writes the config database
 
 For every preset and grouped matmul (gemm1: w13 with SiLU-and-mul, token
 rows gathered; gemm2: w2 with routed weights, sorted rows) it compiles each
-candidate of tune_space.py with moe-compile (in parallel; the static
-moe-compile runs on a machine without MLIR), plus moe-tile's heuristic at
-each token count. Then, at each T, on fresh random routing (experts drawn
+candidate of moe_mlir.testing.tune_space with moe-compile (in parallel; the
+static moe-compile runs on a machine without MLIR), plus moe-tile's
+heuristic at each token count. Then, at each T, on fresh random routing (experts drawn
 uniformly) and weights, it runs each candidate once on a NaN-poisoned output
 and checks it against torch.nn.functional.grouped_mm with the epilogue in
 torch (||error|| / ||peer|| <= 1e-2): a candidate that fails is dropped,
@@ -31,17 +31,12 @@ import time
 import torch
 
 from moe_mlir import Bundle, Error
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.join(HERE, "..", "..")
-sys.path[:0] = [HERE, os.path.join(ROOT, "test", "GPU"),
-                os.path.join(ROOT, "bench")]
-import tune_space  # noqa: E402
-from compiler import CompileError, compile_bundle, list_presets  # noqa: E402
-from gemm_bench import gemm1_case, gemm2_case  # noqa: E402
-from gemm_common import random_ids, route  # noqa: E402
-from moe_ctypes import Reference  # noqa: E402
-from timing import flush_buffer, time_us  # noqa: E402
+from moe_mlir.testing import tune_space
+from moe_mlir.testing.compiler import (CompileError, compile_bundle,
+                                       list_presets)
+from moe_mlir.testing.gemm import gemm1_case, gemm2_case, random_ids, route
+from moe_mlir.testing.reference import Reference
+from moe_mlir.testing.timing import flush_buffer, time_us
 
 TOLERANCE = 1e-2
 DEVICE = "cuda"
