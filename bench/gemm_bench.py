@@ -25,7 +25,7 @@ import torch
 from moe_mlir import Bundle
 from moe_mlir.testing.bundles import bundle_path, load_specs
 from moe_mlir.testing.compiler import compile_bundle
-from moe_mlir.testing.gemm import gemm1_case, gemm2_case, random_ids, route
+from moe_mlir.testing.gemm import model_cases, random_weights
 from moe_mlir.testing.reference import Reference
 from moe_mlir.testing.timing import flush_buffer, floor_us, time_us
 
@@ -150,14 +150,11 @@ def main():
     for model in models:
         pair = {s["part"]: s for s in specs if s["model"] == model}
         spec = pair["gemm1"]
-        experts, slots = spec["experts"], spec["slots"]
-        hidden, inter = spec["hidden"], spec["intermediate"]
+        hidden = spec["hidden"]
         started = time.time()
         # Weights allocated once per model (DeepSeek-V3's w13 is 15 GB).
-        w13 = torch.empty(experts, 2 * inter, hidden, dtype=torch.bfloat16,
-                          device=DEVICE).normal_(std=hidden ** -0.5)
-        w2 = torch.empty(experts, hidden, inter, dtype=torch.bfloat16,
-                         device=DEVICE).normal_(std=inter ** -0.5)
+        w13, w2 = random_weights(spec["experts"], hidden,
+                                 spec["intermediate"])
         x_all = torch.randn(max(tokens_list), hidden, dtype=torch.bfloat16,
                             device=DEVICE)
         paths = bundle_paths(args, pair, tokens_list)
@@ -166,21 +163,9 @@ def main():
         bundles = {key: opened[path] for key, path in paths.items()}
         last = {}  # part -> (padded rows, our µs) of the last T, to scale
         for tokens in tokens_list:
-            ids = random_ids(tokens, spec, generator)
-            routing_cpu = route(reference, ids, spec)
-            padded = int(routing_cpu[2])
-            routing = [tensor.to(DEVICE) for tensor in routing_cpu]
-            ids = ids.to(DEVICE)
-            capacity = routing[0].numel()
-            x = x_all[:tokens]
-            rows = torch.randn(capacity, inter, dtype=torch.bfloat16,
-                               device=DEVICE)
-            weights = torch.rand(tokens, slots, device=DEVICE) * 0.9 + 0.1
-            made = [gemm1_case(spec, tokens, x, w13,
-                               routing, ids),
-                    gemm2_case(pair["gemm2"], tokens, rows,
-                               w2, routing, ids, weights)]
-            for case, active in made:
+            cases, padded = model_cases(pair, tokens, x_all, w13, w2,
+                                        reference, generator)
+            for case, active in cases.values():
                 estimate = None
                 if case.part in last:
                     rows_then, time_then = last[case.part]
@@ -197,7 +182,7 @@ def main():
                 name = f"{model} {case.part}"
                 rows_out.append((name, tokens, active, result))
                 print(format_row(name, tokens, active, result), flush=True)
-            del made, rows, weights
+            del cases
         for bundle in opened.values():
             bundle.close()
         del w13, w2, x_all

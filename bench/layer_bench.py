@@ -31,6 +31,7 @@ import torch.nn.functional as F
 
 from moe_mlir import Bundle
 from moe_mlir.testing.compiler import compile_bundle, list_presets
+from moe_mlir.testing.gemm import random_weights
 from moe_mlir.testing.peers import torch_router
 from moe_mlir.testing.timing import flush_buffer, floor_us, graphed, time_us
 
@@ -154,10 +155,7 @@ def main():
         preset = presets[name]
         experts = preset["experts"] + preset["shared"]
         hidden, inter = preset["hidden"], preset["intermediate"]
-        w13 = torch.empty(experts, 2 * inter, hidden, dtype=torch.bfloat16,
-                          device=DEVICE).normal_(std=hidden ** -0.5)
-        w2 = torch.empty(experts, hidden, inter, dtype=torch.bfloat16,
-                         device=DEVICE).normal_(std=inter ** -0.5)
+        w13, w2 = random_weights(experts, hidden, inter)
         bias = (torch.randn(preset["experts"], device=DEVICE) * 0.1
                 if preset["bias"] else None)
         for tokens in tokens_list:

@@ -34,7 +34,7 @@ from moe_mlir import Bundle, Error
 from moe_mlir.testing import tune_space
 from moe_mlir.testing.compiler import (CompileError, compile_bundle,
                                        list_presets)
-from moe_mlir.testing.gemm import gemm1_case, gemm2_case, random_ids, route
+from moe_mlir.testing.gemm import model_cases, random_weights
 from moe_mlir.testing.reference import Reference
 from moe_mlir.testing.timing import flush_buffer, time_us
 
@@ -154,26 +154,14 @@ def tune_model(model, pair, plans, tokens_list, reference, flush, args,
     experts, hidden, inter = (gemm1["experts"], gemm1["hidden"],
                               gemm1["intermediate"])
     dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[gemm1["dtype"]]
-    w13 = torch.empty(experts, 2 * inter, hidden, dtype=dtype,
-                      device=DEVICE).normal_(std=hidden ** -0.5)
-    w2 = torch.empty(experts, hidden, inter, dtype=dtype,
-                     device=DEVICE).normal_(std=inter ** -0.5)
+    w13, w2 = random_weights(experts, hidden, inter, dtype)
     x_all = torch.randn(max(tokens_list), hidden, dtype=dtype, device=DEVICE)
     entries = []
     date = datetime.date.today().isoformat()
     for tokens in tokens_list:
-        ids = random_ids(tokens, gemm1, generator)
-        routing = [tensor.to(DEVICE) for tensor in route(reference, ids,
-                                                         gemm1)]
-        ids = ids.to(DEVICE)
-        rows = torch.randn(routing[0].numel(), inter, dtype=dtype,
-                           device=DEVICE)
-        weights = torch.rand(tokens, gemm1["slots"], device=DEVICE) * 0.9 + 0.1
-        cases = {"gemm1": gemm1_case(gemm1, tokens, x_all[:tokens],
-                                     w13, routing, ids)[0],
-                 "gemm2": gemm2_case(pair["gemm2"], tokens, rows, w2,
-                                     routing, ids, weights)[0]}
-        for part, case in cases.items():
+        cases, _ = model_cases(pair, tokens, x_all, w13, w2, reference,
+                               generator)
+        for part, (case, _) in cases.items():
             plan = plans[(model, part)]
             # moe-tile's heuristic config, compiled for this T.
             heuristic_us, why = measure(plan["heuristic"][tokens], case,

@@ -164,3 +164,34 @@ def gemm2_case(spec, tokens, rows, w2, routing, ids, weights):
                   tokens * slots * hidden) + 4 * tokens * slots)
     return Case("gemm2", tokens, spec, tensors, peer, peer_epilogue, compare,
                 reference, flops, moved), active
+
+
+def random_weights(experts, hidden, inter, dtype=torch.bfloat16):
+    """(w13 [E, 2I, H], w2 [E, H, I]) on the GPU, normal with standard
+    deviation 1 / sqrt(K), drawn from torch's generator."""
+    w13 = torch.empty(experts, 2 * inter, hidden, dtype=dtype,
+                      device=DEVICE).normal_(std=hidden ** -0.5)
+    w2 = torch.empty(experts, hidden, inter, dtype=dtype,
+                     device=DEVICE).normal_(std=inter ** -0.5)
+    return w13, w2
+
+
+def model_cases(pair, tokens, x_all, w13, w2, reference, generator):
+    """({part: (Case, active experts)}, padded rows) of a model's two grouped
+    matmuls (`pair`: their specs by part) at `tokens` tokens: the first
+    `tokens` rows of `x_all`, routed at random (experts drawn uniformly from
+    `generator`), gemm2's rows normal and its routed weights uniform in
+    [0.1, 1) from torch's generator."""
+    spec = pair["gemm1"]
+    ids = random_ids(tokens, spec, generator)
+    routing_cpu = route(reference, ids, spec)
+    routing = [tensor.to(DEVICE) for tensor in routing_cpu]
+    ids = ids.to(DEVICE)
+    rows = torch.randn(routing[0].numel(), spec["intermediate"],
+                       dtype=x_all.dtype, device=DEVICE)
+    weights = torch.rand(tokens, spec["slots"], device=DEVICE) * 0.9 + 0.1
+    cases = {"gemm1": gemm1_case(spec, tokens, x_all[:tokens], w13, routing,
+                                 ids),
+             "gemm2": gemm2_case(pair["gemm2"], tokens, rows, w2, routing,
+                                 ids, weights)}
+    return cases, int(routing_cpu[2])
