@@ -16,5 +16,8 @@ They run bundles through moe_mlir.Bundle; this package holds the rest:
 
 The first three need no torch, so that they run where the compiler is
 (which has no torch): importing them, or this package, imports none of it.
-The others import torch.
+The others import torch. On the GPU machine scripts/gpu-run.sh builds the
+package (runtime only) and puts it on PYTHONPATH; by hand:
+
+    PYTHONPATH=build-runtime/python python3 test/GPU/gemm_test.py
 """
