@@ -21,121 +21,26 @@ import sys
 import time
 
 import torch
-import torch.nn.functional as F
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "test", "GPU"))
-from moe_ctypes import Bundle, Reference, load_specs  # noqa: E402
-from compiler import compile_bundle  # noqa: E402
-from timing import flush_buffer, time_us  # noqa: E402
-from gemm_common import (gemm1_reference, gemm2_reference,  # noqa: E402
-                         random_ids, relative_errors, route, valid_rows)
+from moe_mlir import Bundle
+from moe_mlir.testing.bundles import bundle_path, load_specs
+from moe_mlir.testing.compiler import compile_bundle
+from moe_mlir.testing.gemm import model_cases, random_weights
+from moe_mlir.testing.reference import Reference
+from moe_mlir.testing.timing import flush_buffer, floor_us, time_us
 
-BANDWIDTH = 3.0e12  # measured device-to-device copy on the H100, bytes/s
-MATH = 720e12       # dense bf16 tensor-core rate to count against, FLOP/s
 TOLERANCE = 1e-2
 DEVICE = "cuda"
-
-
-def grouped_mm(mat_a, mat_b, offs):
-    function = getattr(F, "grouped_mm", None) or torch._grouped_mm
-    return function(mat_a, mat_b, offs=offs)
-
 
 torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 fallback check
 
 
-class Case:
-    """One grouped matmul at one T: our call, the peer's, the check."""
-
-    def __init__(self, part, tokens, spec, tensors, peer, peer_epilogue,
-                 compare, reference, flops, bytes_moved):
-        self.part, self.tokens, self.spec = part, tokens, spec
-        self.tensors, self.peer, self.peer_epilogue = tensors, peer, peer_epilogue
-        self.compare, self.reference = compare, reference
-        self.flops, self.bytes = flops, bytes_moved
-
-
-def gemm1_case(spec, tokens, x, w13, routing, ids):
-    slots, inter = spec["slots"], spec["intermediate"]
-    sorted_ids, expert_ids, num_padded = routing
-    out = torch.empty(sorted_ids.numel(), inter, dtype=x.dtype, device=DEVICE)
-    tensors = [x, w13, sorted_ids, expert_ids, num_padded, out]
-    row, slot = valid_rows(sorted_ids, tokens * slots)
-    counts = torch.bincount(ids.view(-1).long(), minlength=spec["experts"])
-    offs = counts.cumsum(0).to(torch.int32)
-    mat_a = x[slot // slots].contiguous()       # rows pre-sorted by expert
-    mat_b = w13.transpose(1, 2)                  # [E, K, N]
-
-    def peer():
-        return grouped_mm(mat_a, mat_b, offs)
-
-    def peer_epilogue():
-        h = grouped_mm(mat_a, mat_b, offs)
-        return F.silu(h[:, :inter]) * h[:, inter:]
-
-    def compare(expected=None):
-        return relative_errors(out[row], peer_epilogue() if expected is None
-                               else expected[slot])
-
-    def reference():  # fp32 per expert, when grouped_mm is not there
-        return gemm1_reference(x, w13, ids, torch.float32)
-
-    active = int((counts > 0).sum())
-    hidden = spec["hidden"]
-    flops = 2 * tokens * slots * 2 * inter * hidden
-    moved = 2 * (active * 2 * inter * hidden + tokens * hidden +
-                 tokens * slots * inter)
-    return Case("gemm1", tokens, spec, tensors, peer, peer_epilogue, compare,
-                reference, flops, moved), active
-
-
-def gemm2_case(spec, tokens, rows, w2, routing, ids, weights):
-    slots, hidden = spec["slots"], spec["hidden"]
-    sorted_ids, expert_ids, num_padded = routing
-    out = torch.empty(tokens, slots, hidden, dtype=rows.dtype, device=DEVICE)
-    tensors = [rows, w2, sorted_ids, expert_ids, num_padded, weights, out]
-    row, slot = valid_rows(sorted_ids, tokens * slots)
-    counts = torch.bincount(ids.view(-1).long(), minlength=spec["experts"])
-    offs = counts.cumsum(0).to(torch.int32)
-    mat_a = rows[row].contiguous()
-    mat_b = w2.transpose(1, 2)
-    scale = weights.view(-1)[slot].unsqueeze(1)
-    result = torch.empty(tokens * slots, hidden, dtype=rows.dtype,
-                         device=DEVICE)
-
-    def peer():
-        return grouped_mm(mat_a, mat_b, offs)
-
-    def peer_epilogue():
-        h = grouped_mm(mat_a, mat_b, offs)
-        return result.index_copy_(0, slot, (h * scale).to(rows.dtype))
-
-    def compare(expected=None):
-        return relative_errors(out.view(tokens * slots, hidden),
-                               peer_epilogue() if expected is None
-                               else expected)
-
-    def reference():  # fp32 per expert, when grouped_mm is not there
-        return gemm2_reference(rows, w2, ids, sorted_ids, weights,
-                               torch.float32)
-
-    active = int((counts > 0).sum())
-    inter = spec["intermediate"]
-    flops = 2 * tokens * slots * hidden * inter
-    moved = (2 * (active * hidden * inter + tokens * slots * inter +
-                  tokens * slots * hidden) + 4 * tokens * slots)
-    return Case("gemm2", tokens, spec, tensors, peer, peer_epilogue, compare,
-                reference, flops, moved), active
-
-
 def run_case(case, bundle, flush, args, estimate):
     """(result dict) for one case; skips ours when it would be too slow."""
-    described = bundle.describe(case.tensors)
-
     def ours():
-        bundle.run(case.tokens, case.tensors, described)
+        bundle.run(case.tokens, case.tensors)
 
-    floor = max(case.bytes / BANDWIDTH, case.flops / MATH) * 1e6
+    floor = floor_us(case.bytes, case.flops)
     result = {"floor": floor, "ours": None, "note": ""}
     peer_iterations = args.iterations
     try:
@@ -178,8 +83,7 @@ def bundle_paths(args, pair, tokens_list):
     """{(part, T): bundle} of a model's two grouped matmuls: --bundles' one
     for every T, or with --compiler one compiled for each T."""
     if not args.compiler:
-        return {(part, tokens): os.path.join(args.bundles,
-                                             pair[part]["name"] + ".moeb")
+        return {(part, tokens): bundle_path(args.bundles, pair[part])
                 for part in pair for tokens in tokens_list}
     os.makedirs(args.work, exist_ok=True)
     paths = {}
@@ -246,37 +150,22 @@ def main():
     for model in models:
         pair = {s["part"]: s for s in specs if s["model"] == model}
         spec = pair["gemm1"]
-        experts, slots = spec["experts"], spec["slots"]
-        hidden, inter = spec["hidden"], spec["intermediate"]
+        hidden = spec["hidden"]
         started = time.time()
         # Weights allocated once per model (DeepSeek-V3's w13 is 15 GB).
-        w13 = torch.empty(experts, 2 * inter, hidden, dtype=torch.bfloat16,
-                          device=DEVICE).normal_(std=hidden ** -0.5)
-        w2 = torch.empty(experts, hidden, inter, dtype=torch.bfloat16,
-                         device=DEVICE).normal_(std=inter ** -0.5)
+        w13, w2 = random_weights(spec["experts"], hidden,
+                                 spec["intermediate"])
         x_all = torch.randn(max(tokens_list), hidden, dtype=torch.bfloat16,
                             device=DEVICE)
         paths = bundle_paths(args, pair, tokens_list)
-        opened = {path: Bundle(args.build, path)
+        opened = {path: Bundle(path)
                   for path in set(paths.values())}
         bundles = {key: opened[path] for key, path in paths.items()}
         last = {}  # part -> (padded rows, our µs) of the last T, to scale
         for tokens in tokens_list:
-            ids = random_ids(tokens, spec, generator)
-            routing_cpu = route(reference, ids, spec)
-            padded = int(routing_cpu[2])
-            routing = [tensor.to(DEVICE) for tensor in routing_cpu]
-            ids = ids.to(DEVICE)
-            capacity = routing[0].numel()
-            x = x_all[:tokens]
-            rows = torch.randn(capacity, inter, dtype=torch.bfloat16,
-                               device=DEVICE)
-            weights = torch.rand(tokens, slots, device=DEVICE) * 0.9 + 0.1
-            made = [gemm1_case(spec, tokens, x, w13,
-                               routing, ids),
-                    gemm2_case(pair["gemm2"], tokens, rows,
-                               w2, routing, ids, weights)]
-            for case, active in made:
+            cases, padded = model_cases(pair, tokens, x_all, w13, w2,
+                                        reference, generator)
+            for case, active in cases.values():
                 estimate = None
                 if case.part in last:
                     rows_then, time_then = last[case.part]
@@ -293,7 +182,7 @@ def main():
                 name = f"{model} {case.part}"
                 rows_out.append((name, tokens, active, result))
                 print(format_row(name, tokens, active, result), flush=True)
-            del made, rows, weights
+            del cases
         for bundle in opened.values():
             bundle.close()
         del w13, w2, x_all

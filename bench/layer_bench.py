@@ -3,13 +3,14 @@
 (router, route, both grouped matmuls with their fused epilogues, combine;
 one bundle per T, compiled with --tokens-max T so that moe-tile takes the
 config database's entries for that bucket) against the best torch
-composition of the same layer: the router in torch (bench/router_bench.py's
-torch_router), slots sorted by expert, torch.nn.functional.grouped_mm for
-both GEMMs, SiLU-and-mul, the routed weights and the weighted combine
-(index_add_). Both sides run as CUDA-graph replays, L2 flushed (256 MiB
-zeroed) before every timed replay; full-size Mixtral-8x7B, Qwen3-30B-A3B,
-DeepSeek-V3 and Kimi-K2 (shared experts fused), random normal weights,
-hidden states and router logits, T in {1, 16, 64, 256, 1024, 4096}.
+composition of the same layer: the router in torch (torch_router of
+moe_mlir.testing.peers, which bench/router_bench.py times), slots sorted by
+expert, torch.nn.functional.grouped_mm for both GEMMs, SiLU-and-mul, the
+routed weights and the weighted combine (index_add_). Both sides run as
+CUDA-graph replays, L2 flushed (256 MiB zeroed) before every timed replay;
+full-size Mixtral-8x7B, Qwen3-30B-A3B, DeepSeek-V3 and Kimi-K2 (shared
+experts fused), random normal weights, hidden states and router logits, T
+in {1, 16, 64, 256, 1024, 4096}.
 
 Prints µs (median of CUDA-event timings), the speed-up torch / ours, the
 floor = max(bytes / 3.0 TB/s, flops / 720 TFLOP/s) (bytes: the weights of the
@@ -28,15 +29,12 @@ import sys
 import torch
 import torch.nn.functional as F
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "test", "GPU"))
-from moe_ctypes import Bundle  # noqa: E402
-from compiler import compile_bundle, list_presets  # noqa: E402
-from router_bench import torch_router  # noqa: E402
-from timing import flush_buffer, time_us  # noqa: E402
+from moe_mlir import Bundle
+from moe_mlir.testing.compiler import compile_bundle, list_presets
+from moe_mlir.testing.gemm import random_weights
+from moe_mlir.testing.peers import torch_router
+from moe_mlir.testing.timing import flush_buffer, floor_us, graphed, time_us
 
-BANDWIDTH = 3.0e12  # measured device-to-device copy on the H100, bytes/s
-MATH = 720e12       # dense bf16 tensor-core rate to count against, FLOP/s
 TOLERANCE = 2e-2
 DEVICE = "cuda"
 
@@ -83,22 +81,6 @@ def torch_layer(preset, x, logits, bias, w13, w2):
     return layer
 
 
-def graphed(function):
-    """(replay, the output tensor of the captured call). The replay keeps
-    `function` alive: the graph reads the tensors its closure holds."""
-    function()  # warm up outside the capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        output = function()
-
-    def replay():
-        graph.replay()
-
-    replay.captured = function
-    return replay, output
-
-
 def compile_bundles(compiler, presets, tokens_list, work, config_db, block_m,
                     jobs):
     """{(preset, T): bundle path}, compiled in parallel."""
@@ -118,14 +100,14 @@ def compile_bundles(compiler, presets, tokens_list, work, config_db, block_m,
         return {key: future.result() for key, future in futures.items()}
 
 
-def floor_us(preset, tokens, ids):
+def layer_floor_us(preset, tokens, ids):
     """The layer's floor with the routed experts `ids` (and the shared)."""
     hidden, inter = preset["hidden"], preset["intermediate"]
     active = int(torch.unique(ids).numel()) + preset["shared"]
     slots = preset["top_k"] + preset["shared"]
     moved = 2 * (active * 3 * inter * hidden + 2 * tokens * hidden)
     flops = 2 * tokens * slots * 3 * inter * hidden
-    return max(moved / BANDWIDTH, flops / MATH) * 1e6
+    return floor_us(moved, flops)
 
 
 def cells(row):
@@ -143,7 +125,6 @@ def main():
     parser.add_argument("--compiler", default="build/bin/moe-compile")
     parser.add_argument("--config-db", default="",
                         help="tuned database before the shipped entries")
-    parser.add_argument("--build", default="build-runtime")
     parser.add_argument("--work", default="out/layer-bench")
     parser.add_argument("--presets",
                         default="mixtral-8x7b,qwen3-30b-a3b,deepseek-v3,"
@@ -174,10 +155,7 @@ def main():
         preset = presets[name]
         experts = preset["experts"] + preset["shared"]
         hidden, inter = preset["hidden"], preset["intermediate"]
-        w13 = torch.empty(experts, 2 * inter, hidden, dtype=torch.bfloat16,
-                          device=DEVICE).normal_(std=hidden ** -0.5)
-        w2 = torch.empty(experts, hidden, inter, dtype=torch.bfloat16,
-                         device=DEVICE).normal_(std=inter ** -0.5)
+        w13, w2 = random_weights(experts, hidden, inter)
         bias = (torch.randn(preset["experts"], device=DEVICE) * 0.1
                 if preset["bias"] else None)
         for tokens in tokens_list:
@@ -186,13 +164,12 @@ def main():
             logits = torch.randn(tokens, preset["experts"], device=DEVICE)
             out = torch.full((tokens, hidden), float("nan"),
                              dtype=torch.bfloat16, device=DEVICE)
-            bundle = Bundle(args.build, bundles[(name, tokens)])
+            bundle = Bundle(bundles[(name, tokens)])
             tensors = [x, logits, w13, w2] + ([bias] if bias is not None
                                               else []) + [out]
-            described = bundle.describe(tensors)
 
             def ours():
-                bundle.run(tokens, tensors, described)
+                bundle.run(tokens, tensors)
                 return out
 
             # Eager first (each side checked on its own), then the graphs,
@@ -215,9 +192,8 @@ def main():
             row = {"layer": name, "tokens": tokens, "device": device,
                    "block_m": args.block_m,
                    "error": error}
-            row["floor"] = floor_us(preset, tokens,
-                                    torch_router(router_fields(preset))(
-                                        logits, bias)[1])
+            routed = torch_router(router_fields(preset))(logits, bias)[1]
+            row["floor"] = layer_floor_us(preset, tokens, routed)
             row["torch"] = time_us(torch_replay, flush, args.iterations)
             if not error <= TOLERANCE:
                 row["ours"] = None

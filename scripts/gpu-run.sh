@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The GPU machine's part, in one go: build the runtime and the reference
-# (no MLIR there), run the runtime's GPU tests, the routing, layer and
-# grouped-matmul tests against the reference and compute-sanitizer passes,
-# then the router and grouped-matmul benchmarks. Bundles come prebuilt in
-# out/gpu-bundles (scripts/make-gpu-bundles.sh, carried). Logs go to $OUT;
-# every step has a timeout, since a lost wait hangs forever. `gemm` runs only
+# The GPU machine's part, in one go: build the runtime, the reference and
+# the moe_mlir package (runtime only: no MLIR there), run the runtime's GPU
+# tests, the routing, layer and grouped-matmul tests against the reference
+# and compute-sanitizer passes, then the router and grouped-matmul
+# benchmarks. Bundles come prebuilt in out/gpu-bundles
+# (scripts/make-gpu-bundles.sh, carried). Logs go to $OUT; every step has a
+# timeout, since a lost wait hangs forever. `gemm` runs only
 # the grouped-matmul test, its sanitizer pass and its benchmark. `tune` runs
 # moe-tune for the four presets (the static moe-compile carried packed in
 # out/tools, scripts/pack-compiler.sh) into $OUT/gemm-configs.json, merged
@@ -36,9 +37,13 @@ step() {
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv \
   | tee "$OUT/device.log"
+# The moe_mlir package, for the python3 that has torch: every Python step
+# runs bundles through moe_mlir.Bundle.
 step build 300 bash -c "cmake -G Ninja -S . -B build-runtime \
-  -DMOE_ENABLE_COMPILER=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null && \
-  ninja -C build-runtime"
+  -DMOE_ENABLE_COMPILER=OFF -DCMAKE_BUILD_TYPE=Release \
+  -DPython3_EXECUTABLE=\"\$(command -v python3)\" >/dev/null && \
+  ninja -C build-runtime all moe-python"
+export PYTHONPATH=$PWD/build-runtime/python${PYTHONPATH:+:$PYTHONPATH}
 if [[ $what == tune || $what == gemm-tuned || $what == layer ]]; then
   compiler=/tmp/moe-compile
   python3 -c "import lzma, shutil; shutil.copyfileobj(
@@ -68,11 +73,7 @@ if [[ $what == tests || $what == all ]]; then
   step runtime-tests 300 build-runtime/bin/MoeRuntimeTests
   step routing-tests 400 python3 test/GPU/routing_test.py
   step layer-tests 400 python3 test/GPU/layer_test.py
-  # The moe_mlir package (runtime only) for the python3 that has torch.
-  step python-tests 400 bash -c "cmake -S . -B build-runtime \
-    -DPython3_EXECUTABLE=\"\$(command -v python3)\" >/dev/null && \
-    ninja -C build-runtime moe-python && \
-    PYTHONPATH=build-runtime/python python3 test/GPU/python_test.py"
+  step python-tests 400 python3 test/GPU/python_test.py
   step sanitizer 400 compute-sanitizer --tool memcheck --error-exitcode 1 \
     python3 test/GPU/routing_test.py --tokens 7,300 --only routing-deepseek
 fi

@@ -12,29 +12,26 @@ experts (most experts get no rows, the others several blocks). Exits
 non-zero on any mismatch."""
 
 import argparse
-import os
 import sys
 import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))
-from moe_ctypes import DTYPES, Bundle, Reference, load_specs  # noqa: E402
-from gemm_common import (gemm1_reference, gemm2_reference,  # noqa: E402
-                         random_ids, relative_errors, route, valid_rows)
+from moe_mlir import Bundle
+from moe_mlir.testing.bundles import bundle_path, load_specs
+from moe_mlir.testing.gemm import (gemm1_reference, gemm2_reference,
+                                   random_ids, route, valid_rows)
+from moe_mlir.testing.reference import Reference
+from moe_mlir.testing.tensors import poisoned, relative_errors, uniform
+from moe_mlir.torch import TORCH_DTYPES
 
 TOLERANCE = {"bf16": 1e-2, "f16": 4e-3}
 DEVICE = "cuda"
 CASES = "1:uniform,7:uniform,128:skewed,1000:uniform,1000:skewed"
 
 
-def uniform(generator, *shape, scale=1.0, low=-1.0):
-    """Uniform in [low, 1) * scale, away from zero on average."""
-    return (torch.rand(*shape, generator=generator) * (1 - low) + low) * scale
-
-
 def check(bundle, spec, reference, tokens, mode, generator):
-    dtype = DTYPES[spec["dtype"]][1]
+    dtype = TORCH_DTYPES[spec["dtype"]]
     experts, slots = spec["experts"], spec["slots"]
     hidden, inter = spec["hidden"], spec["intermediate"]
     ids = random_ids(tokens, spec, generator, mode)
@@ -49,8 +46,7 @@ def check(bundle, spec, reference, tokens, mode, generator):
         x = uniform(generator, tokens, hidden).to(dtype)
         w13 = uniform(generator, experts, 2 * inter, hidden,
                       scale=2 * hidden ** -0.5).to(dtype)
-        output = torch.full((capacity, inter), float("nan"), dtype=dtype,
-                            device=DEVICE)
+        output = poisoned((capacity, inter), dtype, DEVICE)
         inputs = [x.to(DEVICE), w13.to(DEVICE)] + routing
         expected = gemm1_reference(x, w13, ids)
     else:
@@ -58,13 +54,12 @@ def check(bundle, spec, reference, tokens, mode, generator):
         w2 = uniform(generator, experts, hidden, inter,
                      scale=2 * inter ** -0.5).to(dtype)
         weights = uniform(generator, tokens, slots, low=0.1)
-        output = torch.full((tokens, slots, hidden), float("nan"),
-                            dtype=dtype, device=DEVICE)
+        output = poisoned((tokens, slots, hidden), dtype, DEVICE)
         inputs = [rows.to(DEVICE), w2.to(DEVICE)] + routing + [
             weights.to(DEVICE)]
         expected = gemm2_reference(rows, w2, ids, sorted_ids, weights)
 
-    shapes = [tuple(shape) for _, _, _, shape in bundle.infos(tokens)]
+    shapes = [tuple(info.shape) for info in bundle.tensors(tokens)]
     given = [tuple(tensor.shape) for tensor in inputs + [output]]
     if shapes != given:
         return f"manifest shapes {shapes}, test built {given}", note
@@ -111,8 +106,7 @@ def main():
             continue
         if args.only and spec["name"] not in args.only.split(","):
             continue
-        bundle = Bundle(args.build,
-                        os.path.join(args.bundles, spec["name"] + ".moeb"))
+        bundle = Bundle(bundle_path(args.bundles, spec))
         for tokens, mode in cases:
             failure, note = check(bundle, spec, reference, tokens, mode,
                                   generator)

@@ -7,50 +7,46 @@ first: max |error| over max |reference| within 1e-5 (f32), 4e-3 (f16) or
 2e-2 (bf16). Exits non-zero on any mismatch."""
 
 import argparse
-import os
 import sys
 import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))
-from moe_ctypes import DTYPES, Bundle, Reference, load_specs  # noqa: E402
+from moe_mlir import Bundle
+from moe_mlir.testing.bundles import bundle_path, load_specs
+from moe_mlir.testing.reference import Reference
+from moe_mlir.testing.tensors import poisoned, relative_errors, uniform
+from moe_mlir.torch import TORCH_DTYPES
 
 TOLERANCE = {"f32": 1e-5, "f16": 4e-3, "bf16": 2e-2}
 
 
 def check(bundle, spec, reference, tokens, generator):
-    router, dtype = spec["router"], DTYPES[spec["dtype"]][1]
+    router, dtype = spec["router"], TORCH_DTYPES[spec["dtype"]]
     experts = router["experts"]
     stored = experts + router["shared"]
     hidden_size, intermediate = spec["hidden"], spec["intermediate"]
-
-    def uniform(*shape, scale=1.0):
-        return (torch.rand(*shape, generator=generator) * 2 - 1) * scale
-
-    hidden = uniform(tokens, hidden_size).to(dtype)
-    logits = uniform(tokens, experts, scale=2.0)
-    w13 = uniform(stored, 2 * intermediate, hidden_size,
+    hidden = uniform(generator, tokens, hidden_size).to(dtype)
+    logits = uniform(generator, tokens, experts, scale=2.0)
+    w13 = uniform(generator, stored, 2 * intermediate, hidden_size,
                   scale=hidden_size ** -0.5).to(dtype)
-    w2 = uniform(stored, hidden_size, intermediate,
+    w2 = uniform(generator, stored, hidden_size, intermediate,
                  scale=intermediate ** -0.5).to(dtype)
-    bias = uniform(experts, scale=0.1) if router["bias"] else None
+    bias = (uniform(generator, experts, scale=0.1) if router["bias"]
+            else None)
     inputs = [hidden, logits, w13, w2] + ([bias] if bias is not None else [])
-    output = torch.full((tokens, hidden_size), float("nan"), dtype=dtype,
-                        device="cuda")
+    output = poisoned((tokens, hidden_size), dtype)
     bundle.run(tokens, [tensor.cuda() for tensor in inputs] + [output])
     torch.cuda.synchronize()
 
     expected = reference.fused_moe(router, spec["activation"], spec["dtype"],
                                    hidden, logits, bias, w13, w2)
-    actual = output.cpu().float()
-    if not torch.isfinite(actual).all():
+    actual = output.cpu()
+    if not torch.isfinite(actual.float()).all():
         return "output not finite (unwritten rows?)"
-    error = (actual - expected).abs().max().item()
-    scale = expected.abs().max().item()
-    relative = error / max(scale, 1e-30)
+    relative, _ = relative_errors(actual, expected)
     if relative > TOLERANCE[spec["dtype"]]:
-        return f"max |error| {error:.3g}, relative {relative:.3g}"
+        return f"max |error| / max |reference| {relative:.3g}"
     return ""
 
 
@@ -68,8 +64,7 @@ def main():
     for spec in load_specs(args.bundles):
         if spec["kind"] != "layer":
             continue
-        bundle = Bundle(args.build,
-                        os.path.join(args.bundles, spec["name"] + ".moeb"))
+        bundle = Bundle(bundle_path(args.bundles, spec))
         for tokens in map(int, args.tokens.split(",")):
             failure = check(bundle, spec, reference, tokens, generator)
             print(f"{spec['name']:16} T={tokens:<5} "

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """GPU test of the moe_mlir package on torch tensors.
 
-- moe_mlir.Bundle on routing-deepseek (bundles.json): tensors() as the ctypes
-  runtime reports them, and outputs bit-identical to the ctypes path's with
-  tensors passed through data_ptr(), DLPack and raw pointers (on a side
-  stream), and from a replayed CUDA graph; wrong tensors raise.
+- moe_mlir.Bundle on routing-deepseek (bundles.json): tensors() as its
+  manifest declares them, outputs bit-identical to the C++ reference with
+  torch tensors passed through data_ptr(), and to that run with tensors
+  passed through DLPack and raw pointers (on a side stream), replays of a
+  CUDA graph bit-identical to the reference; wrong tensors raise.
 - moe_mlir.torch.FusedMoE on each of LAYERS against a torch reference of the
   layer (float64 on the host, from DESIGN.md's semantics): max |error| over
   max |reference| within TOLERANCE, with torch's sync debug mode set to
@@ -24,12 +25,12 @@ The GPU machine has no compiler, so the FusedMoE bundles come from here:
 
 import argparse
 import copy
-import os
 import sys
 import time
 import warnings
 
 import moe_mlir
+from moe_mlir.testing.bundles import bundle_path, load_specs
 
 try:
     import torch
@@ -90,16 +91,6 @@ class Results:
         self.check(name, False, f"raised no {kind.__name__}")
 
 
-def bits(tensor):
-    """The tensor's bit patterns, so that NaN == NaN."""
-    width = {4: torch.int32, 2: torch.int16}[tensor.element_size()]
-    return tensor.contiguous().view(-1).view(width)
-
-
-def same_bits(first, second):
-    return all(torch.equal(bits(a), bits(b)) for a, b in zip(first, second))
-
-
 class DlpackOnly:
     """A tensor seen only through the DLPack protocol, as a non-torch
     producer (CuPy, JAX) would hand it over."""
@@ -114,21 +105,40 @@ class DlpackOnly:
         return self.tensor.__dlpack_device__()
 
 
-def test_bundle(results, args, generator):
-    from moe_ctypes import Bundle as CtypesBundle  # noqa: E402
-    from moe_mlir.torch import TORCH_DTYPES, empty_outputs
+def routing_tensors(spec, tokens):
+    """(name, role, dtype, shape) of each tensor of routing bundle `spec`
+    at `tokens` tokens, as moe-compile declares them in the manifest: the
+    logits, the correction bias, the rows to combine; the weights and ids,
+    moe.route's sorted slots, block experts and padded count, and the
+    combined rows."""
+    router, block_m = spec["router"], spec["block_m"]
+    experts, hidden = router["experts"], spec["hidden"]
+    slots = router["top_k"] + router["shared"]
+    capacity = tokens * slots + (experts + router["shared"]) * (block_m - 1)
+    return [("arg0", "input", spec["logits"], (tokens, experts)),
+            ("arg1", "input", "f32", (experts,)),
+            ("arg2", "input", spec["rows"], (tokens, slots, hidden)),
+            ("result0", "output", "f32", (tokens, slots)),
+            ("result1", "output", "i32", (tokens, slots)),
+            ("result2", "output", "i32", (capacity,)),
+            ("result3", "output", "i32", (-(-capacity // block_m),)),
+            ("result4", "output", "i32", ()),
+            ("result5", "output", spec["rows"], (tokens, hidden))]
 
-    path = os.path.join(args.bundles, ROUTING_BUNDLE + ".moeb")
-    ctypes_bundle = CtypesBundle(args.build, path)
-    bundle = moe_mlir.Bundle(path)
+
+def test_bundle(results, args, generator):
+    from moe_mlir.testing.reference import Reference
+    from moe_mlir.testing.routing import routing_mismatches
+    from moe_mlir.testing.tensors import poisoned_outputs, same_bits
+
+    spec, = (spec for spec in load_specs(args.bundles)
+             if spec["name"] == ROUTING_BUNDLE)
+    reference = Reference(args.build)
+    bundle = moe_mlir.Bundle(bundle_path(args.bundles, spec))
     tokens = 300
-    expected_infos = [(name, "input" if role == 0 else "output", dtype, shape)
-                      for name, role, dtype, shape
-                      in ctypes_bundle.infos(tokens)]
-    infos = [(info.name, info.role, TORCH_DTYPES[info.dtype], info.shape)
-             for info in bundle.tensors(tokens)]
-    results.check("Bundle.tensors matches the ctypes runtime",
-                  infos == expected_infos, f"{infos}")
+    infos = [tuple(info) for info in bundle.tensors(tokens)]
+    results.check("Bundle.tensors lists the manifest's tensors",
+                  infos == routing_tensors(spec, tokens), f"{infos}")
 
     def inputs(count):
         logits = torch.randn(count, 256, generator=generator) * 2
@@ -136,32 +146,20 @@ def test_bundle(results, args, generator):
         rows = torch.randn(count, 9, 224, generator=generator)
         return [logits.cuda(), bias.cuda(), rows.to(torch.bfloat16).cuda()]
 
-    def poisoned(count):
-        outputs = empty_outputs(bundle, count)
-        for output in outputs:
-            output.fill_(float("nan") if output.is_floating_point() else -7)
-        return outputs
-
-    def ctypes_run(count, tensors):
-        outputs = poisoned(count)
-        ctypes_bundle.run(count, tensors + outputs)
-        torch.cuda.synchronize()
-        return outputs
-
     tensors = inputs(tokens)
-    expected = ctypes_run(tokens, tensors)
-    outputs = poisoned(tokens)
-    bundle.run(tokens, tensors + outputs)
+    expected = poisoned_outputs(bundle, tokens)
+    bundle.run(tokens, tensors + expected)
     torch.cuda.synchronize()
-    results.check("Bundle.run on torch tensors",
-                  same_bits(outputs, expected))
+    failures = routing_mismatches(reference, spec, *tensors, expected)
+    results.check("Bundle.run on torch tensors matches the reference",
+                  not failures, "; ".join(failures))
 
-    outputs = poisoned(tokens)
+    outputs = poisoned_outputs(bundle, tokens)
     bundle.run(tokens, [DlpackOnly(tensor) for tensor in tensors + outputs])
     torch.cuda.synchronize()
     results.check("Bundle.run through DLPack", same_bits(outputs, expected))
 
-    outputs = poisoned(tokens)
+    outputs = poisoned_outputs(bundle, tokens)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     raw = [(tensor.data_ptr(), info.dtype, tuple(tensor.shape))
@@ -173,20 +171,22 @@ def test_bundle(results, args, generator):
                   same_bits(outputs, expected))
 
     # A CUDA graph of one run, replayed on new inputs.
-    static_inputs, static_outputs = inputs(64), poisoned(64)
+    static_inputs, static_outputs = inputs(64), poisoned_outputs(bundle, 64)
     bundle.run(64, static_inputs + static_outputs)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         bundle.run(64, static_inputs + static_outputs)
-    replays_match = True
+    failures = []
     for _ in range(2):
         fresh = inputs(64)
         for static, new in zip(static_inputs, fresh):
             static.copy_(new)
         graph.replay()
         torch.cuda.synchronize()
-        replays_match &= same_bits(static_outputs, ctypes_run(64, fresh))
-    results.check("Bundle.run captured in a CUDA graph", replays_match)
+        failures += routing_mismatches(reference, spec, *fresh,
+                                       static_outputs)
+    results.check("Bundle.run captured in a CUDA graph matches the "
+                  "reference", not failures, "; ".join(failures))
 
     results.raises("Bundle.run: host tensor", ValueError, lambda: bundle.run(
         tokens, [tensors[0].cpu()] + tensors[1:] + outputs))
@@ -206,7 +206,6 @@ def test_bundle(results, args, generator):
                                       tensors + outputs))
     torch.cuda.synchronize()
     bundle.close()
-    ctypes_bundle.close()
 
 
 def reference_routing(router, logits, bias):
@@ -297,28 +296,28 @@ def compare(layer, dtype, output, hidden, logits, moe):
 
 
 def test_fused_moe(results, args, generator):
+    from moe_mlir.testing.tensors import bits, uniform
     from moe_mlir.torch import FusedMoE, TORCH_DTYPES
-
-    def uniform(*shape, scale=1.0):
-        return ((torch.rand(*shape, generator=generator) * 2 - 1)
-                * scale).cuda()
 
     for name, (layer, dtype) in LAYERS.items():
         torch_dtype = TORCH_DTYPES[dtype]
         moe = FusedMoE(layer=layer, dtype=torch_dtype, device="cuda",
                        cache_dir=args.cache, tokens_max=TOKENS_MAX)
         with torch.no_grad():
-            moe.w13.copy_(uniform(*layer.w13_shape,
+            moe.w13.copy_(uniform(generator, *layer.w13_shape,
                                   scale=layer.hidden_size ** -0.5))
-            moe.w2.copy_(uniform(*layer.w2_shape,
+            moe.w2.copy_(uniform(generator, *layer.w2_shape,
                                  scale=layer.intermediate_size ** -0.5))
             if moe.correction_bias is not None:
-                moe.correction_bias.copy_(uniform(layer.num_experts,
+                moe.correction_bias.copy_(uniform(generator,
+                                                  layer.num_experts,
                                                   scale=0.1))
 
         def inputs(tokens):
-            return (uniform(tokens, layer.hidden_size).to(torch_dtype),
-                    uniform(tokens, layer.num_experts, scale=2.0))
+            return (uniform(generator, tokens, layer.hidden_size)
+                    .to(torch_dtype).cuda(),
+                    uniform(generator, tokens, layer.num_experts,
+                            scale=2.0).cuda())
 
         def routable_inputs(tokens):
             # Tokens whose routing is a near-tie are left out of the
@@ -447,7 +446,6 @@ def main():
 
     if torch is None:
         parser.error("torch is needed (all but --prepare run on the GPU)")
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     print(f"python_test: seed {args.seed}", flush=True)
     generator = torch.Generator().manual_seed(args.seed)
     results = Results()

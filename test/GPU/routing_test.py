@@ -7,16 +7,17 @@ rows of ties and duplicate maxima, with every output poisoned first, for
 T in {1, 7, 128, 4096, 16384}. Exits non-zero on any mismatch."""
 
 import argparse
-import os
 import sys
 import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))
-from moe_ctypes import DTYPES, Bundle, Reference, load_specs  # noqa: E402
-
-POISON_INT = -123456789
+from moe_mlir import Bundle
+from moe_mlir.testing.bundles import bundle_path, load_specs
+from moe_mlir.testing.reference import Reference
+from moe_mlir.testing.routing import routing_mismatches
+from moe_mlir.testing.tensors import poisoned_outputs
+from moe_mlir.torch import TORCH_DTYPES
 
 
 def make_logits(tokens, experts, dtype, generator):
@@ -30,62 +31,21 @@ def make_logits(tokens, experts, dtype, generator):
     return logits.to(dtype)
 
 
-def poisoned(shape, dtype):
-    if dtype.is_floating_point:
-        return torch.full(shape, float("nan"), dtype=dtype, device="cuda")
-    return torch.full(shape, POISON_INT, dtype=dtype, device="cuda")
-
-
-def bits(tensor):
-    """The tensor's bit patterns, so that -0 differs from +0 and NaN == NaN."""
-    width = {4: torch.int32, 2: torch.int16}[tensor.element_size()]
-    return tensor.contiguous().view(-1).view(width)
-
-
-def compare(name, actual, expected, failures):
-    actual = actual.cpu()
-    if actual.dtype.is_floating_point:
-        if not torch.equal(bits(actual), bits(expected)):
-            difference = (actual.float() - expected.float()).abs()
-            failures.append(f"{name}: {int((difference > 0).sum())} of "
-                            f"{difference.numel()} differ, max "
-                            f"{difference.max().item():.3g}")
-        if not torch.isfinite(actual.float()).all():
-            failures.append(f"{name}: not finite (unwritten?)")
-    elif not torch.equal(actual, expected):
-        wrong = int((actual != expected).sum())
-        failures.append(f"{name}: {wrong} of {actual.numel()} differ")
-
-
 def check(bundle, spec, reference, tokens, generator):
     router = spec["router"]
     experts, slots = router["experts"], router["top_k"] + router["shared"]
-    logits = make_logits(tokens, experts, DTYPES[spec["logits"]][1], generator)
+    logits = make_logits(tokens, experts, TORCH_DTYPES[spec["logits"]],
+                         generator)
     bias = (torch.randn(experts, generator=generator) * 0.1
             if router["bias"] else None)
-    rows_dtype = DTYPES[spec["rows"]][1]
     rows = torch.randn(tokens, slots, spec["hidden"],
-                       generator=generator).to(rows_dtype)
+                       generator=generator).to(TORCH_DTYPES[spec["rows"]])
     inputs = [logits.cuda()] + ([bias.cuda()] if bias is not None else [])
     inputs.append(rows.cuda())
-    outputs = [poisoned(shape, dtype)
-               for _, role, dtype, shape in bundle.infos(tokens) if role == 1]
+    outputs = poisoned_outputs(bundle, tokens)
     bundle.run(tokens, inputs + outputs)
     torch.cuda.synchronize()
-    weights, ids, sorted_ids, expert_ids, num_padded, combined = outputs
-
-    failures = []
-    expected_weights, expected_ids = reference.gate(router, logits, bias)
-    compare("ids", ids, expected_ids, failures)
-    compare("weights", weights, expected_weights, failures)
-    expected_sorted, expected_experts, expected_padded = reference.route(
-        ids.cpu(), experts + router["shared"], spec["block_m"])
-    compare("sorted_ids", sorted_ids, expected_sorted, failures)
-    compare("expert_ids", expert_ids, expected_experts, failures)
-    compare("num_padded", num_padded, expected_padded, failures)
-    compare("combined", combined, reference.combine(rows).to(rows_dtype),
-            failures)
-    return failures
+    return routing_mismatches(reference, spec, logits, bias, rows, outputs)
 
 
 def main():
@@ -103,8 +63,7 @@ def main():
     for spec in load_specs(args.bundles):
         if spec["kind"] != "routing" or (args.only and spec["name"] != args.only):
             continue
-        bundle = Bundle(args.build,
-                        os.path.join(args.bundles, spec["name"] + ".moeb"))
+        bundle = Bundle(bundle_path(args.bundles, spec))
         for tokens in map(int, args.tokens.split(",")):
             failures = check(bundle, spec, reference, tokens, generator)
             status = "PASS" if not failures else "FAIL " + "; ".join(failures)

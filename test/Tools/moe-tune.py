@@ -1,6 +1,6 @@
 # RUN: rm -rf %t && mkdir -p %t
-# RUN: %python %s %moe_src_root moe-compile %t | FileCheck %s
-"""moe-tune's GPU-free half (tools/moe-tune/tune_space.py): the grouped
+# RUN: %python %s moe-compile %t | FileCheck %s
+"""moe-tune's GPU-free half (moe_mlir.testing.tune_space): the grouped
 matmuls of a preset as moe-compile --list-presets sizes them, the candidate
 configs, and a database that merges entries by key and bucket and that
 moe-compile reads: a split-K entry for Mixtral-8x7B's gemm2 at 1 token
@@ -12,13 +12,11 @@ import os
 import subprocess
 import sys
 
-root, compiler, work = sys.argv[1:4]
-sys.path.insert(0, os.path.join(root, "tools", "moe-tune"))
-import tune_space  # noqa: E402
+from moe_mlir.testing import tune_space
+from moe_mlir.testing.compiler import list_presets
 
-presets = {p["name"]: p for p in json.loads(subprocess.run(
-    [compiler, "--list-presets"], check=True, capture_output=True,
-    text=True).stdout)}
+compiler, work = sys.argv[1:3]
+presets = list_presets(compiler)
 for gemm in tune_space.gemms(presets["deepseek-v3"]):
     print(gemm["part"], gemm["experts"], gemm["N"], gemm["K"], gemm["slots"])
 # CHECK: gemm1 257 4096 7168 9

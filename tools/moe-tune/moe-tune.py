@@ -5,9 +5,9 @@ given presets on this machine's GPU and writes the config database
 
 For every preset and grouped matmul (gemm1: w13 with SiLU-and-mul, token
 rows gathered; gemm2: w2 with routed weights, sorted rows) it compiles each
-candidate of tune_space.py with moe-compile (in parallel; the static
-moe-compile runs on a machine without MLIR), plus moe-tile's heuristic at
-each token count. Then, at each T, on fresh random routing (experts drawn
+candidate of moe_mlir.testing.tune_space with moe-compile (in parallel; the
+static moe-compile runs on a machine without MLIR), plus moe-tile's
+heuristic at each token count. Then, at each T, on fresh random routing (experts drawn
 uniformly) and weights, it runs each candidate once on a NaN-poisoned output
 and checks it against torch.nn.functional.grouped_mm with the epilogue in
 torch (||error|| / ||peer|| <= 1e-2): a candidate that fails is dropped,
@@ -30,16 +30,13 @@ import time
 
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.join(HERE, "..", "..")
-sys.path[:0] = [HERE, os.path.join(ROOT, "test", "GPU"),
-                os.path.join(ROOT, "bench")]
-import tune_space  # noqa: E402
-from compiler import CompileError, compile_bundle, list_presets  # noqa: E402
-from gemm_bench import gemm1_case, gemm2_case  # noqa: E402
-from gemm_common import random_ids, route  # noqa: E402
-from moe_ctypes import Bundle, Reference  # noqa: E402
-from timing import flush_buffer, time_us  # noqa: E402
+from moe_mlir import Bundle, Error
+from moe_mlir.testing import tune_space
+from moe_mlir.testing.compiler import (CompileError, compile_bundle,
+                                       list_presets)
+from moe_mlir.testing.gemm import model_cases, random_weights
+from moe_mlir.testing.reference import Reference
+from moe_mlir.testing.timing import flush_buffer, time_us
 
 TOLERANCE = 1e-2
 DEVICE = "cuda"
@@ -120,8 +117,8 @@ def measure(path, case, flush, args, budget_s=None):
     hundreds of candidates' split-K workspaces would not fit beside the
     weights."""
     try:
-        bundle = Bundle(args.build, path)
-    except RuntimeError as error:  # a workspace that does not fit, say
+        bundle = Bundle(path)
+    except Error as error:  # a workspace that does not fit, say
         return None, f"load failed: {error}"
     try:
         return measure_loaded(bundle, case, flush, args,
@@ -131,11 +128,10 @@ def measure(path, case, flush, args, budget_s=None):
 
 
 def measure_loaded(bundle, case, flush, args, budget_s):
-    described = bundle.describe(case.tensors)
     output = case.tensors[-1]
 
     def ours():
-        bundle.run(case.tokens, case.tensors, described)
+        bundle.run(case.tokens, case.tensors)
 
     output.fill_(float("nan"))
     try:
@@ -158,26 +154,14 @@ def tune_model(model, pair, plans, tokens_list, reference, flush, args,
     experts, hidden, inter = (gemm1["experts"], gemm1["hidden"],
                               gemm1["intermediate"])
     dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[gemm1["dtype"]]
-    w13 = torch.empty(experts, 2 * inter, hidden, dtype=dtype,
-                      device=DEVICE).normal_(std=hidden ** -0.5)
-    w2 = torch.empty(experts, hidden, inter, dtype=dtype,
-                     device=DEVICE).normal_(std=inter ** -0.5)
+    w13, w2 = random_weights(experts, hidden, inter, dtype)
     x_all = torch.randn(max(tokens_list), hidden, dtype=dtype, device=DEVICE)
     entries = []
     date = datetime.date.today().isoformat()
     for tokens in tokens_list:
-        ids = random_ids(tokens, gemm1, generator)
-        routing = [tensor.to(DEVICE) for tensor in route(reference, ids,
-                                                         gemm1)]
-        ids = ids.to(DEVICE)
-        rows = torch.randn(routing[0].numel(), inter, dtype=dtype,
-                           device=DEVICE)
-        weights = torch.rand(tokens, gemm1["slots"], device=DEVICE) * 0.9 + 0.1
-        cases = {"gemm1": gemm1_case(gemm1, tokens, x_all[:tokens],
-                                     w13, routing, ids)[0],
-                 "gemm2": gemm2_case(pair["gemm2"], tokens, rows, w2,
-                                     routing, ids, weights)[0]}
-        for part, case in cases.items():
+        cases, _ = model_cases(pair, tokens, x_all, w13, w2, reference,
+                               generator)
+        for part, (case, _) in cases.items():
             plan = plans[(model, part)]
             # moe-tile's heuristic config, compiled for this T.
             heuristic_us, why = measure(plan["heuristic"][tokens], case,
@@ -232,8 +216,7 @@ def main():
     parser.add_argument("--compiler", default="build/bin/moe-compile",
                         help="moe-compile (the static one travels)")
     parser.add_argument("--build", default="build-runtime",
-                        help="build directory with libmoe_runtime.so and "
-                             "libmoe_reference.so")
+                        help="build directory with libmoe_reference.so")
     parser.add_argument("--presets",
                         default="mixtral-8x7b,qwen3-30b-a3b,deepseek-v3,"
                                 "kimi-k2")

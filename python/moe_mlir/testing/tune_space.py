@@ -27,7 +27,7 @@ PERSISTENT_MIN_TOKENS = 1024
 def gemms(preset, dtype="bf16", block_m=64):
     """The two grouped matmuls of a preset (a moe-compile --list-presets
     object) as dicts: the key fields of the database (E, N, K, dtype) and
-    the sizes the benchmarks' cases take (bench/gemm_bench.py)."""
+    the sizes the benchmark's and the tuner's cases take (gemm.py)."""
     shared = preset["shared"]
     common = {"model": preset["name"], "dtype": dtype, "block_m": block_m,
               "experts": preset["experts"] + shared,

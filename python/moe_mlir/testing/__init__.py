@@ -1,0 +1,23 @@
+"""moe_mlir.testing: the harness the GPU tests (test/GPU), the benchmarks
+(bench/) and the tuner (tools/moe-tune) share, as torch.testing is torch's.
+They run bundles through moe_mlir.Bundle; this package holds the rest:
+
+    bundles     the GPU test bundles' specs (test/GPU/bundles.json)
+    compiler    moe-compile run as a program (the static one travels)
+    tune_space  the tuner's candidate configs and its config database
+    reference   the plain C++ reference (libmoe_reference.so) on tensors
+    tensors     random inputs, poisoned outputs, bit patterns, error norms
+    routing     a routing bundle's outputs against the reference, bit for bit
+    gemm        the grouped matmuls' routing, float64 references, and the
+                cases the benchmark and the tuner time against the peer
+    peers       what ours is timed against: the router composed in torch,
+                F.grouped_mm
+    timing      CUDA-event timing with the L2 flushed, CUDA graphs, the floor
+
+The first three need no torch, so that they run where the compiler is
+(which has no torch): importing them, or this package, imports none of it.
+The others import torch. On the GPU machine scripts/gpu-run.sh builds the
+package (runtime only) and puts it on PYTHONPATH; by hand:
+
+    PYTHONPATH=build-runtime/python python3 test/GPU/gemm_test.py
+"""

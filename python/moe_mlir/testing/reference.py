@@ -1,0 +1,103 @@
+"""The plain C++ reference of every op (lib/Reference, through the C API of
+lib/Reference/ReferenceC.cpp in libmoe_reference.so) on torch tensors: what
+the GPU tests check the bundles against, and the routing the grouped-matmul
+tests, benchmark and tuner feed them."""
+
+import ctypes
+import os
+
+import torch
+
+# The storage types moe_reference_fused_moe rounds intermediates to.
+_ROUNDING = {"f32": 0, "bf16": 1, "f16": 2}
+
+
+def _host(tensor, dtype=torch.float32):
+    """`tensor` as a contiguous host tensor of `dtype`, which the C API
+    reads through its address."""
+    return tensor.cpu().to(dtype).contiguous()
+
+
+class Reference:
+    """The reference in libmoe_reference.so of build directory `build`.
+    Takes tensors on any device and returns CPU tensors (float32, int32)."""
+
+    def __init__(self, build):
+        self.lib = ctypes.CDLL(os.path.join(build, "lib",
+                                            "libmoe_reference.so"))
+        pointer = ctypes.c_void_p
+        self.lib.moe_reference_gate.argtypes = [
+            ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+            ctypes.c_int, ctypes.c_float, ctypes.c_int64, ctypes.c_int64,
+            ctypes.c_int64, pointer, pointer, pointer, pointer]
+        self.lib.moe_reference_route.argtypes = [
+            ctypes.c_int64, ctypes.c_int64, pointer, ctypes.c_int64,
+            ctypes.c_int64, pointer, pointer, pointer]
+        self.lib.moe_reference_combine.argtypes = [
+            ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, pointer, pointer,
+            pointer]
+        self.lib.moe_reference_fused_moe.argtypes = [
+            ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+            ctypes.c_int, ctypes.c_float, ctypes.c_int64, ctypes.c_int,
+            ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+            ctypes.c_int64, pointer, pointer, pointer, pointer, pointer,
+            pointer]
+
+    def gate(self, router, logits, bias):
+        tokens, experts = logits.shape
+        slots = router["top_k"] + router["shared"]
+        logits = _host(logits)
+        bias = _host(bias) if bias is not None else None
+        weights = torch.empty(tokens, slots)
+        ids = torch.empty(tokens, slots, dtype=torch.int32)
+        self.lib.moe_reference_gate(
+            1 if router["scoring"] == "sigmoid" else 0, router["top_k"],
+            router["groups"], router["topk_groups"], int(router["renormalize"]),
+            router["scale"], router["shared"], tokens, experts,
+            logits.data_ptr(),
+            bias.data_ptr() if bias is not None else None,
+            weights.data_ptr(), ids.data_ptr())
+        return weights, ids
+
+    def route(self, ids, num_experts, block_m):
+        tokens, slots = ids.shape
+        capacity = tokens * slots + num_experts * (block_m - 1)
+        sorted_ids = torch.empty(capacity, dtype=torch.int32)
+        expert_ids = torch.empty(-(-capacity // block_m), dtype=torch.int32)
+        num_padded = torch.empty((), dtype=torch.int32)
+        ids = _host(ids, torch.int32)
+        self.lib.moe_reference_route(tokens, slots, ids.data_ptr(),
+                                     num_experts, block_m,
+                                     sorted_ids.data_ptr(),
+                                     expert_ids.data_ptr(),
+                                     num_padded.data_ptr())
+        return sorted_ids, expert_ids, num_padded
+
+    def combine(self, rows):
+        tokens, slots, hidden = rows.shape
+        rows = _host(rows)
+        output = torch.empty(tokens, hidden)
+        self.lib.moe_reference_combine(tokens, slots, hidden, rows.data_ptr(),
+                                       None, output.data_ptr())
+        return output
+
+    def fused_moe(self, router, activation, dtype, hidden, logits, bias, w13,
+                  w2):
+        """The layer with intermediates rounded to `dtype` (f32, bf16 or
+        f16)."""
+        tokens, hidden_size = hidden.shape
+        experts = logits.shape[1]
+        intermediate = w2.shape[2]
+        args = [_host(tensor) for tensor in (hidden, logits, w13, w2)]
+        bias = _host(bias) if bias is not None else None
+        output = torch.empty(tokens, hidden_size)
+        self.lib.moe_reference_fused_moe(
+            1 if router["scoring"] == "sigmoid" else 0, router["top_k"],
+            router["groups"], router["topk_groups"], int(router["renormalize"]),
+            router["scale"], router["shared"],
+            2 if activation == "gelu" else 1, _ROUNDING[dtype], tokens,
+            hidden_size, experts, intermediate, args[0].data_ptr(),
+            args[1].data_ptr(), bias.data_ptr() if bias is not None else None,
+            args[2].data_ptr(), args[3].data_ptr(), output.data_ptr())
+        return output
+

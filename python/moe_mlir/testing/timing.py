@@ -1,0 +1,54 @@
+"""CUDA-event timing shared by the benchmarks and the tuner: medians of
+single calls with the L2 cache flushed before each, as bench/RESULTS.md
+describes; calls captured in CUDA graphs; and the floor a call is measured
+against."""
+
+import statistics
+
+import torch
+
+# Zeroing this many bytes evicts the H100's 50 MiB L2 several times over.
+FLUSH_BYTES = 256 << 20
+BANDWIDTH = 3.0e12  # measured device-to-device copy on the H100, bytes/s
+MATH = 720e12       # dense bf16 tensor-core rate to count against, FLOP/s
+
+
+def flush_buffer(device="cuda"):
+    return torch.empty(FLUSH_BYTES, dtype=torch.uint8, device=device)
+
+
+def time_us(function, flush, iterations, warm_up_calls=1):
+    """Median µs of `iterations` event-timed calls, L2 flushed before each,
+    after `warm_up_calls` untimed ones."""
+    for _ in range(warm_up_calls):
+        function()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iterations)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iterations)]
+    for start, end in zip(starts, ends):
+        flush.zero_()
+        start.record()
+        function()
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) * 1e3
+
+
+def graphed(function):
+    """(replay, the output tensor of the captured call). The replay keeps
+    `function` alive: the graph reads the tensors its closure holds."""
+    function()  # warm up outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        output = function()
+
+    def replay():
+        graph.replay()
+
+    replay.captured = function
+    return replay, output
+
+
+def floor_us(bytes_moved, flops=0):
+    """The least µs a call can take: max(bytes / BANDWIDTH, flops / MATH)."""
+    return max(bytes_moved / BANDWIDTH, flops / MATH) * 1e6

@@ -1,0 +1,47 @@
+# RUN: rm -rf %t && mkdir -p %t
+# RUN: %python %s %moe_src_root moe-compile %t | FileCheck %s
+"""moe_mlir.testing's torch-free half, as it runs where the compiler is and
+torch is not: the GPU bundles' specs and where their bundles go; moe-compile
+run as a program, returning moe-tile's heuristic warnings and raising
+CompileError with its last diagnostic when it fails; none of it, nor the
+package, imports torch."""
+
+import os
+import sys
+
+from moe_mlir.testing import bundles, compiler, tune_space
+
+root, moe_compile, work = sys.argv[1:4]
+
+specs = bundles.load_specs(os.path.join(root, "test", "GPU"))
+print(sorted({spec["kind"] for spec in specs}))
+# CHECK: ['gemm', 'layer', 'router', 'routing']
+print(bundles.bundle_path("out/gpu-bundles", specs[0]))
+# CHECK: out/gpu-bundles/routing-mixtral.moeb
+
+# A reduced layer's grouped matmul has no tuned config: one warning.
+gemm2 = ["--preset", "qwen3-30b-a3b", "--part", "gemm2"]
+path = os.path.join(work, "gemm2.moeb")
+for line in compiler.compile_bundle(moe_compile, gemm2 + ["--reduced"], path):
+    print(line.split("warning: ")[1].split(" near")[0])
+# CHECK: moe-tile: no tuned config for E=128 N=64 K=24 bf16 block_m=128 on 'NVIDIA H100 80GB HBM3'
+print(os.path.exists(os.path.join(path, "manifest.txt")))
+# CHECK: True
+# The full-size one has, for the shipped device; another device has none.
+print(compiler.compile_bundle(moe_compile, gemm2 + ["--tokens-max", "64"],
+                              path))
+# CHECK: []
+print(len(compiler.compile_bundle(moe_compile, gemm2 + ["--tokens-max", "64"],
+                                  path, device="NVIDIA H200")))
+# CHECK: 1
+
+try:
+    compiler.compile_bundle(moe_compile, ["--preset", "no-such-layer"], path)
+except compiler.CompileError as error:
+    print(str(error).split(": ", 1)[1])
+# CHECK: moe-compile: unknown preset 'no-such-layer' (mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, kimi-k2)
+
+print(sorted(compiler.list_presets(moe_compile)))
+# CHECK: ['deepseek-v3', 'kimi-k2', 'mixtral-8x7b', 'qwen3-30b-a3b']
+print(len(tune_space.candidates()), "torch" in sys.modules)
+# CHECK: 154 False
