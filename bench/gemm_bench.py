@@ -92,7 +92,8 @@ def bundle_paths(args, pair, tokens_list):
             path = os.path.join(args.work, f"{spec['name']}-{tokens}.moeb")
             for line in compile_bundle(
                     args.compiler,
-                    [*spec["args"], "--tokens-max", str(tokens), "--block-m",
+                    [*spec["args"], "--tokens-max", str(tokens),
+                     "--token-buckets", "max", "--block-m",
                      str(spec["block_m"])], path, args.config_db):
                 print(f"# {spec['name']} T={tokens}: {line}", flush=True)
             paths[(part, tokens)] = path

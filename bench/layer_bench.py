@@ -90,6 +90,7 @@ def compile_bundles(compiler, presets, tokens_list, work, config_db, block_m,
         path = os.path.join(work, f"{name}-{tokens}.moeb")
         for line in compile_bundle(
                 compiler, ["--preset", name, "--tokens-max", str(tokens),
+                           "--token-buckets", "max",
                            "--block-m", str(block_m)], path, config_db):
             print(f"# {name} T={tokens}: {line}", flush=True)
         return path

@@ -11,15 +11,17 @@
 # out/tools, scripts/pack-compiler.sh) into $OUT/gemm-configs.json, merged
 # over configs/gemm-configs.json; `gemm-tuned` runs the grouped-matmul
 # benchmark with one bundle per T and `layer` the whole-layer benchmark, both
-# compiled there against $CONFIG_DB when set (else the shipped configs).
+# compiled there against $CONFIG_DB when set (else the shipped configs);
+# `variants` times the default bundle of a layer (a variant per range of
+# token counts) against a bundle for each T alone.
 #
-#   scripts/gpu-run.sh [tests|bench|all|gemm|tune|gemm-tuned|layer] [router benchmark options]
+#   scripts/gpu-run.sh [tests|bench|all|gemm|tune|gemm-tuned|layer|variants] [router benchmark options]
 set -uo pipefail
 what=${1:-all}
 shift || true
 case $what in
-  tests|bench|all|gemm|tune|gemm-tuned|layer) ;;
-  *) echo "usage: $0 [tests|bench|all|gemm|tune|gemm-tuned|layer] [router benchmark options]" >&2
+  tests|bench|all|gemm|tune|gemm-tuned|layer|variants) ;;
+  *) echo "usage: $0 [tests|bench|all|gemm|tune|gemm-tuned|layer|variants] [router benchmark options]" >&2
      exit 2 ;;
 esac
 cd "$(dirname "$0")/.."
@@ -44,7 +46,8 @@ step build 300 bash -c "cmake -G Ninja -S . -B build-runtime \
   -DPython3_EXECUTABLE=\"\$(command -v python3)\" >/dev/null && \
   ninja -C build-runtime all moe-python"
 export PYTHONPATH=$PWD/build-runtime/python${PYTHONPATH:+:$PYTHONPATH}
-if [[ $what == tune || $what == gemm-tuned || $what == layer ]]; then
+if [[ $what == tune || $what == gemm-tuned || $what == layer ||
+      $what == variants ]]; then
   compiler=/tmp/moe-compile
   python3 -c "import lzma, shutil; shutil.copyfileobj(
     lzma.open('out/tools/moe-compile.xz'), open('$compiler', 'wb'))"
@@ -67,6 +70,11 @@ fi
 if [[ $what == layer ]]; then
   step layer-bench 500 python3 bench/layer_bench.py --compiler $compiler \
     "${db[@]}" --json "$OUT/layer-bench.json" "$@"
+  exit $status
+fi
+if [[ $what == variants ]]; then
+  step variants-bench 540 python3 bench/variants_bench.py \
+    --compiler $compiler "${db[@]}" "$@"
   exit $status
 fi
 if [[ $what == tests || $what == all ]]; then

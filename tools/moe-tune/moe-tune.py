@@ -58,7 +58,8 @@ class Compiler:
         bundle = os.path.join(self.work, name + ".moeb")
         arguments = ["--preset", gemm["model"], "--part", gemm["part"],
                      "--dtype", gemm["dtype"], "--block-m",
-                     str(gemm["block_m"]), "--tokens-max", str(tokens_max)]
+                     str(gemm["block_m"]), "--tokens-max", str(tokens_max),
+                     "--token-buckets", "max"]
         database, device = "", HEURISTIC_DEVICE
         if config is not None:
             database = os.path.join(self.work, name + ".json")

@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""One bundle for every token count: the bundle FusedMoE builds by default
+(moe-compile --tokens-max 16384: a variant per range of token counts) against
+the bundle compiled for the call's T alone (--tokens-max T --token-buckets
+max), for the four presets at full size (shared experts fused) and a layer
+no preset has (bench/Inputs/e256-top8-no-shared.mlir: DeepSeek-V3's sizes and
+router, 256 experts, no shared expert).
+
+Both bundles run the same inputs: random normal weights and hidden states,
+and router logits drawn as random normals, so that the layers' own routers
+pick experts close to uniformly. Each is checked against the other (the
+variant the default bundle picks for T must compute what the per-T bundle
+does; ||a - b|| / ||b|| <= 1e-2) and timed as CUDA-graph replays, L2 flushed
+(256 MiB zeroed) before every timed replay, median of CUDA-event timings.
+Prints µs for both, default / per-T (target: <= 1.03) and the floor
+max(bytes / 3.0 TB/s, flops / 720 TFLOP/s) with ours / floor.
+"""
+
+import argparse
+import concurrent.futures
+import os
+import sys
+
+import torch
+
+from moe_mlir import Bundle
+from moe_mlir.testing.compiler import compile_bundle, list_presets
+from moe_mlir.testing.gemm import random_weights
+from moe_mlir.testing.timing import flush_buffer, floor_us, graphed, time_us
+
+DEVICE = "cuda"
+TOKENS_MAX = 16384
+TOLERANCE = 1e-2
+EXTRA = "e256-top8-no-shared"
+EXTRA_LAYER = {"name": EXTRA, "hidden": 7168, "intermediate": 2048,
+               "experts": 256, "top_k": 8, "shared": 0, "bias": True}
+DEFAULT_TOKENS = ("1,2,3,4,8,16,32,64,127,128,256,512,1000,1024,2048,4096,"
+                  "8192,16384")
+
+
+def source_args(name):
+    """moe-compile's arguments for a layer of the benchmark."""
+    if name == EXTRA:
+        here = os.path.dirname(os.path.abspath(__file__))
+        return [os.path.join(here, "Inputs", EXTRA + ".mlir")]
+    return ["--preset", name]
+
+
+def compile_all(compiler, names, tokens_list, work, config_db, jobs):
+    """{(name, None): the default bundle, (name, T): T's own bundle}."""
+    os.makedirs(work, exist_ok=True)
+
+    def one(name, tokens):
+        suffix = "default" if tokens is None else f"t{tokens}"
+        path = os.path.join(work, f"{name}-{suffix}.moeb")
+        sizing = (["--tokens-max", str(TOKENS_MAX)] if tokens is None else
+                  ["--tokens-max", str(tokens), "--token-buckets", "max"])
+        compile_bundle(compiler, [*source_args(name), *sizing], path,
+                       config_db)
+        return path
+
+    keys = [(name, tokens) for name in names
+            for tokens in [None, *tokens_list]]
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        futures = {key: pool.submit(one, *key) for key in keys}
+        return {key: future.result() for key, future in futures.items()}
+
+
+def layer_floor_us(layer, tokens, experts_hit):
+    """The floor of a layer call whose routed slots hit `experts_hit`."""
+    hidden, inter = layer["hidden"], layer["intermediate"]
+    slots = layer["top_k"] + layer["shared"]
+    active = experts_hit + layer["shared"]
+    moved = 2 * (active * 3 * inter * hidden + 2 * tokens * hidden)
+    return floor_us(moved, 2 * tokens * slots * 3 * inter * hidden)
+
+
+def expected_experts_hit(layer, tokens):
+    """Experts hit by `tokens` tokens picking top_k of E uniformly."""
+    experts, top_k = layer["experts"], layer["top_k"]
+    return experts * (1 - (1 - top_k / experts) ** tokens)
+
+
+def run_layer(layer, bundles, tokens_list, flush, iterations):
+    """Rows of (T, default µs, per-T µs, floor µs, difference) of a layer."""
+    experts = layer["experts"] + layer["shared"]
+    hidden = layer["hidden"]
+    w13, w2 = random_weights(experts, hidden, layer["intermediate"])
+    bias = (torch.randn(layer["experts"], device=DEVICE) * 0.1
+            if layer["bias"] else None)
+    default = Bundle(bundles[(layer["name"], None)])
+    rows = []
+    for tokens in tokens_list:
+        x = torch.randn(tokens, hidden, dtype=torch.bfloat16, device=DEVICE)
+        logits = torch.randn(tokens, layer["experts"], device=DEVICE)
+        inputs = [x, logits, w13, w2] + ([bias] if bias is not None else [])
+        own = Bundle(bundles[(layer["name"], tokens)])
+        outputs = {}
+
+        def runner(bundle, key):
+            out = torch.full((tokens, hidden), float("nan"),
+                             dtype=torch.bfloat16, device=DEVICE)
+            outputs[key] = out
+
+            def run():
+                bundle.run(tokens, inputs + [out])
+                return out
+            return run
+
+        replays = {key: graphed(runner(bundle, key))[0]
+                   for key, bundle in (("default", default), ("own", own))}
+        for replay in replays.values():
+            replay()
+        torch.cuda.synchronize()
+        a, b = outputs["default"].double(), outputs["own"].double()
+        difference = ((a - b).norm() / b.norm()).item()
+        times = {key: time_us(replay, flush, iterations)
+                 for key, replay in replays.items()}
+        own.close()
+        rows.append({"layer": layer["name"], "tokens": tokens,
+                     "default": times["default"], "own": times["own"],
+                     "floor": layer_floor_us(
+                         layer, tokens, expected_experts_hit(layer, tokens)),
+                     "difference": difference,
+                     "variant": default.variant_for(tokens)})
+        print(format_row(rows[-1]), flush=True)
+    default.close()
+    del w13, w2
+    torch.cuda.empty_cache()
+    return rows
+
+
+def format_row(row):
+    ratio = row["default"] / row["own"]
+    return (f"| {row['layer']} | {row['tokens']} | {row['variant']} | "
+            f"{row['default']:.1f} | {row['own']:.1f} | {ratio:.3f} | "
+            f"{row['floor']:.1f} | {row['default'] / row['floor']:.2f}x | "
+            f"{row['difference']:.1e} |")
+
+
+def main():
+    parser = argparse.ArgumentParser(
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--compiler", default="build/bin/moe-compile")
+    parser.add_argument("--config-db", default="")
+    parser.add_argument("--work", default="out/variants-bench")
+    parser.add_argument("--layers", default="mixtral-8x7b,qwen3-30b-a3b,"
+                        f"deepseek-v3,kimi-k2,{EXTRA}")
+    parser.add_argument("--tokens", default=DEFAULT_TOKENS)
+    parser.add_argument("--iterations", type=int, default=20)
+    parser.add_argument("--jobs", type=int, default=os.cpu_count())
+    parser.add_argument("--seed", type=int, default=2026)
+    args = parser.parse_args()
+    tokens_list = [int(t) for t in args.tokens.split(",")]
+    names = args.layers.split(",")
+    presets = list_presets(args.compiler)
+    layers = {name: EXTRA_LAYER if name == EXTRA else
+              dict(presets[name], name=name) for name in names}
+    bundles = compile_all(args.compiler, names, tokens_list, args.work,
+                          args.config_db, args.jobs)
+    flush = flush_buffer(DEVICE)
+    torch.manual_seed(args.seed)
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    print("| layer | T | variant (max T) | default µs | per-T µs | "
+          "default / per-T | floor µs | default / floor | difference |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|", flush=True)
+    rows = []
+    for name in names:
+        rows += run_layer(layers[name], bundles, tokens_list, flush,
+                          args.iterations)
+    mismatched = [row for row in rows if not row["difference"] <= TOLERANCE]
+    worst = max(rows, key=lambda row: row["default"] / row["own"])
+    print(f"variants_bench: worst default / per-T "
+          f"{worst['default'] / worst['own']:.3f} ({worst['layer']} "
+          f"T={worst['tokens']}); "
+          + (f"{len(mismatched)} mismatch(es)" if mismatched
+             else "all outputs matched"))
+    return 1 if mismatched else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
