@@ -88,25 +88,34 @@ TEST(Manifest, ParsesTheExample) {
   EXPECT_EQ(dims[0], 5);
   EXPECT_EQ(dims[1], 9);
 
-  ASSERT_EQ(manifest.workspaces.size(), 1u);
-  int64_t bytes = 0;
-  ASSERT_TRUE(bufferBytes(manifest.workspaces[0], 16384, bytes).ok());
-  EXPECT_EQ(bytes, 144 * 257 * 4);
-  ASSERT_EQ(manifest.zeros.size(), 2u);
-  EXPECT_TRUE(manifest.zeros[0].isWorkspace);
-  EXPECT_FALSE(manifest.zeros[1].isWorkspace);
-  EXPECT_EQ(manifest.zeros[1].index, 3);
+  // Version 1 is one variant, for every T up to tokens-max.
+  EXPECT_EQ(manifest.version, 1);
+  ASSERT_EQ(manifest.variants.size(), 1u);
+  const Variant &plan = manifest.variants[0];
+  EXPECT_EQ(plan.maxTokens, 16384);
+  EXPECT_EQ(plan.line, 1);
 
-  ASSERT_EQ(manifest.tensorMaps.size(), 1u);
-  const TensorMapDecl &map = manifest.tensorMaps[0];
+  ASSERT_EQ(plan.workspaces.size(), 1u);
+  EXPECT_EQ(manifest.workspaceNames, std::vector<std::string>{"counts"});
+  EXPECT_EQ(plan.workspaces[0].allocation, 0);
+  int64_t bytes = 0;
+  ASSERT_TRUE(bufferBytes(plan.workspaces[0], 16384, bytes).ok());
+  EXPECT_EQ(bytes, 144 * 257 * 4);
+  ASSERT_EQ(plan.zeros.size(), 2u);
+  EXPECT_TRUE(plan.zeros[0].isWorkspace);
+  EXPECT_FALSE(plan.zeros[1].isWorkspace);
+  EXPECT_EQ(plan.zeros[1].index, 3);
+
+  ASSERT_EQ(plan.tensorMaps.size(), 1u);
+  const TensorMapDecl &map = plan.tensorMaps[0];
   EXPECT_EQ(map.dims.size(), 2u);
   EXPECT_EQ(map.strides.size(), 1u);
   EXPECT_EQ(map.box[1].text(), "128");
   EXPECT_EQ(map.swizzleBytes, 128);
   EXPECT_TRUE(map.oobNan);
 
-  ASSERT_EQ(manifest.launches.size(), 3u);
-  const LaunchDecl &gate = manifest.launches[0];
+  ASSERT_EQ(plan.launches.size(), 3u);
+  const LaunchDecl &gate = plan.launches[0];
   EXPECT_EQ(gate.kernel, "moe_gate");
   EXPECT_EQ(gate.line, 17);
   EXPECT_EQ(gate.grid[0].text(), "cdiv(T,4)");
@@ -115,8 +124,8 @@ TEST(Manifest, ParsesTheExample) {
   EXPECT_EQ(gate.args[2].kind, LaunchArg::Kind::Buffer);
   EXPECT_EQ(gate.args[2].buffer.index, 2);
   EXPECT_EQ(gate.args[4].kind, LaunchArg::Kind::I32);
-  EXPECT_EQ(manifest.launches[1].args[1].buffer.isWorkspace, true);
-  const LaunchDecl &tma = manifest.launches[2];
+  EXPECT_EQ(plan.launches[1].args[1].buffer.isWorkspace, true);
+  const LaunchDecl &tma = plan.launches[2];
   EXPECT_TRUE(tma.hasCluster);
   EXPECT_EQ(tma.cluster[0].text(), "2");
   EXPECT_EQ(tma.args[0].kind, LaunchArg::Kind::TensorMap);
@@ -133,27 +142,32 @@ TEST(Manifest, CommentsBlankLinesAndCarriageReturns) {
   ASSERT_TRUE(status.ok()) << status.message();
   EXPECT_EQ(manifest.computeMajor, 8);
   EXPECT_TRUE(manifest.ptx.empty());
-  ASSERT_EQ(manifest.launches.size(), 1u);
-  EXPECT_EQ(manifest.launches[0].line, 7);
-  EXPECT_TRUE(manifest.launches[0].args.empty());
+  ASSERT_EQ(manifest.variants[0].launches.size(), 1u);
+  EXPECT_EQ(manifest.variants[0].launches[0].line, 7);
+  EXPECT_TRUE(manifest.variants[0].launches[0].args.empty());
 }
 
 TEST(Manifest, MagicAndVersion) {
-  EXPECT_EQ(parseError(""), "manifest.txt: missing 'moe-bundle 1' statement");
+  EXPECT_EQ(parseError(""),
+            "manifest.txt: missing 'moe-bundle <version>' statement");
   EXPECT_EQ(parseError("# only a comment\n"),
-            "manifest.txt: missing 'moe-bundle 1' statement");
+            "manifest.txt: missing 'moe-bundle <version>' statement");
   EXPECT_EQ(parseError("\ntarget sm_90a\nmoe-bundle 1\n"),
-            "manifest.txt:2: expected 'moe-bundle 1' as the first statement, "
-            "got 'target'");
+            "manifest.txt:2: expected 'moe-bundle <version>' as the first "
+            "statement, got 'target'");
   EXPECT_EQ(parseError("moe-bundel 1\n"),
-            "manifest.txt:1: expected 'moe-bundle 1' as the first statement, "
-            "got 'moe-bundel'");
-  EXPECT_EQ(parseError("moe-bundle 2\n"),
-            "manifest.txt:1: unsupported bundle format version '2'; this "
-            "runtime reads version 1");
+            "manifest.txt:1: expected 'moe-bundle <version>' as the first "
+            "statement, got 'moe-bundel'");
+  for (const char *version : {"0", "3", "01", "1.0", "v2"})
+    EXPECT_EQ(parseError(std::string("moe-bundle ") + version + "\n"),
+              std::string("manifest.txt:1: unsupported bundle format version "
+                          "'") +
+                  version +
+                  "'; this runtime reads versions 1 and 2: recompile the "
+                  "bundle with moe-compile");
   EXPECT_EQ(parseError("moe-bundle\n"),
             "manifest.txt:1: wrong number of operands; expected 'moe-bundle "
-            "1'");
+            "<version>'");
   EXPECT_EQ(statementError("moe-bundle 1"),
             "'moe-bundle' must be the first statement, and only once");
 }
@@ -254,8 +268,8 @@ TEST(Manifest, TensorMapSyntax) {
       parseManifest(header() + map + "rank 1 dims T strides box 64 swizzle 0\n",
                     "manifest.txt", manifest)
           .ok());
-  EXPECT_FALSE(manifest.tensorMaps.back().oobNan);
-  EXPECT_TRUE(manifest.tensorMaps.back().strides.empty());
+  EXPECT_FALSE(manifest.variants[0].tensorMaps.back().oobNan);
+  EXPECT_TRUE(manifest.variants[0].tensorMaps.back().strides.empty());
   EXPECT_EQ(statementError(map + "rank 0 dims strides box swizzle 0"),
             "bad tensor map rank; expected 1 to 5");
   EXPECT_EQ(statementError(map + "rank 6"),
@@ -347,7 +361,7 @@ TEST(Manifest, RolesAndElementTypes) {
   EXPECT_TRUE(manifest.tensors[4].dims.empty());
   EXPECT_EQ(manifest.tensors[5].dtype, MOE_DTYPE_F16);
   EXPECT_EQ(manifest.tensors[6].dtype, MOE_DTYPE_I64);
-  EXPECT_EQ(manifest.workspaces[1].dtype, MOE_DTYPE_U8);
+  EXPECT_EQ(manifest.variants[0].workspaces[1].dtype, MOE_DTYPE_U8);
 }
 
 TEST(Manifest, BadExpressions) {
@@ -386,10 +400,11 @@ TEST(Manifest, DimsAtT) {
   Status status = evaluateDims(manifest.tensors[4], 2, dims);
   EXPECT_EQ(status.message(), "dim 0 of 'x' is -3 at T=2");
   int64_t bytes = 0;
-  status = bufferBytes(manifest.workspaces[1], 16384, bytes);
+  const BufferDecl &huge = manifest.variants[0].workspaces[1];
+  status = bufferBytes(huge, 16384, bytes);
   EXPECT_TRUE(status.ok());
   EXPECT_EQ(bytes, int64_t(1) << 56);
-  status = bufferBytes(manifest.workspaces[1], 1 << 16, bytes);
+  status = bufferBytes(huge, 1 << 16, bytes);
   EXPECT_EQ(status.message(), "'T*T*T*T' overflows 64 bits at T=65536");
 }
 
@@ -431,9 +446,10 @@ TEST(Manifest, LoadChecksTheFiles) {
 
   bundle.write("manifest.txt", "moe-bundle 3\n");
   status = loadManifest(bundle.path, manifest);
-  EXPECT_EQ(status.message(), bundle.path +
-                                  "/manifest.txt:1: unsupported bundle format "
-                                  "version '3'; this runtime reads version 1");
+  EXPECT_EQ(status.message(),
+            bundle.path + "/manifest.txt:1: unsupported bundle format version "
+                          "'3'; this runtime reads versions 1 and 2: "
+                          "recompile the bundle with moe-compile");
 }
 
 } // namespace
