@@ -301,19 +301,9 @@ Status Bundle::State::raiseSmemLimit(Kernel &kernel, int64_t smem) {
 }
 
 Status Bundle::State::allocateWorkspaces() {
-  // The workspaces of one name share an allocation, of the largest size any
-  // variant declares at tokens-max.
-  workspaceBytes.assign(manifest.workspaceNames.size(), 0);
-  for (const Variant &variant : manifest.variants) {
-    for (const BufferDecl &declared : variant.workspaces) {
-      int64_t bytes = 0;
-      if (Status status = bufferBytes(declared, manifest.tokensMax, bytes);
-          !status.ok())
-        return status;
-      int64_t &allocated = workspaceBytes[declared.allocation];
-      allocated = std::max(allocated, bytes);
-    }
-  }
+  if (Status status = workspaceAllocationBytes(manifest, workspaceBytes);
+      !status.ok())
+    return status;
   for (size_t i = 0; i < workspaceBytes.size(); ++i) {
     // cuMemAlloc refuses zero bytes; an empty workspace still gets a valid
     // pointer.

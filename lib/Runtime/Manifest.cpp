@@ -710,6 +710,22 @@ Status moe::runtime::bufferBytes(const BufferDecl &buffer, int64_t tokens,
   return Status();
 }
 
+Status moe::runtime::workspaceAllocationBytes(const Manifest &manifest,
+                                              std::vector<int64_t> &bytes) {
+  bytes.assign(manifest.workspaceNames.size(), 0);
+  for (const Variant &variant : manifest.variants) {
+    for (const BufferDecl &workspace : variant.workspaces) {
+      int64_t needed = 0;
+      if (Status status = bufferBytes(workspace, manifest.tokensMax, needed);
+          !status.ok())
+        return status;
+      int64_t &allocated = bytes[workspace.allocation];
+      allocated = std::max(allocated, needed);
+    }
+  }
+  return Status();
+}
+
 Status moe::runtime::checkTokens(const Manifest &manifest, int64_t tokens) {
   if (tokens < 1 || tokens > manifest.tokensMax)
     return invalidArgument("T=" + std::to_string(tokens) + " is outside [1, " +

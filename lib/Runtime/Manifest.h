@@ -120,6 +120,12 @@ Status evaluateDims(const BufferDecl &buffer, int64_t tokens, int64_t *dims);
 /// The size of `buffer` in bytes at T = `tokens`.
 Status bufferBytes(const BufferDecl &buffer, int64_t tokens, int64_t &bytes);
 
+/// The size in bytes of each workspace allocation (one per
+/// Manifest::workspaceNames): the most that any variant's workspace of that
+/// name needs at T = tokens-max.
+Status workspaceAllocationBytes(const Manifest &manifest,
+                                std::vector<int64_t> &bytes);
+
 /// Checks 1 <= tokens <= tokens-max.
 Status checkTokens(const Manifest &manifest, int64_t tokens);
 

@@ -207,6 +207,14 @@ TEST(CApi, NullArguments) {
       MOE_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(moe_bundle_num_tensors(nullptr), 0);
   EXPECT_EQ(moe_bundle_tokens_max(nullptr), 0);
+  EXPECT_EQ(moe_bundle_num_variants(nullptr), 0);
+  EXPECT_EQ(moe_bundle_variant_max_tokens(nullptr, 0), 0);
+  int variant = 5;
+  EXPECT_EQ(moe_bundle_variant_for_tokens(nullptr, 1, &variant, message,
+                                          sizeof(message)),
+            MOE_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(message, "the bundle is null");
+  EXPECT_EQ(variant, 5);
   moe_bundle_close(nullptr);
 }
 
