@@ -58,6 +58,23 @@ public:
   int64_t tokensMax() const { return get().tokensMax(); }
   int numTensors() const { return get().numTensors(); }
 
+  /// The bound of each variant, in order: the largest T it serves.
+  std::vector<int64_t> variants() const {
+    std::vector<int64_t> bounds(get().numVariants());
+    for (size_t index = 0; index < bounds.size(); ++index)
+      bounds[index] = get().variantMaxTokens(static_cast<int>(index));
+    return bounds;
+  }
+
+  /// The index of the variant a run with `tokens` tokens executes.
+  int variantFor(int64_t tokens) const {
+    int index = 0;
+    moe::runtime::Status status = get().variantForTokens(tokens, index);
+    if (!status.ok())
+      throw Error(status.message());
+    return index;
+  }
+
   /// (name, role, dtype, shape) of each caller tensor at `tokens` tokens.
   py::list tensors(int64_t tokens) const {
     py::list list;
@@ -209,6 +226,8 @@ PYBIND11_MODULE(_runtime, m) {
       .def_property_readonly("closed", &Bundle::closed)
       .def_property_readonly("tokens_max", &Bundle::tokensMax)
       .def_property_readonly("num_tensors", &Bundle::numTensors)
+      .def_property_readonly("variants", &Bundle::variants)
+      .def("variant_for", &Bundle::variantFor, py::arg("tokens"))
       .def("tensors", &Bundle::tensors, py::arg("tokens"))
       .def("run", &Bundle::run, py::arg("tokens"), py::arg("tensors"),
            py::arg("stream"));

@@ -1,10 +1,11 @@
 //===- BundleLoader.cpp - Load a kernel bundle onto a device, run it ------===//
 //
 // Loading resolves everything that does not depend on T (module, kernels,
-// workspaces, argument slots). A run evaluates the whole plan at T, checks
-// it and builds missing tensor maps before it enqueues anything, so that a
-// failing check leaves the stream untouched; in the steady state it
-// allocates nothing and builds no tensor map.
+// workspaces, every variant's argument slots). A run picks the variant for
+// its T, evaluates that variant's plan at T, checks it and builds missing
+// tensor maps before it enqueues anything, so that a failing check leaves
+// the stream untouched; in the steady state it allocates nothing and builds
+// no tensor map.
 //
 //===----------------------------------------------------------------------===//
 
@@ -102,19 +103,30 @@ struct Bundle::State {
     CUtensorMap *current = nullptr; ///< The one for the run in progress.
   };
 
+  /// One variant's plan evaluated at a run's T, parallel to its
+  /// declaration: each variant has its own tensor map caches.
+  struct VariantState {
+    std::vector<Launch> launches;
+    std::vector<TensorMapCache> tensorMaps;
+    std::vector<std::pair<CUdeviceptr, size_t>> zeroFills;
+  };
+
   ~State();
   Status attach(int ordinal);
   Status loadModule(const std::string &directory);
   Status resolveKernels();
+  Status resolveKernel(const LaunchDecl &declared, Launch &launch);
   Status allocateWorkspaces();
+  void initVariants();
   Status raiseSmemLimit(Kernel &kernel, int64_t smem);
-  CUdeviceptr pointer(BufferRef buffer, const MoeTensor *tensors) const;
-  Status prepare(int64_t tokens, const MoeTensor *tensors);
-  Status prepareTensorMap(size_t index, int64_t tokens,
+  CUdeviceptr pointer(const Variant &variant, BufferRef buffer,
+                      const MoeTensor *tensors) const;
+  Status prepare(int variant, int64_t tokens, const MoeTensor *tensors);
+  Status prepareTensorMap(int variant, size_t index, int64_t tokens,
                           const MoeTensor *tensors);
-  Status prepareLaunch(Launch &launch, const LaunchDecl &declared,
-                       int64_t tokens, const MoeTensor *tensors);
-  Status enqueue(CUstream stream);
+  Status prepareLaunch(int variant, size_t index, int64_t tokens,
+                       const MoeTensor *tensors);
+  Status enqueue(int variant, CUstream stream);
 
   Manifest manifest;
   const Driver *driver = nullptr;
@@ -123,11 +135,11 @@ struct Bundle::State {
   CUmodule module = nullptr;
   std::string moduleFile; ///< The file the module was loaded from.
   std::vector<Kernel> kernels;
+  /// One per Manifest::workspaceNames, sized for the largest workspace of
+  /// that name at tokens-max.
   std::vector<CUdeviceptr> workspaces;
   std::vector<int64_t> workspaceBytes;
-  std::vector<Launch> launches;
-  std::vector<TensorMapCache> tensorMaps;
-  std::vector<std::pair<CUdeviceptr, size_t>> zeroFills;
+  std::vector<VariantState> variants; ///< Parallel to Manifest::variants.
 };
 
 Bundle::State::~State() {
@@ -211,56 +223,67 @@ Status Bundle::State::loadModule(const std::string &directory) {
 }
 
 Status Bundle::State::resolveKernels() {
-  launches.resize(manifest.launches.size());
-  for (size_t i = 0; i < launches.size(); ++i) {
-    const LaunchDecl &declared = manifest.launches[i];
-    Launch &launch = launches[i];
-    launch.owner = "launch " + std::to_string(i) + " of '" + declared.kernel +
-                   "' (line " + std::to_string(declared.line) + ")";
-    launch.hasCluster = declared.hasCluster;
-    launch.values.resize(declared.args.size());
-    launch.params.resize(declared.args.size());
+  variants.resize(manifest.variants.size());
+  for (size_t v = 0; v < variants.size(); ++v) {
+    const Variant &variant = manifest.variants[v];
+    std::vector<Launch> &launches = variants[v].launches;
+    launches.resize(variant.launches.size());
+    for (size_t i = 0; i < launches.size(); ++i) {
+      const LaunchDecl &declared = variant.launches[i];
+      launches[i].owner = "launch " + std::to_string(i) + " of '" +
+                          declared.kernel + "' (line " +
+                          std::to_string(declared.line) + ")";
+      if (Status status = resolveKernel(declared, launches[i]); !status.ok())
+        return status;
+    }
 
-    auto known =
-        std::find_if(kernels.begin(), kernels.end(), [&](const Kernel &kernel) {
-          return kernel.name == declared.kernel;
-        });
-    launch.kernel = static_cast<int>(known - kernels.begin());
-    if (known != kernels.end())
-      continue;
-    Kernel kernel;
-    kernel.name = declared.kernel;
-    CUresult result = driver->moduleGetFunction(&kernel.function, module,
-                                                declared.kernel.c_str());
-    if (result == CUDA_ERROR_NOT_FOUND)
-      return Status(MOE_ERROR_INVALID_BUNDLE, launch.owner + ": kernel '" +
-                                                  declared.kernel +
-                                                  "' is not in " + moduleFile);
-    if (result)
-      return driver->error(result, launch.owner + ": cuModuleGetFunction");
-    // The default limit is 48 KiB less the kernel's static shared memory.
-    int smemLimit = 0;
-    result = driver->funcGetAttribute(
-        &smemLimit, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-        kernel.function);
-    if (result)
-      return driver->error(result, launch.owner + ": cuFuncGetAttribute");
-    kernel.smemLimit = smemLimit;
-    kernels.push_back(std::move(kernel));
+    // Opt in to large shared memory now for the largest T the variant
+    // serves; a run raises the limit again only if a smaller T needs more.
+    for (size_t i = 0; i < launches.size(); ++i) {
+      int64_t smem = 0;
+      Status status =
+          evaluateInRange(variant.launches[i].smem, variant.maxTokens, 0,
+                          kMaxUnsigned, launches[i].owner, "smem", smem);
+      if (status.ok())
+        status = raiseSmemLimit(kernels[launches[i].kernel], smem);
+      if (!status.ok())
+        return status;
+    }
   }
+  return Status();
+}
 
-  // Opt in to large shared memory now for T = tokens-max; a run raises the
-  // limit again only if a smaller T needs more.
-  for (size_t i = 0; i < launches.size(); ++i) {
-    int64_t smem = 0;
-    Status status =
-        evaluateInRange(manifest.launches[i].smem, manifest.tokensMax, 0,
-                        kMaxUnsigned, launches[i].owner, "smem", smem);
-    if (status.ok())
-      status = raiseSmemLimit(kernels[launches[i].kernel], smem);
-    if (!status.ok())
-      return status;
-  }
+Status Bundle::State::resolveKernel(const LaunchDecl &declared,
+                                    Launch &launch) {
+  launch.hasCluster = declared.hasCluster;
+  launch.values.resize(declared.args.size());
+  launch.params.resize(declared.args.size());
+  auto known =
+      std::find_if(kernels.begin(), kernels.end(), [&](const Kernel &kernel) {
+        return kernel.name == declared.kernel;
+      });
+  launch.kernel = static_cast<int>(known - kernels.begin());
+  if (known != kernels.end())
+    return Status();
+  Kernel kernel;
+  kernel.name = declared.kernel;
+  CUresult result = driver->moduleGetFunction(&kernel.function, module,
+                                              declared.kernel.c_str());
+  if (result == CUDA_ERROR_NOT_FOUND)
+    return Status(MOE_ERROR_INVALID_BUNDLE, launch.owner + ": kernel '" +
+                                                declared.kernel +
+                                                "' is not in " + moduleFile);
+  if (result)
+    return driver->error(result, launch.owner + ": cuModuleGetFunction");
+  // The default limit is 48 KiB less the kernel's static shared memory.
+  int smemLimit = 0;
+  result = driver->funcGetAttribute(
+      &smemLimit, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+      kernel.function);
+  if (result)
+    return driver->error(result, launch.owner + ": cuFuncGetAttribute");
+  kernel.smemLimit = smemLimit;
+  kernels.push_back(std::move(kernel));
   return Status();
 }
 
@@ -278,74 +301,90 @@ Status Bundle::State::raiseSmemLimit(Kernel &kernel, int64_t smem) {
 }
 
 Status Bundle::State::allocateWorkspaces() {
-  for (const BufferDecl &declared : manifest.workspaces) {
-    int64_t bytes = 0;
-    if (Status status = bufferBytes(declared, manifest.tokensMax, bytes);
-        !status.ok())
-      return status;
+  if (Status status = workspaceAllocationBytes(manifest, workspaceBytes);
+      !status.ok())
+    return status;
+  for (size_t i = 0; i < workspaceBytes.size(); ++i) {
     // cuMemAlloc refuses zero bytes; an empty workspace still gets a valid
     // pointer.
     CUdeviceptr workspace = 0;
     if (CUresult result = driver->memAlloc(
-            &workspace, static_cast<size_t>(std::max<int64_t>(bytes, 1))))
-      return driver->error(result, "allocating workspace '" + declared.name +
-                                       "' (" + std::to_string(bytes) +
-                                       " bytes)");
+            &workspace,
+            static_cast<size_t>(std::max<int64_t>(workspaceBytes[i], 1))))
+      return driver->error(
+          result, "allocating workspace '" + manifest.workspaceNames[i] +
+                      "' (" + std::to_string(workspaceBytes[i]) + " bytes)");
     workspaces.push_back(workspace);
-    workspaceBytes.push_back(bytes);
   }
   return Status();
 }
 
-CUdeviceptr Bundle::State::pointer(BufferRef buffer,
+void Bundle::State::initVariants() {
+  for (size_t v = 0; v < variants.size(); ++v) {
+    const Variant &variant = manifest.variants[v];
+    VariantState &state = variants[v];
+    state.tensorMaps.resize(variant.tensorMaps.size());
+    for (size_t i = 0; i < state.tensorMaps.size(); ++i)
+      state.tensorMaps[i].owner =
+          "tensor map '" + variant.tensorMaps[i].name + "'";
+    state.zeroFills.resize(variant.zeros.size());
+  }
+}
+
+CUdeviceptr Bundle::State::pointer(const Variant &variant, BufferRef buffer,
                                    const MoeTensor *tensors) const {
   return buffer.isWorkspace
-             ? workspaces[buffer.index]
+             ? workspaces[variant.workspaces[buffer.index].allocation]
              : reinterpret_cast<CUdeviceptr>(tensors[buffer.index].data);
 }
 
-Status Bundle::State::prepare(int64_t tokens, const MoeTensor *tensors) {
+Status Bundle::State::prepare(int variant, int64_t tokens,
+                              const MoeTensor *tensors) {
+  const Variant &plan = manifest.variants[variant];
+  VariantState &state = variants[variant];
   // Workspaces were sized for tokens-max; a plan whose sizes are not
   // monotonic in T must not overrun them.
-  for (size_t i = 0; i < workspaces.size(); ++i) {
+  for (const BufferDecl &workspace : plan.workspaces) {
     int64_t bytes = 0;
-    if (Status status = bufferBytes(manifest.workspaces[i], tokens, bytes);
-        !status.ok())
+    if (Status status = bufferBytes(workspace, tokens, bytes); !status.ok())
       return status;
-    if (bytes > workspaceBytes[i])
+    int64_t allocated = workspaceBytes[workspace.allocation];
+    if (bytes > allocated)
       return Status(MOE_ERROR_INVALID_BUNDLE,
-                    "workspace '" + manifest.workspaces[i].name + "' needs " +
+                    "workspace '" + workspace.name + "' needs " +
                         std::to_string(bytes) +
                         " bytes at T=" + std::to_string(tokens) + " but has " +
-                        std::to_string(workspaceBytes[i]) +
-                        " (sized at tokens-max)");
+                        std::to_string(allocated) + " (sized at tokens-max)");
   }
-  for (size_t i = 0; i < zeroFills.size(); ++i) {
-    BufferRef buffer = manifest.zeros[i];
-    const BufferDecl &declared = buffer.isWorkspace
-                                     ? manifest.workspaces[buffer.index]
-                                     : manifest.tensors[buffer.index];
+  for (size_t i = 0; i < state.zeroFills.size(); ++i) {
+    BufferRef buffer = plan.zeros[i];
+    const BufferDecl &zeroed = buffer.isWorkspace
+                                   ? plan.workspaces[buffer.index]
+                                   : manifest.tensors[buffer.index];
     int64_t bytes = 0;
-    if (Status status = bufferBytes(declared, tokens, bytes); !status.ok())
+    if (Status status = bufferBytes(zeroed, tokens, bytes); !status.ok())
       return status;
-    zeroFills[i] = {pointer(buffer, tensors), static_cast<size_t>(bytes)};
+    state.zeroFills[i] = {pointer(plan, buffer, tensors),
+                          static_cast<size_t>(bytes)};
   }
-  for (size_t i = 0; i < tensorMaps.size(); ++i)
-    if (Status status = prepareTensorMap(i, tokens, tensors); !status.ok())
+  for (size_t i = 0; i < state.tensorMaps.size(); ++i)
+    if (Status status = prepareTensorMap(variant, i, tokens, tensors);
+        !status.ok())
       return status;
-  for (size_t i = 0; i < launches.size(); ++i)
-    if (Status status =
-            prepareLaunch(launches[i], manifest.launches[i], tokens, tensors);
+  for (size_t i = 0; i < state.launches.size(); ++i)
+    if (Status status = prepareLaunch(variant, i, tokens, tensors);
         !status.ok())
       return status;
   return Status();
 }
 
-Status Bundle::State::prepareTensorMap(size_t index, int64_t tokens,
+Status Bundle::State::prepareTensorMap(int variant, size_t index,
+                                       int64_t tokens,
                                        const MoeTensor *tensors) {
-  const TensorMapDecl &declared = manifest.tensorMaps[index];
-  TensorMapCache &cache = tensorMaps[index];
-  CUdeviceptr base = pointer(declared.buffer, tensors);
+  const Variant &plan = manifest.variants[variant];
+  const TensorMapDecl &declared = plan.tensorMaps[index];
+  TensorMapCache &cache = variants[variant].tensorMaps[index];
+  CUdeviceptr base = pointer(plan, declared.buffer, tensors);
   auto key = std::make_pair(base, tokens);
   auto cached = cache.maps.find(key);
   if (cached != cache.maps.end()) {
@@ -397,8 +436,12 @@ Status Bundle::State::prepareTensorMap(size_t index, int64_t tokens,
   return Status();
 }
 
-Status Bundle::State::prepareLaunch(Launch &launch, const LaunchDecl &declared,
-                                    int64_t tokens, const MoeTensor *tensors) {
+Status Bundle::State::prepareLaunch(int variant, size_t index, int64_t tokens,
+                                    const MoeTensor *tensors) {
+  const Variant &plan = manifest.variants[variant];
+  const LaunchDecl &declared = plan.launches[index];
+  VariantState &state = variants[variant];
+  Launch &launch = state.launches[index];
   static const char *const kGridNames[] = {"grid x", "grid y", "grid z"};
   static const char *const kBlockNames[] = {"block x", "block y", "block z"};
   static const char *const kClusterNames[] = {"cluster x", "cluster y",
@@ -439,7 +482,7 @@ Status Bundle::State::prepareLaunch(Launch &launch, const LaunchDecl &declared,
     int64_t scalar = 0;
     switch (arg.kind) {
     case LaunchArg::Kind::Buffer:
-      value = pointer(arg.buffer, tensors);
+      value = pointer(plan, arg.buffer, tensors);
       break;
     case LaunchArg::Kind::I32: {
       if (Status status = evaluateInRange(arg.scalar, tokens,
@@ -461,23 +504,24 @@ Status Bundle::State::prepareLaunch(Launch &launch, const LaunchDecl &declared,
       value = static_cast<uint64_t>(scalar);
       break;
     case LaunchArg::Kind::TensorMap:
-      launch.params[i] = tensorMaps[arg.tensorMap].current;
+      launch.params[i] = state.tensorMaps[arg.tensorMap].current;
       break;
     }
   }
   return Status();
 }
 
-Status Bundle::State::enqueue(CUstream stream) {
-  for (size_t i = 0; i < zeroFills.size(); ++i) {
-    auto [pointer, bytes] = zeroFills[i];
+Status Bundle::State::enqueue(int variant, CUstream stream) {
+  VariantState &state = variants[variant];
+  for (size_t i = 0; i < state.zeroFills.size(); ++i) {
+    auto [pointer, bytes] = state.zeroFills[i];
     if (!bytes)
       continue;
     if (CUresult result = driver->memsetD8Async(pointer, 0, bytes, stream))
       return driver->error(result, "cuMemsetD8Async for zero statement " +
                                        std::to_string(i));
   }
-  for (Launch &launch : launches) {
+  for (Launch &launch : state.launches) {
     if (launch.skipped)
       continue;
     CUfunction function = kernels[launch.kernel].function;
@@ -538,11 +582,7 @@ Status Bundle::open(const std::string &path, int device,
     status = state->allocateWorkspaces();
   if (!status.ok())
     return status;
-  state->tensorMaps.resize(state->manifest.tensorMaps.size());
-  for (size_t i = 0; i < state->tensorMaps.size(); ++i)
-    state->tensorMaps[i].owner =
-        "tensor map '" + state->manifest.tensorMaps[i].name + "'";
-  state->zeroFills.resize(state->manifest.zeros.size());
+  state->initVariants();
   bundle.reset(new Bundle(std::move(state)));
   return Status();
 }
@@ -553,15 +593,33 @@ Status Bundle::run(int64_t tokens, const MoeTensor *tensors, int count,
           checkRunArguments(state->manifest, tokens, tensors, count);
       !status.ok())
     return status;
+  int variant = 0;
+  if (Status status = selectVariant(state->manifest, tokens, variant);
+      !status.ok())
+    return status;
   ContextScope scope(*state->driver, state->context);
   if (!scope.status.ok())
     return scope.status;
-  if (Status status = state->prepare(tokens, tensors); !status.ok())
+  if (Status status = state->prepare(variant, tokens, tensors); !status.ok())
     return status;
-  return state->enqueue(stream);
+  return state->enqueue(variant, stream);
 }
 
 int64_t Bundle::tokensMax() const { return state->manifest.tokensMax; }
+
+int Bundle::numVariants() const {
+  return static_cast<int>(state->manifest.variants.size());
+}
+
+int64_t Bundle::variantMaxTokens(int index) const {
+  if (index < 0 || index >= numVariants())
+    return 0;
+  return state->manifest.variants[index].maxTokens;
+}
+
+Status Bundle::variantForTokens(int64_t tokens, int &index) const {
+  return selectVariant(state->manifest, tokens, index);
+}
 
 int Bundle::numTensors() const {
   return static_cast<int>(state->manifest.tensors.size());

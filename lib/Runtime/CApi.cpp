@@ -61,6 +61,24 @@ int moe_bundle_num_tensors(const MoeBundle *bundle) {
   return bundle ? bundle->bundle->numTensors() : 0;
 }
 
+int moe_bundle_num_variants(const MoeBundle *bundle) {
+  return bundle ? bundle->bundle->numVariants() : 0;
+}
+
+int64_t moe_bundle_variant_max_tokens(const MoeBundle *bundle, int index) {
+  return bundle ? bundle->bundle->variantMaxTokens(index) : 0;
+}
+
+int moe_bundle_variant_for_tokens(const MoeBundle *bundle, int64_t tokens,
+                                  int *index, char *errbuf, size_t errlen) {
+  if (!bundle)
+    return report(nullArgument("the bundle"), errbuf, errlen);
+  if (!index)
+    return report(nullArgument("the variant index pointer"), errbuf, errlen);
+  return report(bundle->bundle->variantForTokens(tokens, *index), errbuf,
+                errlen);
+}
+
 int moe_bundle_tensor_info(const MoeBundle *bundle, int index, int64_t tokens,
                            MoeTensorInfo *info, char *errbuf, size_t errlen) {
   if (!bundle)

@@ -84,7 +84,9 @@ Status invalidArgument(const std::string &message) {
   return Status(MOE_ERROR_INVALID_ARGUMENT, message);
 }
 
-/// Parses manifest lines into a Manifest, resolving names as it goes.
+/// Parses manifest lines into a Manifest, resolving names as it goes. Tensor
+/// names are global; workspace and tensor map names are scoped to their
+/// variant and may not shadow a tensor.
 class ManifestParser {
 public:
   ManifestParser(const std::string &source, Manifest &manifest)
@@ -103,6 +105,12 @@ private:
 
   Status parseStatement(const Tokens &tokens);
   Status parseHeader(const Tokens &tokens);
+  Status checkPlacement(const std::string &keyword) const;
+  Status parseVariant(const Tokens &tokens);
+  /// Starts a variant for T up to `bound` on this line, with no names.
+  void openVariant(int64_t bound);
+  Status checkVariantLaunches() const;
+  Status checkLastVariant() const;
   Status parseTarget(const Tokens &tokens);
   Status parseBuffer(const Tokens &tokens, bool isWorkspace);
   Status parseZero(const Tokens &tokens);
@@ -111,8 +119,11 @@ private:
   Status parseLaunchArg(const std::string &token, LaunchArg &arg);
 
   Status error(const std::string &message) const {
+    return errorAt(line, message);
+  }
+  Status errorAt(int atLine, const std::string &message) const {
     return Status(MOE_ERROR_INVALID_BUNDLE,
-                  source + ":" + std::to_string(line) + ": " + message);
+                  source + ":" + std::to_string(atLine) + ": " + message);
   }
   Status usage(const char *syntax) const {
     return error(std::string("wrong number of operands; expected '") + syntax +
@@ -121,8 +132,18 @@ private:
   /// Fails if a statement that may appear once was seen on `firstLine`.
   Status once(const Tokens &tokens, int &firstLine);
 
-  Status define(const std::string &name, const Symbol &symbol);
+  /// The variant the statement belongs to: the last one opened (the only
+  /// one in version 1).
+  Variant &variant() { return manifest.variants.back(); }
+
+  /// Defines `name` globally (a tensor) or in the current variant.
+  Status define(const std::string &name, const Symbol &symbol, bool global);
+  /// The symbol `name` denotes in the current variant; null if none.
+  const Symbol *lookup(const std::string &name) const;
   Status lookupBuffer(const std::string &name, BufferRef &buffer) const;
+  /// Points `workspace` at the allocation of its name, checking that all
+  /// workspaces of that name have one element type.
+  Status shareAllocation(BufferDecl &workspace);
   Status parseDtype(const std::string &token, MoeDtype &dtype) const;
   Status parseExpression(const std::string &token, const std::string &what,
                          Expression &expression) const;
@@ -134,12 +155,19 @@ private:
   Status parseSection(const Tokens &tokens, size_t &next, const char *keyword,
                       Expression *expressions, size_t count) const;
 
+  /// The first declaration of a workspace name and its allocation.
+  struct Allocation {
+    int index;
+    MoeDtype dtype;
+    int line;
+  };
+
   const std::string &source;
   Manifest &manifest;
   int line = 0;
-  bool sawHeader = false;
   int targetLine = 0, moduleLine = 0, tokensMaxLine = 0;
-  std::map<std::string, Symbol> symbols;
+  std::map<std::string, Symbol> globals, variantSymbols;
+  std::map<std::string, Allocation> allocations;
 };
 
 Status ManifestParser::parse(const std::string &text) {
@@ -153,7 +181,8 @@ Status ManifestParser::parse(const std::string &text) {
     start = end + 1;
     if (tokens.empty())
       continue;
-    Status status = sawHeader ? parseStatement(tokens) : parseHeader(tokens);
+    Status status =
+        manifest.version ? parseStatement(tokens) : parseHeader(tokens);
     if (!status.ok())
       return status;
   }
@@ -161,32 +190,48 @@ Status ManifestParser::parse(const std::string &text) {
     return Status(MOE_ERROR_INVALID_BUNDLE,
                   source + ": missing '" + statement + "' statement");
   };
-  if (!sawHeader)
-    return missing("moe-bundle 1");
+  if (!manifest.version)
+    return missing("moe-bundle <version>");
   if (!targetLine)
     return missing("target");
   if (!moduleLine)
     return missing("module");
   if (!tokensMaxLine)
     return missing("tokens-max");
-  return Status();
+  if (manifest.version == 1) {
+    variant().maxTokens = manifest.tokensMax;
+    return Status();
+  }
+  if (manifest.variants.empty())
+    return missing("variant");
+  return checkLastVariant();
 }
 
 Status ManifestParser::parseHeader(const Tokens &tokens) {
   if (tokens[0] != "moe-bundle")
-    return error("expected 'moe-bundle 1' as the first statement, got '" +
+    return error("expected 'moe-bundle <version>' as the first statement, "
+                 "got '" +
                  tokens[0] + "'");
   if (tokens.size() != 2)
-    return usage("moe-bundle 1");
-  if (tokens[1] != "1")
+    return usage("moe-bundle <version>");
+  if (tokens[1] != "1" && tokens[1] != "2")
     return error("unsupported bundle format version '" + tokens[1] +
-                 "'; this runtime reads version 1");
-  sawHeader = true;
+                 "'; this runtime reads versions 1 and 2: recompile the bundle "
+                 "with moe-compile");
+  manifest.version = tokens[1] == "1" ? 1 : 2;
+  // A version 1 manifest is one variant, for every T up to tokens-max
+  // (set once tokens-max is known).
+  if (manifest.version == 1)
+    openVariant(0);
   return Status();
 }
 
 Status ManifestParser::parseStatement(const Tokens &tokens) {
   const std::string &keyword = tokens[0];
+  if (keyword == "variant")
+    return parseVariant(tokens);
+  if (Status status = checkPlacement(keyword); !status.ok())
+    return status;
   if (keyword == "target")
     return parseTarget(tokens);
   if (keyword == "module") {
@@ -221,6 +266,71 @@ Status ManifestParser::parseStatement(const Tokens &tokens) {
   if (keyword == "moe-bundle")
     return error("'moe-bundle' must be the first statement, and only once");
   return error("unknown statement '" + keyword + "'");
+}
+
+Status ManifestParser::checkPlacement(const std::string &keyword) const {
+  if (manifest.version == 1)
+    return Status();
+  bool perVariant = keyword == "workspace" || keyword == "tensormap" ||
+                    keyword == "zero" || keyword == "launch";
+  bool global = keyword == "target" || keyword == "module" ||
+                keyword == "tokens-max" || keyword == "tensor";
+  if (perVariant && manifest.variants.empty())
+    return error("'" + keyword + "' must follow a 'variant' line");
+  if (global && !manifest.variants.empty())
+    return error("'" + keyword + "' must come before the first 'variant' line");
+  return Status();
+}
+
+Status ManifestParser::parseVariant(const Tokens &tokens) {
+  if (manifest.version == 1)
+    return error("'variant' needs bundle format version 2 ('moe-bundle 2')");
+  if (tokens.size() != 2)
+    return usage("variant <max-tokens>");
+  int64_t bound = 0;
+  if (!parseInteger(tokens[1], bound) || bound < 1)
+    return error("bad variant bound '" + tokens[1] +
+                 "'; expected a positive integer");
+  if (!manifest.variants.empty()) {
+    if (Status status = checkVariantLaunches(); !status.ok())
+      return status;
+    const Variant &previous = variant();
+    if (bound <= previous.maxTokens)
+      return error(
+          "variant bound " + tokens[1] + " is not above the previous one, " +
+          std::to_string(previous.maxTokens) + " on line " +
+          std::to_string(previous.line) + "; bounds increase strictly");
+  }
+  openVariant(bound);
+  return Status();
+}
+
+void ManifestParser::openVariant(int64_t bound) {
+  Variant opened;
+  opened.maxTokens = bound;
+  opened.line = line;
+  manifest.variants.push_back(std::move(opened));
+  variantSymbols.clear();
+}
+
+Status ManifestParser::checkVariantLaunches() const {
+  const Variant &last = manifest.variants.back();
+  if (last.launches.empty())
+    return errorAt(last.line, "variant " + std::to_string(last.maxTokens) +
+                                  " has no launch");
+  return Status();
+}
+
+Status ManifestParser::checkLastVariant() const {
+  if (Status status = checkVariantLaunches(); !status.ok())
+    return status;
+  const Variant &last = manifest.variants.back();
+  if (last.maxTokens != manifest.tokensMax)
+    return errorAt(last.line, "the last variant's bound, " +
+                                  std::to_string(last.maxTokens) +
+                                  ", is not tokens-max, " +
+                                  std::to_string(manifest.tokensMax));
+  return Status();
 }
 
 Status ManifestParser::once(const Tokens &tokens, int &firstLine) {
@@ -280,13 +390,33 @@ Status ManifestParser::parseBuffer(const Tokens &tokens, bool isWorkspace) {
       return status;
 
   std::vector<BufferDecl> &buffers =
-      isWorkspace ? manifest.workspaces : manifest.tensors;
+      isWorkspace ? variant().workspaces : manifest.tensors;
   Symbol symbol{SymbolKind::Buffer,
                 BufferRef{isWorkspace, static_cast<int>(buffers.size())}, 0,
                 line};
-  if (Status status = define(buffer.name, symbol); !status.ok())
+  if (Status status = define(buffer.name, symbol, !isWorkspace); !status.ok())
     return status;
+  if (isWorkspace)
+    if (Status status = shareAllocation(buffer); !status.ok())
+      return status;
   buffers.push_back(std::move(buffer));
+  return Status();
+}
+
+Status ManifestParser::shareAllocation(BufferDecl &workspace) {
+  Allocation allocation{static_cast<int>(manifest.workspaceNames.size()),
+                        workspace.dtype, line};
+  auto [first, inserted] = allocations.emplace(workspace.name, allocation);
+  if (inserted)
+    manifest.workspaceNames.push_back(workspace.name);
+  else if (first->second.dtype != workspace.dtype)
+    return error("workspace '" + workspace.name + "' is " +
+                 dtypeName(workspace.dtype) + " here but " +
+                 dtypeName(first->second.dtype) + " on line " +
+                 std::to_string(first->second.line) +
+                 "; the workspaces of one name share an allocation and "
+                 "need one element type");
+  workspace.allocation = first->second.index;
   return Status();
 }
 
@@ -299,7 +429,7 @@ Status ManifestParser::parseZero(const Tokens &tokens) {
   if (!buffer.isWorkspace &&
       manifest.tensors[buffer.index].role == MOE_ROLE_INPUT)
     return error("cannot zero input tensor '" + tokens[1] + "'");
-  manifest.zeros.push_back(buffer);
+  variant().zeros.push_back(buffer);
   return Status();
 }
 
@@ -354,10 +484,10 @@ Status ManifestParser::parseTensorMap(const Tokens &tokens) {
     return error("unexpected '" + tokens[next] + "' after the tensor map");
 
   Symbol symbol{SymbolKind::TensorMap, BufferRef(),
-                static_cast<int>(manifest.tensorMaps.size()), line};
-  if (status = define(map.name, symbol); !status.ok())
+                static_cast<int>(variant().tensorMaps.size()), line};
+  if (status = define(map.name, symbol, /*global=*/false); !status.ok())
     return status;
-  manifest.tensorMaps.push_back(std::move(map));
+  variant().tensorMaps.push_back(std::move(map));
   return Status();
 }
 
@@ -386,7 +516,7 @@ Status ManifestParser::parseLaunch(const Tokens &tokens) {
   }
   if (!status.ok())
     return status;
-  manifest.launches.push_back(std::move(launch));
+  variant().launches.push_back(std::move(launch));
   return Status();
 }
 
@@ -406,29 +536,41 @@ Status ManifestParser::parseLaunchArg(const std::string &token,
     return error("bad argument '" + token +
                  "'; expected a name, i32:<expr>, i64:<expr> or map:<name>");
   arg.kind = LaunchArg::Kind::TensorMap;
-  auto symbol = symbols.find(rest);
-  if (symbol == symbols.end() || symbol->second.kind != SymbolKind::TensorMap)
+  const Symbol *symbol = lookup(rest);
+  if (!symbol || symbol->kind != SymbolKind::TensorMap)
     return error("'" + rest + "' is not a tensor map defined above");
-  arg.tensorMap = symbol->second.tensorMap;
+  arg.tensorMap = symbol->tensorMap;
   return Status();
 }
 
-Status ManifestParser::define(const std::string &name, const Symbol &symbol) {
+Status ManifestParser::define(const std::string &name, const Symbol &symbol,
+                              bool global) {
   if (!isName(name))
     return error("bad name '" + name + "'; names match [A-Za-z_][A-Za-z0-9_]*");
-  auto [existing, inserted] = symbols.emplace(name, symbol);
-  if (!inserted)
+  if (const Symbol *existing = lookup(name))
     return error("'" + name + "' is already defined on line " +
-                 std::to_string(existing->second.line));
+                 std::to_string(existing->line));
+  (global ? globals : variantSymbols).emplace(name, symbol);
   return Status();
+}
+
+const ManifestParser::Symbol *
+ManifestParser::lookup(const std::string &name) const {
+  for (const std::map<std::string, Symbol> *scope :
+       {&variantSymbols, &globals}) {
+    auto symbol = scope->find(name);
+    if (symbol != scope->end())
+      return &symbol->second;
+  }
+  return nullptr;
 }
 
 Status ManifestParser::lookupBuffer(const std::string &name,
                                     BufferRef &buffer) const {
-  auto symbol = symbols.find(name);
-  if (symbol == symbols.end() || symbol->second.kind != SymbolKind::Buffer)
+  const Symbol *symbol = lookup(name);
+  if (!symbol || symbol->kind != SymbolKind::Buffer)
     return error("'" + name + "' is not a tensor or workspace defined above");
-  buffer = symbol->second.buffer;
+  buffer = symbol->buffer;
   return Status();
 }
 
@@ -568,10 +710,37 @@ Status moe::runtime::bufferBytes(const BufferDecl &buffer, int64_t tokens,
   return Status();
 }
 
+Status moe::runtime::workspaceAllocationBytes(const Manifest &manifest,
+                                              std::vector<int64_t> &bytes) {
+  bytes.assign(manifest.workspaceNames.size(), 0);
+  for (const Variant &variant : manifest.variants) {
+    for (const BufferDecl &workspace : variant.workspaces) {
+      int64_t needed = 0;
+      if (Status status = bufferBytes(workspace, manifest.tokensMax, needed);
+          !status.ok())
+        return status;
+      int64_t &allocated = bytes[workspace.allocation];
+      allocated = std::max(allocated, needed);
+    }
+  }
+  return Status();
+}
+
 Status moe::runtime::checkTokens(const Manifest &manifest, int64_t tokens) {
   if (tokens < 1 || tokens > manifest.tokensMax)
     return invalidArgument("T=" + std::to_string(tokens) + " is outside [1, " +
                            std::to_string(manifest.tokensMax) + "]");
+  return Status();
+}
+
+Status moe::runtime::selectVariant(const Manifest &manifest, int64_t tokens,
+                                   int &index) {
+  if (Status status = checkTokens(manifest, tokens); !status.ok())
+    return status;
+  auto serving = std::find_if(
+      manifest.variants.begin(), manifest.variants.end(),
+      [&](const Variant &variant) { return variant.maxTokens >= tokens; });
+  index = static_cast<int>(serving - manifest.variants.begin());
   return Status();
 }
 

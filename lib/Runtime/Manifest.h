@@ -27,9 +27,14 @@ struct BufferDecl {
   MoeRole role = MOE_ROLE_INPUT; ///< Tensors only.
   MoeDtype dtype = MOE_DTYPE_F32;
   std::vector<Expression> dims;
+  /// Workspaces only: the device allocation it uses, an index into
+  /// Manifest::workspaceNames (shared by the variants' workspaces of one
+  /// name).
+  int allocation = 0;
 };
 
-/// A name that denotes a buffer: caller tensor or workspace `index`.
+/// A name that denotes a buffer: caller tensor `index` (Manifest::tensors)
+/// or workspace `index` of the variant (Variant::workspaces).
 struct BufferRef {
   bool isWorkspace = false;
   int index = 0;
@@ -51,7 +56,7 @@ struct LaunchArg {
   Kind kind = Kind::Buffer;
   BufferRef buffer;  ///< Kind::Buffer.
   Expression scalar; ///< Kind::I32, Kind::I64.
-  int tensorMap = 0; ///< Kind::TensorMap: index into Manifest::tensorMaps.
+  int tensorMap = 0; ///< Kind::TensorMap: index into Variant::tensorMaps.
 };
 
 /// A `launch` line.
@@ -64,17 +69,31 @@ struct LaunchDecl {
   std::vector<LaunchArg> args;
 };
 
+/// The plan for the token counts up to `maxTokens` (a `variant` line and
+/// the statements after it; all of a version 1 manifest).
+struct Variant {
+  int64_t maxTokens = 0;
+  int line = 0; ///< Of the `variant` line; of `moe-bundle` in version 1.
+  std::vector<BufferDecl> workspaces;
+  std::vector<TensorMapDecl> tensorMaps;
+  std::vector<BufferRef> zeros;
+  std::vector<LaunchDecl> launches;
+};
+
 /// A parsed manifest whose names all resolve.
 struct Manifest {
+  int version = 0;    ///< 1 or 2.
   std::string target; ///< E.g. "sm_90a".
   int computeMajor = 0, computeMinor = 0;
   /// Module files as written (relative to the bundle); `ptx` may be empty.
   std::string cubin, ptx;
   int64_t tokensMax = 0;
-  std::vector<BufferDecl> tensors, workspaces;
-  std::vector<TensorMapDecl> tensorMaps;
-  std::vector<BufferRef> zeros;
-  std::vector<LaunchDecl> launches;
+  std::vector<BufferDecl> tensors;
+  /// One device allocation per workspace name, in order of first
+  /// declaration.
+  std::vector<std::string> workspaceNames;
+  /// At least one, bounds strictly increasing, the last one tokens-max.
+  std::vector<Variant> variants;
 };
 
 /// Parses manifest text; `source` names it in messages, which read
@@ -101,8 +120,18 @@ Status evaluateDims(const BufferDecl &buffer, int64_t tokens, int64_t *dims);
 /// The size of `buffer` in bytes at T = `tokens`.
 Status bufferBytes(const BufferDecl &buffer, int64_t tokens, int64_t &bytes);
 
+/// The size in bytes of each workspace allocation (one per
+/// Manifest::workspaceNames): the most that any variant's workspace of that
+/// name needs at T = tokens-max.
+Status workspaceAllocationBytes(const Manifest &manifest,
+                                std::vector<int64_t> &bytes);
+
 /// Checks 1 <= tokens <= tokens-max.
 Status checkTokens(const Manifest &manifest, int64_t tokens);
+
+/// Checks `tokens` and stores in `index` the variant that runs it: the first
+/// whose bound is at least `tokens`.
+Status selectVariant(const Manifest &manifest, int64_t tokens, int &index);
 
 /// Checks a run's arguments: 1 <= tokens <= tokens-max, one tensor per
 /// `tensor` line with its element type and its dims at `tokens`, pointers

@@ -103,10 +103,13 @@ def _describe(tensor, index, device, stream, keep_alive):
 class Bundle:
     """A bundle (docs/BUNDLE.md) loaded onto one CUDA device.
 
-    ``run`` enqueues the bundle's zero fills and kernels on a stream and
-    returns: no host synchronisation and no device allocation, so it can be
-    captured in a CUDA graph. The tensors must stay alive until the stream
-    has run it. One bundle must not run from two threads at once.
+    A bundle holds one plan per variant, each for the token counts up to its
+    bound (``variants``). ``run`` picks the variant for its token count on
+    the host, enqueues that variant's zero fills and kernels on a stream and
+    returns: no host synchronisation and no device allocation, so a run at
+    a given token count can be captured in a CUDA graph. The tensors must
+    stay alive until the stream has run it. One bundle must not run from
+    two threads at once.
 
     Failures of the runtime (no GPU, a bad bundle, shapes that do not match
     the manifest, a CUDA error) raise moe_mlir.Error with its message.
@@ -131,6 +134,20 @@ class Bundle:
     def tokens_max(self):
         """The largest token count a run takes."""
         return self._bundle.tokens_max
+
+    @property
+    def variants(self):
+        """The bound of each of the bundle's variants, increasing, the last
+        one ``tokens_max``: variant i serves the token counts above bound
+        i-1 up to bound i. A bundle of format version 1 has one."""
+        return self._bundle.variants
+
+    def variant_for(self, tokens):
+        """The index in ``variants`` of the variant that ``run`` executes
+        for ``tokens`` tokens: the first whose bound is at least
+        ``tokens``. Raises moe_mlir.Error when ``tokens`` is outside
+        [1, tokens_max]."""
+        return self._bundle.variant_for(tokens)
 
     def tensors(self, tokens):
         """The TensorInfo of each tensor ``run`` takes, in order, with its

@@ -139,6 +139,18 @@ def test_bundle(results, args, generator):
     infos = [tuple(info) for info in bundle.tensors(tokens)]
     results.check("Bundle.tensors lists the manifest's tensors",
                   infos == routing_tensors(spec, tokens), f"{infos}")
+    bounds = bundle.variants
+    results.check("Bundle.variants: increasing up to tokens_max",
+                  bounds[-1] == bundle.tokens_max
+                  and bounds == sorted(set(bounds)), f"{bounds}")
+    results.check("Bundle.variant_for: the first variant that serves T",
+                  all(bundle.variant_for(count)
+                      == next(i for i, bound in enumerate(bounds)
+                              if bound >= count)
+                      for count in (1, 2, tokens, bundle.tokens_max)),
+                  f"{bounds}")
+    results.raises("Bundle.variant_for: beyond tokens_max", moe_mlir.Error,
+                   lambda: bundle.variant_for(bundle.tokens_max + 1))
 
     def inputs(count):
         logits = torch.randn(count, 256, generator=generator) * 2

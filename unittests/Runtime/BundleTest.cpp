@@ -141,13 +141,14 @@ TEST_F(NoDriver, OpeningIsAnError) {
 }
 
 TEST_F(NoDriver, BundleErrorsComeFirst) {
-  bundle.write("manifest.txt", "moe-bundle 2\n");
+  bundle.write("manifest.txt", "moe-bundle 3\n");
   std::unique_ptr<Bundle> opened;
   Status status = Bundle::open(bundle.path, 0, opened);
   EXPECT_EQ(status.code(), MOE_ERROR_INVALID_BUNDLE);
-  EXPECT_EQ(status.message(), bundle.path +
-                                  "/manifest.txt:1: unsupported bundle format "
-                                  "version '2'; this runtime reads version 1");
+  EXPECT_EQ(status.message(),
+            bundle.path + "/manifest.txt:1: unsupported bundle format version "
+                          "'3'; this runtime reads versions 1 and 2: "
+                          "recompile the bundle with moe-compile");
 }
 
 TEST_F(NoDriver, CApi) {
@@ -206,6 +207,14 @@ TEST(CApi, NullArguments) {
       MOE_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(moe_bundle_num_tensors(nullptr), 0);
   EXPECT_EQ(moe_bundle_tokens_max(nullptr), 0);
+  EXPECT_EQ(moe_bundle_num_variants(nullptr), 0);
+  EXPECT_EQ(moe_bundle_variant_max_tokens(nullptr, 0), 0);
+  int variant = 5;
+  EXPECT_EQ(moe_bundle_variant_for_tokens(nullptr, 1, &variant, message,
+                                          sizeof(message)),
+            MOE_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(message, "the bundle is null");
+  EXPECT_EQ(variant, 5);
   moe_bundle_close(nullptr);
 }
 

@@ -6,13 +6,15 @@
 // grid size zero, more than 48 KiB of dynamic shared memory, a cluster
 // launch, a tensor map passed by value, the caller's context left as it was,
 // argument errors that enqueue nothing, no allocation once the tensor maps
-// exist, and a run captured in a CUDA graph.
+// exist, a run captured in a CUDA graph, and a format version 2 bundle whose
+// runs execute the variant of their T (through the C API).
 //
 //===----------------------------------------------------------------------===//
 
 #include "Driver.h"
 #include "TempBundle.h"
 
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -191,6 +193,37 @@ launch copy_map grid 1 1 1 block 32 1 1 smem 0 args map_bytes map:src_map
 )";
 }
 
+/// Two variants over the same kernels. T <= 8: dst = src + 11 through the
+/// workspace `scratch`, no mark, a tensor map with boxes of 1 row. 8 < T <=
+/// 64: dst = src + 22 through a larger `scratch` (the same allocation), 3
+/// marks, boxes of 4 rows. Both zero the marks.
+std::string variantsManifest(int computeCapability) {
+  return "moe-bundle 2\ntarget sm_" + std::to_string(computeCapability) +
+         R"(
+module kernels.cubin kernels.ptx
+tokens-max 64
+tensor src       input  i64 T 2
+tensor dst       output i64 T 2
+tensor marks     output i32 4
+tensor map_bytes output u8 128
+variant 8
+workspace scratch i64 T 2
+zero marks
+tensormap src_map src i64 rank 2 dims 2 T strides 16 box 2 1 swizzle 0
+launch add_scalar grid cdiv(T*2,64) 1 1 block 64 1 1 smem 0 args scratch src i32:T*2 i64:1
+launch add_scalar grid cdiv(T*2,64) 1 1 block 64 1 1 smem 0 args dst scratch i32:T*2 i64:10
+launch copy_map grid 1 1 1 block 32 1 1 smem 0 args map_bytes map:src_map
+variant 64
+workspace scratch i64 T*2 2
+zero marks
+tensormap src_map src i64 rank 2 dims 2 T strides 16 box 2 4 swizzle 0
+launch add_scalar grid cdiv(T*2,64) 1 1 block 64 1 1 smem 0 args scratch src i32:T*2 i64:2
+launch add_scalar grid cdiv(T*2,64) 1 1 block 64 1 1 smem 0 args dst scratch i32:T*2 i64:20
+launch mark grid 3 1 1 block 32 1 1 smem 0 args marks
+launch copy_map grid 1 1 1 block 32 1 1 smem 0 args map_bytes map:src_map
+)";
+}
+
 class Gpu : public ::testing::Test {
 protected:
   static constexpr int64_t kTokensMax = 64;
@@ -295,10 +328,15 @@ protected:
     for (int64_t i = 0; i < 32 * kTokensMax; ++i)
       ASSERT_EQ(zeroed[i], i < 32 * tokens ? 0 : 0xab)
           << "zeroed[" << i << "] at T=" << tokens;
+    expectSrcMap(tokens, 4);
+  }
 
+  /// Checks that copy_map wrote the tensor map over src at T = `tokens`,
+  /// with boxes of `boxRows` rows.
+  void expectSrcMap(int64_t tokens, cuuint32_t boxRows) {
     CUtensorMap expected;
     cuuint64_t dims[] = {2, static_cast<cuuint64_t>(tokens)}, strides[] = {16};
-    cuuint32_t box[] = {2, 4}, elementStrides[] = {1, 1};
+    cuuint32_t box[] = {2, boxRows}, elementStrides[] = {1, 1};
     ASSERT_EQ(driver->tensorMapEncodeTiled(
                   &expected, CU_TENSOR_MAP_DATA_TYPE_INT64, 2,
                   reinterpret_cast<void *>(buffers[0]), dims, strides, box,
@@ -308,7 +346,14 @@ protected:
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
               CUDA_SUCCESS);
     std::vector<uint8_t> map = read<uint8_t>(5, sizeof(expected));
-    EXPECT_EQ(std::memcmp(map.data(), &expected, sizeof(expected)), 0);
+    EXPECT_EQ(std::memcmp(map.data(), &expected, sizeof(expected)), 0)
+        << "the tensor map at T=" << tokens;
+  }
+
+  /// The tensors of variantsManifest at T = `tokens`.
+  std::array<MoeTensor, 4> variantTensors(int64_t tokens) const {
+    std::vector<MoeTensor> all = tensors(tokens);
+    return {all[0], all[1], all[2], all[5]};
   }
 
   static constexpr size_t kBufferBytes = 32 * kTokensMax;
@@ -426,6 +471,64 @@ TEST_F(Gpu, CapturesInAGraph) {
   test.graphExecDestroy(executable);
   test.graphDestroy(graph);
   test.streamDestroy(stream);
+}
+
+TEST_F(Gpu, RunsTheVariantForT) {
+  bundle.write("manifest.txt", variantsManifest(computeCapability));
+  MoeBundle *opened = nullptr;
+  char message[512];
+  ASSERT_EQ(moe_bundle_open(bundle.path.c_str(), 0, &opened, message,
+                            sizeof(message)),
+            MOE_OK)
+      << message;
+  EXPECT_EQ(moe_bundle_num_variants(opened), 2);
+  EXPECT_EQ(moe_bundle_variant_max_tokens(opened, 0), 8);
+  EXPECT_EQ(moe_bundle_variant_max_tokens(opened, 1), 64);
+  EXPECT_EQ(moe_bundle_variant_max_tokens(opened, 2), 0);
+
+  // Each side of the bound, both ends, and back.
+  for (int64_t tokens : {8, 9, 1, 64, 8}) {
+    int expected = tokens <= 8 ? 0 : 1;
+    int variant = -1;
+    ASSERT_EQ(moe_bundle_variant_for_tokens(opened, tokens, &variant, message,
+                                            sizeof(message)),
+              MOE_OK)
+        << message;
+    EXPECT_EQ(variant, expected) << "T=" << tokens;
+    fill();
+    std::array<MoeTensor, 4> arguments = variantTensors(tokens);
+    ASSERT_EQ(moe_bundle_run(opened, tokens, arguments.data(), 4, nullptr,
+                             message, sizeof(message)),
+              MOE_OK)
+        << message;
+    ASSERT_EQ(test.ctxSynchronize(), CUDA_SUCCESS);
+    int64_t added = expected == 0 ? 11 : 22;
+    std::vector<int64_t> dst = read<int64_t>(1, 2 * kTokensMax);
+    for (int64_t i = 0; i < 2 * kTokensMax; ++i)
+      ASSERT_EQ(dst[i],
+                i < 2 * tokens ? 1000 * i + added : int64_t(0xabababababababab))
+          << "dst[" << i << "] at T=" << tokens;
+    EXPECT_EQ(read<int32_t>(2, 1)[0], expected == 0 ? 0 : 3)
+        << "marks at T=" << tokens;
+    expectSrcMap(tokens, expected == 0 ? 1 : 4);
+  }
+
+  // Switching variants allocates nothing once their tensor maps exist.
+  std::array<MoeTensor, 4> small = variantTensors(8), large = variantTensors(9);
+  int64_t before = allocations;
+  for (int repeat = 0; repeat < 2; ++repeat) {
+    ASSERT_EQ(moe_bundle_run(opened, 8, small.data(), 4, nullptr, message,
+                             sizeof(message)),
+              MOE_OK)
+        << message;
+    ASSERT_EQ(moe_bundle_run(opened, 9, large.data(), 4, nullptr, message,
+                             sizeof(message)),
+              MOE_OK)
+        << message;
+  }
+  EXPECT_EQ(allocations - before, 0);
+  ASSERT_EQ(test.ctxSynchronize(), CUDA_SUCCESS);
+  moe_bundle_close(opened);
 }
 
 TEST_F(Gpu, RefusesAnotherComputeCapability) {

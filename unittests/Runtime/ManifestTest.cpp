@@ -3,8 +3,10 @@
 // Pins down what the runtime checks when it loads a bundle, short of the
 // GPU (docs/BUNDLE.md, "What the runtime checks"): the magic and version,
 // each statement's syntax and arity, names defined once and before use,
-// element types, expressions, and that a module file exists. Every error
-// names the manifest line and the offending token.
+// element types, expressions, that a module file exists, and format
+// version 2's variants: names scoped to a variant, workspaces of one name
+// sharing the largest allocation, bounds, and the variant a T selects.
+// Every error names the manifest line and the offending token.
 //
 //===----------------------------------------------------------------------===//
 
@@ -88,25 +90,34 @@ TEST(Manifest, ParsesTheExample) {
   EXPECT_EQ(dims[0], 5);
   EXPECT_EQ(dims[1], 9);
 
-  ASSERT_EQ(manifest.workspaces.size(), 1u);
-  int64_t bytes = 0;
-  ASSERT_TRUE(bufferBytes(manifest.workspaces[0], 16384, bytes).ok());
-  EXPECT_EQ(bytes, 144 * 257 * 4);
-  ASSERT_EQ(manifest.zeros.size(), 2u);
-  EXPECT_TRUE(manifest.zeros[0].isWorkspace);
-  EXPECT_FALSE(manifest.zeros[1].isWorkspace);
-  EXPECT_EQ(manifest.zeros[1].index, 3);
+  // Version 1 is one variant, for every T up to tokens-max.
+  EXPECT_EQ(manifest.version, 1);
+  ASSERT_EQ(manifest.variants.size(), 1u);
+  const Variant &plan = manifest.variants[0];
+  EXPECT_EQ(plan.maxTokens, 16384);
+  EXPECT_EQ(plan.line, 1);
 
-  ASSERT_EQ(manifest.tensorMaps.size(), 1u);
-  const TensorMapDecl &map = manifest.tensorMaps[0];
+  ASSERT_EQ(plan.workspaces.size(), 1u);
+  EXPECT_EQ(manifest.workspaceNames, std::vector<std::string>{"counts"});
+  EXPECT_EQ(plan.workspaces[0].allocation, 0);
+  int64_t bytes = 0;
+  ASSERT_TRUE(bufferBytes(plan.workspaces[0], 16384, bytes).ok());
+  EXPECT_EQ(bytes, 144 * 257 * 4);
+  ASSERT_EQ(plan.zeros.size(), 2u);
+  EXPECT_TRUE(plan.zeros[0].isWorkspace);
+  EXPECT_FALSE(plan.zeros[1].isWorkspace);
+  EXPECT_EQ(plan.zeros[1].index, 3);
+
+  ASSERT_EQ(plan.tensorMaps.size(), 1u);
+  const TensorMapDecl &map = plan.tensorMaps[0];
   EXPECT_EQ(map.dims.size(), 2u);
   EXPECT_EQ(map.strides.size(), 1u);
   EXPECT_EQ(map.box[1].text(), "128");
   EXPECT_EQ(map.swizzleBytes, 128);
   EXPECT_TRUE(map.oobNan);
 
-  ASSERT_EQ(manifest.launches.size(), 3u);
-  const LaunchDecl &gate = manifest.launches[0];
+  ASSERT_EQ(plan.launches.size(), 3u);
+  const LaunchDecl &gate = plan.launches[0];
   EXPECT_EQ(gate.kernel, "moe_gate");
   EXPECT_EQ(gate.line, 17);
   EXPECT_EQ(gate.grid[0].text(), "cdiv(T,4)");
@@ -115,8 +126,8 @@ TEST(Manifest, ParsesTheExample) {
   EXPECT_EQ(gate.args[2].kind, LaunchArg::Kind::Buffer);
   EXPECT_EQ(gate.args[2].buffer.index, 2);
   EXPECT_EQ(gate.args[4].kind, LaunchArg::Kind::I32);
-  EXPECT_EQ(manifest.launches[1].args[1].buffer.isWorkspace, true);
-  const LaunchDecl &tma = manifest.launches[2];
+  EXPECT_EQ(plan.launches[1].args[1].buffer.isWorkspace, true);
+  const LaunchDecl &tma = plan.launches[2];
   EXPECT_TRUE(tma.hasCluster);
   EXPECT_EQ(tma.cluster[0].text(), "2");
   EXPECT_EQ(tma.args[0].kind, LaunchArg::Kind::TensorMap);
@@ -133,27 +144,32 @@ TEST(Manifest, CommentsBlankLinesAndCarriageReturns) {
   ASSERT_TRUE(status.ok()) << status.message();
   EXPECT_EQ(manifest.computeMajor, 8);
   EXPECT_TRUE(manifest.ptx.empty());
-  ASSERT_EQ(manifest.launches.size(), 1u);
-  EXPECT_EQ(manifest.launches[0].line, 7);
-  EXPECT_TRUE(manifest.launches[0].args.empty());
+  ASSERT_EQ(manifest.variants[0].launches.size(), 1u);
+  EXPECT_EQ(manifest.variants[0].launches[0].line, 7);
+  EXPECT_TRUE(manifest.variants[0].launches[0].args.empty());
 }
 
 TEST(Manifest, MagicAndVersion) {
-  EXPECT_EQ(parseError(""), "manifest.txt: missing 'moe-bundle 1' statement");
+  EXPECT_EQ(parseError(""),
+            "manifest.txt: missing 'moe-bundle <version>' statement");
   EXPECT_EQ(parseError("# only a comment\n"),
-            "manifest.txt: missing 'moe-bundle 1' statement");
+            "manifest.txt: missing 'moe-bundle <version>' statement");
   EXPECT_EQ(parseError("\ntarget sm_90a\nmoe-bundle 1\n"),
-            "manifest.txt:2: expected 'moe-bundle 1' as the first statement, "
-            "got 'target'");
+            "manifest.txt:2: expected 'moe-bundle <version>' as the first "
+            "statement, got 'target'");
   EXPECT_EQ(parseError("moe-bundel 1\n"),
-            "manifest.txt:1: expected 'moe-bundle 1' as the first statement, "
-            "got 'moe-bundel'");
-  EXPECT_EQ(parseError("moe-bundle 2\n"),
-            "manifest.txt:1: unsupported bundle format version '2'; this "
-            "runtime reads version 1");
+            "manifest.txt:1: expected 'moe-bundle <version>' as the first "
+            "statement, got 'moe-bundel'");
+  for (const char *version : {"0", "3", "01", "1.0", "v2"})
+    EXPECT_EQ(parseError(std::string("moe-bundle ") + version + "\n"),
+              std::string("manifest.txt:1: unsupported bundle format version "
+                          "'") +
+                  version +
+                  "'; this runtime reads versions 1 and 2: recompile the "
+                  "bundle with moe-compile");
   EXPECT_EQ(parseError("moe-bundle\n"),
             "manifest.txt:1: wrong number of operands; expected 'moe-bundle "
-            "1'");
+            "<version>'");
   EXPECT_EQ(statementError("moe-bundle 1"),
             "'moe-bundle' must be the first statement, and only once");
 }
@@ -254,8 +270,8 @@ TEST(Manifest, TensorMapSyntax) {
       parseManifest(header() + map + "rank 1 dims T strides box 64 swizzle 0\n",
                     "manifest.txt", manifest)
           .ok());
-  EXPECT_FALSE(manifest.tensorMaps.back().oobNan);
-  EXPECT_TRUE(manifest.tensorMaps.back().strides.empty());
+  EXPECT_FALSE(manifest.variants[0].tensorMaps.back().oobNan);
+  EXPECT_TRUE(manifest.variants[0].tensorMaps.back().strides.empty());
   EXPECT_EQ(statementError(map + "rank 0 dims strides box swizzle 0"),
             "bad tensor map rank; expected 1 to 5");
   EXPECT_EQ(statementError(map + "rank 6"),
@@ -347,7 +363,7 @@ TEST(Manifest, RolesAndElementTypes) {
   EXPECT_TRUE(manifest.tensors[4].dims.empty());
   EXPECT_EQ(manifest.tensors[5].dtype, MOE_DTYPE_F16);
   EXPECT_EQ(manifest.tensors[6].dtype, MOE_DTYPE_I64);
-  EXPECT_EQ(manifest.workspaces[1].dtype, MOE_DTYPE_U8);
+  EXPECT_EQ(manifest.variants[0].workspaces[1].dtype, MOE_DTYPE_U8);
 }
 
 TEST(Manifest, BadExpressions) {
@@ -386,11 +402,276 @@ TEST(Manifest, DimsAtT) {
   Status status = evaluateDims(manifest.tensors[4], 2, dims);
   EXPECT_EQ(status.message(), "dim 0 of 'x' is -3 at T=2");
   int64_t bytes = 0;
-  status = bufferBytes(manifest.workspaces[1], 16384, bytes);
+  const BufferDecl &huge = manifest.variants[0].workspaces[1];
+  status = bufferBytes(huge, 16384, bytes);
   EXPECT_TRUE(status.ok());
   EXPECT_EQ(bytes, int64_t(1) << 56);
-  status = bufferBytes(manifest.workspaces[1], 1 << 16, bytes);
+  status = bufferBytes(huge, 1 << 16, bytes);
   EXPECT_EQ(status.message(), "'T*T*T*T' overflows 64 bits at T=65536");
+}
+
+//===----------------------------------------------------------------------===//
+// Format version 2: variants
+//===----------------------------------------------------------------------===//
+
+/// A version 2 manifest with three variants: `counts` in the first two (a
+/// shared allocation, larger in the second), `scratch` only in the first,
+/// a tensor map of one name in the first two, `partials` only in the last.
+const char *const kVariants = R"(moe-bundle 2
+target sm_90a
+module kernels.cubin
+tokens-max 16384
+tensor logits input  f32 T 256
+tensor ids    output i32 T 9
+
+variant 1
+workspace counts i32 T*9+1984
+workspace scratch u8 64
+tensormap logits_map logits f32 rank 2 dims 256 T strides 1024 box 64 1 swizzle 0
+zero counts
+launch gate_v1 grid 1 1 1 block 128 1 1 smem 0 args logits ids counts scratch map:logits_map
+variant 16
+workspace counts i32 T*9+4096
+tensormap logits_map logits f32 rank 2 dims 256 T strides 1024 box 64 16 swizzle 128
+launch gate_v16 grid cdiv(T,16) 1 1 block 128 1 1 smem 0 args logits ids counts map:logits_map
+variant 16384
+workspace partials f32 T 8
+zero ids
+launch gate grid cdiv(T,64) 1 1 block 128 1 1 smem 0 args logits ids partials
+launch sum grid cdiv(T,64) 1 1 block 128 1 1 smem 0 args partials ids
+)";
+
+/// Globals of a version 2 manifest, lines 1 to 6, for tests that append
+/// variants from line 7 on.
+const char *const kGlobals = "moe-bundle 2\ntarget sm_90a\nmodule k.cubin\n"
+                             "tokens-max 64\ntensor x input f32 T 4\n"
+                             "tensor y output f32 T 4\n";
+
+/// A launch that any variant of kGlobals may hold.
+const char *const kLaunch = "launch k grid 1 1 1 block 1 1 1 smem 0 args x y\n";
+
+/// The variant of `manifest` that serves `tokens`; -1 when none does.
+int variantFor(const Manifest &manifest, int64_t tokens) {
+  int index = -1;
+  Status status = selectVariant(manifest, tokens, index);
+  return status.ok() ? index : -1;
+}
+
+TEST(Variants, ParsesTheExample) {
+  Manifest manifest;
+  Status status = parseManifest(kVariants, "manifest.txt", manifest);
+  ASSERT_TRUE(status.ok()) << status.message();
+  EXPECT_EQ(manifest.version, 2);
+  EXPECT_EQ(manifest.tokensMax, 16384);
+  ASSERT_EQ(manifest.tensors.size(), 2u);
+  ASSERT_EQ(manifest.variants.size(), 3u);
+  const Variant &one = manifest.variants[0], &sixteen = manifest.variants[1],
+                &all = manifest.variants[2];
+  EXPECT_EQ(one.maxTokens, 1);
+  EXPECT_EQ(one.line, 8);
+  EXPECT_EQ(sixteen.maxTokens, 16);
+  EXPECT_EQ(sixteen.line, 14);
+  EXPECT_EQ(all.maxTokens, 16384);
+  EXPECT_EQ(all.line, 18);
+
+  // Each variant's statements are its own.
+  ASSERT_EQ(one.launches.size(), 1u);
+  EXPECT_EQ(one.launches[0].kernel, "gate_v1");
+  ASSERT_EQ(sixteen.launches.size(), 1u);
+  EXPECT_EQ(sixteen.launches[0].kernel, "gate_v16");
+  ASSERT_EQ(all.launches.size(), 2u);
+  EXPECT_EQ(all.launches[1].kernel, "sum");
+  ASSERT_EQ(one.zeros.size(), 1u);
+  EXPECT_TRUE(one.zeros[0].isWorkspace);
+  EXPECT_TRUE(sixteen.zeros.empty());
+  ASSERT_EQ(all.zeros.size(), 1u);
+  EXPECT_FALSE(all.zeros[0].isWorkspace);
+  EXPECT_EQ(all.zeros[0].index, 1);
+}
+
+TEST(Variants, NamesAreScopedToTheirVariant) {
+  Manifest manifest;
+  ASSERT_TRUE(parseManifest(kVariants, "manifest.txt", manifest).ok());
+  const Variant &one = manifest.variants[0], &sixteen = manifest.variants[1],
+                &all = manifest.variants[2];
+  // A tensor map of one name in two variants: each launch gets its own.
+  ASSERT_EQ(one.tensorMaps.size(), 1u);
+  ASSERT_EQ(sixteen.tensorMaps.size(), 1u);
+  EXPECT_EQ(one.tensorMaps[0].box[1].text(), "1");
+  EXPECT_EQ(sixteen.tensorMaps[0].box[1].text(), "16");
+  EXPECT_EQ(sixteen.launches[0].args[3].kind, LaunchArg::Kind::TensorMap);
+  EXPECT_EQ(sixteen.launches[0].args[3].tensorMap, 0);
+
+  // Launch arguments name the tensors and the variant's own workspaces.
+  const std::vector<LaunchArg> &args = all.launches[0].args;
+  EXPECT_FALSE(args[1].buffer.isWorkspace);
+  EXPECT_EQ(args[1].buffer.index, 1);
+  EXPECT_TRUE(args[2].buffer.isWorkspace);
+  EXPECT_EQ(args[2].buffer.index, 0);
+  EXPECT_EQ(all.workspaces[0].name, "partials");
+
+  // A name of another variant is not visible.
+  std::string text = kGlobals;
+  EXPECT_EQ(parseError(text + "variant 1\nworkspace w u8 4\n" + kLaunch +
+                       "variant 64\nzero w\n"),
+            "manifest.txt:11: 'w' is not a tensor or workspace defined above");
+  EXPECT_EQ(parseError(text +
+                       "variant 1\ntensormap m x f32 rank 1 dims 4 strides "
+                       "box 4 swizzle 0\n" +
+                       kLaunch +
+                       "variant 64\nlaunch k grid 1 1 1 block 1 1 1 smem 0 "
+                       "args map:m\n"),
+            "manifest.txt:11: 'm' is not a tensor map defined above");
+}
+
+TEST(Variants, WorkspacesOfOneNameShareTheLargestAllocation) {
+  Manifest manifest;
+  ASSERT_TRUE(parseManifest(kVariants, "manifest.txt", manifest).ok());
+  EXPECT_EQ(manifest.workspaceNames,
+            (std::vector<std::string>{"counts", "scratch", "partials"}));
+  EXPECT_EQ(manifest.variants[0].workspaces[0].allocation, 0);
+  EXPECT_EQ(manifest.variants[0].workspaces[1].allocation, 1);
+  EXPECT_EQ(manifest.variants[1].workspaces[0].allocation, 0);
+  EXPECT_EQ(manifest.variants[2].workspaces[0].allocation, 2);
+  // Each at T = tokens-max, whatever the variant's bound.
+  std::vector<int64_t> bytes;
+  ASSERT_TRUE(workspaceAllocationBytes(manifest, bytes).ok());
+  EXPECT_EQ(bytes,
+            (std::vector<int64_t>{(16384 * 9 + 4096) * 4, 64, 16384 * 8 * 4}));
+
+  // The larger declaration first: still the largest.
+  std::string text = kGlobals;
+  ASSERT_TRUE(parseManifest(text + "variant 1\nworkspace w i32 T*100\n" +
+                                kLaunch + "variant 64\nworkspace w i32 T\n" +
+                                kLaunch,
+                            "manifest.txt", manifest)
+                  .ok());
+  ASSERT_TRUE(workspaceAllocationBytes(manifest, bytes).ok());
+  EXPECT_EQ(bytes, std::vector<int64_t>{64 * 100 * 4});
+  ASSERT_TRUE(parseManifest(text +
+                                "variant 64\nworkspace w u8 T*T*T*T*T*T*T*"
+                                "T*T*T*T\n" +
+                                kLaunch,
+                            "manifest.txt", manifest)
+                  .ok());
+  EXPECT_EQ(workspaceAllocationBytes(manifest, bytes).message(),
+            "'T*T*T*T*T*T*T*T*T*T*T' overflows 64 bits at T=64");
+}
+
+TEST(Variants, WorkspacesOfOneNameHaveOneElementType) {
+  std::string text = kGlobals;
+  EXPECT_EQ(parseError(text + "variant 1\nworkspace w i32 T\n" + kLaunch +
+                       "variant 64\nworkspace w f32 T\n"),
+            "manifest.txt:11: workspace 'w' is f32 here but i32 on line 8; "
+            "the workspaces of one name share an allocation and need one "
+            "element type");
+}
+
+TEST(Variants, NamesAreDefinedOncePerVariant) {
+  std::string text = kGlobals;
+  // A tensor is seen by every variant and may not be shadowed.
+  EXPECT_EQ(parseError(text + "variant 64\nworkspace x f32 T 4\n"),
+            "manifest.txt:8: 'x' is already defined on line 5");
+  EXPECT_EQ(parseError(text + "variant 64\ntensormap y y f32 rank 1 dims 4 "
+                              "strides box 4 swizzle 0\n"),
+            "manifest.txt:8: 'y' is already defined on line 6");
+  EXPECT_EQ(parseError(text + "variant 64\nworkspace w u8 4\nworkspace w u8 "
+                              "4\n"),
+            "manifest.txt:9: 'w' is already defined on line 8");
+  EXPECT_EQ(parseError(text + "variant 64\nworkspace w u8 4\ntensormap w x "
+                              "f32 rank 1 dims 4 strides box 4 swizzle 0\n"),
+            "manifest.txt:9: 'w' is already defined on line 8");
+}
+
+TEST(Variants, StatementsBelongBeforeOrInAVariant) {
+  std::string text = kGlobals;
+  for (const char *statement :
+       {"workspace w u8 4", "zero y",
+        "tensormap m x f32 rank 1 dims 4 strides box 4 swizzle 0",
+        "launch k grid 1 1 1 block 1 1 1 smem 0 args"}) {
+    std::string keyword =
+        std::string(statement).substr(0, std::string(statement).find(' '));
+    EXPECT_EQ(parseError(text + statement + "\n"),
+              "manifest.txt:7: '" + keyword + "' must follow a 'variant' line");
+  }
+  for (const char *statement : {"tensor z input f32 4", "target sm_90a",
+                                "module k.cubin", "tokens-max 64"}) {
+    std::string keyword =
+        std::string(statement).substr(0, std::string(statement).find(' '));
+    EXPECT_EQ(parseError(text + "variant 64\n" + kLaunch + statement + "\n"),
+              "manifest.txt:9: '" + keyword +
+                  "' must come before the first 'variant' line");
+  }
+  EXPECT_EQ(parseError(header() + "variant 16384\n"),
+            "manifest.txt:" + std::to_string(statementLine()) +
+                ": 'variant' needs bundle format version 2 ('moe-bundle 2')");
+}
+
+TEST(Variants, Bounds) {
+  std::string text = kGlobals;
+  for (const char *bad : {"0", "-1", "many", "1e3", "99999999999999999999"})
+    EXPECT_EQ(parseError(text + "variant " + bad + "\n"),
+              std::string("manifest.txt:7: bad variant bound '") + bad +
+                  "'; expected a positive integer");
+  EXPECT_EQ(parseError(text + "variant\n"),
+            "manifest.txt:7: wrong number of operands; expected 'variant "
+            "<max-tokens>'");
+  EXPECT_EQ(parseError(text + "variant 1 64\n"),
+            "manifest.txt:7: wrong number of operands; expected 'variant "
+            "<max-tokens>'");
+  EXPECT_EQ(parseError(text + "variant 16\n" + kLaunch + "variant 16\n"),
+            "manifest.txt:9: variant bound 16 is not above the previous one, "
+            "16 on line 7; bounds increase strictly");
+  EXPECT_EQ(parseError(text + "variant 16\n" + kLaunch + "variant 8\n"),
+            "manifest.txt:9: variant bound 8 is not above the previous one, "
+            "16 on line 7; bounds increase strictly");
+}
+
+TEST(Variants, TheLastBoundIsTokensMax) {
+  std::string text = kGlobals;
+  EXPECT_EQ(
+      parseError(text + "variant 1\n" + kLaunch + "variant 32\n" + kLaunch),
+      "manifest.txt:9: the last variant's bound, 32, is not "
+      "tokens-max, 64");
+  EXPECT_EQ(parseError(text + "variant 128\n" + kLaunch),
+            "manifest.txt:7: the last variant's bound, 128, is not "
+            "tokens-max, 64");
+  EXPECT_EQ(parseError(text), "manifest.txt: missing 'variant' statement");
+}
+
+TEST(Variants, EveryVariantLaunches) {
+  std::string text = kGlobals;
+  EXPECT_EQ(
+      parseError(text + "variant 1\nworkspace w u8 4\nvariant 64\n" + kLaunch),
+      "manifest.txt:7: variant 1 has no launch");
+  EXPECT_EQ(parseError(text + "variant 1\n" + kLaunch + "variant 64\nzero y\n"),
+            "manifest.txt:9: variant 64 has no launch");
+}
+
+TEST(Variants, SelectionByTokens) {
+  Manifest manifest;
+  ASSERT_TRUE(parseManifest(kVariants, "manifest.txt", manifest).ok());
+  // At every bound, and between bounds.
+  EXPECT_EQ(variantFor(manifest, 1), 0);
+  EXPECT_EQ(variantFor(manifest, 2), 1);
+  EXPECT_EQ(variantFor(manifest, 15), 1);
+  EXPECT_EQ(variantFor(manifest, 16), 1);
+  EXPECT_EQ(variantFor(manifest, 17), 2);
+  EXPECT_EQ(variantFor(manifest, 1000), 2);
+  EXPECT_EQ(variantFor(manifest, 16384), 2);
+  int index = 7;
+  Status status = selectVariant(manifest, 16385, index);
+  EXPECT_EQ(status.code(), MOE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(status.message(), "T=16385 is outside [1, 16384]");
+  EXPECT_EQ(selectVariant(manifest, 0, index).message(),
+            "T=0 is outside [1, 16384]");
+  EXPECT_EQ(index, 7);
+
+  // Version 1: one variant, for every T.
+  ASSERT_TRUE(parseManifest(kExample, "manifest.txt", manifest).ok());
+  for (int64_t tokens : {1, 2, 16383, 16384})
+    EXPECT_EQ(variantFor(manifest, tokens), 0) << tokens;
+  EXPECT_EQ(variantFor(manifest, 16385), -1);
 }
 
 TEST(Manifest, LoadChecksTheFiles) {
@@ -431,9 +712,10 @@ TEST(Manifest, LoadChecksTheFiles) {
 
   bundle.write("manifest.txt", "moe-bundle 3\n");
   status = loadManifest(bundle.path, manifest);
-  EXPECT_EQ(status.message(), bundle.path +
-                                  "/manifest.txt:1: unsupported bundle format "
-                                  "version '3'; this runtime reads version 1");
+  EXPECT_EQ(status.message(),
+            bundle.path + "/manifest.txt:1: unsupported bundle format version "
+                          "'3'; this runtime reads versions 1 and 2: "
+                          "recompile the bundle with moe-compile");
 }
 
 } // namespace

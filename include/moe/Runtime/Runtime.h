@@ -84,12 +84,14 @@ typedef struct MoeBundle MoeBundle;
 int moe_bundle_open(const char *path, int device, MoeBundle **bundle,
                     char *errbuf, size_t errlen);
 
-/// Enqueues the bundle's zero fills and launches for `tokens` tokens on
-/// `stream` (a CUstream; NULL is the legacy default stream). `tensors` are
-/// the `count` caller tensors in declaration order. Never synchronises or
-/// allocates device memory, so it can be captured in a CUDA graph; host
-/// memory is allocated only to cache the tensor map of a (pointer, T) pair
-/// met for the first time. Not safe to call concurrently on one bundle.
+/// Enqueues, for `tokens` tokens, the zero fills and launches of the variant
+/// that serves `tokens` (see moe_bundle_variant_for_tokens) on `stream` (a
+/// CUstream; NULL is the legacy default stream). `tensors` are the `count`
+/// caller tensors in declaration order. Picks the variant on the host, and
+/// never synchronises or allocates device memory, so a run at a given T can
+/// be captured in a CUDA graph; host memory is allocated only to cache the
+/// tensor map of a (pointer, T) pair met for the first time. Not safe to
+/// call concurrently on one bundle.
 int moe_bundle_run(MoeBundle *bundle, int64_t tokens, const MoeTensor *tensors,
                    int count, void *stream, char *errbuf, size_t errlen);
 
@@ -103,6 +105,23 @@ int64_t moe_bundle_tokens_max(const MoeBundle *bundle);
 
 /// The number of caller tensors a run takes; 0 for NULL.
 int moe_bundle_num_tensors(const MoeBundle *bundle);
+
+/// Variants: a bundle holds one or more plans, each for the token counts up
+/// to its bound; bounds increase strictly and the last one is tokens-max. A
+/// run with T tokens executes the first variant whose bound is at least T.
+/// (A format version 1 bundle is one variant, bound tokens-max.)
+
+/// The number of variants, at least 1; 0 for NULL.
+int moe_bundle_num_variants(const MoeBundle *bundle);
+
+/// The bound of variant `index`: the largest token count it serves; 0 for
+/// NULL or an index outside [0, moe_bundle_num_variants).
+int64_t moe_bundle_variant_max_tokens(const MoeBundle *bundle, int index);
+
+/// Stores in `*index` the variant a run with `tokens` tokens executes; an
+/// error when `tokens` is outside [1, tokens-max].
+int moe_bundle_variant_for_tokens(const MoeBundle *bundle, int64_t tokens,
+                                  int *index, char *errbuf, size_t errlen);
 
 /// Describes caller tensor `index` with its dims at `tokens` tokens, so that
 /// the caller can allocate the outputs.
@@ -174,6 +193,13 @@ public:
   int64_t tokensMax() const;
   /// The number of caller tensors a run takes.
   int numTensors() const;
+  /// The number of variants; see moe_bundle_num_variants.
+  int numVariants() const;
+  /// The bound of variant `index`; see moe_bundle_variant_max_tokens.
+  int64_t variantMaxTokens(int index) const;
+  /// The variant a run with `tokens` tokens executes; see
+  /// moe_bundle_variant_for_tokens.
+  Status variantForTokens(int64_t tokens, int &index) const;
   /// Describes caller tensor `index` at `tokens` tokens.
   Status tensorInfo(int index, int64_t tokens, MoeTensorInfo &info) const;
 
