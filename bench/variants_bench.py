@@ -122,7 +122,7 @@ def run_layer(layer, bundles, tokens_list, flush, iterations):
                      "floor": layer_floor_us(
                          layer, tokens, expected_experts_hit(layer, tokens)),
                      "difference": difference,
-                     "variant": default.variant_for(tokens)})
+                     "variant": default.variants[default.variant_for(tokens)]})
         print(format_row(rows[-1]), flush=True)
     default.close()
     del w13, w2
