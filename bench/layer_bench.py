@@ -32,21 +32,11 @@ import torch.nn.functional as F
 from moe_mlir import Bundle
 from moe_mlir.testing.compiler import compile_bundle, list_presets
 from moe_mlir.testing.gemm import random_weights
-from moe_mlir.testing.peers import torch_router
+from moe_mlir.testing.peers import router_fields, torch_router
 from moe_mlir.testing.timing import flush_buffer, floor_us, graphed, time_us
 
 TOLERANCE = 2e-2
 DEVICE = "cuda"
-
-
-def router_fields(preset):
-    """torch_router's dict from a --list-presets entry's #moe.router text."""
-    fields = dict(item.split(" = ") for item in preset["router"].split(", "))
-    return {"scoring": fields["scoring"], "top_k": int(fields["top_k"]),
-            "groups": int(fields.get("num_groups", 1)),
-            "topk_groups": int(fields.get("topk_groups", 1)),
-            "renormalize": fields.get("renormalize") == "true",
-            "scale": float(fields.get("routed_scaling_factor", 1.0))}
 
 
 def torch_layer(preset, x, logits, bias, w13, w2):

@@ -6,19 +6,24 @@ max), for the four presets at full size (shared experts fused) and a layer
 no preset has (bench/Inputs/e256-top8-no-shared.mlir: DeepSeek-V3's sizes and
 router, 256 experts, no shared expert).
 
-Both bundles run the same inputs: random normal weights and hidden states,
-and router logits drawn as random normals, so that the layers' own routers
-pick experts close to uniformly. Each is checked against the other (the
-variant the default bundle picks for T must compute what the per-T bundle
-does; ||a - b|| / ||b|| <= 1e-2) and timed as CUDA-graph replays, L2 flushed
-(256 MiB zeroed) before every timed replay, median of CUDA-event timings.
-Prints µs for both, default / per-T (target: <= 1.03) and the floor
-max(bytes / 3.0 TB/s, flops / 720 TFLOP/s) with ours / floor.
+Both bundles run the same inputs: random normal weights, hidden states and
+router logits, routed two ways: `uniform` (no correction bias: every expert
+equally likely) and, for the layers with one, `own` (the layer's router with
+a random correction bias, N(0, 0.1), which skews the choice as trained
+biases do). Each bundle is checked against the other (the variant the
+default bundle picks for T must compute what the per-T bundle does;
+||a - b|| / ||b|| <= 1e-2) and timed as CUDA-graph replays, L2 flushed
+(256 MiB zeroed) before every timed replay: --rounds rounds alternating the
+two bundles, --iterations CUDA-event timings each, the median of each
+bundle's. Prints µs for both, default / per-T (target: <= 1.03) and the floor
+max(bytes / 3.0 TB/s, flops / 720 TFLOP/s) with ours / floor, the bytes
+counting the experts the routing actually hit.
 """
 
 import argparse
 import concurrent.futures
 import os
+import statistics
 import sys
 
 import torch
@@ -26,6 +31,7 @@ import torch
 from moe_mlir import Bundle
 from moe_mlir.testing.compiler import compile_bundle, list_presets
 from moe_mlir.testing.gemm import random_weights
+from moe_mlir.testing.peers import router_fields, torch_router
 from moe_mlir.testing.timing import flush_buffer, floor_us, graphed, time_us
 
 DEVICE = "cuda"
@@ -33,7 +39,10 @@ TOKENS_MAX = 16384
 TOLERANCE = 1e-2
 EXTRA = "e256-top8-no-shared"
 EXTRA_LAYER = {"name": EXTRA, "hidden": 7168, "intermediate": 2048,
-               "experts": 256, "top_k": 8, "shared": 0, "bias": True}
+               "experts": 256, "top_k": 8, "shared": 0, "bias": True,
+               "router": "scoring = sigmoid, top_k = 8, num_groups = 8, "
+                         "topk_groups = 4, renormalize = true, "
+                         "routed_scaling_factor = 2.5"}
 DEFAULT_TOKENS = ("1,2,3,4,8,16,32,64,127,128,256,512,1000,1024,2048,4096,"
                   "8192,16384")
 
@@ -75,19 +84,26 @@ def layer_floor_us(layer, tokens, experts_hit):
     return floor_us(moved, 2 * tokens * slots * 3 * inter * hidden)
 
 
-def expected_experts_hit(layer, tokens):
-    """Experts hit by `tokens` tokens picking top_k of E uniformly."""
-    experts, top_k = layer["experts"], layer["top_k"]
-    return experts * (1 - (1 - top_k / experts) ** tokens)
+def time_pair(replays, flush, rounds, iterations):
+    """{key: median µs} of the replays, timed in alternating rounds."""
+    samples = {key: [] for key in replays}
+    for _ in range(rounds):
+        for key, replay in replays.items():
+            samples[key].append(time_us(replay, flush, iterations))
+    return {key: statistics.median(values) for key, values in samples.items()}
 
 
-def run_layer(layer, bundles, tokens_list, flush, iterations):
-    """Rows of (T, default µs, per-T µs, floor µs, difference) of a layer."""
+def run_layer(layer, routing, bundles, tokens_list, flush, args):
+    """The rows of a layer under `routing` (uniform or own)."""
     experts = layer["experts"] + layer["shared"]
     hidden = layer["hidden"]
     w13, w2 = random_weights(experts, hidden, layer["intermediate"])
-    bias = (torch.randn(layer["experts"], device=DEVICE) * 0.1
-            if layer["bias"] else None)
+    bias = None
+    if layer["bias"]:
+        bias = (torch.randn(layer["experts"], device=DEVICE) * 0.1
+                if routing == "own" else
+                torch.zeros(layer["experts"], device=DEVICE))
+    route = torch_router(router_fields(layer))
     default = Bundle(bundles[(layer["name"], None)])
     rows = []
     for tokens in tokens_list:
@@ -114,13 +130,13 @@ def run_layer(layer, bundles, tokens_list, flush, iterations):
         torch.cuda.synchronize()
         a, b = outputs["default"].double(), outputs["own"].double()
         difference = ((a - b).norm() / b.norm()).item()
-        times = {key: time_us(replay, flush, iterations)
-                 for key, replay in replays.items()}
+        times = time_pair(replays, flush, args.rounds, args.iterations)
         own.close()
-        rows.append({"layer": layer["name"], "tokens": tokens,
-                     "default": times["default"], "own": times["own"],
-                     "floor": layer_floor_us(
-                         layer, tokens, expected_experts_hit(layer, tokens)),
+        hit = int(torch.unique(route(logits, bias)[1]).numel())
+        rows.append({"layer": layer["name"], "routing": routing,
+                     "tokens": tokens, "default": times["default"],
+                     "own": times["own"],
+                     "floor": layer_floor_us(layer, tokens, hit),
                      "difference": difference,
                      "variant": default.variants[default.variant_for(tokens)]})
         print(format_row(rows[-1]), flush=True)
@@ -132,7 +148,8 @@ def run_layer(layer, bundles, tokens_list, flush, iterations):
 
 def format_row(row):
     ratio = row["default"] / row["own"]
-    return (f"| {row['layer']} | {row['tokens']} | {row['variant']} | "
+    return (f"| {row['layer']} | {row['routing']} | {row['tokens']} | "
+            f"{row['variant']} | "
             f"{row['default']:.1f} | {row['own']:.1f} | {ratio:.3f} | "
             f"{row['floor']:.1f} | {row['default'] / row['floor']:.2f}x | "
             f"{row['difference']:.1e} |")
@@ -148,7 +165,11 @@ def main():
     parser.add_argument("--layers", default="mixtral-8x7b,qwen3-30b-a3b,"
                         f"deepseek-v3,kimi-k2,{EXTRA}")
     parser.add_argument("--tokens", default=DEFAULT_TOKENS)
-    parser.add_argument("--iterations", type=int, default=20)
+    parser.add_argument("--routing", default="uniform,own",
+                        help="uniform (no correction bias) and/or own (the "
+                             "layer's router with a random bias)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--iterations", type=int, default=10)
     parser.add_argument("--jobs", type=int, default=os.cpu_count())
     parser.add_argument("--seed", type=int, default=2026)
     args = parser.parse_args()
@@ -162,18 +183,21 @@ def main():
     flush = flush_buffer(DEVICE)
     torch.manual_seed(args.seed)
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
-    print("| layer | T | variant (max T) | default µs | per-T µs | "
+    print("| layer | routing | T | variant (max T) | default µs | per-T µs | "
           "default / per-T | floor µs | default / floor | difference |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|", flush=True)
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|", flush=True)
     rows = []
     for name in names:
-        rows += run_layer(layers[name], bundles, tokens_list, flush,
-                          args.iterations)
+        for routing in args.routing.split(","):
+            if routing == "own" and not layers[name]["bias"]:
+                continue  # without a bias, the same routing as uniform
+            rows += run_layer(layers[name], routing, bundles, tokens_list,
+                              flush, args)
     mismatched = [row for row in rows if not row["difference"] <= TOLERANCE]
     worst = max(rows, key=lambda row: row["default"] / row["own"])
     print(f"variants_bench: worst default / per-T "
           f"{worst['default'] / worst['own']:.3f} ({worst['layer']} "
-          f"T={worst['tokens']}); "
+          f"{worst['routing']} T={worst['tokens']}); "
           + (f"{len(mismatched)} mismatch(es)" if mismatched
              else "all outputs matched"))
     return 1 if mismatched else 0

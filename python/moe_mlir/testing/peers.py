@@ -5,6 +5,16 @@ import torch
 import torch.nn.functional as F
 
 
+def router_fields(preset):
+    """torch_router's dict from a --list-presets entry's #moe.router text."""
+    fields = dict(item.split(" = ") for item in preset["router"].split(", "))
+    return {"scoring": fields["scoring"], "top_k": int(fields["top_k"]),
+            "groups": int(fields.get("num_groups", 1)),
+            "topk_groups": int(fields.get("topk_groups", 1)),
+            "renormalize": fields.get("renormalize") == "true",
+            "scale": float(fields.get("routed_scaling_factor", 1.0))}
+
+
 def torch_router(router):
     """The router as serving engines write it in torch (DeepSeek's grouped
     top-k code for groups, a plain softmax top-k otherwise)."""
