@@ -13,21 +13,35 @@ timings), ours over grouped_mm, and the floor = max(bytes / 3.0 TB/s,
 flops / 720 TFLOP/s), bytes = the weights of the experts that received rows
 plus the activations read and written once. Our output must match the peer's
 (||error|| / ||peer|| <= 1e-2) for a time to be printed; a case whose call
-would take longer than --max-call-s is skipped with the reason."""
+would take longer than --max-call-s is skipped with the reason.
+
+With --check-heuristic (and --compiler) it checks moe-tile's heuristic
+against the tuned database instead: for every entry of --check-db (the
+shipped configs/gemm-configs.json) for this GPU, at the entry's bucket and
+routing block size, the entry's config against the heuristic's (compiled
+for a device no database has), both checked against grouped_mm like
+moe-tune's candidates and timed twice, alternately (the lower median of
+each counts). Prints heuristic / tuned per entry and the worst ratio;
+--models, --tokens and --block-m pick entries."""
 
 import argparse
+import concurrent.futures
+import json
 import os
+import re
 import sys
 import time
 
 import torch
 
 from moe_mlir import Bundle
+from moe_mlir.testing import tune_space
 from moe_mlir.testing.bundles import bundle_path, load_specs
-from moe_mlir.testing.compiler import compile_bundle
+from moe_mlir.testing.compiler import compile_bundle, list_presets
 from moe_mlir.testing.gemm import model_cases, random_weights
 from moe_mlir.testing.reference import Reference
 from moe_mlir.testing.timing import flush_buffer, floor_us, time_us
+from moe_mlir.testing.tuner import Budget, measure
 
 TOLERANCE = 1e-2
 DEVICE = "cuda"
@@ -100,8 +114,152 @@ def bundle_paths(args, pair, tokens_list):
     return paths
 
 
+def compile_checks(args, checks, device):
+    """{(index, "tuned" | "heuristic"): (bundle, moe-compile's warnings)}
+    of each (gemm, entry) of `checks`, compiled at the entry's bucket."""
+    os.makedirs(args.work, exist_ok=True)
+    compiler = tune_space.Compiler(args.compiler, args.work, device)
+    with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool:
+        futures = {}
+        for index, (gemm, item) in enumerate(checks):
+            name = (f"check-{gemm['model']}-{gemm['part']}-{gemm['dtype']}-"
+                    f"m{gemm['block_m']}-t{item['tokens']}")
+            for kind, config in (("tuned", item["config"]),
+                                 ("heuristic", None)):
+                futures[(index, kind)] = pool.submit(
+                    compiler.compile, gemm, f"{name}-{kind}", item["tokens"],
+                    config)
+        bundles = {key: future.result() for key, future in futures.items()}
+    for (index, kind), (bundle, message) in bundles.items():
+        if bundle is None:
+            raise RuntimeError(f"{kind} bundle of entry {checks[index][1]} "
+                               f"does not compile: {message}")
+    return bundles
+
+
+def heuristic_config(bundle, warnings):
+    """The config moe-tile's heuristic chose (its warning names it) and the
+    K splits moe-split-k added (the bundle's partial-sum workspace)."""
+    found = re.search(r"#moe\.gemm_config<([^>]*)>", " ".join(warnings))
+    config = found.group(1).replace(" = ", "=") if found else "?"
+    with open(os.path.join(bundle, "manifest.txt")) as file:
+        for line in file:
+            if line.startswith("workspace gemm_partials "):
+                config += f", split_k={line.split()[3]}"
+    return config
+
+
+def time_pair(paths, case, flush, budget):
+    """{kind: µs or None, "why": ...}: each bundle of `paths` (tuned,
+    heuristic) measured twice, alternately, the lower median kept."""
+    times, why = {kind: [] for kind in paths}, ""
+    for _ in range(2):
+        for kind, path in paths.items():
+            us, message = measure(path, case, flush, budget)
+            if us is None:
+                why += f" {kind}: {message}"
+            else:
+                times[kind].append(us)
+    result = {kind: min(values) if len(values) == 2 else None
+              for kind, values in times.items()}
+    return dict(result, why=why.strip())
+
+
+def check_heuristic(args, tokens_list, flush, reference, generator):
+    """--check-heuristic: heuristic / tuned for each tuned entry; 1 when an
+    entry or the heuristic failed its check."""
+    device = torch.cuda.get_device_name()
+    entries = [item for item in tune_space.read_database(args.check_db)
+               if item["device"] == device and item["tokens"] in tokens_list
+               and (not args.block_m or item.get("block_m") == args.block_m)]
+    checks, unmatched = tune_space.entry_gemms(
+        args.compiler, entries, list_presets(args.compiler))
+    for item in unmatched:
+        print(f"# no layer known for entry {tune_space.entry_key(item)}: not "
+              f"checked", flush=True)
+    if args.models:
+        checks = [(gemm, item) for gemm, item in checks
+                  if gemm["model"] in args.models.split(",")]
+    print(f"# {len(checks)} entries of {args.check_db} for {device}",
+          flush=True)
+    bundles = compile_checks(args, checks, device)
+    budget = Budget(args.iterations, args.case_budget_s)
+    print("| gemm | block_m | T | tuned config | tuned µs | heuristic config "
+          "| heuristic µs | heuristic / tuned | moe-tune's |")
+    print("|---|---:|---:|---|---:|---|---:|---:|---:|", flush=True)
+    rows, failed = [], 0
+    layers = sorted({(gemm["model"], gemm["dtype"]) for gemm, _ in checks})
+    for model, dtype in layers:
+        mine = [(index, gemm, item) for index, (gemm, item)
+                in enumerate(checks) if (gemm["model"], gemm["dtype"]) ==
+                (model, dtype)]
+        gemm = mine[0][1]
+        torch_dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
+        w13, w2 = random_weights(gemm["experts"], gemm["hidden"],
+                                 gemm["intermediate"], torch_dtype)
+        x_all = torch.randn(max(item["tokens"] for _, _, item in mine),
+                            gemm["hidden"], dtype=torch_dtype, device=DEVICE)
+        for block_m, tokens in sorted({(gemm["block_m"], item["tokens"])
+                                       for _, gemm, item in mine}):
+            here = sorted(((index, gemm, item) for index, gemm, item in mine
+                           if (gemm["block_m"], item["tokens"]) ==
+                           (block_m, tokens)),
+                          key=lambda check: check[1]["part"])
+            cases, _ = model_cases(tune_space.gemm_pair(here[0][1]), tokens,
+                                   x_all, w13, w2, reference, generator)
+            for index, gemm, item in here:
+                paths = {kind: bundles[(index, kind)][0]
+                         for kind in ("tuned", "heuristic")}
+                result = time_pair(paths, cases[gemm["part"]][0], flush,
+                                   budget)
+                row = {"name": f"{model} {gemm['part']} {dtype}",
+                       "block_m": block_m,
+                       "tokens": tokens, "entry": item, "result": result,
+                       "heuristic": heuristic_config(
+                           *bundles[(index, "heuristic")])}
+                failed += not (result["tuned"] and result["heuristic"])
+                rows.append(row)
+                print(check_row(row), flush=True)
+            del cases
+        del w13, w2, x_all
+        torch.cuda.empty_cache()
+    timed = [row for row in rows
+             if row["result"]["tuned"] and row["result"]["heuristic"]]
+    if timed:
+        worst = max(timed, key=check_ratio)
+        behind = [row for row in timed if check_ratio(row) > 1.10]
+        print(f"gemm_bench: worst heuristic / tuned {check_ratio(worst):.3f}"
+              f" ({worst['name']} block_m {worst['block_m']} "
+              f"T={worst['tokens']}); {len(behind)} of {len(timed)} entries "
+              f"more than 10 % behind")
+    print(f"gemm_bench: {failed} failed check(s)" if failed else
+          "gemm_bench: all outputs matched")
+    return 1 if failed else 0
+
+
+def check_ratio(row):
+    return row["result"]["heuristic"] / row["result"]["tuned"]
+
+
+def check_row(row):
+    result, item = row["result"], row["entry"]
+    config = ", ".join(f"{key}={json.dumps(value)}" for key, value in
+                       item["config"].items())
+    measured = item.get("measured", {})
+    recorded = (f"{measured['heuristic_us'] / measured['us']:.2f}x"
+                if "heuristic_us" in measured and measured.get("us") else "-")
+    ratio = (f"{check_ratio(row):.3f}x"
+             if result["tuned"] and result["heuristic"] else result["why"])
+    return (f"| {row['name']} | {row['block_m']} | {row['tokens']} | "
+            f"{config} | {cell(result['tuned'], '.1f')} | "
+            f"{row['heuristic']} | {cell(result['heuristic'], '.1f')} | "
+            f"{ratio} | {recorded} |")
+
+
 def main():
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--build", default="build-runtime")
     parser.add_argument("--bundles", default="out/gpu-bundles")
     parser.add_argument("--compiler", default="",
@@ -115,12 +273,23 @@ def main():
     parser.add_argument("--block-m", type=int, default=0,
                         help="with --compiler: routing blocks of this many "
                              "rows instead of the specs' (128 gives the "
-                             "kernels two warpgroups)")
+                             "kernels two warpgroups); with "
+                             "--check-heuristic: the entries of this block "
+                             "size only")
+    parser.add_argument("--check-heuristic", action="store_true",
+                        help="with --compiler: time each tuned entry of "
+                             "--check-db against moe-tile's heuristic")
+    parser.add_argument("--check-db", default=os.path.join(
+                            os.path.dirname(os.path.abspath(__file__)), "..",
+                            "configs", "gemm-configs.json"),
+                        help="the database --check-heuristic checks (the "
+                             "shipped one)")
     parser.add_argument("--work", default="out/gemm-bench",
                         help="with --compiler: where the bundles go")
     parser.add_argument("--tokens", default="1,16,64,256,1024,4096")
     parser.add_argument("--models", default="",
-                        help="comma-separated preset names (default: all)")
+                        help="comma-separated preset (or, with "
+                             "--check-heuristic, layer) names (default: all)")
     parser.add_argument("--iterations", type=int, default=20,
                         help="most timed calls per variant")
     parser.add_argument("--case-budget-s", type=float, default=1.5,
@@ -128,11 +297,15 @@ def main():
     parser.add_argument("--max-call-s", type=float, default=2.0)
     parser.add_argument("--seed", type=int, default=2026)
     args = parser.parse_args()
+    if args.check_heuristic and not args.compiler:
+        parser.error("--check-heuristic compiles: give --compiler")
     tokens_list = [int(t) for t in args.tokens.split(",")]
     flush = flush_buffer(DEVICE)
     reference = Reference(args.build)
     generator = torch.Generator().manual_seed(args.seed)
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    if args.check_heuristic:
+        return check_heuristic(args, tokens_list, flush, reference, generator)
     print(f"{'gemm':20} {'T':>5} {'act.e':>5} {'ours':>11} {'grouped_mm':>10} "
           f"{'+epilogue':>10} {'ours/gmm':>9} {'floor':>8} {'ours/floor':>10} "
           f"{'gmm/floor':>9} {'error':>8}  (us)", flush=True)

@@ -500,18 +500,6 @@ std::string checkLayerDtype(const std::string &dtype) {
   return dtype;
 }
 
-/// A layer description as the presets' source generators take it.
-struct LayerDescription {
-  int64_t hiddenSize, intermediateSize, numExperts, topK, numSharedExperts;
-  std::string router;
-  bool correctionBias;
-
-  moe::Preset preset() const {
-    return {"layer", hiddenSize,       intermediateSize, numExperts,
-            topK,    numSharedExperts, router.c_str(),   correctionBias};
-  }
-};
-
 /// The router parameters `params` ("scoring = softmax, top_k = 2") as a
 /// dict of every field, defaults included, read through the attribute
 /// parser so that Python sees what the compiler sees.
@@ -687,23 +675,21 @@ the compiler moe_mlir.Error.
          int64_t numExperts, int64_t topK, int64_t numSharedExperts,
          const std::string &router, bool correctionBias,
          const std::string &dtype, int64_t blockM) {
-        LayerDescription layer{hiddenSize,    intermediateSize, numExperts,
-                               topK,          numSharedExperts, router,
-                               correctionBias};
-        if (part == "layer")
-          return moe::getLayerSource(layer.preset(), checkLayerDtype(dtype));
-        if (part == "routing")
-          return moe::getRoutingSource(layer.preset(), checkLayerDtype(dtype),
-                                       blockM);
-        if (part == "router")
-          return moe::getRouterSource(layer.preset());
-        throw py::value_error("unknown part '" + part +
-                              "' (layer, routing, router)");
+        moe::LayerDescription layer{
+            "",         hiddenSize,     intermediateSize,
+            numExperts, topK,           numSharedExperts,
+            router,     correctionBias, checkLayerDtype(dtype)};
+        llvm::Expected<std::string> text =
+            moe::getPartSource(layer, part, blockM);
+        if (!text)
+          throw py::value_error(llvm::toString(text.takeError()));
+        return *text;
       },
       py::arg("part"), py::kw_only(), py::arg("hidden_size"),
       py::arg("intermediate_size"), py::arg("num_experts"), py::arg("top_k"),
       py::arg("num_shared_experts"), py::arg("router"),
       py::arg("correction_bias"), py::arg("dtype"), py::arg("block_m"),
       "A part of a layer as moe-compile's --part names it: 'layer' (one "
-      "moe.fused_moe), 'routing' (gate, route, combine) or 'router' (gate).");
+      "moe.fused_moe), 'routing' (gate, route, combine), 'router' (gate), "
+      "'gemm1' or 'gemm2' (a grouped matmul).");
 }

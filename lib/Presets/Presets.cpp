@@ -2,9 +2,13 @@
 
 #include "moe/Presets/Presets.h"
 
+#include "moe/Dialect/Moe/IR/MoeOps.h"
+
 #include "mlir/Parser/Parser.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/Support/FormatVariadic.h"
 
 using namespace mlir;
@@ -26,11 +30,31 @@ static const Preset kPresets[] = {
      true},
 };
 
-Preset Preset::shrunk(int64_t shrink) const {
-  Preset result = *this;
-  result.hiddenSize /= shrink;
-  result.intermediate /= shrink;
-  return result;
+LayerDescription LayerDescription::of(const Preset &preset,
+                                      llvm::StringRef dtype) {
+  return {preset.name,       preset.hiddenSize, preset.intermediate,
+          preset.numExperts, preset.topK,       preset.numSharedExperts,
+          preset.router,     preset.bias,       dtype.str()};
+}
+
+Preset LayerDescription::preset() const {
+  return {name.c_str(), hiddenSize,       intermediate,   numExperts,
+          topK,         numSharedExperts, router.c_str(), bias};
+}
+
+llvm::json::Object LayerDescription::toJSON() const {
+  llvm::json::Object object{{"hidden", hiddenSize},
+                            {"intermediate", intermediate},
+                            {"experts", numExperts},
+                            {"top_k", topK},
+                            {"shared", numSharedExperts}};
+  if (!name.empty())
+    object["name"] = name;
+  if (!router.empty()) {
+    object["router"] = router;
+    object["bias"] = bias;
+  }
+  return object;
 }
 
 llvm::ArrayRef<Preset> mlir::moe::getPresets() { return kPresets; }
@@ -149,50 +173,174 @@ std::string mlir::moe::getGroupedMatmulSource(const Preset &preset,
       sorted, w2, w, y, attrs, routing);
 }
 
-llvm::Expected<std::string> mlir::moe::getPresetSource(llvm::StringRef name,
-                                                       llvm::StringRef part,
-                                                       int64_t shrink,
-                                                       llvm::StringRef dtype,
-                                                       int64_t blockM) {
-  auto error = [](const llvm::Twine &message) {
-    return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
-  };
-  const Preset *preset = findPreset(name);
-  if (!preset)
-    return error("unknown preset '" + name + "' (" + presetNames() + ")");
+static llvm::Error makeError(const llvm::Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
+}
+
+llvm::Expected<std::string>
+mlir::moe::getPartSource(const LayerDescription &layer, llvm::StringRef part,
+                         int64_t blockM) {
+  llvm::StringRef dtype = layer.dtype;
   if (dtype != "bf16" && dtype != "f16" && dtype != "f32")
-    return error("unknown --dtype '" + dtype + "' (bf16, f16, f32)");
-  Preset sized = preset->shrunk(shrink);
+    return makeError("unknown --dtype '" + dtype + "' (bf16, f16, f32)");
+  bool routed = part == "layer" || part == "routing" || part == "router";
+  if (!routed && part != "gemm1" && part != "gemm2")
+    return makeError("unknown --part '" + part +
+                     "' (layer, routing, router, gemm1, gemm2)");
+  if (routed && layer.router.empty())
+    return makeError("--part '" + part +
+                     "' needs a router, which layer sizes do not give (their "
+                     "parts: gemm1, gemm2)");
+  Preset preset = layer.preset();
   if (part == "layer")
-    return getLayerSource(sized, dtype);
+    return getLayerSource(preset, dtype);
   if (part == "routing")
-    return getRoutingSource(sized, dtype, blockM);
+    return getRoutingSource(preset, dtype, blockM);
   if (part == "router")
-    return getRouterSource(sized);
-  if (part == "gemm1" || part == "gemm2")
-    return getGroupedMatmulSource(sized, dtype, blockM, part == "gemm2");
-  return error("unknown --part '" + part +
-               "' (layer, routing, router, gemm1, gemm2)");
+    return getRouterSource(preset);
+  return getGroupedMatmulSource(preset, dtype, blockM, part == "gemm2");
+}
+
+llvm::Expected<LayerDescription>
+mlir::moe::parseLayerSizes(llvm::StringRef text) {
+  auto bad = [&](const llvm::Twine &why) {
+    return makeError("--layer-sizes: " + why +
+                     " (expected experts=E,hidden=H,intermediate=I,top_k=K"
+                     "[,shared=X], got '" +
+                     text + "')");
+  };
+  LayerDescription layer{};
+  llvm::StringMap<int64_t *> fields{{"experts", &layer.numExperts},
+                                    {"hidden", &layer.hiddenSize},
+                                    {"intermediate", &layer.intermediate},
+                                    {"top_k", &layer.topK},
+                                    {"shared", &layer.numSharedExperts}};
+  llvm::StringMap<bool> given;
+  llvm::SmallVector<llvm::StringRef> items;
+  text.split(items, ',');
+  for (llvm::StringRef item : items) {
+    auto [key, value] = item.split('=');
+    key = key.trim();
+    int64_t *field = fields.lookup(key);
+    if (!field)
+      return bad("unknown size '" + key + "'");
+    if (!given.insert({key, true}).second)
+      return bad("'" + key + "' given twice");
+    if (value.trim().getAsInteger(10, *field) ||
+        *field < (key == "shared" ? 0 : 1))
+      return bad("'" + key + "' must be " +
+                 (key == "shared" ? "a non-negative integer" : "a positive integer"));
+  }
+  for (llvm::StringRef key : {"experts", "hidden", "intermediate", "top_k"})
+    if (!given.count(key))
+      return bad("no '" + key + "'");
+  if (layer.topK > layer.numExperts)
+    return bad("top_k exceeds experts");
+  return layer;
+}
+
+/// "bf16", "f16" or "f32" for `type`, empty for any other.
+static std::string dtypeName(Type type) {
+  if (type.isBF16())
+    return "bf16";
+  if (type.isF16())
+    return "f16";
+  if (type.isF32())
+    return "f32";
+  return "";
+}
+
+llvm::Expected<LayerDescription> mlir::moe::describeLayer(ModuleOp module) {
+  SmallVector<FusedMoeOp> layers;
+  module.walk([&](FusedMoeOp op) { layers.push_back(op); });
+  if (layers.size() != 1)
+    return makeError("expected one moe.fused_moe (the layer), found " +
+                     llvm::Twine(layers.size()));
+  FusedMoeOp op = layers.front();
+  // The verifier has checked the shapes: w13 is [E+X, 2I, H].
+  auto w13 = cast<ShapedType>(op.getW13().getType());
+  RouterAttr router = op.getRouter();
+  LayerDescription layer{};
+  layer.hiddenSize = w13.getDimSize(2);
+  layer.intermediate = w13.getDimSize(1) / 2;
+  layer.numExperts =
+      cast<ShapedType>(op.getRouterLogits().getType()).getDimSize(1);
+  layer.topK = router.getTopK();
+  layer.numSharedExperts = router.getNumSharedExperts();
+  std::string text;
+  llvm::raw_string_ostream(text) << router;
+  // "#moe.router<PARAMS>" -> "PARAMS"
+  layer.router = llvm::StringRef(text)
+                     .drop_until([](char c) { return c == '<'; })
+                     .drop_front()
+                     .drop_back()
+                     .str();
+  layer.bias = op.getCorrectionBias() != nullptr;
+  layer.dtype = dtypeName(w13.getElementType());
+  if (layer.dtype.empty())
+    return makeError("the layer's element type is not bf16, f16 or f32");
+  return layer;
 }
 
 std::string LayerSource::label() const {
-  if (presetName.empty())
-    return inputFile;
-  return presetName + (shrink > 1 ? " (reduced)" : "");
+  std::string reduced = shrink > 1 ? " (reduced)" : "";
+  if (!presetName.empty())
+    return presetName + reduced;
+  if (!layerSizes.empty())
+    return "sizes " + layerSizes + reduced;
+  return inputFile;
+}
+
+/// The layer of a preset or of sizes, shrunk and with its dtype; none for a
+/// file; an error unless exactly one of the three is given.
+static llvm::Expected<std::optional<LayerDescription>>
+describeNamedLayer(const LayerSource &source) {
+  SmallVector<std::string> given;
+  if (!source.inputFile.empty())
+    given.push_back("the file '" + source.inputFile + "'");
+  if (!source.presetName.empty())
+    given.push_back("--preset '" + source.presetName + "'");
+  if (!source.layerSizes.empty())
+    given.push_back("--layer-sizes '" + source.layerSizes + "'");
+  if (given.empty())
+    return makeError("give either a layer file or --preset (see --help)");
+  if (given.size() > 1)
+    return makeError("give one layer, not " + llvm::join(given, " and "));
+  if (!source.inputFile.empty())
+    return std::nullopt;
+  LayerDescription layer;
+  if (!source.presetName.empty()) {
+    const Preset *preset = findPreset(source.presetName);
+    if (!preset)
+      return makeError("unknown preset '" + source.presetName + "' (" +
+                       presetNames() + ")");
+    layer = LayerDescription::of(*preset, source.dtype);
+  } else {
+    llvm::Expected<LayerDescription> sized = parseLayerSizes(source.layerSizes);
+    if (!sized)
+      return sized.takeError();
+    layer = std::move(*sized);
+    layer.dtype = source.dtype;
+  }
+  // --reduced: routing unchanged.
+  layer.hiddenSize /= source.shrink;
+  layer.intermediate /= source.shrink;
+  return layer;
 }
 
 OwningOpRef<ModuleOp> mlir::moe::parseLayerSource(const LayerSource &source,
                                                   MLIRContext &context,
                                                   llvm::SourceMgr &sourceMgr,
                                                   std::string &error) {
-  if (source.presetName.empty() == source.inputFile.empty()) {
-    error = "give either a layer file or --preset (see --help)";
+  llvm::Expected<std::optional<LayerDescription>> named =
+      describeNamedLayer(source);
+  if (!named) {
+    error = llvm::toString(named.takeError());
     return nullptr;
   }
   OwningOpRef<ModuleOp> module;
-  if (!source.presetName.empty()) {
-    auto text = getPresetSource(source.presetName, source.part, source.shrink,
-                                source.dtype, source.blockM);
+  if (*named) {
+    auto text = getPartSource(**named, source.part, source.blockM);
     if (!text) {
       error = llvm::toString(text.takeError());
       return nullptr;
@@ -205,7 +353,42 @@ OwningOpRef<ModuleOp> mlir::moe::parseLayerSource(const LayerSource &source,
     sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
     module = parseSourceFile<ModuleOp>(sourceMgr, &context);
   }
-  if (!module)
+  if (!module) {
     error = "could not parse or verify " + source.label();
-  return module;
+    return nullptr;
+  }
+  if (*named || source.part == "layer")
+    return module;
+  // A part of a file's layer: made from the layer's description.
+  llvm::Expected<LayerDescription> layer = describeLayer(*module);
+  llvm::Expected<std::string> text =
+      layer ? getPartSource(*layer, source.part, source.blockM)
+            : layer.takeError();
+  if (!text) {
+    error = source.label() + ": " + llvm::toString(text.takeError());
+    return nullptr;
+  }
+  return parseSourceString<ModuleOp>(*text, &context);
+}
+
+llvm::Expected<LayerDescription>
+mlir::moe::describeLayerSource(const LayerSource &source, MLIRContext &context,
+                               llvm::SourceMgr &sourceMgr) {
+  llvm::Expected<std::optional<LayerDescription>> named =
+      describeNamedLayer(source);
+  if (!named)
+    return named.takeError();
+  if (*named)
+    return std::move(**named);
+  LayerSource whole = source;
+  whole.part = "layer";
+  std::string error;
+  OwningOpRef<ModuleOp> module =
+      parseLayerSource(whole, context, sourceMgr, error);
+  if (!module)
+    return makeError(error);
+  llvm::Expected<LayerDescription> layer = describeLayer(*module);
+  if (!layer)
+    return makeError(source.label() + ": " + toString(layer.takeError()));
+  return layer;
 }

@@ -44,20 +44,32 @@ static const std::string presetHelp =
 static cl::opt<std::string> presetName("preset", cl::desc(presetHelp),
                                        cl::init(""),
                                        cl::cat(moeCompileCategory));
+static cl::opt<std::string> layerSizes(
+    "layer-sizes",
+    cl::desc("A layer of these sizes instead of a file, for its grouped "
+             "matmuls (--part gemm1 or gemm2): "
+             "experts=E,hidden=H,intermediate=I,top_k=K[,shared=X]"),
+    cl::init(""), cl::cat(moeCompileCategory));
+static cl::opt<bool>
+    describe("describe",
+             cl::desc("Print the layer's sizes, router and dtype as JSON (a "
+                      "--list-presets object with \"dtype\") instead of "
+                      "compiling it"),
+             cl::init(false), cl::cat(moeCompileCategory));
 static cl::opt<std::string>
     part("part",
-         cl::desc("Of a preset: 'layer' (moe.fused_moe), 'routing' (gate, "
+         cl::desc("Of the layer: 'layer' (moe.fused_moe), 'routing' (gate, "
                   "route and combine), 'router' (gate), 'gemm1' (the w13 "
                   "grouped matmul with SiLU-and-mul) or 'gemm2' (the w2 "
                   "grouped matmul with routed weights)"),
          cl::init("layer"), cl::cat(moeCompileCategory));
 static cl::opt<bool> reduced("reduced",
-                             cl::desc("Shrink the preset's hidden and "
-                                      "intermediate sizes 32x"),
+                             cl::desc("Shrink the hidden and intermediate "
+                                      "sizes of a preset or sizes 32x"),
                              cl::init(false), cl::cat(moeCompileCategory));
 static cl::opt<std::string> dtype("dtype",
-                                  cl::desc("Preset element type: bf16, f16 "
-                                           "or f32"),
+                                  cl::desc("Element type of a preset or "
+                                           "sizes: bf16, f16 or f32"),
                                   cl::init("bf16"),
                                   cl::cat(moeCompileCategory));
 static cl::opt<int64_t> tokensMax("tokens-max",
@@ -71,11 +83,12 @@ static cl::opt<std::string> tokenBuckets(
              "variant), 'max' (one variant, for --tokens-max) or a rising "
              "list such as 1,16,256"),
     cl::init("auto"), cl::cat(moeCompileCategory));
-static cl::opt<int64_t>
-    blockM("block-m",
-           cl::desc("Rows per routing block (0: chosen for each variant's token count, 128 "
-                    "once the experts average 256 rows, else 64)"),
-           cl::init(0), cl::cat(moeCompileCategory));
+static cl::opt<int64_t> blockM(
+    "block-m",
+    cl::desc(
+        "Rows per routing block (0: chosen for each variant's token count, 128 "
+        "once the experts average 256 rows, else 64)"),
+    cl::init(0), cl::cat(moeCompileCategory));
 static cl::opt<int64_t>
     blockN("block-n",
            cl::desc("Accumulator columns per grouped-matmul block (0: "
@@ -143,15 +156,22 @@ static int fail(const llvm::Twine &message) {
 static void printPresets(llvm::raw_ostream &os) {
   llvm::json::Array presets;
   for (const Preset &preset : getPresets())
-    presets.push_back(llvm::json::Object{{"name", preset.name},
-                                         {"hidden", preset.hiddenSize},
-                                         {"intermediate", preset.intermediate},
-                                         {"experts", preset.numExperts},
-                                         {"top_k", preset.topK},
-                                         {"shared", preset.numSharedExperts},
-                                         {"router", preset.router},
-                                         {"bias", preset.bias}});
+    presets.push_back(LayerDescription::of(preset, "").toJSON());
   os << llvm::formatv("{0:1}", llvm::json::Value(std::move(presets))) << "\n";
+}
+
+/// --describe: the layer of `source` as JSON.
+static int printLayer(const LayerSource &source, MLIRContext &context,
+                      llvm::SourceMgr &sourceMgr) {
+  llvm::Expected<LayerDescription> layer =
+      describeLayerSource(source, context, sourceMgr);
+  if (!layer)
+    return fail(llvm::toString(layer.takeError()));
+  llvm::json::Object object = layer->toJSON();
+  object["dtype"] = layer->dtype;
+  llvm::outs() << llvm::formatv("{0:1}", llvm::json::Value(std::move(object)))
+               << "\n";
+  return 0;
 }
 
 int main(int argc, char **argv) {
@@ -166,22 +186,6 @@ int main(int argc, char **argv) {
     printPresets(llvm::outs());
     return 0;
   }
-  if (output.empty())
-    return fail("no bundle directory: give -o <dir>");
-  if (tokensMax < 1)
-    return fail("--tokens-max must be at least 1");
-  if (blockM < 0)
-    return fail("--block-m must be positive, or 0 to choose it");
-  if (numSMs < 1)
-    return fail("--num-sms must be at least 1");
-  // A preset's parts are written with their routing blocks: choose them
-  // here as moe-decompose would.
-  int64_t rowsPerBlock = blockM;
-  if (rowsPerBlock == 0 && !presetName.empty())
-    if (const Preset *preset = findPreset(presetName))
-      rowsPerBlock = chooseRoutingBlockM(
-          tokensMax, preset->topK + preset->numSharedExperts,
-          preset->numExperts + preset->numSharedExperts);
   MLIRContext context;
   // Diagnostics quote the source line; the op dump would repeat it.
   context.printOpOnDiagnostic(false);
@@ -191,8 +195,29 @@ int main(int argc, char **argv) {
   registerMoePasses();
   llvm::SourceMgr sourceMgr;
   SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
-  LayerSource source{inputFile, presetName,       part,
-                     dtype,     reduced ? 32 : 1, rowsPerBlock};
+  LayerSource source{inputFile,        presetName, part,      dtype,
+                     reduced ? 32 : 1, blockM,     layerSizes};
+  if (describe)
+    return printLayer(source, context, sourceMgr);
+  if (output.empty())
+    return fail("no bundle directory: give -o <dir>");
+  if (tokensMax < 1)
+    return fail("--tokens-max must be at least 1");
+  if (blockM < 0)
+    return fail("--block-m must be positive, or 0 to choose it");
+  if (numSMs < 1)
+    return fail("--num-sms must be at least 1");
+  // A layer's parts are written with their routing blocks: choose them here
+  // as moe-decompose would.
+  if (blockM == 0 && part != "layer") {
+    llvm::Expected<LayerDescription> layer =
+        describeLayerSource(source, context, sourceMgr);
+    if (!layer)
+      return fail(llvm::toString(layer.takeError()));
+    source.blockM =
+        chooseRoutingBlockM(tokensMax, layer->topK + layer->numSharedExperts,
+                            layer->numExperts + layer->numSharedExperts);
+  }
   std::string error;
   OwningOpRef<ModuleOp> module =
       parseLayerSource(source, context, sourceMgr, error);

@@ -313,8 +313,9 @@ int main(int argc, char **argv) {
     return fail("unknown --device '" + deviceName + "' (cpu, gpu, auto)");
   llvm::SourceMgr sourceMgr;
   SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
-  LayerSource source{inputFile, presetName,       "layer",
-                     dtypeName, reduced ? 32 : 1, /*blockM=*/64};
+  LayerSource source{inputFile,        presetName,       "layer",
+                     dtypeName,        reduced ? 32 : 1, /*blockM=*/64,
+                     /*layerSizes=*/""};
   std::string label = source.label(), error;
   OwningOpRef<ModuleOp> module =
       parseLayerSource(source, context, sourceMgr, error);

@@ -8,6 +8,7 @@
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/SourceMgr.h"
 
 #include <string>
@@ -21,9 +22,27 @@ struct Preset {
   int64_t hiddenSize, intermediate, numExperts, topK, numSharedExperts;
   const char *router; // the #moe.router parameters (agreeing with the above)
   bool bias;
+};
 
-  /// Hidden and intermediate sizes divided by `shrink` (routing unchanged).
-  Preset shrunk(int64_t shrink) const;
+/// A layer's sizes and routing as the source generators and moe-compile
+/// --describe take them, owning the strings a Preset only points to: a
+/// preset's, the moe.fused_moe of a file, or --layer-sizes' (which name no
+/// router).
+struct LayerDescription {
+  std::string name; // a preset's; empty for a file or sizes
+  int64_t hiddenSize, intermediate, numExperts, topK, numSharedExperts;
+  std::string router; // #moe.router parameters; empty when there is none
+  bool bias = false;
+  std::string dtype = "bf16"; // of the activations and weights
+
+  /// The description of `preset` with element type `dtype`.
+  static LayerDescription of(const Preset &preset, llvm::StringRef dtype);
+  /// A Preset that points into this description (valid while it lives).
+  Preset preset() const;
+  /// {"experts", "hidden", "intermediate", "top_k", "shared"} and the name,
+  /// router and bias where there are: what --list-presets prints of a
+  /// preset.
+  llvm::json::Object toJSON() const;
 };
 
 /// mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, kimi-k2.
@@ -56,20 +75,30 @@ std::string getGroupedMatmulSource(const Preset &preset, llvm::StringRef dtype,
                                    int64_t blockM, bool second);
 
 /// The source of `part` ("layer", "routing", "router", "gemm1" or "gemm2") of
-/// preset `name` with its hidden and intermediate sizes divided by `shrink`,
-/// element type `dtype` (bf16, f16, f32) and routing blocks of `blockM` rows;
-/// an error names the valid choices.
-llvm::Expected<std::string>
-getPresetSource(llvm::StringRef name, llvm::StringRef part, int64_t shrink,
-                llvm::StringRef dtype, int64_t blockM);
+/// `layer` with element type `layer.dtype` (bf16, f16, f32) and routing blocks
+/// of `blockM` rows; an error names the valid choices, and the parts that
+/// need a router are refused for a layer without one.
+llvm::Expected<std::string> getPartSource(const LayerDescription &layer,
+                                          llvm::StringRef part, int64_t blockM);
 
-/// What a tool parses: `part` of the preset `presetName` (see
-/// getPresetSource) when that is not empty, else the file `inputFile`.
+/// The layer of "experts=E,hidden=H,intermediate=I,top_k=K[,shared=X]"
+/// (moe-compile --layer-sizes; X defaults to 0), without a router; an error
+/// says what is wrong with the text.
+llvm::Expected<LayerDescription> parseLayerSizes(llvm::StringRef text);
+
+/// The layer of the one moe.fused_moe of `module`: its sizes, router, bias
+/// and element type; an error when there is none or more than one.
+llvm::Expected<LayerDescription> describeLayer(ModuleOp module);
+
+/// What a tool parses: `part` of the preset `presetName` or of the layer of
+/// sizes `layerSizes` (see getPartSource), else the file `inputFile`.
 struct LayerSource {
   std::string inputFile, presetName, part = "layer", dtype = "bf16";
   int64_t shrink = 1, blockM = 64;
+  std::string layerSizes; // parseLayerSizes' text
 
-  /// "deepseek-v3 (reduced)" or the file name, for messages.
+  /// "deepseek-v3 (reduced)", "sizes experts=..." or the file name, for
+  /// messages.
   std::string label() const;
 };
 
@@ -79,6 +108,14 @@ OwningOpRef<ModuleOp> parseLayerSource(const LayerSource &source,
                                        MLIRContext &context,
                                        llvm::SourceMgr &sourceMgr,
                                        std::string &error);
+
+/// The layer of `source`: a preset's or the sizes' with hidden and
+/// intermediate sizes divided by `source.shrink` and element type
+/// `source.dtype`, or the file's (parsed, then describeLayer); an error says
+/// why there is none.
+llvm::Expected<LayerDescription>
+describeLayerSource(const LayerSource &source, MLIRContext &context,
+                    llvm::SourceMgr &sourceMgr);
 
 } // namespace moe
 } // namespace mlir

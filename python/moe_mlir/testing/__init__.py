@@ -4,7 +4,8 @@ They run bundles through moe_mlir.Bundle; this package holds the rest:
 
     bundles     the GPU test bundles' specs (test/GPU/bundles.json)
     compiler    moe-compile run as a program (the static one travels)
-    tune_space  the tuner's candidate configs and its config database
+    tune_space  the layer to tune (preset, file or sizes), the tuner's
+                candidate configs compiled, and its config database
     reference   the plain C++ reference (libmoe_reference.so) on tensors
     tensors     random inputs, poisoned outputs, bit patterns, error norms
     routing     a routing bundle's outputs against the reference, bit for bit
@@ -13,6 +14,7 @@ They run bundles through moe_mlir.Bundle; this package holds the rest:
     peers       what ours is timed against: the router composed in torch,
                 F.grouped_mm
     timing      CUDA-event timing with the L2 flushed, CUDA graphs, the floor
+    tuner       the tuner (tools/moe-tune) as a call: tune_layer
 
 The first three need no torch, so that they run where the compiler is
 (which has no torch): importing them, or this package, imports none of it.

@@ -1,6 +1,6 @@
 """moe-compile as the benchmarks and moe-tune run it on the GPU machine (the
-static binary that travels packed in out/tools): a bundle per call, and the
-presets' sizes."""
+static binary that travels packed in out/tools): a bundle per call, the
+presets' sizes, and the sizes of any layer."""
 
 import json
 import subprocess
@@ -19,11 +19,16 @@ def compile_bundle(compiler, arguments, path, config_db="", device=""):
         command += ["--config-db", config_db]
     if device:
         command += ["--device", device]
+    result = _run(command)
+    return [line for line in result.stderr.splitlines() if "warning" in line]
+
+
+def _run(command):
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         lines = result.stderr.strip().splitlines() or ["(no message)"]
         raise CompileError(f"{' '.join(command)}: {lines[-1]}")
-    return [line for line in result.stderr.splitlines() if "warning" in line]
+    return result
 
 
 def list_presets(compiler):
@@ -31,3 +36,11 @@ def list_presets(compiler):
     result = subprocess.run([compiler, "--list-presets"], check=True,
                             capture_output=True, text=True)
     return {preset["name"]: preset for preset in json.loads(result.stdout)}
+
+
+def describe_layer(compiler, arguments):
+    """The layer that `arguments` name (a file, --preset NAME or
+    --layer-sizes TEXT, with --dtype) as moe-compile --describe gives it:
+    {"experts", "hidden", "intermediate", "top_k", "shared", "dtype"} and,
+    where there are, "name", "router" and "bias"."""
+    return json.loads(_run([compiler, *arguments, "--describe"]).stdout)

@@ -1,10 +1,16 @@
-"""What moe-tune searches and writes, without a GPU: the grouped matmuls of a
-preset, the #moe.gemm_config candidates of one, and the config database
-(docs/CONFIG-DATABASE.md) the compiler reads."""
+"""What moe-tune searches, compiles and writes, without a GPU: the layer to
+tune (a preset, a file or sizes, as moe-compile describes it), its grouped
+matmuls, the #moe.gemm_config candidates of one compiled side by side, and
+the config database (docs/CONFIG-DATABASE.md) the compiler reads."""
 
+import concurrent.futures
 import itertools
 import json
 import os
+import time
+
+from ..layers import Layer
+from .compiler import CompileError, compile_bundle, describe_layer
 
 # Accumulator columns per block, ring depths and K splits tried. The compiler
 # is the judge of what is valid (block_n against the gate/up halves, the ring
@@ -22,19 +28,66 @@ SPLIT_MAX_TOKENS = 256
 # up to 9 % faster at 1024 and 4096 tokens, slower at 256): unsplit
 # candidates are also timed persistent from this many tokens.
 PERSISTENT_MIN_TOKENS = 1024
+# The token buckets tuned unless told.
+DEFAULT_TOKENS = (1, 16, 64, 256, 1024, 4096)
+# A device name no database has: compiling for it gives moe-tile's heuristic.
+HEURISTIC_DEVICE = "moe-tune: no device (the heuristic)"
 
 
-def gemms(preset, dtype="bf16", block_m=64):
-    """The two grouped matmuls of a preset (a moe-compile --list-presets
-    object) as dicts: the key fields of the database (E, N, K, dtype) and
-    the sizes the benchmark's and the tuner's cases take (gemm.py)."""
-    shared = preset["shared"]
-    common = {"model": preset["name"], "dtype": dtype, "block_m": block_m,
-              "experts": preset["experts"] + shared,
-              "slots": preset["top_k"] + shared, "shared": shared,
-              "hidden": preset["hidden"],
-              "intermediate": preset["intermediate"]}
-    hidden, inter = preset["hidden"], preset["intermediate"]
+def layer_sizes(layer):
+    """moe-compile --layer-sizes' text for `layer` (a --list-presets or
+    --describe object): "experts=E,hidden=H,intermediate=I,top_k=K,shared=X"."""
+    return ",".join(f"{key}={layer[key]}" for key in
+                    ("experts", "hidden", "intermediate", "top_k", "shared"))
+
+
+def sizes_name(layer):
+    """A layer's name from its sizes: "e256-top8-h7168-i2048", with
+    "-shared1" for one shared expert."""
+    name = (f"e{layer['experts']}-top{layer['top_k']}-h{layer['hidden']}-"
+            f"i{layer['intermediate']}")
+    return name + (f"-shared{layer['shared']}" if layer["shared"] else "")
+
+
+def resolve_layer(compiler, layer, dtype="bf16"):
+    """The layer to tune as moe-compile --describe gives it, with a "name":
+    `layer` is a moe_mlir.Layer (its sizes), a path to an MLIR file with one
+    moe.fused_moe (an os.PathLike, or a str that ends in .mlir or names a
+    file; named after the file, in the file's own dtype), a --layer-sizes
+    text ("experts=256,hidden=7168,intermediate=2048,top_k=8") or a preset
+    name. Presets and sizes take `dtype`. Raises CompileError with
+    moe-compile's message when it names no layer."""
+    if isinstance(layer, Layer):
+        text = layer_sizes({"experts": layer.num_experts,
+                            "hidden": layer.hidden_size,
+                            "intermediate": layer.intermediate_size,
+                            "top_k": layer.router.top_k,
+                            "shared": layer.router.num_shared_experts})
+        return resolve_layer(compiler, text, dtype)
+    text = os.fspath(layer)
+    if (isinstance(layer, os.PathLike) or text.endswith(".mlir") or
+            os.path.isfile(text)):
+        described = describe_layer(compiler, [text])
+        stem = os.path.splitext(os.path.basename(text))[0]
+        return dict(described, name=stem)
+    source = ["--layer-sizes" if "=" in text else "--preset", text]
+    described = describe_layer(compiler, [*source, "--dtype", dtype])
+    return dict(described, name=described.get("name") or sizes_name(described))
+
+
+def gemms(layer, dtype="bf16", block_m=64):
+    """The two grouped matmuls of a layer (a moe-compile --list-presets or
+    resolve_layer object) as dicts: the key fields of the database (E, N,
+    K, dtype), the sizes the benchmark's and the tuner's cases take
+    (gemm.py), and the layer's --layer-sizes text that compiles them."""
+    shared = layer["shared"]
+    common = {"model": layer["name"], "dtype": dtype, "block_m": block_m,
+              "experts": layer["experts"] + shared,
+              "slots": layer["top_k"] + shared, "shared": shared,
+              "hidden": layer["hidden"],
+              "intermediate": layer["intermediate"],
+              "sizes": layer_sizes(layer)}
+    hidden, inter = layer["hidden"], layer["intermediate"]
     return [dict(common, part="gemm1", N=2 * inter, K=hidden),
             dict(common, part="gemm2", N=hidden, K=inter)]
 
@@ -121,3 +174,122 @@ def write_database(path, entries):
     with open(temporary, "w") as file:
         file.write(text)
     os.replace(temporary, path)
+
+
+class Compiler:
+    """moe-compile, run for one grouped matmul (a gemms() dict) into the
+    directory `work`: with a candidate config (a database of that one entry
+    for `device`), or with moe-tile's heuristic (compiled for
+    HEURISTIC_DEVICE, which no database has)."""
+
+    def __init__(self, path, work, device):
+        self.path, self.work, self.device = path, work, device
+
+    def compile(self, gemm, name, tokens_max, config=None):
+        """(bundle path, moe-compile's warnings) or (None, its message);
+        `config` None compiles the heuristic's config."""
+        bundle = os.path.join(self.work, name + ".moeb")
+        arguments = ["--layer-sizes", gemm["sizes"], "--part", gemm["part"],
+                     "--dtype", gemm["dtype"], "--block-m",
+                     str(gemm["block_m"]), "--tokens-max", str(tokens_max),
+                     "--token-buckets", "max"]
+        database, device = "", HEURISTIC_DEVICE
+        if config is not None:
+            database = os.path.join(self.work, name + ".json")
+            device = self.device
+            write_database(database, [entry(gemm, self.device, 1, config)])
+        try:
+            return bundle, compile_bundle(self.path, arguments, bundle,
+                                          database, device)
+        except CompileError as error:
+            return None, str(error)
+
+
+def plan_key(gemm):
+    """compile_all's key of a grouped matmul: (layer name, part, block_m)."""
+    return gemm["model"], gemm["part"], gemm["block_m"]
+
+
+def compile_all(compiler, gemms_list, tokens_list, jobs):
+    """{plan_key(gemm): {"candidates": [(config, bundle)], "heuristic": {T:
+    bundle}, "rejected": [(config, why)]}}: every candidate of each grouped
+    matmul (split-K ones sized for at most SPLIT_MAX_TOKENS tokens) and the
+    heuristic's bundle for each T, compiled by `compiler` (a Compiler) in
+    `jobs` threads. Raises RuntimeError when a heuristic bundle does not
+    compile."""
+    plans = {}
+    work = []  # (plan, Compiler.compile's arguments)
+    for gemm in gemms_list:
+        plan = plans.setdefault(plan_key(gemm), {"candidates": [],
+                                                 "heuristic": {},
+                                                 "rejected": []})
+        for config in candidates(gemm["block_m"]):
+            tokens_max = (max(tokens_list) if config["split_k"] == 1 else
+                          min(max(tokens_list), SPLIT_MAX_TOKENS))
+            work.append((plan, (gemm, config_name(gemm, config), tokens_max,
+                                config)))
+        for tokens in tokens_list:
+            name = (f"{gemm['model']}-{gemm['part']}-m{gemm['block_m']}-"
+                    f"heuristic-{tokens}")
+            work.append((plan, (gemm, name, tokens, None)))
+    started = time.time()
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        futures = [(plan, job, pool.submit(compiler.compile, *job))
+                   for plan, job in work]
+        for plan, (_, name, tokens_max, config), future in futures:
+            bundle, message = future.result()
+            if config is None:
+                if bundle is None:
+                    raise RuntimeError(f"the heuristic config of {name} does "
+                                       f"not compile: {message}")
+                plan["heuristic"][tokens_max] = bundle
+            elif bundle is None:
+                plan["rejected"].append((config, message))
+            else:
+                plan["candidates"].append((config, bundle))
+    print(f"# compiled {len(work)} bundles in {time.time() - started:.0f} s "
+          f"with {jobs} jobs", flush=True)
+    return plans
+
+
+def entry_gemms(compiler, entries, presets):
+    """([(gemm, entry)], [entries matching none]): the grouped matmul (a
+    gemms() dict at the entry's dtype and block_m) whose database key each
+    of `entries` has, from the layer its "measured" records (moe-tune writes
+    the layer's --layer-sizes text there) or else from `presets` (a
+    list_presets() dict)."""
+    described = {}  # --layer-sizes text -> resolve_layer object
+
+    def layers_of(item):
+        recorded = item.get("measured", {}).get("layer")
+        if recorded is None:
+            return presets.values()
+        if recorded not in described:
+            named = [preset for preset in presets.values()
+                     if layer_sizes(preset) == recorded]
+            described[recorded] = (named[0] if named else
+                                   resolve_layer(compiler, recorded))
+        return [described[recorded]]
+
+    matched, unmatched = [], []
+    for item in entries:
+        found = [gemm for layer in layers_of(item) if "block_m" in item
+                 for gemm in gemms(layer, item["dtype"], item["block_m"])
+                 if entry_key(entry(gemm, item["device"], item["tokens"],
+                                    {})) == entry_key(item)]
+        if found:
+            matched.append((found[0], item))
+        else:
+            unmatched.append(item)
+    return matched, unmatched
+
+
+def gemm_pair(gemm):
+    """{part: gemm} of both grouped matmuls of `gemm`'s layer, at its dtype
+    and block_m (what model_cases takes)."""
+    shared = gemm["shared"]
+    layer = {"name": gemm["model"], "experts": gemm["experts"] - shared,
+             "top_k": gemm["slots"] - shared, "shared": shared,
+             "hidden": gemm["hidden"], "intermediate": gemm["intermediate"]}
+    return {pair["part"]: pair
+            for pair in gemms(layer, gemm["dtype"], gemm["block_m"])}
