@@ -22,6 +22,22 @@ namespace mlir {
 namespace moe {
 namespace detail {
 
+/// What the kernels of a grouped matmul read off the op: its sizes, row
+/// orders and epilogue.
+struct GemmShape {
+  explicit GemmShape(GroupedMatmulOp op)
+      : numExperts(op.getNumStoredExperts()), k(op.getReductionSize()),
+        slots(op.getNumSlots()), blockM(op.getBlockM()),
+        columns(op.getOutputColumns()), activation(op.getActivation()),
+        gated(op.isGated()), tokenInput(op.getInputOrder() == RowOrder::token),
+        slotOutput(op.getOutputOrder() == RowOrder::slot),
+        weighted(static_cast<bool>(op.getRoutedWeights())) {}
+
+  int64_t numExperts, k, slots, blockM, columns;
+  Activation activation;
+  bool gated, tokenInput, slotOutput, weighted;
+};
+
 /// The routing capacity C = T*S + E*(block_m - 1) of the op's sorted rows.
 SizeExpr routedCapacity(PlanBuilder &plan, GroupedMatmulOp op);
 

@@ -26,7 +26,7 @@ constexpr int64_t kGemmColumnsPerThread = kGemmTileN / kGemmThreadsPerSide;
 /// against; gathered and sorted rows, padding rows skipped, both output
 /// orders. Thread (tx, ty) of the 16 x 16 computes rows ty * rowsPerThread +
 /// ri and columns tx * 4 + ci of the block.
-class SimtGroupedMatmulEmitter {
+class SimtGroupedMatmulEmitter : GemmShape {
 public:
   SimtGroupedMatmulEmitter(PlanBuilder &plan, OpBuilder &builder,
                            GroupedMatmulOp op);
@@ -44,12 +44,9 @@ private:
   PlanBuilder &plan;
   OpBuilder &builder;
   GroupedMatmulOp op;
-  int64_t numExperts, k, slots, blockM, columns, rowsPerThread, threads;
+  int64_t rowsPerThread, threads;
   /// Accumulators per thread (twice as many when gated: gate and up).
   int64_t accumulators;
-  Activation activation;
-  bool gated, tokenInput, slotOutput, weighted;
-
   ImplicitLocOpBuilder b;
   LoopBuilder wb{b};
   KernelArgList args;
@@ -65,17 +62,8 @@ private:
 SimtGroupedMatmulEmitter::SimtGroupedMatmulEmitter(PlanBuilder &plan,
                                                    OpBuilder &builder,
                                                    GroupedMatmulOp op)
-    : plan(plan), builder(builder), op(op), b(op.getLoc(), op.getContext()) {
-  numExperts = op.getNumStoredExperts();
-  k = op.getReductionSize();
-  slots = op.getNumSlots();
-  blockM = op.getBlockM();
-  activation = op.getActivation();
-  gated = op.isGated();
-  columns = op.getOutputColumns();
-  tokenInput = op.getInputOrder() == RowOrder::token;
-  slotOutput = op.getOutputOrder() == RowOrder::slot;
-  weighted = static_cast<bool>(op.getRoutedWeights());
+    : GemmShape(op), plan(plan), builder(builder), op(op),
+      b(op.getLoc(), op.getContext()) {
   rowsPerThread = blockM / kGemmThreadsPerSide;
   threads = kGemmThreadsPerSide * kGemmThreadsPerSide;
   accumulators = rowsPerThread * kGemmColumnsPerThread;

@@ -87,7 +87,7 @@ struct Tile {
 using GatherSources = SmallVector<std::pair<Value, Value>>;
 
 /// Builds the wgmma kernel (and the split-K reduction) of one op.
-class WgmmaGroupedMatmulEmitter {
+class WgmmaGroupedMatmulEmitter : GemmShape {
 public:
   WgmmaGroupedMatmulEmitter(PlanBuilder &plan, OpBuilder &builder,
                             GroupedMatmulOp op, GemmConfigAttr config);
@@ -144,10 +144,8 @@ private:
 
   // The op's sizes and the tile shapes of its config.
   Type elementType;
-  int64_t elementBytes, numExperts, k, slots, blockM, blockN, blockK;
-  int64_t columns, splits;
-  Activation activation;
-  bool gated, tokenInput, slotOutput, weighted, warpSpecialized;
+  int64_t elementBytes, blockN, blockK, splits;
+  bool warpSpecialized;
   /// Consumer warpgroups; each takes one wgmma's rows of the block
   /// (warpgroup w rows [64 w, 64 w + 64)), all against the block's one
   /// weight tile. Smaller routing blocks leave the rest of the rows masked.
@@ -185,24 +183,14 @@ WgmmaGroupedMatmulEmitter::WgmmaGroupedMatmulEmitter(PlanBuilder &plan,
                                                      OpBuilder &builder,
                                                      GroupedMatmulOp op,
                                                      GemmConfigAttr config)
-    : plan(plan), builder(builder), op(op),
+    : GemmShape(op), plan(plan), builder(builder), op(op),
       config(config), ring{config.getNumStages()},
       b(op.getLoc(), op.getContext()) {
   RankedTensorType weightsType = op.getWeightsType();
   elementType = weightsType.getElementType();
   elementBytes = weightsType.getElementTypeBitWidth() / 8;
-  numExperts = op.getNumStoredExperts();
-  k = op.getReductionSize();
-  slots = op.getNumSlots();
-  blockM = op.getBlockM();
   blockN = config.getBlockN();
   blockK = config.getBlockK();
-  activation = op.getActivation();
-  gated = op.isGated();
-  columns = op.getOutputColumns();
-  tokenInput = op.getInputOrder() == RowOrder::token;
-  slotOutput = op.getOutputOrder() == RowOrder::slot;
-  weighted = static_cast<bool>(op.getRoutedWeights());
   splits = config.getSplitK();
   warpgroups = config.getNumWarpgroups();
   tileRows = getInputTmaBox(config).front();
