@@ -690,6 +690,7 @@ the compiler moe_mlir.Error.
       py::arg("num_shared_experts"), py::arg("router"),
       py::arg("correction_bias"), py::arg("dtype"), py::arg("block_m"),
       "A part of a layer as moe-compile's --part names it: 'layer' (one "
-      "moe.fused_moe), 'routing' (gate, route, combine), 'router' (gate), "
-      "'gemm1' or 'gemm2' (a grouped matmul).");
+      "moe.fused_moe), 'experts' (one moe.fused_experts), 'routing' (gate, "
+      "route, combine), 'router' (gate), 'gemm1' or 'gemm2' (a grouped "
+      "matmul).");
 }

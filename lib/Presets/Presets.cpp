@@ -94,6 +94,26 @@ std::string mlir::moe::getLayerSource(const Preset &preset,
       x, l, w13, w2, biasArg, biasUse, preset.router, biasType);
 }
 
+std::string mlir::moe::getExpertsSource(const Preset &preset,
+                                        llvm::StringRef dtype) {
+  int64_t h = preset.hiddenSize, i = preset.intermediate;
+  int64_t stored = preset.numExperts + preset.numSharedExperts;
+  int64_t slots = preset.topK + preset.numSharedExperts;
+  std::string x = llvm::formatv("tensor<?x{0}x{1}>", h, dtype);
+  std::string ids = llvm::formatv("tensor<?x{0}xi32>", slots);
+  std::string w = llvm::formatv("tensor<?x{0}xf32>", slots);
+  std::string w13 =
+      llvm::formatv("tensor<{0}x{1}x{2}x{3}>", stored, 2 * i, h, dtype);
+  std::string w2 =
+      llvm::formatv("tensor<{0}x{1}x{2}x{3}>", stored, h, i, dtype);
+  return llvm::formatv(
+      "func.func @experts(%x: {0}, %ids: {1}, %weights: {2}, %w13: {3}, "
+      "%w2: {4}) -> {0} {{\n  %y = moe.fused_experts %x, %ids, %weights, "
+      "%w13, %w2 activation(silu_and_mul) : ({0}, {1}, {2}, {3}, {4}) -> "
+      "{0}\n  return %y : {0}\n}\n",
+      x, ids, w, w13, w2);
+}
+
 std::string mlir::moe::getRoutingSource(const Preset &preset,
                                         llvm::StringRef dtype, int64_t blockM) {
   int64_t e = preset.numExperts, h = preset.hiddenSize;
@@ -184,16 +204,18 @@ mlir::moe::getPartSource(const LayerDescription &layer, llvm::StringRef part,
   if (dtype != "bf16" && dtype != "f16" && dtype != "f32")
     return makeError("unknown --dtype '" + dtype + "' (bf16, f16, f32)");
   bool routed = part == "layer" || part == "routing" || part == "router";
-  if (!routed && part != "gemm1" && part != "gemm2")
+  if (!routed && part != "experts" && part != "gemm1" && part != "gemm2")
     return makeError("unknown --part '" + part +
-                     "' (layer, routing, router, gemm1, gemm2)");
+                     "' (layer, experts, routing, router, gemm1, gemm2)");
   if (routed && layer.router.empty())
     return makeError("--part '" + part +
                      "' needs a router, which layer sizes do not give (their "
-                     "parts: gemm1, gemm2)");
+                     "parts: experts, gemm1, gemm2)");
   Preset preset = layer.preset();
   if (part == "layer")
     return getLayerSource(preset, dtype);
+  if (part == "experts")
+    return getExpertsSource(preset, dtype);
   if (part == "routing")
     return getRoutingSource(preset, dtype, blockM);
   if (part == "router")
@@ -228,8 +250,9 @@ mlir::moe::parseLayerSizes(llvm::StringRef text) {
       return bad("'" + key + "' given twice");
     if (value.trim().getAsInteger(10, *field) ||
         *field < (key == "shared" ? 0 : 1))
-      return bad("'" + key + "' must be " +
-                 (key == "shared" ? "a non-negative integer" : "a positive integer"));
+      return bad(
+          "'" + key + "' must be " +
+          (key == "shared" ? "a non-negative integer" : "a positive integer"));
   }
   for (llvm::StringRef key : {"experts", "hidden", "intermediate", "top_k"})
     if (!given.count(key))

@@ -63,9 +63,9 @@ static float routingExp(float x) {
   float r = std::fma(n, -0.693359375f, x);
   r = std::fma(n, 2.12194440e-4f, r);
   float p = 1.9875691500e-4f;
-  for (float coefficient : {1.3981999507e-3f, 8.3334519073e-3f,
-                            4.1665795894e-2f, 1.6666665459e-1f,
-                            5.0000001201e-1f})
+  for (float coefficient :
+       {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f,
+        5.0000001201e-1f})
     p = std::fma(p, r, coefficient);
   float y = std::fma(p, r * r, r) + 1.0f;
   uint32_t scaleBits = static_cast<uint32_t>(static_cast<int32_t>(n) + 127)
@@ -267,26 +267,20 @@ void mlir::moe::reference::combine(int64_t numTokens, int64_t numSlots,
   }
 }
 
-void mlir::moe::reference::fusedMoe(const Router &router, Activation activation,
-                                    int64_t numTokens, int64_t hiddenSize,
-                                    int64_t numExperts, int64_t intermediate,
-                                    const float *hidden, const float *logits,
-                                    const float *bias, const float *w13,
-                                    const float *w2, float *output,
-                                    const RoundFn &round) {
-  int64_t numSlots = router.numSlots();
-  std::vector<float> slotWeights(numTokens * numSlots);
-  std::vector<int32_t> slotIds(numTokens * numSlots);
-  gate(router, numTokens, numExperts, logits, bias, slotWeights.data(),
-       slotIds.data());
-
+void mlir::moe::reference::fusedExperts(
+    Activation activation, int64_t numTokens, int64_t hiddenSize,
+    int64_t numExperts, int64_t intermediate, int64_t numSlots,
+    const float *hidden, const int32_t *ids, const float *slotWeights,
+    const float *w13, const float *w2, float *output, const RoundFn &round) {
   std::vector<float> h1(2 * intermediate), a(intermediate);
   std::vector<float> y(hiddenSize);
   for (int64_t t = 0; t < numTokens; ++t) {
     const float *x = hidden + t * hiddenSize;
     std::fill(y.begin(), y.end(), 0.0f);
     for (int64_t s = 0; s < numSlots; ++s) {
-      int64_t expert = slotIds[t * numSlots + s];
+      int64_t expert = ids[t * numSlots + s];
+      if (expert < 0 || expert >= numExperts)
+        continue;
       float weight = slotWeights[t * numSlots + s];
       // a = act(x . w13[e][:I]^T) * (x . w13[e][I:]^T), stored rounded.
       for (int64_t jj = 0; jj < 2 * intermediate; ++jj) {
@@ -309,4 +303,22 @@ void mlir::moe::reference::fusedMoe(const Router &router, Activation activation,
     for (int64_t h = 0; h < hiddenSize; ++h)
       output[t * hiddenSize + h] = round(y[h]);
   }
+}
+
+void mlir::moe::reference::fusedMoe(const Router &router, Activation activation,
+                                    int64_t numTokens, int64_t hiddenSize,
+                                    int64_t numExperts, int64_t intermediate,
+                                    const float *hidden, const float *logits,
+                                    const float *bias, const float *w13,
+                                    const float *w2, float *output,
+                                    const RoundFn &round) {
+  int64_t numSlots = router.numSlots();
+  std::vector<float> slotWeights(numTokens * numSlots);
+  std::vector<int32_t> slotIds(numTokens * numSlots);
+  gate(router, numTokens, numExperts, logits, bias, slotWeights.data(),
+       slotIds.data());
+  fusedExperts(activation, numTokens, hiddenSize,
+               numExperts + router.numSharedExperts, intermediate, numSlots,
+               hidden, slotIds.data(), slotWeights.data(), w13, w2, output,
+               round);
 }

@@ -28,6 +28,24 @@ static Router makeRouter(int scoring, int64_t topK, int64_t numGroups,
   return router;
 }
 
+/// The rounding of intermediates to the storage type `dtype` (0 f32, 1 bf16,
+/// 2 f16).
+static RoundFn roundingTo(int dtype) {
+  return [dtype](float value) {
+    if (dtype == 1)
+      return fromBFloat16Bits(toBFloat16Bits(value));
+    if (dtype == 2)
+      return fromHalfBits(toHalfBits(value));
+    return value;
+  };
+}
+
+/// The reference's activation of the C entry points' `activation`: 1
+/// SiLU-and-mul, 2 GELU-and-mul.
+static Activation gatedActivation(int activation) {
+  return activation == 2 ? Activation::GeluAndMul : Activation::SiluAndMul;
+}
+
 extern "C" {
 
 /// moe.gate; `scoring` 0 is softmax, 1 sigmoid; `bias` may be null.
@@ -76,17 +94,22 @@ void moe_reference_fused_moe(int scoring, int64_t topK, int64_t numGroups,
                              const float *w2, float *output) {
   Router router = makeRouter(scoring, topK, numGroups, topkGroups, renormalize,
                              routedScalingFactor, numSharedExperts);
-  RoundFn round = [dtype](float value) {
-    if (dtype == 1)
-      return fromBFloat16Bits(toBFloat16Bits(value));
-    if (dtype == 2)
-      return fromHalfBits(toHalfBits(value));
-    return value;
-  };
-  fusedMoe(router,
-           activation == 2 ? Activation::GeluAndMul : Activation::SiluAndMul,
-           numTokens, hiddenSize, numExperts, intermediate, hidden, logits,
-           bias, w13, w2, output, round);
+  fusedMoe(router, gatedActivation(activation), numTokens, hiddenSize,
+           numExperts, intermediate, hidden, logits, bias, w13, w2, output,
+           roundingTo(dtype));
+}
+
+/// moe.fused_experts over `numExperts` stored experts, rounded and activated
+/// as moe_reference_fused_moe; slots whose ids are out of range are skipped.
+void moe_reference_fused_experts(int activation, int dtype, int64_t numTokens,
+                                 int64_t hiddenSize, int64_t numExperts,
+                                 int64_t intermediate, int64_t numSlots,
+                                 const float *hidden, const int32_t *ids,
+                                 const float *weights, const float *w13,
+                                 const float *w2, float *output) {
+  fusedExperts(gatedActivation(activation), numTokens, hiddenSize, numExperts,
+               intermediate, numSlots, hidden, ids, weights, w13, w2, output,
+               roundingTo(dtype));
 }
 
 } // extern "C"

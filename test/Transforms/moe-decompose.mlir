@@ -70,3 +70,27 @@ func.func @deepseek_like(%x: tensor<?x64xf16>, %l: tensor<?x16xf32>,
           tensor<17x64x16xf16>, tensor<16xf32>) -> tensor<?x64xf16>
   return %y : tensor<?x64xf16>
 }
+
+// -----
+
+// moe.fused_experts: the given ids feed the route and the combine, which
+// skips slots whose ids are outside [0, 6); the given weights go to the
+// second GEMM's epilogue. No gate.
+// CHECK-LABEL: func @experts_given_routing
+// CHECK-SAME: (%[[X:.*]]: tensor<?x32xf16>, %[[IDS:.*]]: tensor<?x3xi32>, %[[WTS:.*]]: tensor<?x3xf32>, %[[W13:.*]]: tensor<6x32x32xf16>, %[[W2:.*]]: tensor<6x32x16xf16>)
+// CHECK-NEXT: %[[SORTED:.*]], %[[EXPERTS:.*]], %[[COUNT:.*]] = moe.route %[[IDS]] {block_m = 64 : i64, num_experts = 6 : i64}
+// CHECK-NEXT: %[[H:.*]] = moe.grouped_matmul %[[X]], %[[W13]], %[[SORTED]], %[[EXPERTS]], %[[COUNT]] input(token) output(sorted) activation(gelu_and_mul) {block_m = 64 : i64, num_slots = 3 : i64}
+// CHECK-NEXT: %[[O:.*]] = moe.grouped_matmul %[[H]], %[[W2]], %[[SORTED]], %[[EXPERTS]], %[[COUNT]] routed_weights(%[[WTS]]) input(sorted) output(slot) {block_m = 64 : i64, num_slots = 3 : i64}
+// CHECK-SAME: -> tensor<?x3x32xf16>
+// CHECK-NEXT: %[[Y:.*]] = moe.combine %[[O]] ids(%[[IDS]]) {num_experts = 6 : i64} : (tensor<?x3x32xf16>, tensor<?x3xi32>) -> tensor<?x32xf16>
+// CHECK-NEXT: return %[[Y]]
+// BM16-LABEL: func @experts_given_routing
+// BM16: moe.route {{.*}} {block_m = 16 : i64, num_experts = 6 : i64}
+func.func @experts_given_routing(%x: tensor<?x32xf16>, %ids: tensor<?x3xi32>,
+                                 %w: tensor<?x3xf32>, %w13: tensor<6x32x32xf16>,
+                                 %w2: tensor<6x32x16xf16>) -> tensor<?x32xf16> {
+  %y = moe.fused_experts %x, %ids, %w, %w13, %w2 activation(gelu_and_mul)
+       : (tensor<?x32xf16>, tensor<?x3xi32>, tensor<?x3xf32>,
+          tensor<6x32x32xf16>, tensor<6x32x16xf16>) -> tensor<?x32xf16>
+  return %y : tensor<?x32xf16>
+}

@@ -46,8 +46,8 @@ static cl::opt<std::string> presetName("preset", cl::desc(presetHelp),
                                        cl::cat(moeCompileCategory));
 static cl::opt<std::string> layerSizes(
     "layer-sizes",
-    cl::desc("A layer of these sizes instead of a file, for its grouped "
-             "matmuls (--part gemm1 or gemm2): "
+    cl::desc("A layer of these sizes instead of a file, for its experts or "
+             "grouped matmuls (--part experts, gemm1 or gemm2): "
              "experts=E,hidden=H,intermediate=I,top_k=K[,shared=X]"),
     cl::init(""), cl::cat(moeCompileCategory));
 static cl::opt<bool>
@@ -58,8 +58,10 @@ static cl::opt<bool>
              cl::init(false), cl::cat(moeCompileCategory));
 static cl::opt<std::string>
     part("part",
-         cl::desc("Of the layer: 'layer' (moe.fused_moe), 'routing' (gate, "
-                  "route and combine), 'router' (gate), 'gemm1' (the w13 "
+         cl::desc("Of the layer: 'layer' (moe.fused_moe), 'experts' "
+                  "(moe.fused_experts: the layer given its routing), "
+                  "'routing' (gate, route and combine), 'router' (gate), "
+                  "'gemm1' (the w13 "
                   "grouped matmul with SiLU-and-mul) or 'gemm2' (the w2 "
                   "grouped matmul with routed weights)"),
          cl::init("layer"), cl::cat(moeCompileCategory));

@@ -4,8 +4,10 @@
 // run by the runtime) or on the CPU path (moe-cpu-pipeline, JIT-compiled),
 // as --device says; by default on the GPU when the runtime finds one. The
 // layer comes from an MLIR file (a function holding a moe.fused_moe, or the
-// primitive ops it decomposes into) or from a named model preset. Inputs are
-// seeded random data; the output is compared against the plain C++
+// primitive ops it decomposes into, or a moe.fused_experts: the experts given
+// routing) or from a named model preset. Inputs are seeded random data (an
+// experts layer's ids include out-of-range ones, which must contribute
+// nothing); the output is compared against the plain C++
 // reference, and the path, the routing statistics and the times are
 // printed. Exits non-zero on any error or mismatch.
 //
@@ -68,6 +70,11 @@ static cl::opt<std::string>
                cl::desc("cpu, gpu, or auto: the GPU when the runtime finds "
                         "one, else the CPU path"),
                cl::init("auto"), cl::cat(moeRunCategory));
+static cl::opt<std::string>
+    part("part",
+         cl::desc("Of a preset or a file's layer: 'layer' (router and "
+                  "experts) or 'experts' (moe.fused_experts, on random ids)"),
+         cl::init("layer"), cl::cat(moeRunCategory));
 static cl::opt<std::string> entry("entry",
                                   cl::desc("Function to run (default: the "
                                            "module's only function)"),
@@ -77,10 +84,12 @@ namespace {
 /// Where the layer's operands are among the function's arguments, and what
 /// the layer computes.
 struct Layer {
-  RouterAttr router;
+  RouterAttr router; // null for experts given their routing
   Activation activation = Activation::none;
   int hidden = -1, logits = -1, w13 = -1, w2 = -1, bias = -1;
-  int64_t hiddenSize = 0, numExperts = 0, intermediate = 0;
+  int ids = -1, slotWeights = -1; // experts given their routing
+  // numExperts: routed experts E with a router, stored experts without.
+  int64_t hiddenSize = 0, numExperts = 0, intermediate = 0, numSlots = 0;
 };
 
 int fail(const llvm::Twine &message) {
@@ -104,9 +113,19 @@ FailureOr<Layer> findLayer(func::FuncOp function, std::string &error) {
     return cast<RankedTensorType>(value.getType()).getShape();
   };
   SmallVector<FusedMoeOp> fused(function.getOps<FusedMoeOp>());
+  SmallVector<FusedExpertsOp> experts(function.getOps<FusedExpertsOp>());
   SmallVector<GateOp> gates(function.getOps<GateOp>());
   SmallVector<GroupedMatmulOp> gemms(function.getOps<GroupedMatmulOp>());
-  if (fused.size() == 1 && gates.empty() && gemms.empty()) {
+  if (experts.size() == 1 && fused.empty() && gates.empty() && gemms.empty()) {
+    FusedExpertsOp op = experts.front();
+    layer.activation = op.getActivation();
+    layer.hidden = argumentIndex(function, op.getHiddenStates());
+    layer.ids = argumentIndex(function, op.getIds());
+    layer.slotWeights = argumentIndex(function, op.getWeights());
+    layer.w13 = argumentIndex(function, op.getW13());
+    layer.w2 = argumentIndex(function, op.getW2());
+  } else if (experts.empty() && fused.size() == 1 && gates.empty() &&
+             gemms.empty()) {
     FusedMoeOp op = fused.front();
     layer.router = op.getRouter();
     layer.activation = op.getActivation();
@@ -138,12 +157,16 @@ FailureOr<Layer> findLayer(func::FuncOp function, std::string &error) {
     if (gate.getCorrectionBias())
       layer.bias = argumentIndex(function, gate.getCorrectionBias());
   } else {
-    error = "expected a function holding one moe.fused_moe, or one moe.gate "
-            "and the two moe.grouped_matmul of a layer";
+    error = "expected a function holding one moe.fused_moe, one "
+            "moe.fused_experts, or one moe.gate and the two "
+            "moe.grouped_matmul of a layer";
     return failure();
   }
-  if (layer.hidden < 0 || layer.logits < 0 || layer.w13 < 0 || layer.w2 < 0 ||
-      (layer.bias < 0 && function.getNumArguments() == 5)) {
+  bool routed = static_cast<bool>(layer.router);
+  if (layer.hidden < 0 || layer.w13 < 0 || layer.w2 < 0 ||
+      (routed ? layer.logits < 0 ||
+                    (layer.bias < 0 && function.getNumArguments() == 5)
+              : layer.ids < 0 || layer.slotWeights < 0)) {
     error = "the layer's operands must be the function's arguments";
     return failure();
   }
@@ -157,7 +180,10 @@ FailureOr<Layer> findLayer(func::FuncOp function, std::string &error) {
   }
   BlockArgument hidden = function.getArgument(layer.hidden);
   layer.hiddenSize = dims(hidden)[1];
-  layer.numExperts = dims(function.getArgument(layer.logits))[1];
+  layer.numExperts = routed ? dims(function.getArgument(layer.logits))[1]
+                            : dims(function.getArgument(layer.w13))[0];
+  layer.numSlots = routed ? layer.router.getNumSlots()
+                          : dims(function.getArgument(layer.ids))[1];
   layer.intermediate = dims(function.getArgument(layer.w2))[2];
   return layer;
 }
@@ -180,6 +206,110 @@ reference::Router toReference(RouterAttr router) {
 double seconds(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
       .count();
+}
+
+/// Seeded inputs of `function`'s arguments, shaped by `shapeOf`:
+/// activations and logits of unit scale, weights scaled by 1/sqrt(fan-in) so
+/// that outputs stay O(1) in every precision; an experts layer's ids are
+/// experts in [0, E) but one slot in 8 out of range (-1 or E), and its slot
+/// weights in [0, 1).
+bool makeInputs(func::FuncOp function, const Layer &layer,
+                function_ref<std::vector<int64_t>(int)> shapeOf,
+                std::vector<HostTensor> &inputs, std::string &error) {
+  std::mt19937 generator(seed);
+  inputs.assign(function.getNumArguments(), HostTensor());
+  for (BlockArgument argument : function.getArguments()) {
+    int index = argument.getArgNumber();
+    FailureOr<ElementType> type = getHostElementType(
+        cast<RankedTensorType>(argument.getType()).getElementType());
+    std::vector<int64_t> shape = shapeOf(index);
+    if (index == layer.ids) {
+      std::uniform_int_distribution<int32_t> expert(0, layer.numExperts - 1);
+      std::uniform_int_distribution<int32_t> eighth(0, 7);
+      std::vector<int32_t> ids(
+          HostTensor(ElementType::I32, shape).numElements());
+      for (int32_t &id : ids)
+        id = eighth(generator)
+                 ? expert(generator)
+                 : (eighth(generator) < 4 ? -1 : layer.numExperts);
+      inputs[index] = HostTensor::fromInts(shape, ids);
+      continue;
+    }
+    if (failed(type) || *type == ElementType::I32) {
+      error = "argument #" + std::to_string(index) +
+              " must be a tensor of f32, bf16 or f16";
+      return false;
+    }
+    float low = -1.0f, high = 1.0f;
+    if (index == layer.w13)
+      high = 1.0f / std::sqrt(float(layer.hiddenSize));
+    else if (index == layer.w2)
+      high = 1.0f / std::sqrt(float(layer.intermediate));
+    else if (index == layer.logits)
+      high = 2.0f;
+    else if (index == layer.bias)
+      high = 0.1f;
+    low = index == layer.slotWeights ? 0.0f : -high;
+    std::uniform_real_distribution<float> uniform(low, high);
+    std::vector<float> data(HostTensor(*type, shape).numElements());
+    for (float &value : data)
+      value = uniform(generator);
+    inputs[index] = HostTensor::fromFloats(*type, shape, data);
+  }
+  return true;
+}
+
+/// The reference's output of the layer on `inputs`, rounded as stored in
+/// `outputType`, and in `slotIds` the experts of the slots: the reference
+/// router's choice, or the given ids of an experts layer.
+std::vector<float> referenceOutput(const Layer &layer,
+                                   const std::vector<HostTensor> &inputs,
+                                   int64_t numTokens, ElementType outputType,
+                                   std::vector<int32_t> &slotIds) {
+  auto floats = [&](int index) {
+    return index >= 0 ? inputs[index].toFloats() : std::vector<float>();
+  };
+  std::vector<float> hidden = floats(layer.hidden), w13 = floats(layer.w13),
+                     w2 = floats(layer.w2);
+  std::vector<float> slotWeights(numTokens * layer.numSlots);
+  int64_t storedExperts = layer.numExperts;
+  if (layer.router) {
+    reference::Router router = toReference(layer.router);
+    std::vector<float> logits = floats(layer.logits), bias = floats(layer.bias);
+    slotIds.assign(numTokens * layer.numSlots, 0);
+    reference::gate(router, numTokens, layer.numExperts, logits.data(),
+                    layer.bias >= 0 ? bias.data() : nullptr, slotWeights.data(),
+                    slotIds.data());
+    storedExperts += router.numSharedExperts;
+  } else {
+    slotIds = inputs[layer.ids].toInts();
+    slotWeights = floats(layer.slotWeights);
+  }
+  std::vector<float> expected(numTokens * layer.hiddenSize);
+  reference::fusedExperts(
+      layer.activation == Activation::silu_and_mul
+          ? reference::Activation::SiluAndMul
+          : reference::Activation::GeluAndMul,
+      numTokens, layer.hiddenSize, storedExperts, layer.intermediate,
+      layer.numSlots, hidden.data(), slotIds.data(), slotWeights.data(),
+      w13.data(), w2.data(), expected.data(),
+      [&](float value) { return roundTo(outputType, value); });
+  return expected;
+}
+
+/// "E = 16+2, top-3, 4 groups (keep 2), sigmoid + bias" for a layer with a
+/// router; "E = 8 experts, 3 given slots per token" for experts alone.
+std::string describeRouting(const Layer &layer) {
+  if (!layer.router)
+    return llvm::formatv("E = {0} experts, {1} given slots per token",
+                         layer.numExperts, layer.numSlots);
+  RouterAttr router = layer.router;
+  return llvm::formatv(
+      "E = {0}+{1}, top-{2}, {3} groups (keep {4}), {5}{6}", layer.numExperts,
+      router.getNumSharedExperts(), router.getTopK(), router.getNumGroups(),
+      router.getTopkGroups(),
+      router.getScoring() == Scoring::softmax ? "softmax" : "sigmoid",
+      layer.bias >= 0 ? " + bias" : "");
 }
 
 #ifdef MOE_ENABLE_RUNTIME
@@ -313,7 +443,7 @@ int main(int argc, char **argv) {
     return fail("unknown --device '" + deviceName + "' (cpu, gpu, auto)");
   llvm::SourceMgr sourceMgr;
   SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
-  LayerSource source{inputFile,        presetName,       "layer",
+  LayerSource source{inputFile,        presetName,       part,
                      dtypeName,        reduced ? 32 : 1, /*blockM=*/64,
                      /*layerSizes=*/""};
   std::string label = source.label(), error;
@@ -372,35 +502,9 @@ int main(int argc, char **argv) {
                               memoryBytes * 1.0 / (1 << 30))
                     .str());
 
-  // Seeded inputs: activations and logits of unit scale, weights scaled by
-  // 1/sqrt(fan-in) so that outputs stay O(1) in every precision.
-  std::mt19937 generator(seed);
-  std::vector<HostTensor> inputs(function.getNumArguments());
-  std::vector<std::vector<float>> values(function.getNumArguments());
-  for (BlockArgument argument : function.getArguments()) {
-    int index = argument.getArgNumber();
-    FailureOr<ElementType> type = getHostElementType(
-        cast<RankedTensorType>(argument.getType()).getElementType());
-    if (failed(type) || *type == ElementType::I32)
-      return fail("argument #" + llvm::Twine(index) +
-                  " must be a tensor of f32, bf16 or f16");
-    std::vector<int64_t> shape = shapeOf(index);
-    float scale = 1.0f;
-    if (index == layer->w13)
-      scale = 1.0f / std::sqrt(float(layer->hiddenSize));
-    else if (index == layer->w2)
-      scale = 1.0f / std::sqrt(float(layer->intermediate));
-    else if (index == layer->logits)
-      scale = 2.0f;
-    else if (index == layer->bias)
-      scale = 0.1f;
-    std::uniform_real_distribution<float> uniform(-scale, scale);
-    std::vector<float> data(HostTensor(*type, shape).numElements());
-    for (float &value : data)
-      value = uniform(generator);
-    inputs[index] = HostTensor::fromFloats(*type, shape, data);
-    values[index] = inputs[index].toFloats();
-  }
+  std::vector<HostTensor> inputs;
+  if (!makeInputs(function, *layer, shapeOf, inputs, error))
+    return fail(error);
   ElementType outputType = inputs[layer->hidden].type;
 
   // The path: the GPU when asked for, or (auto) when the runtime finds one.
@@ -448,32 +552,20 @@ int main(int argc, char **argv) {
     outputs = std::move(*results);
   }
 
-  reference::Router router = toReference(layer->router);
-  reference::Activation activation =
-      layer->activation == Activation::silu_and_mul
-          ? reference::Activation::SiluAndMul
-          : reference::Activation::GeluAndMul;
-  std::vector<float> expected(numTokens * layer->hiddenSize);
-  auto round = [&](float value) { return roundTo(outputType, value); };
-  reference::fusedMoe(router, activation, numTokens, layer->hiddenSize,
-                      layer->numExperts, layer->intermediate,
-                      values[layer->hidden].data(),
-                      values[layer->logits].data(),
-                      layer->bias >= 0 ? values[layer->bias].data() : nullptr,
-                      values[layer->w13].data(), values[layer->w2].data(),
-                      expected.data(), round);
-
-  // Routing statistics, from the reference router.
-  int64_t numSlots = router.numSlots();
-  std::vector<float> weights(numTokens * numSlots);
-  std::vector<int32_t> ids(numTokens * numSlots);
-  reference::gate(router, numTokens, layer->numExperts,
-                  values[layer->logits].data(),
-                  layer->bias >= 0 ? values[layer->bias].data() : nullptr,
-                  weights.data(), ids.data());
-  std::vector<int64_t> perExpert(layer->numExperts + router.numSharedExperts);
-  for (int32_t id : ids)
-    ++perExpert[id];
+  std::vector<int32_t> slotIds;
+  std::vector<float> expected =
+      referenceOutput(*layer, inputs, numTokens, outputType, slotIds);
+  // Routing statistics, of the reference router's or the given ids.
+  std::vector<int64_t> perExpert(
+      layer->numExperts +
+      (layer->router ? layer->router.getNumSharedExperts() : 0));
+  int64_t dropped = 0;
+  for (int32_t id : slotIds) {
+    if (id >= 0 && id < static_cast<int64_t>(perExpert.size()))
+      ++perExpert[id];
+    else
+      ++dropped;
+  }
 
   std::vector<float> actual = outputs.front().toFloats();
   double maxError = 0, maxReference = 0;
@@ -490,22 +582,21 @@ int main(int argc, char **argv) {
                                                       : 2e-2;
 
   llvm::outs() << llvm::formatv(
-      "moe-run: {0}, T = {1}, {2}: H = {3}, I = {4}, E = {5}+{6}, top-{7}, "
-      "{8} groups (keep {9}), {10}{11}\n",
-      label, numTokens, elementTypeName(outputType), layer->hiddenSize,
-      layer->intermediate, layer->numExperts, router.numSharedExperts,
-      router.topK, router.numGroups, router.topkGroups,
-      router.scoring == reference::Scoring::Softmax ? "softmax" : "sigmoid",
-      layer->bias >= 0 ? " + bias" : "");
+      "moe-run: {0}, T = {1}, {2}: H = {3}, I = {4}, {5}\n", label, numTokens,
+      elementTypeName(outputType), layer->hiddenSize, layer->intermediate,
+      describeRouting(*layer));
   llvm::outs() << llvm::formatv(
       "  {0} path{1}: compile {2:F2} s, run {3:F3} ms\n", path, note,
       compileTime, runTime * 1e3);
   int64_t idle = llvm::count(perExpert, 0);
   auto [least, most] = std::minmax_element(perExpert.begin(), perExpert.end());
   llvm::outs() << llvm::formatv(
-      "  routing: {0} slots over {1} experts; tokens per expert min {2}, max "
-      "{3}, {4} experts without tokens\n  tokens per expert:",
-      numTokens * numSlots, perExpert.size(), *least, *most, idle);
+      "  routing: {0} slots over {1} experts{2}; tokens per expert min {3}, "
+      "max {4}, {5} experts without tokens\n  tokens per expert:",
+      numTokens * layer->numSlots, perExpert.size(),
+      layer->router ? std::string()
+                    : llvm::formatv(" ({0} ids out of range)", dropped).str(),
+      *least, *most, idle);
   for (size_t e = 0; e < perExpert.size(); ++e)
     llvm::outs() << (e % 32 == 0 ? "\n   " : "") << " " << perExpert[e];
   bool pass = relative <= tolerance && std::isfinite(relative);

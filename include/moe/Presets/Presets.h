@@ -56,6 +56,11 @@ std::string presetNames();
 /// w13, w2[, bias]) -> [T,H], element type `dtype`.
 std::string getLayerSource(const Preset &preset, llvm::StringRef dtype);
 
+/// The layer's experts without its router, as a function of one
+/// moe.fused_experts: (hidden [T,H], ids [T,S] i32, weights [T,S] f32, w13,
+/// w2) -> [T,H], S = top_k + shared experts, the weights of all E+X experts.
+std::string getExpertsSource(const Preset &preset, llvm::StringRef dtype);
+
 /// The routing of the layer as a function of moe.gate, moe.route (block_m
 /// rows) and moe.combine: (logits [T,E][, bias], rows [T,S,H]) ->
 /// (weights, ids, sorted_ids, expert_ids, num_padded, combined [T,H]).
@@ -74,7 +79,8 @@ std::string getRouterSource(const Preset &preset);
 std::string getGroupedMatmulSource(const Preset &preset, llvm::StringRef dtype,
                                    int64_t blockM, bool second);
 
-/// The source of `part` ("layer", "routing", "router", "gemm1" or "gemm2") of
+/// The source of `part` ("layer", "experts", "routing", "router", "gemm1" or
+/// "gemm2") of
 /// `layer` with element type `layer.dtype` (bf16, f16, f32) and routing blocks
 /// of `blockM` rows; an error names the valid choices, and the parts that
 /// need a router are refused for a layer without one.

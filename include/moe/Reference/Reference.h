@@ -78,11 +78,22 @@ void combine(int64_t numTokens, int64_t numSlots, int64_t hiddenSize,
              const float *rows, const float *weights, float *output,
              const RoundFn &round);
 
+/// The experts of a layer given its routing (moe.fused_experts) computed
+/// token by token: for each token and each slot whose id e is in
+/// [0, numExperts), h = x . w13[e]^T, a = act(h[:I]) * h[I:],
+/// y += weight * (a . w2[e]^T). `round` models the element type of the
+/// stored intermediates (a, the slot rows, and y). hidden [T, H], ids and
+/// slotWeights [T, numSlots], w13 [numExperts, 2I, H], w2 [numExperts, H, I],
+/// output [T, H].
+void fusedExperts(Activation activation, int64_t numTokens, int64_t hiddenSize,
+                  int64_t numExperts, int64_t intermediate, int64_t numSlots,
+                  const float *hidden, const int32_t *ids,
+                  const float *slotWeights, const float *w13, const float *w2,
+                  float *output, const RoundFn &round);
+
 /// The whole layer (moe.fused_moe) computed token by token, without the
-/// route/grouped_matmul machinery: for each token and each of its slots,
-/// h = x . w13[e]^T, a = act(h[:I]) * h[I:], y += weight * (a . w2[e]^T).
-/// `round` models the element type of the stored intermediates (a, the slot
-/// rows, and y). hidden [T, H], logits [T, E], bias [E] or nullptr,
+/// route/grouped_matmul machinery: gate, then fusedExperts over the E+X
+/// stored experts. hidden [T, H], logits [T, E], bias [E] or nullptr,
 /// w13 [E+X, 2I, H], w2 [E+X, H, I], output [T, H].
 void fusedMoe(const Router &router, Activation activation, int64_t numTokens,
               int64_t hiddenSize, int64_t numExperts, int64_t intermediate,

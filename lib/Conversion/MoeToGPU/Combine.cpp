@@ -1,7 +1,8 @@
 //===- Combine.cpp - moe.combine to a GPU kernel --------------------------===//
 //
 // Each token's output row is the sum of its slot rows (weighted unless the
-// second grouped matmul's epilogue applied the weights), in fp32.
+// second grouped matmul's epilogue applied the weights), in fp32; with ids,
+// only of the slots the routing gave a row.
 //
 //===----------------------------------------------------------------------===//
 
@@ -35,11 +36,14 @@ void mlir::moe::detail::emitCombine(PlanBuilder &plan, OpBuilder &builder,
   // is a multiple of its own size into the row, so the vectors are aligned.
   llvm::Align alignment(width * elementType.getIntOrFloatBitWidth() / 8);
   bool weighted = static_cast<bool>(op.getWeights());
+  bool masked = static_cast<bool>(op.getIds());
 
   KernelArgList args;
   unsigned rowsArg = args.add(plan.use(op.getRows()));
   std::optional<unsigned> weightsArg =
       args.addIf(weighted, [&] { return plan.use(op.getWeights()); });
+  std::optional<unsigned> idsArg =
+      args.addIf(masked, [&] { return plan.use(op.getIds()); });
   unsigned outputArg =
       args.add(plan.define(op.getOutput(), "combine_output",
                            {plan.tokens(), PlanBuilder::constant(hidden)}));
@@ -52,6 +56,7 @@ void mlir::moe::detail::emitCombine(PlanBuilder &plan, OpBuilder &builder,
   WarpBuilder wb = makeWarpBuilder(b);
   Value rows = kernel.getArgument(rowsArg);
   Value weights = kernelArgument(kernel, weightsArg);
+  Value ids = kernelArgument(kernel, idsArg);
   Value output = kernel.getArgument(outputArg);
   Value numTokens = wb.toIndex(tokenCount(kernel));
   Value item = arith::AddIOp::create(
@@ -81,7 +86,14 @@ void mlir::moe::detail::emitCombine(PlanBuilder &plan, OpBuilder &builder,
                 b, row,
                 vector::BroadcastOp::create(b, f32Vector,
                                             wb.load(weights, {token, s})));
-          return {arith::AddFOp::create(b, carried[0], row)};
+          Value sum = arith::AddFOp::create(b, carried[0], row);
+          if (!ids)
+            return {sum};
+          // Not `row * routed`: an unrouted slot's row may hold NaN.
+          Value routed =
+              wb.inRange(wb.load(ids, {token, s}), wb.i32(0),
+                         wb.i32(static_cast<int64_t>(*op.getNumExperts())));
+          return {wb.select(routed, sum, carried[0])};
         })[0];
     if (elementType != b.getF32Type())
       sum = arith::TruncFOp::create(b, rowVector, sum);

@@ -80,10 +80,11 @@ struct ConvertMoeToGPUPass
               .Case([&](GroupedMatmulOp gemm) -> LogicalResult {
                 return emitGroupedMatmul(plan, builder, gemm);
               })
-              .Case([&](FusedMoeOp fused) -> LogicalResult {
-                return fused.emitOpError()
-                       << "must be decomposed first (moe-decompose)";
-              })
+              .Case<FusedMoeOp, FusedExpertsOp>(
+                  [&](Operation *fused) -> LogicalResult {
+                    return fused->emitOpError()
+                           << "must be decomposed first (moe-decompose)";
+                  })
               .Case([&](func::ReturnOp ret) -> LogicalResult {
                 plan.markOutputs(ret);
                 return success();

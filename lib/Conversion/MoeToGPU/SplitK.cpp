@@ -3,8 +3,11 @@
 // With split_k > 1 each split of the wgmma kernel stores its fp32 partial
 // sums per routed slot (and the first split each slot's sorted row); a
 // second kernel adds the splits in split order and runs the epilogue. Every
-// routed slot is written by each split, so the workspaces are overwritten
-// whole and need no zeroing, and the sum's order does not depend on timing.
+// routed slot is written by each split, so the workspaces need no zeroing,
+// and the sum's order does not depend on timing. A slot the routing gave no
+// row (its id out of range, see moe.fused_experts) is written by no split:
+// the reduction knows the routed slots as those whose recorded row maps back
+// to them in sorted_ids, which stale or garbage rows cannot fake.
 //
 //===----------------------------------------------------------------------===//
 
@@ -105,6 +108,8 @@ void mlir::moe::detail::emitSplitReduction(PlanBuilder &plan,
   KernelArgList args;
   unsigned partialsArg = args.add(buffers.partials);
   unsigned slotRowsArg = args.add(buffers.slotRows);
+  unsigned sortedIdsArg = args.add(plan.use(op.getSortedIds()));
+  unsigned numPaddedArg = args.add(plan.use(op.getNumPadded()));
   std::optional<unsigned> routedWeightsArg =
       args.addIf(weighted, [&] { return plan.use(op.getRoutedWeights()); });
   unsigned outputArg = args.add(defineOutput(plan, op));
@@ -117,6 +122,8 @@ void mlir::moe::detail::emitSplitReduction(PlanBuilder &plan,
   LoopBuilder wb{b};
   Value partials = kernel.getArgument(partialsArg);
   Value slotRows = kernel.getArgument(slotRowsArg);
+  Value sortedIds = kernel.getArgument(sortedIdsArg);
+  Value numPadded = kernel.getArgument(numPaddedArg);
   Value routedWeights = kernelArgument(kernel, routedWeightsArg);
   Value output = kernel.getArgument(outputArg);
   Value routedSlots =
@@ -129,28 +136,37 @@ void mlir::moe::detail::emitSplitReduction(PlanBuilder &plan,
   Value slot = arith::DivUIOp::create(b, item, wb.index(columns));
   Value column = arith::RemUIOp::create(b, item, wb.index(columns));
   wb.ifThen(wb.cmpi(arith::CmpIPredicate::ult, slot, routedSlots), [&] {
-    auto sum = [&](Value weightRow) {
-      Value total = wb.f32(0.0);
-      for (int64_t split = 0; split < splits; ++split)
-        total = arith::AddFOp::create(
-            b, total, wb.load(partials, {wb.index(split), slot, weightRow}));
-      return total;
-    };
-    Value value = sum(column);
-    if (gated)
-      value = arith::MulFOp::create(
-          b, emitGatedActivation(b, b.getLoc(), op.getActivation(), value),
-          sum(arith::AddIOp::create(b, column, wb.index(columns))));
-    Value token = arith::DivUIOp::create(b, slot, wb.index(slots));
-    Value slotInToken = arith::RemUIOp::create(b, slot, wb.index(slots));
-    if (weighted)
-      value = arith::MulFOp::create(
-          b, value, wb.load(routedWeights, {token, slotInToken}));
-    if (slotOutput)
-      wb.storeF32(value, output, {token, slotInToken, column});
-    else
-      wb.storeF32(value, output,
-                  {wb.toIndex(wb.load(slotRows, {slot})), column});
+    Value row = wb.toIndex(wb.load(slotRows, {slot}));
+    Value rowInRange = wb.cmpi(arith::CmpIPredicate::ult, row,
+                               wb.toIndex(wb.load(numPadded, {})));
+    Value safeRow = wb.select(rowInRange, row, wb.index(0));
+    Value routed = arith::AndIOp::create(
+        b, rowInRange,
+        wb.cmpi(arith::CmpIPredicate::eq,
+                wb.toIndex(wb.load(sortedIds, {safeRow})), slot));
+    wb.ifThen(routed, [&] {
+      auto sum = [&](Value weightRow) {
+        Value total = wb.f32(0.0);
+        for (int64_t split = 0; split < splits; ++split)
+          total = arith::AddFOp::create(
+              b, total, wb.load(partials, {wb.index(split), slot, weightRow}));
+        return total;
+      };
+      Value value = sum(column);
+      if (gated)
+        value = arith::MulFOp::create(
+            b, emitGatedActivation(b, b.getLoc(), op.getActivation(), value),
+            sum(arith::AddIOp::create(b, column, wb.index(columns))));
+      Value token = arith::DivUIOp::create(b, slot, wb.index(slots));
+      Value slotInToken = arith::RemUIOp::create(b, slot, wb.index(slots));
+      if (weighted)
+        value = arith::MulFOp::create(
+            b, value, wb.load(routedWeights, {token, slotInToken}));
+      if (slotOutput)
+        wb.storeF32(value, output, {token, slotInToken, column});
+      else
+        wb.storeF32(value, output, {row, column});
+    });
   });
 }
 

@@ -403,7 +403,8 @@ struct GroupedMatmulToLoops : OpRewritePattern<GroupedMatmulOp> {
 // moe.combine
 //===----------------------------------------------------------------------===//
 
-/// Pattern: moe.combine(rows, weights) => out[t, h] = sum_s w * rows[t, s, h].
+/// Pattern: moe.combine(rows, weights, ids) => out[t, h] = sum_s w *
+/// rows[t, s, h] over the slots whose ids are in range (all without ids).
 struct CombineToLoops : OpRewritePattern<CombineOp> {
   using OpRewritePattern::OpRewritePattern;
 
@@ -417,6 +418,7 @@ struct CombineToLoops : OpRewritePattern<CombineOp> {
 
     Value rows = lb.toBuffer(op.getRows());
     Value weights = op.getWeights() ? lb.toBuffer(op.getWeights()) : Value();
+    Value ids = op.getIds() ? lb.toBuffer(op.getIds()) : Value();
     Value numTokens = lb.dim(rows, 0);
     auto outputType = cast<RankedTensorType>(op.getOutput().getType());
     Value output = lb.alloc(outputType, outputType.isDynamicDim(0)
@@ -431,7 +433,14 @@ struct CombineToLoops : OpRewritePattern<CombineOp> {
               Value row = lb.loadF32(rows, {t, s, h});
               if (weights)
                 row = arith::MulFOp::create(b, row, lb.load(weights, {t, s}));
-              return {arith::AddFOp::create(b, carried[0], row)};
+              Value sum = arith::AddFOp::create(b, carried[0], row);
+              if (!ids)
+                return {sum};
+              // Not `row * valid`: an unrouted row may hold NaN.
+              Value routed =
+                  lb.inRange(lb.load(ids, {t, s}), lb.i32(0),
+                             lb.i32(static_cast<int64_t>(*op.getNumExperts())));
+              return {lb.select(routed, sum, carried[0])};
             })[0];
         lb.storeF32(sum, output, {t, h});
       });
@@ -454,7 +463,7 @@ struct ConvertMoeToLoopsPass
         map->erase();
     });
     WalkResult remaining = getOperation()->walk([](Operation *op) {
-      if (isa<FusedMoeOp>(op)) {
+      if (isa<FusedMoeOp, FusedExpertsOp>(op)) {
         op->emitError() << "convert-moe-to-loops: run moe-decompose first";
         return WalkResult::interrupt();
       }

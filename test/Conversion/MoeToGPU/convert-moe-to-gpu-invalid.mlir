@@ -10,6 +10,14 @@ func.func @fused(%x: tensor<?x64xbf16>, %l: tensor<?x8xf32>, %w13: tensor<8x32x6
 
 // -----
 
+func.func @experts(%x: tensor<?x64xbf16>, %ids: tensor<?x2xi32>, %w: tensor<?x2xf32>, %w13: tensor<8x32x64xbf16>, %w2: tensor<8x64x16xbf16>) -> tensor<?x64xbf16> {
+  // expected-error @below {{'moe.fused_experts' op must be decomposed first (moe-decompose)}}
+  %y = moe.fused_experts %x, %ids, %w, %w13, %w2 activation(silu_and_mul) : (tensor<?x64xbf16>, tensor<?x2xi32>, tensor<?x2xf32>, tensor<8x32x64xbf16>, tensor<8x64x16xbf16>) -> tensor<?x64xbf16>
+  return %y : tensor<?x64xbf16>
+}
+
+// -----
+
 func.func @gemm(%x: tensor<?x32xbf16>, %w: tensor<4x16x32xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>) -> tensor<?x16xbf16> {
   // expected-error @below {{'moe.grouped_matmul' op has no GPU lowering for block_m 8 (a multiple of 16 up to 128)}}
   %o = moe.grouped_matmul %x, %w, %s, %e, %n input(token) output(sorted) {block_m = 8, num_slots = 2}

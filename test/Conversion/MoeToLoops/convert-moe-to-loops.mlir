@@ -240,3 +240,25 @@ func.func @grouped_matmul_tiled(%h: tensor<66x64xbf16>, %w: tensor<4x16x64xbf16>
        !moe.tensor_map<bf16, box = [64, 64], swizzle = 128>, !moe.tensor_map<bf16, box = [1, 16, 64], swizzle = 128>) -> tensor<66x16xbf16>
   return %o : tensor<66x16xbf16>
 }
+
+// -----
+
+// With ids, the sum takes only the slots whose ids are in [0, 8), by select
+// (an unrouted slot's row may hold NaN).
+// CHECK-LABEL: func @combine_masked
+// CHECK: %[[ROWS:[a-z0-9_]+]] = bufferization.to_buffer %{{.*}} read_only : tensor<?x2x8xf16>
+// CHECK: %[[IDS:[a-z0-9_]+]] = bufferization.to_buffer %{{.*}} read_only : tensor<?x2xi32>
+// CHECK: %[[SUM:[a-z0-9_]+]] = scf.for %[[S:[a-z0-9_]+]] = {{.*}} iter_args(%[[ACC:[a-z0-9_]+]] = %{{.*}}) -> (f32)
+// CHECK:   memref.load %[[ROWS]][%{{.*}}, %[[S]], %{{.*}}]
+// CHECK:   %[[ADDED:[a-z0-9_]+]] = arith.addf %[[ACC]]
+// CHECK:   %[[ID:[a-z0-9_]+]] = memref.load %[[IDS]][%{{.*}}, %[[S]]]
+// CHECK:   %[[C8:[a-z0-9_]+]] = arith.constant 8 : i32
+// CHECK:   arith.cmpi sge, %[[ID]]
+// CHECK:   arith.cmpi slt, %[[ID]], %[[C8]]
+// CHECK:   %[[IN:[a-z0-9_]+]] = arith.andi
+// CHECK:   %[[NEXT:[a-z0-9_]+]] = arith.select %[[IN]], %[[ADDED]], %[[ACC]] : f32
+// CHECK:   scf.yield %[[NEXT]]
+func.func @combine_masked(%r: tensor<?x2x8xf16>, %ids: tensor<?x2xi32>) -> tensor<?x8xf16> {
+  %y = moe.combine %r ids(%ids) {num_experts = 8} : (tensor<?x2x8xf16>, tensor<?x2xi32>) -> tensor<?x8xf16>
+  return %y : tensor<?x8xf16>
+}

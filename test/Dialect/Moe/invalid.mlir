@@ -497,6 +497,122 @@ func.func @combine_output_dtype(%r: tensor<4x2x64xbf16>) {
   return
 }
 
+// -----
+
+func.func @combine_ids_shape(%r: tensor<4x2x64xbf16>, %ids: tensor<4x3xi32>) {
+  // expected-error @below {{'moe.combine' op expects 'ids' of shape [T, S] = [4, 2], got 'tensor<4x3xi32>'}}
+  %y = moe.combine %r ids(%ids) {num_experts = 8} : (tensor<4x2x64xbf16>, tensor<4x3xi32>) -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+func.func @combine_ids_without_bound(%r: tensor<4x2x64xbf16>, %ids: tensor<4x2xi32>) {
+  // expected-error @below {{'moe.combine' op expects 'ids' and 'num_experts' together: the ids select the slots in [0, num_experts)}}
+  %y = moe.combine %r ids(%ids) : (tensor<4x2x64xbf16>, tensor<4x2xi32>) -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+func.func @combine_bound_without_ids(%r: tensor<4x2x64xbf16>) {
+  // expected-error @below {{'moe.combine' op expects 'ids' and 'num_experts' together: the ids select the slots in [0, num_experts)}}
+  %y = moe.combine %r {num_experts = 8} : (tensor<4x2x64xbf16>) -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+func.func @combine_zero_experts(%r: tensor<4x2x64xbf16>, %ids: tensor<4x2xi32>) {
+  // expected-error @below {{'moe.combine' op attribute 'num_experts' failed to satisfy constraint: 64-bit signless integer attribute whose value is positive}}
+  %y = moe.combine %r ids(%ids) {num_experts = 0} : (tensor<4x2x64xbf16>, tensor<4x2xi32>) -> tensor<4x64xbf16>
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// moe.fused_experts
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @experts_ids_rank(%x: tensor<4x64xbf16>, %ids: tensor<8xi32>, %w: tensor<4x2xf32>, %w13: tensor<8x32x64xbf16>, %w2: tensor<8x64x16xbf16>) {
+  // expected-error @below {{'moe.fused_experts' op expects 'ids' of rank 2 [T, S], got 'tensor<8xi32>'}}
+  %y = moe.fused_experts %x, %ids, %w, %w13, %w2 activation(silu_and_mul) : (tensor<4x64xbf16>, tensor<8xi32>, tensor<4x2xf32>, tensor<8x32x64xbf16>, tensor<8x64x16xbf16>) -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+func.func @experts_ids_static_slots(%x: tensor<4x64xbf16>, %ids: tensor<4x?xi32>, %w: tensor<4x2xf32>, %w13: tensor<8x32x64xbf16>, %w2: tensor<8x64x16xbf16>) {
+  // expected-error @below {{'moe.fused_experts' op expects 'ids' slot count S to be static, got 'tensor<4x?xi32>'}}
+  %y = moe.fused_experts %x, %ids, %w, %w13, %w2 activation(silu_and_mul) : (tensor<4x64xbf16>, tensor<4x?xi32>, tensor<4x2xf32>, tensor<8x32x64xbf16>, tensor<8x64x16xbf16>) -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+func.func @experts_ids_tokens(%x: tensor<4x64xbf16>, %ids: tensor<5x2xi32>, %w: tensor<4x2xf32>, %w13: tensor<8x32x64xbf16>, %w2: tensor<8x64x16xbf16>) {
+  // expected-error @below {{'moe.fused_experts' op expects 'ids' of shape [T, S] = [4, 2], got 'tensor<5x2xi32>'}}
+  %y = moe.fused_experts %x, %ids, %w, %w13, %w2 activation(silu_and_mul) : (tensor<4x64xbf16>, tensor<5x2xi32>, tensor<4x2xf32>, tensor<8x32x64xbf16>, tensor<8x64x16xbf16>) -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+func.func @experts_weights_shape(%x: tensor<?x64xbf16>, %ids: tensor<?x2xi32>, %w: tensor<?x3xf32>, %w13: tensor<8x32x64xbf16>, %w2: tensor<8x64x16xbf16>) {
+  // expected-error @below {{'moe.fused_experts' op expects 'weights' of shape [T, S] = [?, 2], got 'tensor<?x3xf32>'}}
+  %y = moe.fused_experts %x, %ids, %w, %w13, %w2 activation(silu_and_mul) : (tensor<?x64xbf16>, tensor<?x2xi32>, tensor<?x3xf32>, tensor<8x32x64xbf16>, tensor<8x64x16xbf16>) -> tensor<?x64xbf16>
+  return
+}
+
+// -----
+
+func.func @experts_activation(%x: tensor<4x64xbf16>, %ids: tensor<4x2xi32>, %w: tensor<4x2xf32>, %w13: tensor<8x32x64xbf16>, %w2: tensor<8x64x16xbf16>) {
+  // expected-error @below {{'moe.fused_experts' op expects a gated activation (silu_and_mul or gelu_and_mul) for the expert MLP}}
+  %y = moe.fused_experts %x, %ids, %w, %w13, %w2 activation(none) : (tensor<4x64xbf16>, tensor<4x2xi32>, tensor<4x2xf32>, tensor<8x32x64xbf16>, tensor<8x64x16xbf16>) -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+func.func @experts_w2_experts(%x: tensor<4x64xbf16>, %ids: tensor<4x2xi32>, %w: tensor<4x2xf32>, %w13: tensor<8x32x64xbf16>, %w2: tensor<7x64x16xbf16>) {
+  // expected-error @below {{'moe.fused_experts' op expects 'w2' of shape [E, H, I] = [8, 64, 16], got 'tensor<7x64x16xbf16>'}}
+  %y = moe.fused_experts %x, %ids, %w, %w13, %w2 activation(silu_and_mul) : (tensor<4x64xbf16>, tensor<4x2xi32>, tensor<4x2xf32>, tensor<8x32x64xbf16>, tensor<7x64x16xbf16>) -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+func.func @experts_w13_hidden(%x: tensor<4x64xbf16>, %ids: tensor<4x2xi32>, %w: tensor<4x2xf32>, %w13: tensor<8x32x48xbf16>, %w2: tensor<8x64x16xbf16>) {
+  // expected-error @below {{'moe.fused_experts' op expects 'w13' of shape [E, 2I, H] = [8, 32, 64], got 'tensor<8x32x48xbf16>'}}
+  %y = moe.fused_experts %x, %ids, %w, %w13, %w2 activation(silu_and_mul) : (tensor<4x64xbf16>, tensor<4x2xi32>, tensor<4x2xf32>, tensor<8x32x48xbf16>, tensor<8x64x16xbf16>) -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+func.func @experts_w13_dynamic(%x: tensor<4x64xbf16>, %ids: tensor<4x2xi32>, %w: tensor<4x2xf32>, %w13: tensor<?x32x64xbf16>, %w2: tensor<8x64x16xbf16>) {
+  // expected-error @below {{'moe.fused_experts' op expects 'w13' dimensions to be static, got 'tensor<?x32x64xbf16>'}}
+  %y = moe.fused_experts %x, %ids, %w, %w13, %w2 activation(silu_and_mul) : (tensor<4x64xbf16>, tensor<4x2xi32>, tensor<4x2xf32>, tensor<?x32x64xbf16>, tensor<8x64x16xbf16>) -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+func.func @experts_dtype(%x: tensor<4x64xbf16>, %ids: tensor<4x2xi32>, %w: tensor<4x2xf32>, %w13: tensor<8x32x64xf16>, %w2: tensor<8x64x16xbf16>) {
+  // expected-error @below {{'moe.fused_experts' op expects 'w13' to have the element type of hidden_states ('bf16'), got 'f16'}}
+  %y = moe.fused_experts %x, %ids, %w, %w13, %w2 activation(silu_and_mul) : (tensor<4x64xbf16>, tensor<4x2xi32>, tensor<4x2xf32>, tensor<8x32x64xf16>, tensor<8x64x16xbf16>) -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+func.func @experts_output(%x: tensor<4x64xbf16>, %ids: tensor<4x2xi32>, %w: tensor<4x2xf32>, %w13: tensor<8x32x64xbf16>, %w2: tensor<8x64x16xbf16>) {
+  // expected-error @below {{'moe.fused_experts' op expects 'output' of shape [T, H] = [4, 64], got 'tensor<3x64xbf16>'}}
+  %y = moe.fused_experts %x, %ids, %w, %w13, %w2 activation(silu_and_mul) : (tensor<4x64xbf16>, tensor<4x2xi32>, tensor<4x2xf32>, tensor<8x32x64xbf16>, tensor<8x64x16xbf16>) -> tensor<3x64xbf16>
+  return
+}
+
 //===----------------------------------------------------------------------===//
 // moe.fused_moe
 //===----------------------------------------------------------------------===//

@@ -2,6 +2,18 @@
 // RUN: moe-opt %s | moe-opt | FileCheck %s
 // RUN: moe-opt %s --mlir-print-op-generic | moe-opt | FileCheck %s
 
+// CHECK-LABEL: func @fused_experts
+// CHECK: moe.fused_experts %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} activation(gelu_and_mul)
+// CHECK-SAME: (tensor<?x256xf16>, tensor<?x4xi32>, tensor<?x4xf32>, tensor<16x64x256xf16>, tensor<16x256x32xf16>) -> tensor<?x256xf16>
+func.func @fused_experts(%x: tensor<?x256xf16>, %ids: tensor<?x4xi32>,
+                         %w: tensor<?x4xf32>, %w13: tensor<16x64x256xf16>,
+                         %w2: tensor<16x256x32xf16>) -> tensor<?x256xf16> {
+  %y = moe.fused_experts %x, %ids, %w, %w13, %w2 activation(gelu_and_mul)
+       : (tensor<?x256xf16>, tensor<?x4xi32>, tensor<?x4xf32>,
+          tensor<16x64x256xf16>, tensor<16x256x32xf16>) -> tensor<?x256xf16>
+  return %y : tensor<?x256xf16>
+}
+
 // CHECK-LABEL: func @fused_moe_deepseek
 // CHECK: moe.fused_moe %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} bias(%{{.*}}) activation(silu_and_mul)
 // CHECK-SAME: router = #moe.router<scoring = sigmoid, top_k = 8, num_groups = 8, topk_groups = 4, renormalize = true, routed_scaling_factor = 2.500000e+00, num_shared_experts = 1>
@@ -112,12 +124,17 @@ func.func @grouped_matmul(%x: tensor<3x64xbf16>, %w13: tensor<8x64x64xbf16>,
 // CHECK-LABEL: func @combine
 // CHECK: moe.combine %{{.*}} : (tensor<?x9x64xbf16>) -> tensor<?x64xbf16>
 // CHECK: moe.combine %{{.*}} weights(%{{.*}}) : (tensor<3x2x64xf32>, tensor<3x2xf32>) -> tensor<3x64xf32>
+// CHECK: moe.combine %{{.*}} weights(%{{.*}}) ids(%{{.*}}) {num_experts = 8 : i64} : (tensor<3x2x64xf32>, tensor<3x2xf32>, tensor<3x2xi32>) -> tensor<3x64xf32>
 func.func @combine(%rows: tensor<?x9x64xbf16>, %r: tensor<3x2x64xf32>,
-                   %w: tensor<3x2xf32>) -> (tensor<?x64xbf16>, tensor<3x64xf32>) {
+                   %w: tensor<3x2xf32>, %ids: tensor<3x2xi32>)
+    -> (tensor<?x64xbf16>, tensor<3x64xf32>, tensor<3x64xf32>) {
   %y = moe.combine %rows : (tensor<?x9x64xbf16>) -> tensor<?x64xbf16>
   %z = moe.combine %r weights(%w)
        : (tensor<3x2x64xf32>, tensor<3x2xf32>) -> tensor<3x64xf32>
-  return %y, %z : tensor<?x64xbf16>, tensor<3x64xf32>
+  %m = moe.combine %r weights(%w) ids(%ids) {num_experts = 8}
+       : (tensor<3x2x64xf32>, tensor<3x2xf32>, tensor<3x2xi32>)
+         -> tensor<3x64xf32>
+  return %y, %z, %m : tensor<?x64xbf16>, tensor<3x64xf32>, tensor<3x64xf32>
 }
 
 // CHECK-LABEL: func @tensor_maps

@@ -116,6 +116,46 @@ static FailureOr<int64_t> outputColumns(Operation *op, Activation activation,
   return n / 2;
 }
 
+/// Checks the expert MLP of a layer: `w13` [stored, 2I, H] holding gate and
+/// up rows, `w2` [stored, H, I], both in the element type of `hidden` [T, H],
+/// and `output` [T, H] of that type too. `storedName` names `stored` in
+/// messages ("E+X" or "E").
+static LogicalResult verifyExpertWeights(Operation *op, Value hidden, Value w13,
+                                         Value w2, Value output, int64_t stored,
+                                         StringRef storedName) {
+  std::string w13Meaning = ("[" + storedName + ", 2I, H]").str();
+  std::string w2Meaning = ("[" + storedName + ", H, I]").str();
+  if (failed(verifyRank(op, "w13", w13, 3, w13Meaning)) ||
+      failed(verifyStaticDims(op, "w13", w13, {0, 1, 2}, "dimensions")))
+    return failure();
+  int64_t twiceI = dimOf(w13, 1);
+  if (twiceI % 2 != 0)
+    return op->emitOpError() << "expects 'w13' to hold gate and up rows (an "
+                                "even 2I), got "
+                             << w13.getType();
+  int64_t numTokens = dimOf(hidden, 0), hiddenSize = dimOf(hidden, 1);
+  Type elementType = getElementTypeOrSelf(hidden.getType());
+  if (failed(verifyShape(op, "w13", w13, {stored, twiceI, hiddenSize},
+                         w13Meaning)) ||
+      failed(verifyShape(op, "w2", w2, {stored, hiddenSize, twiceI / 2},
+                         w2Meaning)) ||
+      failed(verifyElementType(op, "w13", w13, elementType, "hidden_states")) ||
+      failed(verifyElementType(op, "w2", w2, elementType, "hidden_states")) ||
+      failed(
+          verifyShape(op, "output", output, {numTokens, hiddenSize}, "[T, H]")))
+    return failure();
+  return verifyElementType(op, "output", output, elementType, "hidden_states");
+}
+
+/// Checks that a layer's expert MLP has a gated activation.
+static LogicalResult verifyGatedActivation(Operation *op,
+                                           Activation activation) {
+  if (activation == Activation::none)
+    return op->emitOpError() << "expects a gated activation (silu_and_mul or "
+                                "gelu_and_mul) for the expert MLP";
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // FusedMoeOp
 //===----------------------------------------------------------------------===//
@@ -130,8 +170,7 @@ LogicalResult FusedMoeOp::verify() {
       failed(
           verifyStaticDims(op, "router_logits", logits, {1}, "expert count E")))
     return failure();
-  int64_t numTokens = dimOf(hidden, 0), hiddenSize = dimOf(hidden, 1);
-  int64_t numExperts = dimOf(logits, 1);
+  int64_t numTokens = dimOf(hidden, 0), numExperts = dimOf(logits, 1);
   if (failed(verifyShape(op, "router_logits", logits, {numTokens, numExperts},
                          "[T, E]")))
     return failure();
@@ -140,37 +179,39 @@ LogicalResult FusedMoeOp::verify() {
   if (failed(
           router.verifyForExperts([&] { return emitOpError(); }, numExperts)))
     return failure();
-  if (getActivation() == Activation::none)
-    return emitOpError() << "expects a gated activation (silu_and_mul or "
-                            "gelu_and_mul) for the expert MLP";
-
-  Value w13 = getW13(), w2 = getW2();
-  int64_t storedExperts = numExperts + router.getNumSharedExperts();
-  if (failed(verifyRank(op, "w13", w13, 3, "[E+X, 2I, H]")) ||
-      failed(verifyStaticDims(op, "w13", w13, {0, 1, 2}, "dimensions")))
+  if (failed(verifyGatedActivation(op, getActivation())))
     return failure();
-  int64_t twiceI = dimOf(w13, 1);
-  if (twiceI % 2 != 0)
-    return emitOpError() << "expects 'w13' to hold gate and up rows (an even "
-                            "2I), got "
-                         << w13.getType();
-  int64_t intermediate = twiceI / 2;
-  Type elementType = getElementTypeOrSelf(hidden.getType());
-  if (failed(verifyShape(op, "w13", w13, {storedExperts, twiceI, hiddenSize},
-                         "[E+X, 2I, H]")) ||
-      failed(verifyShape(op, "w2", w2,
-                         {storedExperts, hiddenSize, intermediate},
-                         "[E+X, H, I]")) ||
-      failed(verifyElementType(op, "w13", w13, elementType, "hidden_states")) ||
-      failed(verifyElementType(op, "w2", w2, elementType, "hidden_states")) ||
-      failed(verifyShape(op, "output", getOutput(), {numTokens, hiddenSize},
-                         "[T, H]")) ||
-      failed(verifyElementType(op, "output", getOutput(), elementType,
-                               "hidden_states")))
+  if (failed(verifyExpertWeights(op, hidden, getW13(), getW2(), getOutput(),
+                                 numExperts + router.getNumSharedExperts(),
+                                 "E+X")))
     return failure();
   if (Value bias = getCorrectionBias())
     return verifyShape(op, "correction_bias", bias, {numExperts}, "[E]");
   return success();
+}
+
+//===----------------------------------------------------------------------===//
+// FusedExpertsOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult FusedExpertsOp::verify() {
+  Operation *op = getOperation();
+  Value hidden = getHiddenStates(), ids = getIds();
+  if (failed(verifyRank(op, "hidden_states", hidden, 2, "[T, H]")) ||
+      failed(verifyStaticDims(op, "hidden_states", hidden, {1},
+                              "hidden size H")) ||
+      failed(verifyRank(op, "ids", ids, 2, "[T, S]")) ||
+      failed(verifyStaticDims(op, "ids", ids, {1}, "slot count S")))
+    return failure();
+  int64_t numTokens = dimOf(hidden, 0), numSlots = dimOf(ids, 1);
+  if (failed(verifyShape(op, "ids", ids, {numTokens, numSlots}, "[T, S]")) ||
+      failed(verifyShape(op, "weights", getWeights(), {numTokens, numSlots},
+                         "[T, S]")) ||
+      failed(verifyGatedActivation(op, getActivation())) ||
+      failed(verifyRank(op, "w13", getW13(), 3, "[E, 2I, H]")))
+    return failure();
+  return verifyExpertWeights(op, hidden, getW13(), getW2(), getOutput(),
+                             dimOf(getW13(), 0), "E");
 }
 
 //===----------------------------------------------------------------------===//
@@ -418,6 +459,12 @@ LogicalResult CombineOp::verify() {
     if (failed(verifyShape(op, "weights", weights, {numTokens, numSlots},
                            "[T, S]")))
       return failure();
+  if (Value ids = getIds())
+    if (failed(verifyShape(op, "ids", ids, {numTokens, numSlots}, "[T, S]")))
+      return failure();
+  if (static_cast<bool>(getIds()) != getNumExperts().has_value())
+    return emitOpError() << "expects 'ids' and 'num_experts' together: the "
+                            "ids select the slots in [0, num_experts)";
   if (failed(verifyShape(op, "output", getOutput(), {numTokens, hiddenSize},
                          "[T, H]")))
     return failure();

@@ -19,70 +19,126 @@ using namespace mlir;
 using namespace mlir::moe;
 
 namespace {
+/// The operands of a layer's experts once routing is known.
+struct ExpertsOperands {
+  Value hidden, ids, weights, w13, w2;
+  Activation activation;
+  /// Whether ids may lie outside [0, E) (given by the caller, not a gate),
+  /// so that the combine must skip those slots.
+  bool idsMayBeOutOfRange;
+};
+
+/// Builds route -> grouped_matmul(w13, activation) -> grouped_matmul(w2,
+/// routed weights) -> combine for `experts` and returns the combined
+/// [T, H]. The routing block is `rowsPerBlock`, or chosen for `tokens`.
+Value buildExperts(PatternRewriter &rewriter, Location loc,
+                   const ExpertsOperands &experts, int64_t rowsPerBlock,
+                   int64_t tokens) {
+  auto hiddenType = cast<RankedTensorType>(experts.hidden.getType());
+  auto w13Type = cast<RankedTensorType>(experts.w13.getType());
+  auto idsType = cast<RankedTensorType>(experts.ids.getType());
+  Type elementType = hiddenType.getElementType(), i32 = rewriter.getI32Type();
+  int64_t numTokens = hiddenType.getDimSize(0);
+  int64_t hiddenSize = hiddenType.getDimSize(1);
+  int64_t storedExperts = w13Type.getDimSize(0);
+  int64_t intermediate = w13Type.getDimSize(1) / 2;
+  int64_t numSlots = idsType.getDimSize(1);
+  int64_t blockM = rowsPerBlock
+                       ? rowsPerBlock
+                       : chooseRoutingBlockM(tokens, numSlots, storedExperts);
+
+  bool dynamicTokens = ShapedType::isDynamic(numTokens);
+  int64_t capacity = RouteOp::getCapacity(dynamicTokens ? ShapedType::kDynamic
+                                                        : numTokens * numSlots,
+                                          storedExperts, blockM);
+  int64_t numBlocks =
+      dynamicTokens ? ShapedType::kDynamic : llvm::divideCeil(capacity, blockM);
+  auto route = RouteOp::create(
+      rewriter, loc, RankedTensorType::get({capacity}, i32),
+      RankedTensorType::get({numBlocks}, i32), RankedTensorType::get({}, i32),
+      experts.ids, storedExperts, blockM);
+
+  auto gateUp = GroupedMatmulOp::create(
+      rewriter, loc,
+      RankedTensorType::get({capacity, intermediate}, elementType),
+      experts.hidden, experts.w13, route.getSortedIds(), route.getExpertIds(),
+      route.getNumPadded(), /*routed_weights=*/Value(),
+      /*input_map=*/Value(), /*weights_map=*/Value(), blockM, numSlots,
+      RowOrder::token, RowOrder::sorted, experts.activation,
+      /*config=*/GemmConfigAttr());
+  auto down = GroupedMatmulOp::create(
+      rewriter, loc,
+      RankedTensorType::get({numTokens, numSlots, hiddenSize}, elementType),
+      gateUp.getOutput(), experts.w2, route.getSortedIds(),
+      route.getExpertIds(), route.getNumPadded(), experts.weights,
+      /*input_map=*/Value(), /*weights_map=*/Value(), blockM, numSlots,
+      RowOrder::sorted, RowOrder::slot, Activation::none,
+      /*config=*/GemmConfigAttr());
+  bool masked = experts.idsMayBeOutOfRange;
+  return CombineOp::create(rewriter, loc, hiddenType, down.getOutput(),
+                           /*weights=*/Value(), masked ? experts.ids : Value(),
+                           masked ? rewriter.getI64IntegerAttr(storedExperts)
+                                  : IntegerAttr());
+}
+
 /// Pattern: fused_moe(x, logits, w13, w2, bias) =>
-///   combine(grouped_matmul(grouped_matmul(x, w13, route(gate(logits, bias))),
-///                          w2, routed weights))
+///   experts(x, gate(logits, bias), w13, w2), see buildExperts.
 struct DecomposeFusedMoe : OpRewritePattern<FusedMoeOp> {
   DecomposeFusedMoe(MLIRContext *context, int64_t rowsPerBlock, int64_t tokens)
       : OpRewritePattern(context), rowsPerBlock(rowsPerBlock), tokens(tokens) {}
 
   LogicalResult matchAndRewrite(FusedMoeOp op,
                                 PatternRewriter &rewriter) const override {
-    Location loc = op.getLoc();
-    auto hiddenType = cast<RankedTensorType>(op.getHiddenStates().getType());
-    auto w13Type = cast<RankedTensorType>(op.getW13().getType());
-    Type elementType = hiddenType.getElementType();
     Type f32 = rewriter.getF32Type(), i32 = rewriter.getI32Type();
-    int64_t numTokens = hiddenType.getDimSize(0);
-    int64_t hiddenSize = hiddenType.getDimSize(1);
-    int64_t storedExperts = w13Type.getDimSize(0);
-    int64_t intermediate = w13Type.getDimSize(1) / 2;
+    int64_t numTokens =
+        cast<RankedTensorType>(op.getHiddenStates().getType()).getDimSize(0);
     RouterAttr router = op.getRouter();
-    int64_t numSlots = router.getNumSlots();
-    int64_t blockM = rowsPerBlock
-                         ? rowsPerBlock
-                         : chooseRoutingBlockM(tokens, numSlots, storedExperts);
-
     auto slotType = [&](Type type) {
-      return RankedTensorType::get({numTokens, numSlots}, type);
+      return RankedTensorType::get({numTokens, router.getNumSlots()}, type);
     };
     auto gate =
-        GateOp::create(rewriter, loc, slotType(f32), slotType(i32),
+        GateOp::create(rewriter, op.getLoc(), slotType(f32), slotType(i32),
                        op.getRouterLogits(), op.getCorrectionBias(), router);
-
-    bool dynamicTokens = ShapedType::isDynamic(numTokens);
-    int64_t capacity = RouteOp::getCapacity(
-        dynamicTokens ? ShapedType::kDynamic : numTokens * numSlots,
-        storedExperts, blockM);
-    int64_t numBlocks = dynamicTokens ? ShapedType::kDynamic
-                                      : llvm::divideCeil(capacity, blockM);
-    auto route = RouteOp::create(
-        rewriter, loc, RankedTensorType::get({capacity}, i32),
-        RankedTensorType::get({numBlocks}, i32), RankedTensorType::get({}, i32),
-        gate.getIds(), storedExperts, blockM);
-
-    auto gateUp = GroupedMatmulOp::create(
-        rewriter, loc,
-        RankedTensorType::get({capacity, intermediate}, elementType),
-        op.getHiddenStates(), op.getW13(), route.getSortedIds(),
-        route.getExpertIds(), route.getNumPadded(), /*routed_weights=*/Value(),
-        /*input_map=*/Value(), /*weights_map=*/Value(), blockM, numSlots,
-        RowOrder::token, RowOrder::sorted, op.getActivation(),
-        /*config=*/GemmConfigAttr());
-    auto down = GroupedMatmulOp::create(
-        rewriter, loc,
-        RankedTensorType::get({numTokens, numSlots, hiddenSize}, elementType),
-        gateUp.getOutput(), op.getW2(), route.getSortedIds(),
-        route.getExpertIds(), route.getNumPadded(), gate.getWeights(),
-        /*input_map=*/Value(), /*weights_map=*/Value(), blockM, numSlots,
-        RowOrder::sorted, RowOrder::slot, Activation::none,
-        /*config=*/GemmConfigAttr());
-    rewriter.replaceOpWithNewOp<CombineOp>(op, op.getType(), down.getOutput(),
-                                           /*weights=*/Value());
+    // The gate's ids are in range by construction.
+    ExpertsOperands experts{op.getHiddenStates(),
+                            gate.getIds(),
+                            gate.getWeights(),
+                            op.getW13(),
+                            op.getW2(),
+                            op.getActivation(),
+                            /*idsMayBeOutOfRange=*/false};
+    rewriter.replaceOp(
+        op, buildExperts(rewriter, op.getLoc(), experts, rowsPerBlock, tokens));
     return success();
   }
 
   /// 0: chosen for `tokens` (chooseRoutingBlockM).
+  int64_t rowsPerBlock;
+  int64_t tokens;
+};
+
+/// Pattern: fused_experts(x, ids, weights, w13, w2) => experts(...) with a
+/// combine that skips the slots whose ids are out of range.
+struct DecomposeFusedExperts : OpRewritePattern<FusedExpertsOp> {
+  DecomposeFusedExperts(MLIRContext *context, int64_t rowsPerBlock,
+                        int64_t tokens)
+      : OpRewritePattern(context), rowsPerBlock(rowsPerBlock), tokens(tokens) {}
+
+  LogicalResult matchAndRewrite(FusedExpertsOp op,
+                                PatternRewriter &rewriter) const override {
+    ExpertsOperands experts{op.getHiddenStates(),
+                            op.getIds(),
+                            op.getWeights(),
+                            op.getW13(),
+                            op.getW2(),
+                            op.getActivation(),
+                            /*idsMayBeOutOfRange=*/true};
+    rewriter.replaceOp(
+        op, buildExperts(rewriter, op.getLoc(), experts, rowsPerBlock, tokens));
+    return success();
+  }
+
+  /// As DecomposeFusedMoe's.
   int64_t rowsPerBlock;
   int64_t tokens;
 };
@@ -99,7 +155,8 @@ struct MoeDecomposePass : moe::impl::MoeDecomposeBase<MoeDecomposePass> {
       return signalPassFailure();
     }
     RewritePatternSet patterns(&getContext());
-    patterns.add<DecomposeFusedMoe>(&getContext(), blockM, tokens);
+    patterns.add<DecomposeFusedMoe, DecomposeFusedExperts>(&getContext(),
+                                                           blockM, tokens);
     walkAndApplyPatterns(getOperation(), std::move(patterns));
   }
 };

@@ -67,6 +67,52 @@ def Moe_FusedMoeOp : Moe_Op<"fused_moe"> {
   }];
 }
 
+def Moe_FusedExpertsOp : Moe_Op<"fused_experts"> {
+  let summary = "A MoE layer's experts, given routing already computed";
+  let description = [{
+    The experts of a Mixture-of-Experts layer without its router, for
+    callers that route themselves (the seam of vLLM's modular MoE kernels,
+    SGLang's MoE runner and Hugging Face's experts interface): each token of
+    `hidden_states` `[T, H]` runs the gated MLP of the experts `ids` `[T, S]`
+    names and sums their outputs weighted by `weights` `[T, S] f32`:
+
+    ```
+    y[t] = sum over slots s with 0 <= ids[t,s] < E of
+             weights[t,s] * ((act(x[t] w13[e,:I]^T) * (x[t] w13[e,I:]^T)) w2[e]^T)
+    ```
+
+    with e = ids[t, s], `w13` `[E, 2I, H]` (gate rows then up rows) and `w2`
+    `[E, H, I]`. A slot whose id is outside [0, E) contributes nothing (the
+    convention of expert parallelism, where experts held elsewhere are -1);
+    an expert named by several slots of a token runs once per slot. The
+    result has the type of `hidden_states`. `moe-decompose` rewrites this op
+    into `moe.route`, two `moe.grouped_matmul`s and `moe.combine`.
+
+    Example:
+
+    ```mlir
+    %y = moe.fused_experts %x, %ids, %w, %w13, %w2 activation(silu_and_mul)
+         : (tensor<?x2048xbf16>, tensor<?x8xi32>, tensor<?x8xf32>,
+            tensor<128x1536x2048xbf16>, tensor<128x2048x768xbf16>)
+           -> tensor<?x2048xbf16>
+    ```
+  }];
+  let arguments = (ins
+    Moe_FloatTensor:$hidden_states,
+    Moe_I32Tensor:$ids,
+    Moe_F32Tensor:$weights,
+    Moe_FloatTensor:$w13,
+    Moe_FloatTensor:$w2,
+    Moe_ActivationAttr:$activation
+  );
+  let results = (outs Moe_FloatTensor:$output);
+  let assemblyFormat = [{
+    $hidden_states `,` $ids `,` $weights `,` $w13 `,` $w2
+    `activation` `(` $activation `)` attr-dict `:`
+    functional-type(operands, results)
+  }];
+}
+
 //===----------------------------------------------------------------------===//
 // Primitive level
 //===----------------------------------------------------------------------===//
@@ -278,7 +324,7 @@ def Moe_TensorMapOp : Moe_Op<"tensor_map"> {
   }];
 }
 
-def Moe_CombineOp : Moe_Op<"combine"> {
+def Moe_CombineOp : Moe_Op<"combine", [AttrSizedOperandSegments]> {
   let summary = "Sum each token's slot rows";
   let description = [{
     `output[t, h] = sum_s w[t, s] * rows[t, s, h]`, accumulated in fp32, where
@@ -286,16 +332,27 @@ def Moe_CombineOp : Moe_Op<"combine"> {
     when the routed weights were applied by the GEMM epilogue. The result is
     `[T, H]` in the element type of `rows`.
 
+    With `ids` `[T, S] i32` and `num_experts` E, only the slots whose id is
+    in [0, E) are summed: the routing gave the others no row, so their rows
+    hold nothing (see `moe.fused_experts`).
+
     Example:
 
     ```mlir
     %y = moe.combine %rows : (tensor<?x2x4096xbf16>) -> tensor<?x4096xbf16>
+    %z = moe.combine %rows ids(%ids) {num_experts = 8}
+           : (tensor<?x2x4096xbf16>, tensor<?x2xi32>) -> tensor<?x4096xbf16>
     ```
   }];
-  let arguments = (ins Moe_FloatTensor:$rows, Optional<Moe_F32Tensor>:$weights);
+  let arguments = (ins
+    Moe_FloatTensor:$rows,
+    Optional<Moe_F32Tensor>:$weights,
+    Optional<Moe_I32Tensor>:$ids,
+    OptionalAttr<Moe_PositiveI64Attr>:$num_experts
+  );
   let results = (outs Moe_FloatTensor:$output);
   let assemblyFormat = [{
-    $rows (`weights` `(` $weights^ `)`)? attr-dict `:`
+    $rows (`weights` `(` $weights^ `)`)? (`ids` `(` $ids^ `)`)? attr-dict `:`
     functional-type(operands, results)
   }];
 }

@@ -6,7 +6,8 @@
 include "mlir/Pass/PassBase.td"
 
 def MoeDecompose : Pass<"moe-decompose"> {
-  let summary = "Decompose moe.fused_moe into the primitive moe ops";
+  let summary = "Decompose moe.fused_moe and moe.fused_experts into the "
+                "primitive moe ops";
   let description = [{
     Rewrites each `moe.fused_moe` into the five primitive ops that the CPU and
     GPU lowerings consume: the router (`moe.gate`), the alignment of routed
@@ -40,6 +41,11 @@ def MoeDecompose : Pass<"moe-decompose"> {
            routed_weights(%w) input(sorted) output(slot) {...}
     %y = moe.combine %o
     ```
+
+    A `moe.fused_experts` becomes the same without the gate: its ids and
+    weights feed `moe.route` and the second GEMM, and the combine takes the
+    ids (`ids(%ids) {num_experts = E}`) to skip the slots whose ids are out
+    of range, which the routing gave no row.
   }];
   let dependentDialects = ["::mlir::moe::MoeDialect"];
   let options = [
