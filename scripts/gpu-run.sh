@@ -89,6 +89,9 @@ if [[ $what == tests || $what == all ]]; then
   step python-tests 400 python3 test/GPU/python_test.py
   step sanitizer 400 compute-sanitizer --tool memcheck --error-exitcode 1 \
     python3 test/GPU/routing_test.py --tokens 7,300 --only routing-deepseek
+  step experts-sanitizer 400 compute-sanitizer --tool memcheck \
+    --error-exitcode 1 python3 test/GPU/layer_test.py --tokens 7,300 \
+    --only experts-splitk-bf16,experts-deepseek-f16
 fi
 if [[ $what != bench ]]; then
   step gemm-tests 300 python3 test/GPU/gemm_test.py

@@ -176,6 +176,14 @@ class Layer:
         ``dtype`` (bf16, f16, f32), logits and bias in f32, T dynamic."""
         return self._part_source("layer", dtype)
 
+    def experts_source(self, dtype="bf16"):
+        """The layer's experts given their routing, as MLIR: ``func.func
+        @experts(%x [T, H], %ids [T, S] i32, %weights [T, S] f32, %w13,
+        %w2)`` of one moe.fused_experts (S = top_k + shared experts, the
+        weights of all E+X experts; ids outside [0, E+X) contribute
+        nothing), as moe-compile --part experts."""
+        return self._part_source("experts", dtype)
+
     def routing_source(self, dtype="bf16", block_m=64):
         """The layer's routing as MLIR: moe.gate, moe.route (``block_m``
         rows per block) and moe.combine, as moe-compile --part routing."""
@@ -219,11 +227,22 @@ DEFAULT_CHIP = _default_target.CHIP
 DEFAULT_CUDA_TOOLKIT = _default_target.CUDA_TOOLKIT
 
 
-def layer_bundle(layer, dtype="bf16", *, cache_dir=None, tokens_max=16384,
-                 block_m=0, config_db=None, device_name=DEFAULT_DEVICE_NAME,
-                 num_sms=DEFAULT_NUM_SMS, chip=DEFAULT_CHIP,
-                 toolkit=DEFAULT_CUDA_TOOLKIT, token_buckets=()):
+#: What layer_bundle compiles of a layer: the whole layer from router
+#: logits, or its experts given routing (Layer.source, Layer.experts_source).
+BUNDLE_PARTS = ("layer", "experts")
+
+
+def layer_bundle(layer, dtype="bf16", *, part="layer", cache_dir=None,
+                 tokens_max=16384, block_m=0, config_db=None,
+                 device_name=DEFAULT_DEVICE_NAME, num_sms=DEFAULT_NUM_SMS,
+                 chip=DEFAULT_CHIP, toolkit=DEFAULT_CUDA_TOOLKIT,
+                 token_buckets=()):
     """The path of ``layer``'s bundle for ``dtype``, compiled on first use.
+
+    ``part`` "layer" compiles the whole layer (Layer.source: hidden states,
+    router logits, w13, w2[, bias] -> output); "experts" its experts given
+    routing (Layer.experts_source: hidden states, ids, weights, w13, w2 ->
+    output).
 
     The bundle serves every token count up to ``tokens_max`` with a variant
     per range of token counts, each with the routing blocks, tiles and K
@@ -239,7 +258,7 @@ def layer_bundle(layer, dtype="bf16", *, cache_dir=None, tokens_max=16384,
     persistent grids fill ``num_sms`` multiprocessors.
 
     Bundles live in ``cache_dir`` (default_cache_dir() when None) under a
-    name derived from the layer, dtype, tokens_max, block_m, the config
+    name derived from the layer, part, dtype, tokens_max, block_m, the config
     database's contents, device_name, num_sms, chip, token_buckets and the
     bundle format, so a cache filled on a machine with the compiler serves
     one without it. The
@@ -256,18 +275,21 @@ def layer_bundle(layer, dtype="bf16", *, cache_dir=None, tokens_max=16384,
     if dtype not in LAYER_DTYPES:
         raise ValueError(f"unknown layer dtype {dtype!r} "
                          f"({', '.join(LAYER_DTYPES)})")
+    if part not in BUNDLE_PARTS:
+        raise ValueError(f"unknown bundle part {part!r} "
+                         f"({', '.join(BUNDLE_PARTS)})")
     database = None
     if config_db is not None:
         with open(config_db, "rb") as file:
             database = hashlib.sha256(file.read()).hexdigest()
-    key = {"layer": dataclasses.asdict(layer), "dtype": dtype,
+    key = {"layer": dataclasses.asdict(layer), "part": part, "dtype": dtype,
            "tokens_max": tokens_max, "block_m": block_m, "chip": chip,
            "config_db": database, "device_name": device_name,
            "num_sms": num_sms, "token_buckets": list(token_buckets),
            "bundle_format": 2}
     key_text = json.dumps(key, sort_keys=True, indent=1)
     digest = hashlib.sha256(key_text.encode()).hexdigest()[:16]
-    name = (f"layer-e{layer.num_stored_experts}-h{layer.hidden_size}-"
+    name = (f"{part}-e{layer.num_stored_experts}-h{layer.hidden_size}-"
             f"i{layer.intermediate_size}-{dtype}-{digest}.moeb")
     # The default directory is this user's alone; a given one is the
     # caller's to share.
@@ -279,7 +301,8 @@ def layer_bundle(layer, dtype="bf16", *, cache_dir=None, tokens_max=16384,
 
     compiler = require_compiler(f"compiling {name} (not in {cache_dir})")
     os.makedirs(cache_dir, mode=0o700 if private else 0o777, exist_ok=True)
-    source = layer.source(dtype)
+    source = (layer.experts_source(dtype) if part == "experts"
+              else layer.source(dtype))
     staging = tempfile.mkdtemp(prefix=name + ".", dir=cache_dir)
     try:
         try:

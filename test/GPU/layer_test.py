@@ -4,7 +4,12 @@ route, both grouped matmuls, combine) runs on the GPU and must match the
 plain C++ reference of moe.fused_moe (intermediates rounded to the layer's
 element type, as the op stores them) on fresh random inputs, output poisoned
 first: max |error| over max |reference| within 1e-5 (f32), 4e-3 (f16) or
-2e-2 (bf16). Exits non-zero on any mismatch."""
+2e-2 (bf16). Every experts bundle (moe.fused_experts: the layer given its
+routing) must match the reference of moe.fused_experts the same way on
+random ids of which about one slot in 8 is out of range (-1, E, or the
+int32 extremes) and about one token in 8 names an expert twice, with the
+workspaces of the previous run left in place (stale rows must not leak
+into slots that get none). Exits non-zero on any mismatch."""
 
 import argparse
 import sys
@@ -21,26 +26,38 @@ from moe_mlir.torch import TORCH_DTYPES
 TOLERANCE = {"f32": 1e-5, "f16": 4e-3, "bf16": 2e-2}
 
 
-def check(bundle, spec, reference, tokens, generator):
-    router, dtype = spec["router"], TORCH_DTYPES[spec["dtype"]]
-    experts = router["experts"]
-    stored = experts + router["shared"]
+def expert_weights(generator, spec, dtype):
+    """w13 [E, 2I, H] and w2 [E, H, I], scaled by 1/sqrt(fan-in)."""
+    stored = spec["router"]["experts"] + spec["router"]["shared"]
     hidden_size, intermediate = spec["hidden"], spec["intermediate"]
-    hidden = uniform(generator, tokens, hidden_size).to(dtype)
-    logits = uniform(generator, tokens, experts, scale=2.0)
     w13 = uniform(generator, stored, 2 * intermediate, hidden_size,
                   scale=hidden_size ** -0.5).to(dtype)
     w2 = uniform(generator, stored, hidden_size, intermediate,
                  scale=intermediate ** -0.5).to(dtype)
-    bias = (uniform(generator, experts, scale=0.1) if router["bias"]
-            else None)
-    inputs = [hidden, logits, w13, w2] + ([bias] if bias is not None else [])
-    output = poisoned((tokens, hidden_size), dtype)
-    bundle.run(tokens, [tensor.cuda() for tensor in inputs] + [output])
-    torch.cuda.synchronize()
+    return w13, w2
 
-    expected = reference.fused_moe(router, spec["activation"], spec["dtype"],
-                                   hidden, logits, bias, w13, w2)
+
+def given_routing(generator, tokens, slots, experts):
+    """Ids in [0, E) with about one slot in 8 out of range and one token in
+    8 repeating its first expert, and weights in [0, 1)."""
+    ids = torch.randint(0, experts, (tokens, slots), generator=generator,
+                        dtype=torch.int32)
+    out_of_range = torch.tensor([-1, experts, -2 ** 31, 2 ** 31 - 1],
+                                dtype=torch.int32)
+    drop = torch.rand(tokens, slots, generator=generator) < 0.125
+    choice = torch.randint(0, len(out_of_range), (tokens, slots),
+                           generator=generator)
+    ids = torch.where(drop, out_of_range[choice], ids)
+    if slots > 1:
+        repeat = torch.rand(tokens, generator=generator) < 0.125
+        ids[:, 1] = torch.where(repeat, ids[:, 0], ids[:, 1])
+    weights = torch.rand(tokens, slots, generator=generator)
+    return ids, weights
+
+
+def check_output(output, expected, spec):
+    """'' when `output` matches `expected` within the dtype's tolerance,
+    else why not."""
     actual = output.cpu()
     if not torch.isfinite(actual.float()).all():
         return "output not finite (unwritten rows?)"
@@ -50,23 +67,64 @@ def check(bundle, spec, reference, tokens, generator):
     return ""
 
 
+def check_experts(bundle, spec, reference, tokens, generator):
+    """One run of an experts bundle on random given routing."""
+    dtype = TORCH_DTYPES[spec["dtype"]]
+    router = spec["router"]
+    hidden = uniform(generator, tokens, spec["hidden"]).to(dtype)
+    w13, w2 = expert_weights(generator, spec, dtype)
+    ids, weights = given_routing(generator, tokens,
+                                 router["top_k"] + router["shared"],
+                                 w13.shape[0])
+    output = poisoned((tokens, spec["hidden"]), dtype)
+    bundle.run(tokens, [tensor.cuda() for tensor in
+                        (hidden, ids, weights, w13, w2)] + [output])
+    torch.cuda.synchronize()
+    expected = reference.fused_experts(spec["activation"], spec["dtype"],
+                                       hidden, ids, weights, w13, w2)
+    return check_output(output, expected, spec)
+
+
+def check(bundle, spec, reference, tokens, generator):
+    router, dtype = spec["router"], TORCH_DTYPES[spec["dtype"]]
+    experts = router["experts"]
+    hidden_size = spec["hidden"]
+    hidden = uniform(generator, tokens, hidden_size).to(dtype)
+    logits = uniform(generator, tokens, experts, scale=2.0)
+    w13, w2 = expert_weights(generator, spec, dtype)
+    bias = (uniform(generator, experts, scale=0.1) if router["bias"]
+            else None)
+    inputs = [hidden, logits, w13, w2] + ([bias] if bias is not None else [])
+    output = poisoned((tokens, hidden_size), dtype)
+    bundle.run(tokens, [tensor.cuda() for tensor in inputs] + [output])
+    torch.cuda.synchronize()
+
+    expected = reference.fused_moe(router, spec["activation"], spec["dtype"],
+                                   hidden, logits, bias, w13, w2)
+    return check_output(output, expected, spec)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--build", default="build-runtime")
     parser.add_argument("--bundles", default="out/gpu-bundles")
     parser.add_argument("--tokens", default="1,7,128,1000")
     parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument("--only", default="",
+                        help="comma-separated bundle names (default: all)")
     args = parser.parse_args()
     print(f"layer_test: seed {args.seed}", flush=True)
     generator = torch.Generator().manual_seed(args.seed)
     reference = Reference(args.build)
     failed = 0
     for spec in load_specs(args.bundles):
-        if spec["kind"] != "layer":
+        if spec["kind"] not in ("layer", "experts") or (
+                args.only and spec["name"] not in args.only.split(",")):
             continue
+        checker = check if spec["kind"] == "layer" else check_experts
         bundle = Bundle(bundle_path(args.bundles, spec))
         for tokens in map(int, args.tokens.split(",")):
-            failure = check(bundle, spec, reference, tokens, generator)
+            failure = checker(bundle, spec, reference, tokens, generator)
             print(f"{spec['name']:16} T={tokens:<5} "
                   f"{'FAIL ' + failure if failure else 'PASS'}", flush=True)
             failed += bool(failure)

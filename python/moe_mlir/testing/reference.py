@@ -43,6 +43,11 @@ class Reference:
             ctypes.c_int64, pointer, pointer, pointer, pointer, pointer,
             pointer]
 
+        self.lib.moe_reference_fused_experts.argtypes = [
+            ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64,
+            ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, pointer, pointer,
+            pointer, pointer, pointer, pointer]
+
     def gate(self, router, logits, bias):
         tokens, experts = logits.shape
         slots = router["top_k"] + router["shared"]
@@ -101,3 +106,18 @@ class Reference:
             args[2].data_ptr(), args[3].data_ptr(), output.data_ptr())
         return output
 
+    def fused_experts(self, activation, dtype, hidden, ids, weights, w13, w2):
+        """The experts given routing (moe.fused_experts): slots whose ids
+        are outside [0, E) skipped, intermediates rounded to `dtype`."""
+        tokens, hidden_size = hidden.shape
+        experts, intermediate = w2.shape[0], w2.shape[2]
+        slots = ids.shape[1]
+        args = [_host(tensor) for tensor in (hidden, weights, w13, w2)]
+        ids = _host(ids, torch.int32)
+        output = torch.empty(tokens, hidden_size)
+        self.lib.moe_reference_fused_experts(
+            2 if activation == "gelu" else 1, _ROUNDING[dtype], tokens,
+            hidden_size, experts, intermediate, slots, args[0].data_ptr(),
+            ids.data_ptr(), args[1].data_ptr(), args[2].data_ptr(),
+            args[3].data_ptr(), output.data_ptr())
+        return output
