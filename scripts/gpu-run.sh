@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU machine's part, in one go: build the runtime, the reference and
 # the moe_mlir package (runtime only: no MLIR there), run the runtime's GPU
-# tests, the routing, layer and grouped-matmul tests against the reference
-# and compute-sanitizer passes, then the router and grouped-matmul
+# tests, the routing, layer and grouped-matmul tests against the reference,
+# the torch modules and ops (torch.compile, torch.export, CUDA graphs) and
+# compute-sanitizer passes, then the router and grouped-matmul
 # benchmarks. Bundles come prebuilt in out/gpu-bundles
 # (scripts/make-gpu-bundles.sh, carried). Logs go to $OUT; every step has a
 # timeout, since a lost wait hangs forever. `gemm` runs only
@@ -87,6 +88,7 @@ if [[ $what == tests || $what == all ]]; then
   step routing-tests 400 python3 test/GPU/routing_test.py
   step layer-tests 400 python3 test/GPU/layer_test.py
   step python-tests 400 python3 test/GPU/python_test.py
+  step torch-tests 400 python3 test/GPU/torch_test.py
   step sanitizer 400 compute-sanitizer --tool memcheck --error-exitcode 1 \
     python3 test/GPU/routing_test.py --tokens 7,300 --only routing-deepseek
   step experts-sanitizer 400 compute-sanitizer --tool memcheck \

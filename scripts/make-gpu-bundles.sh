@@ -21,3 +21,4 @@ for bundle in json.load(open("test/GPU/bundles.json"))["bundles"]:
 PY
 cp test/GPU/bundles.json out/gpu-bundles/
 /usr/bin/python3 test/GPU/python_test.py --prepare
+/usr/bin/python3 test/GPU/torch_test.py --prepare

@@ -1,10 +1,21 @@
-"""torch glue: FusedMoE, an nn.Module that runs one MoE layer's bundle on
-CUDA tensors, and empty_outputs for running any bundle on torch tensors.
+"""torch glue: FusedMoE and FusedExperts, nn.Modules that run a MoE layer's
+bundle (the whole layer, or its experts routed by the caller) on CUDA
+tensors; the torch.library ops they call, ``moe_mlir::fused_moe`` and
+``moe_mlir::fused_experts``; and empty_outputs for running any bundle on
+torch tensors.
+
+The modules check their arguments in Python and then call the ops, which
+torch.compile, torch.export and FX see as single opaque nodes (their fake
+implementations give the output's shape, dtype and device) and which CUDA
+graphs capture. An op loads its bundle onto a device at its first call
+there and keeps it for the process (unload_bundles frees them).
 
 Importing this module imports torch; the rest of moe_mlir does not.
 """
 
 import math
+import threading
+from typing import Optional
 
 import torch
 
@@ -12,14 +23,20 @@ from . import layers
 from ._errors import Error
 from .runtime import Bundle
 
-__all__ = ["FusedMoE", "TORCH_DTYPES", "empty_outputs"]
+__all__ = ["FusedExperts", "FusedMoE", "TORCH_DTYPES", "empty_outputs",
+           "fused_experts", "fused_moe", "unload_bundles"]
 
 #: torch's dtype of each bundle element type.
 TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16,
                 "f16": torch.float16, "i32": torch.int32,
                 "i64": torch.int64, "u8": torch.uint8}
+_BUNDLE_DTYPES = {dtype: name for name, dtype in TORCH_DTYPES.items()}
 _LAYER_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16",
                  torch.float32: "f32"}
+# The expert ids FusedExperts takes: torch's integer types with full
+# support on CUDA (the unsigned 16- to 64-bit ones lack comparisons there).
+_ID_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+_ID_DTYPE_NAMES = ", ".join(str(dtype) for dtype in _ID_DTYPES)
 # The runtime's alignment of every tensor's address.
 _ALIGNMENT = 16
 
@@ -32,7 +49,267 @@ def empty_outputs(bundle, tokens):
             for info in bundle.tensors(tokens) if info.role == "output"]
 
 
-class FusedMoE(torch.nn.Module):
+# The ops' bundles, loaded at the first call on each device:
+# {(bundle path, device index): Bundle}.
+_LOADED_BUNDLES = {}
+_LOADING = threading.Lock()
+
+
+def unload_bundles():
+    """Frees the device memory of every bundle the ops loaded (after
+    waiting for the devices to finish their work); the next call of an op
+    loads its bundle again. CUDA graphs captured with them must not be
+    replayed afterwards."""
+    with _LOADING:
+        bundles = list(_LOADED_BUNDLES.values())
+        _LOADED_BUNDLES.clear()
+    for bundle in bundles:
+        torch.cuda.synchronize(bundle.device)
+        bundle.close()
+
+
+def _loaded_bundle(path, tokens, tensors):
+    """The bundle at ``path`` on the device of ``tensors`` (the caller
+    tensors of a run at ``tokens`` tokens), loaded at the first call there
+    and checked to take such tensors."""
+    index = tensors[0].device.index
+    bundle = _LOADED_BUNDLES.get((path, index))
+    if bundle is not None:
+        return bundle
+    if torch.cuda.is_current_stream_capturing():
+        raise RuntimeError(
+            f"the bundle {path} is loaded onto cuda:{index} at the first "
+            "forward there (of FusedMoE, FusedExperts or their ops), which "
+            "allocates device memory and so cannot happen during CUDA-graph "
+            "capture: run forward once before capturing")
+    with _LOADING:
+        bundle = _LOADED_BUNDLES.get((path, index))
+        if bundle is None:
+            bundle = Bundle(path, index)
+            try:
+                _check_takes(bundle, tokens, tensors)
+            except Error:
+                bundle.close()
+                raise
+            _LOADED_BUNDLES[(path, index)] = bundle
+    return bundle
+
+
+def _check_takes(bundle, tokens, tensors):
+    """Raises Error unless ``bundle`` takes ``tensors`` (inputs, then one
+    output) at ``tokens`` tokens: guards against a cache entry from another
+    compiler or a damaged one, which would otherwise fail at each run."""
+    expected = [(info.role, info.dtype, tuple(info.shape))
+                for info in bundle.tensors(tokens)]
+    roles = ["input"] * (len(tensors) - 1) + ["output"]
+    actual = [(role, _BUNDLE_DTYPES.get(tensor.dtype, str(tensor.dtype)),
+               tuple(tensor.shape)) for role, tensor in zip(roles, tensors)]
+    if actual != expected:
+        raise Error(f"bundle {bundle.path} does not take these tensors (it "
+                    f"takes {expected}, given {actual}); if it came from a "
+                    "cache, delete it to have it compiled again")
+
+
+def _run_bundle(path, activations, weights):
+    """The output [T, H] of the bundle at ``path``, enqueued on torch's
+    current stream of the activations' device without synchronising.
+
+    ``activations`` (hidden states [T, H] first) may be strided or
+    misaligned views: they are copied where the runtime needs it.
+    ``weights`` ((name, tensor) pairs) must be contiguous and aligned
+    already, since a copy of them at every call would cost more than the
+    layer."""
+    hidden_states = activations[0]
+    tokens = hidden_states.shape[0]
+    output = hidden_states.new_empty(hidden_states.shape)
+    if tokens == 0:
+        return output
+    for name, weight in weights:
+        if not weight.is_contiguous() or weight.data_ptr() % _ALIGNMENT:
+            raise ValueError(f"{name} must be contiguous and {_ALIGNMENT}-"
+                             "byte aligned")
+    tensors = ([_aligned(tensor.contiguous()) for tensor in activations]
+               + [weight for _, weight in weights] + [output])
+    bundle = _loaded_bundle(path, tokens, tensors)
+    device = hidden_states.device
+    bundle.run(tokens, tensors, torch.cuda.current_stream(device).cuda_stream)
+    return output
+
+
+def _aligned(tensor):
+    """`tensor`, copied if its address is not as aligned as the runtime
+    needs (a view into the middle of a larger tensor can start anywhere)."""
+    return tensor.clone() if tensor.data_ptr() % _ALIGNMENT else tensor
+
+
+@torch.library.custom_op("moe_mlir::fused_moe", mutates_args=(),
+                         device_types="cuda")
+def fused_moe(hidden_states: torch.Tensor, router_logits: torch.Tensor,
+              w13: torch.Tensor, w2: torch.Tensor,
+              correction_bias: Optional[torch.Tensor],
+              bundle_path: str) -> torch.Tensor:
+    """One MoE layer (moe.fused_moe) by its bundle at ``bundle_path``
+    (moe_mlir.layer_bundle, part "layer"): the output [T, H].
+
+    The tensors are those of the bundle, on one CUDA device:
+    ``hidden_states`` [T, H] and the weights in the layer's dtype,
+    ``router_logits`` [T, E] and ``correction_bias`` [E] (None when the
+    layer has none) in float32. FusedMoE.forward checks them and converts
+    the logits; called directly, the runtime's checks raise
+    moe_mlir.Error.
+    """
+    weights = [("w13", w13), ("w2", w2)]
+    if correction_bias is not None:
+        weights.append(("correction_bias", correction_bias))
+    return _run_bundle(bundle_path, [hidden_states, router_logits], weights)
+
+
+@torch.library.custom_op("moe_mlir::fused_experts", mutates_args=(),
+                         device_types="cuda")
+def fused_experts(hidden_states: torch.Tensor, topk_ids: torch.Tensor,
+                  topk_weights: torch.Tensor, w13: torch.Tensor,
+                  w2: torch.Tensor, bundle_path: str) -> torch.Tensor:
+    """A MoE layer's experts routed by the caller (moe.fused_experts) by
+    their bundle at ``bundle_path`` (moe_mlir.layer_bundle, part
+    "experts"): the output [T, H].
+
+    out[t] = sum over the slots s whose id e = topk_ids[t, s] is in
+    [0, E+X) of topk_weights[t, s] * (silu(x w13[e, :I]^T) *
+    (x w13[e, I:]^T)) w2[e]^T; ids outside that range (vLLM's -1 for an
+    expert of another rank) add nothing, and an expert named in two slots
+    of a token counts twice. ``hidden_states`` [T, H] and the weights in
+    the layer's dtype, ``topk_ids`` [T, S] int32, ``topk_weights`` [T, S]
+    float32, on one CUDA device. FusedExperts.forward checks them and
+    converts ids and weights of other types.
+    """
+    return _run_bundle(bundle_path, [hidden_states, topk_ids, topk_weights],
+                       [("w13", w13), ("w2", w2)])
+
+
+def _output_like_hidden_states(hidden_states, *_):
+    """Both ops' fake implementation: the output has the hidden states'
+    shape, dtype and device."""
+    return hidden_states.new_empty(hidden_states.shape)
+
+
+fused_moe.register_fake(_output_like_hidden_states)
+fused_experts.register_fake(_output_like_hidden_states)
+
+
+class _LayerModule(torch.nn.Module):
+    """What FusedMoE and FusedExperts share: the layer, its bundle (the
+    ``part`` of moe_mlir.layer_bundle) compiled at construction, the
+    expert weights w13 and w2, and the checks of forward's arguments."""
+
+    def __init__(self, layer, part, dtype, device, tokens_max, block_m,
+                 cache_dir, config_db, device_name, num_sms, chip, toolkit):
+        super().__init__()
+        self.layer = layer
+        if dtype not in _LAYER_DTYPES:
+            raise TypeError(f"dtype must be torch.bfloat16, torch.float16 or "
+                            f"torch.float32, got {dtype}")
+        self.dtype = dtype
+        self.tokens_max = tokens_max
+        on_cuda = ((device is None or torch.device(device).type == "cuda")
+                   and torch.cuda.is_available())
+        if device_name is None:
+            device_name = (torch.cuda.get_device_name(device) if on_cuda
+                           else layers.DEFAULT_DEVICE_NAME)
+        if num_sms is None:
+            num_sms = (torch.cuda.get_device_properties(
+                device if device is not None
+                else torch.cuda.current_device()).multi_processor_count
+                if on_cuda else layers.DEFAULT_NUM_SMS)
+        try:
+            self.bundle_path = layers.layer_bundle(
+                layer, _LAYER_DTYPES[dtype], part=part, cache_dir=cache_dir,
+                tokens_max=tokens_max, block_m=block_m, config_db=config_db,
+                device_name=device_name, num_sms=num_sms, chip=chip,
+                toolkit=toolkit)
+        except Error as error:
+            raise Error(f"{type(self).__name__} has no GPU bundle for its "
+                        f"layer: {error}") from error
+        self.w13 = torch.nn.Parameter(
+            torch.empty(layer.w13_shape, dtype=dtype, device=device),
+            requires_grad=False)
+        self.w2 = torch.nn.Parameter(
+            torch.empty(layer.w2_shape, dtype=dtype, device=device),
+            requires_grad=False)
+
+    def reset_parameters(self):
+        """Weights uniform in +-1/sqrt(fan-in), as nn.Linear's."""
+        with torch.no_grad():
+            bound = 1 / math.sqrt(self.layer.hidden_size)
+            self.w13.uniform_(-bound, bound)
+            bound = 1 / math.sqrt(self.layer.intermediate_size)
+            self.w2.uniform_(-bound, bound)
+
+    def _weights(self):
+        """(name, parameter, dtype) of each weight the bundle takes, in its
+        order."""
+        return [("w13", self.w13, self.dtype), ("w2", self.w2, self.dtype)]
+
+    def _check_arguments(self, hidden_states, routing):
+        """Checks forward's arguments and the parameters for what the
+        bundle takes: ``hidden_states`` [T, H] in the layer's dtype on a
+        CUDA device, each of ``routing`` ((name, tensor, width, floating))
+        [T, width] on that device, floating-point or of an integer type
+        of _ID_DTYPES as ``floating`` says, T at most tokens_max. Raises
+        TypeError for wrong types, ValueError for wrong shapes or devices.
+        Reads only tensors' metadata, so that torch.compile traces it."""
+        hidden_size = self.layer.hidden_size
+        for name, tensor in ([("hidden_states", hidden_states)]
+                             + [entry[:2] for entry in routing]):
+            if not isinstance(tensor, torch.Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor, got "
+                                f"{type(tensor).__name__}")
+        if not _has_shape(hidden_states, (None, hidden_size)):
+            raise ValueError(f"hidden_states must have shape [T, "
+                             f"{hidden_size}], got "
+                             f"{list(hidden_states.shape)}")
+        tokens = hidden_states.shape[0]
+        for name, tensor, width, _ in routing:
+            if not _has_shape(tensor, (tokens, width)):
+                raise ValueError(f"{name} must have shape [{tokens}, "
+                                 f"{width}] (T from hidden_states), got "
+                                 f"{list(tensor.shape)}")
+        if hidden_states.dtype != self.dtype:
+            raise TypeError(f"hidden_states must be {self.dtype} (the "
+                            f"layer's dtype), got {hidden_states.dtype}")
+        for name, tensor, _, floating in routing:
+            if floating and not tensor.is_floating_point():
+                raise TypeError(f"{name} must be floating-point, got "
+                                f"{tensor.dtype}")
+            if not floating and tensor.dtype not in _ID_DTYPES:
+                raise TypeError(f"{name} must have an integer dtype "
+                                f"({_ID_DTYPE_NAMES}), got {tensor.dtype}")
+        device = hidden_states.device
+        if device.type != "cuda":
+            raise ValueError(f"hidden_states must be on a CUDA device, got "
+                             f"{device}")
+        for name, tensor, _, _ in routing:
+            if tensor.device != device:
+                raise ValueError(f"{name} are on {tensor.device}, "
+                                 f"hidden_states on {device}")
+        for name, weight, dtype in self._weights():
+            if weight.dtype != dtype:
+                raise TypeError(f"{name} is {weight.dtype}, but the bundle "
+                                f"was compiled for {dtype} (module.to(dtype) "
+                                "converts every parameter; construct "
+                                f"{type(self).__name__} with the dtype "
+                                "instead)")
+            if weight.device != device:
+                raise ValueError(f"{name} is on {weight.device} and "
+                                 f"hidden_states on {device}; move the "
+                                 "module with .to(device)")
+        if tokens > self.tokens_max:
+            raise ValueError(f"{tokens} tokens exceed the bundle's "
+                             f"tokens_max ({self.tokens_max}); construct "
+                             f"{type(self).__name__} with a larger "
+                             "tokens_max")
+
+
+class FusedMoE(_LayerModule):
     """One MoE layer (moe.fused_moe) on CUDA through its compiled bundle.
 
     The layer comes from a preset (``FusedMoE(preset="deepseek-v3")``), a
@@ -55,11 +332,15 @@ class FusedMoE(torch.nn.Module):
     from ``config_db`` (a moe-tune database) and the shipped database for
     the CUDA device named ``device_name``, with K splits and persistent
     grids sized for ``num_sms`` multiprocessors (defaults: the name and the
-    multiprocessor count of ``device``, or of the current CUDA device), and
-    loaded onto a device at the first
-    forward there. forward allocates only its output, through torch, and
+    multiprocessor count of ``device``, or of the current CUDA device).
+    forward checks its arguments and calls the op
+    ``torch.ops.moe_mlir.fused_moe``, so that torch.compile(fullgraph=True)
+    and torch.export see one node; the op loads the bundle onto a device at
+    its first call there, allocates only the output, through torch, and
     enqueues the layer on torch's current stream without synchronising, so
-    it can be captured in a CUDA graph once it has run on that device.
+    a forward can be captured in a CUDA graph once one has run on that
+    device. Modules of one layer share its loaded bundle and its
+    workspaces: run them on one stream, not on concurrent ones.
     """
 
     def __init__(self, num_experts=None, hidden_size=None,
@@ -71,8 +352,7 @@ class FusedMoE(torch.nn.Module):
                  block_m=0, cache_dir=None, config_db=None,
                  device_name=None, num_sms=None, chip=layers.DEFAULT_CHIP,
                  toolkit=layers.DEFAULT_CUDA_TOOLKIT):
-        super().__init__()
-        self.layer = _make_layer(
+        layer = _make_layer(
             preset, reduced, layer,
             sizes=(num_experts, hidden_size, intermediate_size, top_k),
             router_args={"scoring": scoring, "num_groups": num_groups,
@@ -81,42 +361,12 @@ class FusedMoE(torch.nn.Module):
                          "routed_scaling_factor": routed_scaling_factor,
                          "num_shared_experts": num_shared_experts},
             correction_bias=correction_bias)
-        if dtype not in _LAYER_DTYPES:
-            raise TypeError(f"dtype must be torch.bfloat16, torch.float16 or "
-                            f"torch.float32, got {dtype}")
-        self.dtype = dtype
-        self.tokens_max = tokens_max
-        on_cuda = ((device is None or torch.device(device).type == "cuda")
-                   and torch.cuda.is_available())
-        if device_name is None:
-            device_name = (torch.cuda.get_device_name(device) if on_cuda
-                           else layers.DEFAULT_DEVICE_NAME)
-        if num_sms is None:
-            num_sms = (torch.cuda.get_device_properties(
-                device if device is not None
-                else torch.cuda.current_device()).multi_processor_count
-                if on_cuda else layers.DEFAULT_NUM_SMS)
-        try:
-            self.bundle_path = layers.layer_bundle(
-                self.layer, _LAYER_DTYPES[dtype], cache_dir=cache_dir,
-                tokens_max=tokens_max, block_m=block_m, config_db=config_db,
-                device_name=device_name, num_sms=num_sms, chip=chip,
-                toolkit=toolkit)
-        except Error as error:
-            raise Error(f"FusedMoE has no GPU bundle for its layer: "
-                        f"{error}") from error
-        # Loaded per device at the first forward there.
-        self._bundles = {}
-
-        self.w13 = torch.nn.Parameter(
-            torch.empty(self.layer.w13_shape, dtype=dtype, device=device),
-            requires_grad=False)
-        self.w2 = torch.nn.Parameter(
-            torch.empty(self.layer.w2_shape, dtype=dtype, device=device),
-            requires_grad=False)
-        if self.layer.correction_bias:
+        super().__init__(layer, "layer", dtype, device, tokens_max, block_m,
+                         cache_dir, config_db, device_name, num_sms, chip,
+                         toolkit)
+        if layer.correction_bias:
             self.correction_bias = torch.nn.Parameter(
-                torch.empty(self.layer.num_experts, dtype=torch.float32,
+                torch.empty(layer.num_experts, dtype=torch.float32,
                             device=device),
                 requires_grad=False)
         else:
@@ -125,12 +375,9 @@ class FusedMoE(torch.nn.Module):
 
     def reset_parameters(self):
         """Weights uniform in +-1/sqrt(fan-in), as nn.Linear's; bias 0."""
-        with torch.no_grad():
-            bound = 1 / math.sqrt(self.layer.hidden_size)
-            self.w13.uniform_(-bound, bound)
-            bound = 1 / math.sqrt(self.layer.intermediate_size)
-            self.w2.uniform_(-bound, bound)
-            if self.correction_bias is not None:
+        super().reset_parameters()
+        if self.correction_bias is not None:
+            with torch.no_grad():
                 self.correction_bias.zero_()
 
     def forward(self, hidden_states, router_logits):
@@ -141,58 +388,11 @@ class FusedMoE(torch.nn.Module):
         converted) on the parameters' CUDA device. Wrong types raise
         TypeError, wrong shapes or devices ValueError.
         """
-        hidden_size = self.layer.hidden_size
-        num_experts = self.layer.num_experts
-        for name, tensor in (("hidden_states", hidden_states),
-                             ("router_logits", router_logits)):
-            if not isinstance(tensor, torch.Tensor):
-                raise TypeError(f"{name} must be a torch.Tensor, got "
-                                f"{type(tensor).__name__}")
-        if hidden_states.dim() != 2 or hidden_states.shape[1] != hidden_size:
-            raise ValueError(f"hidden_states must have shape [T, "
-                             f"{hidden_size}], got "
-                             f"{list(hidden_states.shape)}")
-        tokens = hidden_states.shape[0]
-        if router_logits.shape != (tokens, num_experts):
-            raise ValueError(f"router_logits must have shape [{tokens}, "
-                             f"{num_experts}] (T from hidden_states), got "
-                             f"{list(router_logits.shape)}")
-        if hidden_states.dtype != self.dtype:
-            raise TypeError(f"hidden_states must be {self.dtype} (the "
-                            f"layer's dtype), got {hidden_states.dtype}")
-        if not router_logits.is_floating_point():
-            raise TypeError(f"router_logits must be floating-point, got "
-                            f"{router_logits.dtype}")
-        device = hidden_states.device
-        if device.type != "cuda":
-            raise ValueError(f"hidden_states must be on a CUDA device, got "
-                             f"{device}")
-        if router_logits.device != device:
-            raise ValueError(f"router_logits are on {router_logits.device}, "
-                             f"hidden_states on {device}")
-        weights = self._checked_weights(device)
-        if tokens > self.tokens_max:
-            raise ValueError(f"{tokens} tokens exceed the bundle's "
-                             f"tokens_max ({self.tokens_max}); construct "
-                             "FusedMoE with a larger tokens_max")
-        if tokens == 0:
-            return hidden_states.new_empty((0, hidden_size))
-
-        bundle = self._bundle(device)
-        inputs = [_aligned(hidden_states.contiguous()),
-                  _aligned(router_logits.to(torch.float32).contiguous())]
-        output = torch.empty((tokens, hidden_size), dtype=self.dtype,
-                             device=device)
-        bundle.run(tokens, inputs + weights + [output],
-                   torch.cuda.current_stream(device).cuda_stream)
-        return output
-
-    def __getstate__(self):
-        """Copies and pickles leave the loaded bundles behind: device
-        state cannot be copied, and each copy loads its own."""
-        state = self.__dict__.copy()
-        state["_bundles"] = {}
-        return state
+        self._check_arguments(hidden_states, [
+            ("router_logits", router_logits, self.layer.num_experts, True)])
+        return torch.ops.moe_mlir.fused_moe(
+            hidden_states, router_logits.to(torch.float32), self.w13,
+            self.w2, self.correction_bias, self.bundle_path)
 
     def extra_repr(self):
         layer, router = self.layer, self.layer.router
@@ -203,70 +403,113 @@ class FusedMoE(torch.nn.Module):
                 f"router=<{router.params()}>, "
                 f"correction_bias={layer.correction_bias}, dtype={self.dtype}")
 
-    def _checked_weights(self, device):
-        """The parameters in the bundle's order, checked for the dtype,
-        device and layout the bundle needs."""
-        weights = [("w13", self.w13, self.dtype), ("w2", self.w2, self.dtype)]
+    def _weights(self):
+        weights = super()._weights()
         if self.correction_bias is not None:
             weights.append(("correction_bias", self.correction_bias,
                             torch.float32))
-        for name, weight, dtype in weights:
-            if weight.dtype != dtype:
-                raise TypeError(f"{name} is {weight.dtype}, but the bundle "
-                                f"was compiled for {dtype} (module.to(dtype) "
-                                "converts every parameter; construct "
-                                "FusedMoE with the dtype instead)")
-            if weight.device != device:
-                raise ValueError(f"{name} is on {weight.device} and "
-                                 f"hidden_states on {device}; move the "
-                                 "module with .to(device)")
-            if (not weight.is_contiguous()
-                    or weight.data_ptr() % _ALIGNMENT):
-                raise ValueError(f"{name} must be contiguous and "
-                                 f"{_ALIGNMENT}-byte aligned")
-        return [weight for _, weight, _ in weights]
+        return weights
 
-    def _bundle(self, device):
-        """The bundle loaded onto `device`, loading it on the first call."""
-        index = device.index if device.index is not None else (
-            torch.cuda.current_device())
-        bundle = self._bundles.get(index)
-        if bundle is not None:
-            return bundle
-        if torch.cuda.is_current_stream_capturing():
-            raise RuntimeError(
-                f"FusedMoE loads its bundle onto cuda:{index} at the first "
-                "forward there, which allocates device memory and so cannot "
-                "happen during CUDA-graph capture: run forward once before "
-                "capturing")
-        bundle = Bundle(self.bundle_path, index)
-        self._check_bundle(bundle)
-        self._bundles[index] = bundle
-        return bundle
 
-    def _check_bundle(self, bundle):
-        """Raises Error unless `bundle` takes this layer's tensors (guards
-        against a cache entry from another compiler or a damaged one)."""
+class FusedExperts(_LayerModule):
+    """A MoE layer's experts without its router (moe.fused_experts) on CUDA
+    through their compiled bundle: the caller routes, as serving engines
+    do (vLLM's FusedMoE takes topk_ids and topk_weights), and the bundle
+    aligns the routed tokens to expert blocks, runs both grouped matmuls
+    and combines each token's slots.
+
+    The experts come from sizes, a moe_mlir.Layer (``layer=``, whose router
+    fields other than top_k and num_shared_experts do not matter) or a
+    preset::
+
+        FusedExperts(num_experts, hidden_size, intermediate_size, top_k,
+                     num_shared_experts=1)
+
+    Each token has S = top_k + num_shared_experts slots: the caller's ids
+    name the shared experts (E..E+X-1) as well, with their weights.
+    Parameters, the bundle and its keywords (dtype, device, tokens_max,
+    block_m, cache_dir, config_db, device_name, num_sms, chip, toolkit) are
+    those of FusedMoE, without the correction bias; forward calls the op
+    ``torch.ops.moe_mlir.fused_experts``, with FusedMoE's rules for
+    torch.compile, torch.export, CUDA graphs and streams.
+    """
+
+    def __init__(self, num_experts=None, hidden_size=None,
+                 intermediate_size=None, top_k=None, *,
+                 num_shared_experts=None, preset=None, reduced=False,
+                 layer=None, dtype=torch.bfloat16, device=None,
+                 tokens_max=16384, block_m=0, cache_dir=None, config_db=None,
+                 device_name=None, num_sms=None, chip=layers.DEFAULT_CHIP,
+                 toolkit=layers.DEFAULT_CUDA_TOOLKIT):
+        layer = _make_layer(
+            preset, reduced, layer,
+            sizes=(num_experts, hidden_size, intermediate_size, top_k),
+            router_args={"num_shared_experts": num_shared_experts},
+            correction_bias=None)
+        super().__init__(layer, "experts", dtype, device, tokens_max,
+                         block_m, cache_dir, config_db, device_name, num_sms,
+                         chip, toolkit)
+        self.reset_parameters()
+
+    def forward(self, hidden_states, topk_ids, topk_weights):
+        """The experts' output [T, H] in the layer's dtype.
+
+        ``hidden_states`` [T, H] in the layer's dtype; ``topk_ids`` [T, S]
+        of an integer type (torch.topk's int64 is converted to int32 on the
+        device, ids outside [0, E+X) becoming -1 first so that none beyond
+        int32's range wraps into a valid one; such ids add nothing) and
+        ``topk_weights`` [T, S] of any float type (converted to float32),
+        on the parameters' CUDA device. Wrong types raise TypeError, wrong
+        shapes or devices ValueError.
+        """
         layer = self.layer
-        dtype = _LAYER_DTYPES[self.dtype]
-        expected = [("input", dtype, (1, layer.hidden_size)),
-                    ("input", "f32", (1, layer.num_experts)),
-                    ("input", dtype, layer.w13_shape),
-                    ("input", dtype, layer.w2_shape)]
-        if layer.correction_bias:
-            expected.append(("input", "f32", (layer.num_experts,)))
-        expected.append(("output", dtype, (1, layer.hidden_size)))
-        actual = [(info.role, info.dtype, tuple(info.shape))
-                  for info in bundle.tensors(1)]
-        if actual != expected:
-            raise Error(f"bundle {bundle.path} does not take this layer's "
-                        f"tensors (expected {expected}, it takes {actual}); "
-                        "delete it to have it compiled again")
+        slots = layer.router.num_slots
+        self._check_arguments(hidden_states, [
+            ("topk_ids", topk_ids, slots, False),
+            ("topk_weights", topk_weights, slots, True)])
+        return torch.ops.moe_mlir.fused_experts(
+            hidden_states, _int32_ids(topk_ids, layer.num_stored_experts),
+            topk_weights.to(torch.float32), self.w13, self.w2,
+            self.bundle_path)
+
+    def extra_repr(self):
+        layer = self.layer
+        return (f"num_experts={layer.num_experts}+"
+                f"{layer.router.num_shared_experts}, "
+                f"hidden_size={layer.hidden_size}, "
+                f"intermediate_size={layer.intermediate_size}, "
+                f"top_k={layer.router.top_k}, dtype={self.dtype}")
+
+
+def _has_shape(tensor, shape):
+    """Whether ``tensor`` has ``shape`` (None: any size), compared a
+    dimension at a time so that symbolic sizes under torch.compile
+    compare as sizes."""
+    if tensor.dim() != len(shape):
+        return False
+    for size, expected in zip(tensor.shape, shape):
+        if expected is not None and size != expected:
+            return False
+    return True
+
+
+def _int32_ids(topk_ids, num_stored_experts):
+    """``topk_ids`` as the int32 the bundle reads. Other integer types are
+    converted on the device, their ids outside [0, num_stored_experts)
+    made -1, so that none wraps into a valid id (2**32 + 1 would become 1);
+    int32 ids go as they are, the bundle ignoring those out of range."""
+    if topk_ids.dtype == torch.int32:
+        return topk_ids
+    # Compared as int64: exact for every type of _ID_DTYPES, and an int8
+    # tensor cannot be compared with an expert count beyond 127.
+    ids = topk_ids.to(torch.int64)
+    valid = (ids >= 0) & (ids < num_stored_experts)
+    return torch.where(valid, ids, -1).to(torch.int32)
 
 
 def _make_layer(preset, reduced, layer, sizes, router_args, correction_bias):
-    """The moe_mlir.Layer that FusedMoE's arguments describe: exactly one of
-    a preset name, a Layer, or sizes with router arguments."""
+    """The moe_mlir.Layer that a module's arguments describe: exactly one
+    of a preset name, a Layer, or sizes with router arguments."""
     given_router = {name: value for name, value in router_args.items()
                     if value is not None}
     if preset is not None or layer is not None:
@@ -290,9 +533,3 @@ def _make_layer(preset, reduced, layer, sizes, router_args, correction_bias):
                            **given_router)
     return layers.Layer(hidden_size, intermediate_size, num_experts, router,
                         bool(correction_bias))
-
-
-def _aligned(tensor):
-    """`tensor`, copied if its address is not as aligned as the runtime
-    needs (a view into the middle of a larger tensor can start anywhere)."""
-    return tensor.clone() if tensor.data_ptr() % _ALIGNMENT else tensor

@@ -309,7 +309,7 @@ def compare(layer, dtype, output, hidden, logits, moe):
 
 def test_fused_moe(results, args, generator):
     from moe_mlir.testing.tensors import bits, uniform
-    from moe_mlir.torch import FusedMoE, TORCH_DTYPES
+    from moe_mlir.torch import FusedMoE, TORCH_DTYPES, unload_bundles
 
     for name, (layer, dtype) in LAYERS.items():
         torch_dtype = TORCH_DTYPES[dtype]
@@ -425,9 +425,11 @@ def test_fused_moe(results, args, generator):
                    TypeError, lambda: converted(hidden, logits))
 
     # A module whose bundle is not loaded yet cannot load it while
-    # capturing.
+    # capturing. Modules of one layer share its loaded bundle, so unload
+    # the one the module above loaded.
     fresh = FusedMoE(layer=layer, dtype=torch.float32, device="cuda",
                      cache_dir=args.cache, tokens_max=TOKENS_MAX)
+    unload_bundles()
 
     def capture_first_forward():
         # The capture ends empty, which torch warns about.
