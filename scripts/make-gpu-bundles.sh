@@ -21,3 +21,5 @@ for bundle in json.load(open("test/GPU/bundles.json"))["bundles"]:
 PY
 cp test/GPU/bundles.json out/gpu-bundles/
 /usr/bin/python3 test/GPU/python_test.py --prepare
+/usr/bin/python3 test/GPU/transformers_test.py --prepare
+/usr/bin/python3 bench/transformers_bench.py --prepare
