@@ -19,15 +19,18 @@
 # moe-tile's heuristic) and `layer` the whole-layer benchmark, both
 # compiled there against $CONFIG_DB when set (else the shipped configs);
 # `variants` times the default bundle of a layer (a variant per range of
-# token counts) against a bundle for each T alone.
+# token counts) against a bundle for each T alone; `hf-bench` times
+# transformers' MoE blocks with their experts through moe-mlir against
+# transformers' grouped_mm and batched_mm (bench/transformers_bench.py, its
+# options after the mode).
 #
-#   scripts/gpu-run.sh [tests|bench|all|gemm|tune|gemm-tuned|layer|variants] [router benchmark options]
+#   scripts/gpu-run.sh [tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench] [router benchmark options]
 set -uo pipefail
 what=${1:-all}
 shift || true
 case $what in
-  tests|bench|all|gemm|tune|gemm-tuned|layer|variants) ;;
-  *) echo "usage: $0 [tests|bench|all|gemm|tune|gemm-tuned|layer|variants] [router benchmark options]" >&2
+  tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench) ;;
+  *) echo "usage: $0 [tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench] [router benchmark options]" >&2
      exit 2 ;;
 esac
 cd "$(dirname "$0")/.."
@@ -52,6 +55,10 @@ step build 300 bash -c "cmake -G Ninja -S . -B build-runtime \
   -DPython3_EXECUTABLE=\"\$(command -v python3)\" >/dev/null && \
   ninja -C build-runtime all moe-python"
 export PYTHONPATH=$PWD/build-runtime/python${PYTHONPATH:+:$PYTHONPATH}
+if [[ $what == hf-bench ]]; then
+  step hf-bench 500 python3 bench/transformers_bench.py "$@"
+  exit $status
+fi
 if [[ $what == tune || $what == gemm-tuned || $what == layer ||
       $what == variants ]]; then
   compiler=/tmp/moe-compile
@@ -89,6 +96,7 @@ if [[ $what == tests || $what == all ]]; then
   step layer-tests 400 python3 test/GPU/layer_test.py
   step python-tests 400 python3 test/GPU/python_test.py
   step torch-tests 400 python3 test/GPU/torch_test.py
+  step transformers-tests 400 python3 test/GPU/transformers_test.py
   step sanitizer 400 compute-sanitizer --tool memcheck --error-exitcode 1 \
     python3 test/GPU/routing_test.py --tokens 7,300 --only routing-deepseek
   step experts-sanitizer 400 compute-sanitizer --tool memcheck \
