@@ -142,9 +142,7 @@ def _aligned(tensor):
     return tensor.clone() if tensor.data_ptr() % _ALIGNMENT else tensor
 
 
-@torch.library.custom_op("moe_mlir::fused_moe", mutates_args=(),
-                         device_types="cuda")
-def fused_moe(hidden_states: torch.Tensor, router_logits: torch.Tensor,
+def _fused_moe(hidden_states: torch.Tensor, router_logits: torch.Tensor,
               w13: torch.Tensor, w2: torch.Tensor,
               correction_bias: Optional[torch.Tensor],
               bundle_path: str) -> torch.Tensor:
@@ -164,9 +162,7 @@ def fused_moe(hidden_states: torch.Tensor, router_logits: torch.Tensor,
     return _run_bundle(bundle_path, [hidden_states, router_logits], weights)
 
 
-@torch.library.custom_op("moe_mlir::fused_experts", mutates_args=(),
-                         device_types="cuda")
-def fused_experts(hidden_states: torch.Tensor, topk_ids: torch.Tensor,
+def _fused_experts(hidden_states: torch.Tensor, topk_ids: torch.Tensor,
                   topk_weights: torch.Tensor, w13: torch.Tensor,
                   w2: torch.Tensor, bundle_path: str) -> torch.Tensor:
     """A MoE layer's experts routed by the caller (moe.fused_experts) by
@@ -192,8 +188,26 @@ def _output_like_hidden_states(hidden_states, *_):
     return hidden_states.new_empty(hidden_states.shape)
 
 
+fused_moe = torch.library.custom_op("moe_mlir::fused_moe", _fused_moe,
+                                    mutates_args=(), device_types="cuda")
+fused_experts = torch.library.custom_op(
+    "moe_mlir::fused_experts", _fused_experts, mutates_args=(),
+    device_types="cuda")
 fused_moe.register_fake(_output_like_hidden_states)
 fused_experts.register_fake(_output_like_hidden_states)
+
+
+def _call(op, implementation, hidden_states, *args):
+    """``op`` (hidden_states, *args) where torch.compile, torch.export or
+    another tracer sees it (one node of their graph), else
+    ``implementation`` directly: in eager mode the dispatcher's Python
+    path around a custom op costs tens of microseconds, more than a
+    decode step's kernels. Tracers run on fake or proxy tensors, never on
+    a plain torch.Tensor."""
+    if (torch.compiler.is_compiling()
+            or type(hidden_states) is not torch.Tensor):
+        return op(hidden_states, *args)
+    return implementation(hidden_states, *args)
 
 
 class _LayerModule(torch.nn.Module):
@@ -390,9 +404,9 @@ class FusedMoE(_LayerModule):
         """
         self._check_arguments(hidden_states, [
             ("router_logits", router_logits, self.layer.num_experts, True)])
-        return torch.ops.moe_mlir.fused_moe(
-            hidden_states, router_logits.to(torch.float32), self.w13,
-            self.w2, self.correction_bias, self.bundle_path)
+        return _call(torch.ops.moe_mlir.fused_moe, _fused_moe, hidden_states,
+                     router_logits.to(torch.float32), self.w13, self.w2,
+                     self.correction_bias, self.bundle_path)
 
     def extra_repr(self):
         layer, router = self.layer, self.layer.router
@@ -467,10 +481,11 @@ class FusedExperts(_LayerModule):
         self._check_arguments(hidden_states, [
             ("topk_ids", topk_ids, slots, False),
             ("topk_weights", topk_weights, slots, True)])
-        return torch.ops.moe_mlir.fused_experts(
-            hidden_states, _int32_ids(topk_ids, layer.num_stored_experts),
-            topk_weights.to(torch.float32), self.w13, self.w2,
-            self.bundle_path)
+        return _call(torch.ops.moe_mlir.fused_experts, _fused_experts,
+                     hidden_states,
+                     _int32_ids(topk_ids, layer.num_stored_experts),
+                     topk_weights.to(torch.float32), self.w13, self.w2,
+                     self.bundle_path)
 
     def extra_repr(self):
         layer = self.layer
@@ -494,17 +509,15 @@ def _has_shape(tensor, shape):
 
 
 def _int32_ids(topk_ids, num_stored_experts):
-    """``topk_ids`` as the int32 the bundle reads. Other integer types are
-    converted on the device, their ids outside [0, num_stored_experts)
-    made -1, so that none wraps into a valid id (2**32 + 1 would become 1);
-    int32 ids go as they are, the bundle ignoring those out of range."""
+    """``topk_ids`` as the int32 the bundle reads, which ignores ids
+    outside [0, num_stored_experts). int64 ids are clamped to
+    [-1, num_stored_experts] first, so that none wraps into a valid id
+    (2**32 + 1 would become 1); the narrower types convert exactly."""
     if topk_ids.dtype == torch.int32:
         return topk_ids
-    # Compared as int64: exact for every type of _ID_DTYPES, and an int8
-    # tensor cannot be compared with an expert count beyond 127.
-    ids = topk_ids.to(torch.int64)
-    valid = (ids >= 0) & (ids < num_stored_experts)
-    return torch.where(valid, ids, -1).to(torch.int32)
+    if topk_ids.dtype == torch.int64:
+        topk_ids = topk_ids.clamp(-1, num_stored_experts)
+    return topk_ids.to(torch.int32)
 
 
 def _make_layer(preset, reduced, layer, sizes, router_args, correction_bias):
