@@ -98,8 +98,10 @@ BATCH, SEQUENCE = 2, 48
 LOGITS_TOLERANCE = 3e-2
 BLOCK_TOLERANCE = 2e-2
 # The share of tokens whose second-layer routing may flip on a near-tie
-# between two runs (and is left out of the comparison).
-MAX_FLIPPED = 0.05
+# between two runs (and is left out of the comparison): DeepSeek-V3's
+# top-8 of 64 sigmoid scores in groups flips up to 6 of 96 tokens between
+# transformers' own grouped_mm and eager (H100, seeds of 2026-11-23).
+MAX_FLIPPED = 0.125
 PERTURBATION = 1.25
 TIE_MARGIN = 1e-5
 
