@@ -81,64 +81,55 @@ Value buildExperts(PatternRewriter &rewriter, Location loc,
                                   : IntegerAttr());
 }
 
-/// Pattern: fused_moe(x, logits, w13, w2, bias) =>
-///   experts(x, gate(logits, bias), w13, w2), see buildExperts.
-struct DecomposeFusedMoe : OpRewritePattern<FusedMoeOp> {
-  DecomposeFusedMoe(MLIRContext *context, int64_t rowsPerBlock, int64_t tokens)
-      : OpRewritePattern(context), rowsPerBlock(rowsPerBlock), tokens(tokens) {}
+/// The experts of fused_moe(x, logits, w13, w2, bias): routed by a gate of
+/// the logits, whose ids are in range by construction.
+ExpertsOperands getExperts(FusedMoeOp op, PatternRewriter &rewriter) {
+  Type f32 = rewriter.getF32Type(), i32 = rewriter.getI32Type();
+  int64_t numTokens =
+      cast<RankedTensorType>(op.getHiddenStates().getType()).getDimSize(0);
+  RouterAttr router = op.getRouter();
+  auto slotType = [&](Type type) {
+    return RankedTensorType::get({numTokens, router.getNumSlots()}, type);
+  };
+  auto gate =
+      GateOp::create(rewriter, op.getLoc(), slotType(f32), slotType(i32),
+                     op.getRouterLogits(), op.getCorrectionBias(), router);
+  return {op.getHiddenStates(),
+          gate.getIds(),
+          gate.getWeights(),
+          op.getW13(),
+          op.getW2(),
+          op.getActivation(),
+          /*idsMayBeOutOfRange=*/false};
+}
 
-  LogicalResult matchAndRewrite(FusedMoeOp op,
+/// The experts of fused_experts(x, ids, weights, w13, w2): the caller's
+/// routing, whose ids may be out of range.
+ExpertsOperands getExperts(FusedExpertsOp op, PatternRewriter &) {
+  return {op.getHiddenStates(),
+          op.getIds(),
+          op.getWeights(),
+          op.getW13(),
+          op.getW2(),
+          op.getActivation(),
+          /*idsMayBeOutOfRange=*/true};
+}
+
+/// Pattern: fused_moe or fused_experts => buildExperts(getExperts(op)).
+template <typename LayerOp> struct DecomposeLayer : OpRewritePattern<LayerOp> {
+  DecomposeLayer(MLIRContext *context, int64_t rowsPerBlock, int64_t tokens)
+      : OpRewritePattern<LayerOp>(context), rowsPerBlock(rowsPerBlock),
+        tokens(tokens) {}
+
+  LogicalResult matchAndRewrite(LayerOp op,
                                 PatternRewriter &rewriter) const override {
-    Type f32 = rewriter.getF32Type(), i32 = rewriter.getI32Type();
-    int64_t numTokens =
-        cast<RankedTensorType>(op.getHiddenStates().getType()).getDimSize(0);
-    RouterAttr router = op.getRouter();
-    auto slotType = [&](Type type) {
-      return RankedTensorType::get({numTokens, router.getNumSlots()}, type);
-    };
-    auto gate =
-        GateOp::create(rewriter, op.getLoc(), slotType(f32), slotType(i32),
-                       op.getRouterLogits(), op.getCorrectionBias(), router);
-    // The gate's ids are in range by construction.
-    ExpertsOperands experts{op.getHiddenStates(),
-                            gate.getIds(),
-                            gate.getWeights(),
-                            op.getW13(),
-                            op.getW2(),
-                            op.getActivation(),
-                            /*idsMayBeOutOfRange=*/false};
-    rewriter.replaceOp(
-        op, buildExperts(rewriter, op.getLoc(), experts, rowsPerBlock, tokens));
+    rewriter.replaceOp(op, buildExperts(rewriter, op.getLoc(),
+                                        getExperts(op, rewriter), rowsPerBlock,
+                                        tokens));
     return success();
   }
 
   /// 0: chosen for `tokens` (chooseRoutingBlockM).
-  int64_t rowsPerBlock;
-  int64_t tokens;
-};
-
-/// Pattern: fused_experts(x, ids, weights, w13, w2) => experts(...) with a
-/// combine that skips the slots whose ids are out of range.
-struct DecomposeFusedExperts : OpRewritePattern<FusedExpertsOp> {
-  DecomposeFusedExperts(MLIRContext *context, int64_t rowsPerBlock,
-                        int64_t tokens)
-      : OpRewritePattern(context), rowsPerBlock(rowsPerBlock), tokens(tokens) {}
-
-  LogicalResult matchAndRewrite(FusedExpertsOp op,
-                                PatternRewriter &rewriter) const override {
-    ExpertsOperands experts{op.getHiddenStates(),
-                            op.getIds(),
-                            op.getWeights(),
-                            op.getW13(),
-                            op.getW2(),
-                            op.getActivation(),
-                            /*idsMayBeOutOfRange=*/true};
-    rewriter.replaceOp(
-        op, buildExperts(rewriter, op.getLoc(), experts, rowsPerBlock, tokens));
-    return success();
-  }
-
-  /// As DecomposeFusedMoe's.
   int64_t rowsPerBlock;
   int64_t tokens;
 };
@@ -155,8 +146,8 @@ struct MoeDecomposePass : moe::impl::MoeDecomposeBase<MoeDecomposePass> {
       return signalPassFailure();
     }
     RewritePatternSet patterns(&getContext());
-    patterns.add<DecomposeFusedMoe, DecomposeFusedExperts>(&getContext(),
-                                                           blockM, tokens);
+    patterns.add<DecomposeLayer<FusedMoeOp>, DecomposeLayer<FusedExpertsOp>>(
+        &getContext(), blockM, tokens);
     walkAndApplyPatterns(getOperation(), std::move(patterns));
   }
 };
