@@ -72,16 +72,26 @@ std::string mlir::moe::presetNames() {
   return names;
 }
 
+namespace {
+/// The types of a layer's hidden states [?, H] and expert weights
+/// [E+X, 2I, H] and [E+X, H, I] in the sources.
+struct LayerTypes {
+  LayerTypes(const Preset &preset, llvm::StringRef dtype) {
+    int64_t h = preset.hiddenSize, i = preset.intermediate;
+    int64_t stored = preset.numExperts + preset.numSharedExperts;
+    hidden = llvm::formatv("tensor<?x{0}x{1}>", h, dtype);
+    w13 = llvm::formatv("tensor<{0}x{1}x{2}x{3}>", stored, 2 * i, h, dtype);
+    w2 = llvm::formatv("tensor<{0}x{1}x{2}x{3}>", stored, h, i, dtype);
+  }
+  std::string hidden, w13, w2;
+};
+} // namespace
+
 std::string mlir::moe::getLayerSource(const Preset &preset,
                                       llvm::StringRef dtype) {
-  int64_t h = preset.hiddenSize, i = preset.intermediate;
-  int64_t e = preset.numExperts, stored = e + preset.numSharedExperts;
-  std::string x = llvm::formatv("tensor<?x{0}x{1}>", h, dtype);
+  int64_t e = preset.numExperts;
+  LayerTypes types(preset, dtype);
   std::string l = llvm::formatv("tensor<?x{0}xf32>", e);
-  std::string w13 =
-      llvm::formatv("tensor<{0}x{1}x{2}x{3}>", stored, 2 * i, h, dtype);
-  std::string w2 =
-      llvm::formatv("tensor<{0}x{1}x{2}x{3}>", stored, h, i, dtype);
   std::string b = llvm::formatv("tensor<{0}xf32>", e);
   std::string biasArg = preset.bias ? ", %bias: " + b : "";
   std::string biasUse = preset.bias ? " bias(%bias)" : "";
@@ -91,27 +101,22 @@ std::string mlir::moe::getLayerSource(const Preset &preset,
       "{{\n  %y = moe.fused_moe %x, %logits, %w13, %w2{5} "
       "activation(silu_and_mul) {{router = #moe.router<{6}>} : ({0}, {1}, "
       "{2}, {3}{7}) -> {0}\n  return %y : {0}\n}\n",
-      x, l, w13, w2, biasArg, biasUse, preset.router, biasType);
+      types.hidden, l, types.w13, types.w2, biasArg, biasUse, preset.router,
+      biasType);
 }
 
 std::string mlir::moe::getExpertsSource(const Preset &preset,
                                         llvm::StringRef dtype) {
-  int64_t h = preset.hiddenSize, i = preset.intermediate;
-  int64_t stored = preset.numExperts + preset.numSharedExperts;
   int64_t slots = preset.topK + preset.numSharedExperts;
-  std::string x = llvm::formatv("tensor<?x{0}x{1}>", h, dtype);
+  LayerTypes types(preset, dtype);
   std::string ids = llvm::formatv("tensor<?x{0}xi32>", slots);
   std::string w = llvm::formatv("tensor<?x{0}xf32>", slots);
-  std::string w13 =
-      llvm::formatv("tensor<{0}x{1}x{2}x{3}>", stored, 2 * i, h, dtype);
-  std::string w2 =
-      llvm::formatv("tensor<{0}x{1}x{2}x{3}>", stored, h, i, dtype);
   return llvm::formatv(
       "func.func @experts(%x: {0}, %ids: {1}, %weights: {2}, %w13: {3}, "
       "%w2: {4}) -> {0} {{\n  %y = moe.fused_experts %x, %ids, %weights, "
       "%w13, %w2 activation(silu_and_mul) : ({0}, {1}, {2}, {3}, {4}) -> "
       "{0}\n  return %y : {0}\n}\n",
-      x, ids, w, w13, w2);
+      types.hidden, ids, w, types.w13, types.w2);
 }
 
 std::string mlir::moe::getRoutingSource(const Preset &preset,
@@ -121,7 +126,7 @@ std::string mlir::moe::getRoutingSource(const Preset &preset,
   std::string l = llvm::formatv("tensor<?x{0}xf32>", e);
   std::string b = llvm::formatv("tensor<{0}xf32>", e);
   std::string rows = llvm::formatv("tensor<?x{0}x{1}x{2}>", slots, h, dtype);
-  std::string out = llvm::formatv("tensor<?x{0}x{1}>", h, dtype);
+  std::string out = LayerTypes(preset, dtype).hidden;
   std::string w = llvm::formatv("tensor<?x{0}xf32>", slots);
   std::string ids = llvm::formatv("tensor<?x{0}xi32>", slots);
   std::string routing = "tensor<?xi32>, tensor<?xi32>, tensor<i32>";
@@ -162,26 +167,21 @@ std::string mlir::moe::getGroupedMatmulSource(const Preset &preset,
                                               llvm::StringRef dtype,
                                               int64_t blockM, bool second) {
   int64_t h = preset.hiddenSize, i = preset.intermediate;
-  int64_t stored = preset.numExperts + preset.numSharedExperts;
   int64_t slots = preset.topK + preset.numSharedExperts;
+  LayerTypes types(preset, dtype);
   std::string routing = "tensor<?xi32>, tensor<?xi32>, tensor<i32>";
   std::string attrs = llvm::formatv(
       "{{block_m = {0} : i64, num_slots = {1} : i64}", blockM, slots);
   std::string sorted = llvm::formatv("tensor<?x{0}x{1}>", i, dtype);
   if (!second) {
-    std::string x = llvm::formatv("tensor<?x{0}x{1}>", h, dtype);
-    std::string w13 =
-        llvm::formatv("tensor<{0}x{1}x{2}x{3}>", stored, 2 * i, h, dtype);
     return llvm::formatv(
         "func.func @gemm1(%x: {0}, %w13: {1}, %sorted: tensor<?xi32>, "
         "%experts: tensor<?xi32>, %count: tensor<i32>) -> {2} {{\n"
         "  %h = moe.grouped_matmul %x, %w13, %sorted, %experts, %count "
         "input(token) output(sorted) activation(silu_and_mul) {3} : ({0}, "
         "{1}, {4}) -> {2}\n  return %h : {2}\n}\n",
-        x, w13, sorted, attrs, routing);
+        types.hidden, types.w13, sorted, attrs, routing);
   }
-  std::string w2 =
-      llvm::formatv("tensor<{0}x{1}x{2}x{3}>", stored, h, i, dtype);
   std::string w = llvm::formatv("tensor<?x{0}xf32>", slots);
   std::string y = llvm::formatv("tensor<?x{0}x{1}x{2}>", slots, h, dtype);
   return llvm::formatv(
@@ -190,7 +190,7 @@ std::string mlir::moe::getGroupedMatmulSource(const Preset &preset,
       "{{\n  %y = moe.grouped_matmul %h, %w2, %sorted, %experts, %count "
       "routed_weights(%weights) input(sorted) output(slot) {4} : ({0}, {1}, "
       "{5}, {2}) -> {3}\n  return %y : {3}\n}\n",
-      sorted, w2, w, y, attrs, routing);
+      sorted, types.w2, w, y, attrs, routing);
 }
 
 static llvm::Error makeError(const llvm::Twine &message) {
