@@ -23,14 +23,13 @@ The GPU machine has no compiler, so the FusedMoE bundles come from here:
 (scripts/gpu-run.sh runs the second). Exits non-zero on any failure.
 """
 
-import argparse
 import copy
 import sys
-import time
 import warnings
 
 import moe_mlir
 from moe_mlir.testing.bundles import bundle_path, load_specs
+from moe_mlir.testing.results import module_test_main
 
 try:
     import torch
@@ -65,30 +64,6 @@ def prepare(cache_dir):
         path = moe_mlir.layer_bundle(layer, dtype, cache_dir=cache_dir,
                                      tokens_max=TOKENS_MAX)
         print(f"{name}: {path}")
-
-
-class Results:
-    """PASS/FAIL lines and the count of failures."""
-
-    def __init__(self):
-        self.failed = 0
-
-    def check(self, name, passed, detail=""):
-        print(f"{'PASS' if passed else 'FAIL'} {name}"
-              + (f": {detail}" if detail else ""), flush=True)
-        self.failed += not passed
-
-    def raises(self, name, kind, call):
-        """Checks that `call` raises `kind`, and prints its message."""
-        try:
-            call()
-        except kind as error:
-            self.check(name, True, f"{kind.__name__}: {error}")
-            return
-        except Exception as error:  # noqa: BLE001 - reported as a failure
-            self.check(name, False, f"raised {type(error).__name__}: {error}")
-            return
-        self.check(name, False, f"raised no {kind.__name__}")
 
 
 class DlpackOnly:
@@ -443,31 +418,22 @@ def test_fused_moe(results, args, generator):
     torch.cuda.synchronize()
 
 
-def main():
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    parser.add_argument("--prepare", action="store_true",
-                        help="compile the FusedMoE bundles into --cache")
-    parser.add_argument("--build", default="build-runtime")
-    parser.add_argument("--bundles", default="out/gpu-bundles")
-    parser.add_argument("--cache", default="out/gpu-bundles/python",
-                        help="FusedMoE's bundle cache")
-    parser.add_argument("--seed", type=int, default=int(time.time()))
-    args = parser.parse_args()
-    if args.prepare:
-        prepare(args.cache)
-        return 0
-
-    if torch is None:
-        parser.error("torch is needed (all but --prepare run on the GPU)")
+def run(results, args):
+    """The checks on the GPU."""
     print(f"python_test: seed {args.seed}", flush=True)
     generator = torch.Generator().manual_seed(args.seed)
-    results = Results()
     test_bundle(results, args, generator)
     test_fused_moe(results, args, generator)
-    print("python_test: " + ("all passed" if not results.failed
-                             else f"{results.failed} check(s) failed"))
-    return 1 if results.failed else 0
+
+
+def add_arguments(parser):
+    parser.add_argument("--build", default="build-runtime")
+    parser.add_argument("--bundles", default="out/gpu-bundles")
+
+
+def main():
+    return module_test_main("python_test", __doc__, "out/gpu-bundles/python",
+                            prepare, run, add_arguments)
 
 
 if __name__ == "__main__":

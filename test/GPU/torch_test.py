@@ -30,15 +30,13 @@ The GPU machine has no compiler, so the bundles come from here:
 (scripts/gpu-run.sh runs the second). Exits non-zero on any failure.
 """
 
-import argparse
 import os
 import re
 import sys
-import time
 import warnings
 
 import moe_mlir
-from python_test import Results
+from moe_mlir.testing.results import module_test_main
 
 try:
     import torch
@@ -505,27 +503,13 @@ def test_capture_before_load(results, experts, generator):
                   bool(torch.isfinite(output).all()))
 
 
-def main():
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    parser.add_argument("--prepare", action="store_true",
-                        help="compile the modules' bundles into --cache")
-    parser.add_argument("--cache", default="out/gpu-bundles/torch",
-                        help="the modules' bundle cache")
-    parser.add_argument("--seed", type=int, default=int(time.time()))
-    args = parser.parse_args()
-    if args.prepare:
-        prepare(args.cache)
-        return 0
-
-    if torch is None:
-        parser.error("torch is needed (all but --prepare run on the GPU)")
+def run(results, args):
+    """The checks on the GPU."""
     from moe_mlir.torch import FusedMoE
 
     print(f"torch_test: seed {args.seed}, torch {torch.__version__}",
           flush=True)
     generator = torch.Generator().manual_seed(args.seed)
-    results = Results()
     modules = {name: test_experts_layer(results, name, layer, dtype, args,
                                         generator)
                for name, (layer, dtype) in EXPERT_LAYERS.items()}
@@ -537,9 +521,11 @@ def main():
     test_compile_and_export(results, moe, experts, generator)
     test_readme_example(results, args)
     test_capture_before_load(results, experts, generator)
-    print("torch_test: " + ("all passed" if not results.failed
-                            else f"{results.failed} check(s) failed"))
-    return 1 if results.failed else 0
+
+
+def main():
+    return module_test_main("torch_test", __doc__, "out/gpu-bundles/torch",
+                            prepare, run)
 
 
 if __name__ == "__main__":

@@ -37,21 +37,20 @@ The GPU machine has no compiler, so the bundles come from here:
 second). Exits non-zero on any failure.
 """
 
-import argparse
 import contextlib
 import copy
 import functools
 import os
 import re
 import sys
-import time
 import warnings
 from unittest import mock
 
 import moe_mlir.transformers as hf
 # The harness of the Python test: PASS/FAIL lines and the float64 router
 # with each token's routing margin.
-from python_test import Results, reference_routing
+from moe_mlir.testing.results import module_test_main
+from python_test import reference_routing
 
 try:
     import torch
@@ -467,27 +466,13 @@ def test_readme(results, args):
                   torch.isfinite(namespace["logits"]).all().item())
 
 
-def main():
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    parser.add_argument("--prepare", action="store_true",
-                        help="compile the bundles into --cache")
-    parser.add_argument("--cache", default="out/gpu-bundles/transformers",
-                        help="the bundle cache of FusedExperts and FusedMoE")
-    parser.add_argument("--seed", type=int, default=int(time.time()))
-    args = parser.parse_args()
-    if args.prepare:
-        prepare(args.cache)
-        return 0
-
-    if torch is None:
-        parser.error("torch is needed (all but --prepare run on the GPU)")
+def run(results, args):
+    """The checks on the GPU."""
     import transformers
     print(f"transformers_test: transformers {transformers.__version__}, "
           f"torch {torch.__version__}, seed {args.seed}", flush=True)
     hf.register(cache_dir=args.cache, tokens_max=TOKENS_MAX)
     generator = torch.Generator().manual_seed(args.seed)
-    results = Results()
     for family in SMALL_CONFIGS:
         config = hf_config(family)
         model = build_model(config, "grouped_mm")
@@ -499,9 +484,11 @@ def main():
         del model
         torch.cuda.empty_cache()
     test_readme(results, args)
-    print("transformers_test: " + ("all passed" if not results.failed
-                                   else f"{results.failed} check(s) failed"))
-    return 1 if results.failed else 0
+
+
+def main():
+    return module_test_main("transformers_test", __doc__,
+                            "out/gpu-bundles/transformers", prepare, run)
 
 
 if __name__ == "__main__":

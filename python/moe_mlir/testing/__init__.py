@@ -6,6 +6,7 @@ They run bundles through moe_mlir.Bundle; this package holds the rest:
     compiler    moe-compile run as a program (the static one travels)
     tune_space  the layer to tune (preset, file or sizes), the tuner's
                 candidate configs compiled, and its config database
+    results     the GPU module tests' PASS/FAIL checks and command line
     reference   the plain C++ reference (libmoe_reference.so) on tensors
     tensors     random inputs, poisoned outputs, bit patterns, error norms
     routing     a routing bundle's outputs against the reference, bit for bit
@@ -16,7 +17,7 @@ They run bundles through moe_mlir.Bundle; this package holds the rest:
     timing      CUDA-event timing with the L2 flushed, CUDA graphs, the floor
     tuner       the tuner (tools/moe-tune) as a call: tune_layer
 
-The first three need no torch, so that they run where the compiler is
+The first four need no torch, so that they run where the compiler is
 (which has no torch): importing them, or this package, imports none of it.
 The others import torch. On the GPU machine scripts/gpu-run.sh builds the
 package (runtime only) and puts it on PYTHONPATH; by hand:
