@@ -208,11 +208,23 @@ double seconds(std::chrono::steady_clock::time_point start) {
       .count();
 }
 
+/// `shape`'s elements of experts in [0, numExperts), but one in 8 out of
+/// range (-1 or numExperts), as an experts layer's ids.
+HostTensor randomIds(const std::vector<int64_t> &shape, int64_t numExperts,
+                     std::mt19937 &generator) {
+  std::uniform_int_distribution<int32_t> expert(0, numExperts - 1);
+  std::uniform_int_distribution<int32_t> eighth(0, 7);
+  std::vector<int32_t> ids(HostTensor(ElementType::I32, shape).numElements());
+  for (int32_t &id : ids)
+    id = eighth(generator) ? expert(generator)
+                           : (eighth(generator) < 4 ? -1 : numExperts);
+  return HostTensor::fromInts(shape, ids);
+}
+
 /// Seeded inputs of `function`'s arguments, shaped by `shapeOf`:
 /// activations and logits of unit scale, weights scaled by 1/sqrt(fan-in) so
-/// that outputs stay O(1) in every precision; an experts layer's ids are
-/// experts in [0, E) but one slot in 8 out of range (-1 or E), and its slot
-/// weights in [0, 1).
+/// that outputs stay O(1) in every precision; an experts layer's ids from
+/// randomIds and its slot weights in [0, 1).
 bool makeInputs(func::FuncOp function, const Layer &layer,
                 function_ref<std::vector<int64_t>(int)> shapeOf,
                 std::vector<HostTensor> &inputs, std::string &error) {
@@ -220,27 +232,19 @@ bool makeInputs(func::FuncOp function, const Layer &layer,
   inputs.assign(function.getNumArguments(), HostTensor());
   for (BlockArgument argument : function.getArguments()) {
     int index = argument.getArgNumber();
-    FailureOr<ElementType> type = getHostElementType(
-        cast<RankedTensorType>(argument.getType()).getElementType());
     std::vector<int64_t> shape = shapeOf(index);
     if (index == layer.ids) {
-      std::uniform_int_distribution<int32_t> expert(0, layer.numExperts - 1);
-      std::uniform_int_distribution<int32_t> eighth(0, 7);
-      std::vector<int32_t> ids(
-          HostTensor(ElementType::I32, shape).numElements());
-      for (int32_t &id : ids)
-        id = eighth(generator)
-                 ? expert(generator)
-                 : (eighth(generator) < 4 ? -1 : layer.numExperts);
-      inputs[index] = HostTensor::fromInts(shape, ids);
+      inputs[index] = randomIds(shape, layer.numExperts, generator);
       continue;
     }
+    FailureOr<ElementType> type = getHostElementType(
+        cast<RankedTensorType>(argument.getType()).getElementType());
     if (failed(type) || *type == ElementType::I32) {
       error = "argument #" + std::to_string(index) +
               " must be a tensor of f32, bf16 or f16";
       return false;
     }
-    float low = -1.0f, high = 1.0f;
+    float high = 1.0f;
     if (index == layer.w13)
       high = 1.0f / std::sqrt(float(layer.hiddenSize));
     else if (index == layer.w2)
@@ -249,7 +253,7 @@ bool makeInputs(func::FuncOp function, const Layer &layer,
       high = 2.0f;
     else if (index == layer.bias)
       high = 0.1f;
-    low = index == layer.slotWeights ? 0.0f : -high;
+    float low = index == layer.slotWeights ? 0.0f : -high;
     std::uniform_real_distribution<float> uniform(low, high);
     std::vector<float> data(HostTensor(*type, shape).numElements());
     for (float &value : data)
