@@ -11,11 +11,9 @@ import textwrap
 import torch
 import torch.nn.functional as F
 
-from .torch import FusedExperts, FusedMoE
+from .torch import FusedExperts, FusedMoE, _readable_in_place
 
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-# The runtime's alignment of every tensor's address (as moe_mlir.torch).
-_ALIGNMENT = 16
 # An experts module keeps its FusedExperts in its __dict__, not as a
 # submodule, so that the model's state_dict, parameters() and .to() stay
 # what transformers made them.
@@ -110,10 +108,6 @@ def _in_pieces(run, tokens_max, *tensors):
 def _version(tensor):
     """`tensor`'s version counter (inference tensors have none)."""
     return None if tensor.is_inference() else tensor._version
-
-
-def _readable_in_place(tensor):
-    return tensor.is_contiguous() and tensor.data_ptr() % _ALIGNMENT == 0
 
 
 class _ExpertsState:

@@ -125,7 +125,7 @@ def _run_bundle(path, activations, weights):
     if tokens == 0:
         return output
     for name, weight in weights:
-        if not weight.is_contiguous() or weight.data_ptr() % _ALIGNMENT:
+        if not _readable_in_place(weight):
             raise ValueError(f"{name} must be contiguous and {_ALIGNMENT}-"
                              "byte aligned")
     tensors = ([_aligned(tensor.contiguous()) for tensor in activations]
@@ -134,6 +134,12 @@ def _run_bundle(path, activations, weights):
     device = hidden_states.device
     bundle.run(tokens, tensors, torch.cuda.current_stream(device).cuda_stream)
     return output
+
+
+def _readable_in_place(tensor):
+    """Whether the runtime reads `tensor` as it is: contiguous and
+    _ALIGNMENT-byte aligned."""
+    return tensor.is_contiguous() and tensor.data_ptr() % _ALIGNMENT == 0
 
 
 def _aligned(tensor):
