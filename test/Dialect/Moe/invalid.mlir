@@ -829,3 +829,94 @@ func.func @gemm_input_map_gathered(%x: tensor<?x64xbf16>, %w: tensor<4x64x64xbf1
     : (tensor<?x64xbf16>, tensor<4x64x64xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, !moe.tensor_map<bf16, box = [64, 64], swizzle = 128>) -> tensor<?x64xbf16>
   return
 }
+
+// -----
+// FP8: #moe.quantization, scales of fp8 weights and moe.quantize.
+
+// expected-error @below {{block_size must be in [1, 1024], got 0}}
+func.func @quantization_block_size() attributes {q = #moe.quantization<weights = block, activations = token_group, block_size = 0>} {
+  return
+}
+
+// -----
+
+// expected-error @below {{weights = block pairs with activations = token_group, got token}}
+func.func @quantization_pairing() attributes {q = #moe.quantization<weights = block, activations = token>} {
+  return
+}
+
+// -----
+
+func.func @fp8_weights_without_quantization(%x: tensor<4x256xbf16>, %ids: tensor<4x2xi32>, %w: tensor<4x2xf32>, %w13: tensor<8x64x256xf8E4M3FN>, %w2: tensor<8x256x32xf8E4M3FN>) {
+  // expected-error @below {{'moe.fused_experts' op expects a quantization for its f8E4M3FN 'w13'}}
+  %y = moe.fused_experts %x, %ids, %w, %w13, %w2 activation(silu_and_mul) : (tensor<4x256xbf16>, tensor<4x2xi32>, tensor<4x2xf32>, tensor<8x64x256xf8E4M3FN>, tensor<8x256x32xf8E4M3FN>) -> tensor<4x256xbf16>
+  return
+}
+
+// -----
+
+func.func @quantization_without_fp8(%x: tensor<4x256xbf16>, %ids: tensor<4x2xi32>, %w: tensor<4x2xf32>, %w13: tensor<8x64x256xbf16>, %w2: tensor<8x256x32xbf16>, %s13: tensor<8xf32>, %s2: tensor<8xf32>) {
+  // expected-error @below {{'moe.fused_experts' op expects f8E4M3FN 'w13' with a quantization, got 'bf16'}}
+  %y = moe.fused_experts %x, %ids, %w, %w13, %w2 scales(%s13, %s2) activation(silu_and_mul) {quantization = #moe.quantization<weights = tensor, activations = token>} : (tensor<4x256xbf16>, tensor<4x2xi32>, tensor<4x2xf32>, tensor<8x64x256xbf16>, tensor<8x256x32xbf16>, tensor<8xf32>, tensor<8xf32>) -> tensor<4x256xbf16>
+  return
+}
+
+// -----
+
+func.func @fp8_block_scales_ragged(%x: tensor<?x256xbf16>, %logits: tensor<?x8xf32>, %w13: tensor<8x192x256xf8E4M3FN>, %w2: tensor<8x256x96xf8E4M3FN>, %s13: tensor<8x1x2xf32>, %s2: tensor<8x2x1xf32>) {
+  // expected-error @below {{'moe.fused_moe' op expects 'w13_scales' of shape block scales of 'w13' = [8, 2, 2], got 'tensor<8x1x2xf32>'}}
+  %y = moe.fused_moe %x, %logits, %w13, %w2 scales(%s13, %s2) activation(silu_and_mul) {router = #moe.router<scoring = softmax, top_k = 2>, quantization = #moe.quantization<weights = block, activations = token_group>} : (tensor<?x256xbf16>, tensor<?x8xf32>, tensor<8x192x256xf8E4M3FN>, tensor<8x256x96xf8E4M3FN>, tensor<8x1x2xf32>, tensor<8x2x1xf32>) -> tensor<?x256xbf16>
+  return
+}
+
+// -----
+
+func.func @fp8_channel_scales(%x: tensor<?x256xbf16>, %logits: tensor<?x8xf32>, %w13: tensor<8x192x256xf8E4M3FN>, %w2: tensor<8x256x96xf8E4M3FN>, %s13: tensor<8x192xf32>, %s2: tensor<8x96xf32>) {
+  // expected-error @below {{'moe.fused_moe' op expects 'w2_scales' of shape channel scales of 'w2' = [8, 256], got 'tensor<8x96xf32>'}}
+  %y = moe.fused_moe %x, %logits, %w13, %w2 scales(%s13, %s2) activation(silu_and_mul) {router = #moe.router<scoring = softmax, top_k = 2>, quantization = #moe.quantization<weights = channel, activations = token>} : (tensor<?x256xbf16>, tensor<?x8xf32>, tensor<8x192x256xf8E4M3FN>, tensor<8x256x96xf8E4M3FN>, tensor<8x192xf32>, tensor<8x96xf32>) -> tensor<?x256xbf16>
+  return
+}
+
+// -----
+
+func.func @fp8_gemm_input_scales(%x: tensor<?x200xf8E4M3FN>, %xs: tensor<?x1xf32>, %w: tensor<4x64x200xf8E4M3FN>, %ws: tensor<4x1x2xf32>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>) {
+  // expected-error @below {{'moe.grouped_matmul' op expects 'input_scales' of shape [rows, ceil(K / group)] = [?, 2], got 'tensor<?x1xf32>'}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n scales(%xs, %ws) input(token) output(sorted)
+      {block_m = 64, num_slots = 2, quantization = #moe.quantization<weights = block, activations = token_group>}
+    : (tensor<?x200xf8E4M3FN>, tensor<4x64x200xf8E4M3FN>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, tensor<?x1xf32>, tensor<4x1x2xf32>) -> tensor<?x64xbf16>
+  return
+}
+
+// -----
+
+func.func @fp8_gemm_input_type(%x: tensor<?x256xbf16>, %xs: tensor<?x2xf32>, %w: tensor<4x64x256xf8E4M3FN>, %ws: tensor<4x1x2xf32>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>) {
+  // expected-error @below {{'moe.grouped_matmul' op expects 'input' to have the element type of weights ('f8E4M3FN'), got 'bf16'}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n scales(%xs, %ws) input(token) output(sorted)
+      {block_m = 64, num_slots = 2, quantization = #moe.quantization<weights = block, activations = token_group>}
+    : (tensor<?x256xbf16>, tensor<4x64x256xf8E4M3FN>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, tensor<?x2xf32>, tensor<4x1x2xf32>) -> tensor<?x64xbf16>
+  return
+}
+
+// -----
+
+func.func @quantize_group_size(%x: tensor<?x64xbf16>) {
+  // expected-error @below {{'moe.quantize' op expects a group_size of at most the row size K (64), got 128}}
+  %q, %s = moe.quantize %x {group_size = 128} : (tensor<?x64xbf16>) -> (tensor<?x64xf8E4M3FN>, tensor<?x1xf32>)
+  return
+}
+
+// -----
+
+func.func @quantize_scales(%x: tensor<?x200xbf16>) {
+  // expected-error @below {{'moe.quantize' op expects 'scales' of shape [M, ceil(K / group_size)] = [?, 2], got 'tensor<?x1xf32>'}}
+  %q, %s = moe.quantize %x {group_size = 128} : (tensor<?x200xbf16>) -> (tensor<?x200xf8E4M3FN>, tensor<?x1xf32>)
+  return
+}
+
+// -----
+
+func.func @quantize_output(%x: tensor<4x64xbf16>) {
+  // expected-error @below {{'moe.quantize' op result #0 must be ranked tensor of f8E4M3FN type values, but got 'tensor<4x64xbf16>'}}
+  %q, %s = moe.quantize %x {group_size = 64} : (tensor<4x64xbf16>) -> (tensor<4x64xbf16>, tensor<4x1xf32>)
+  return
+}

@@ -160,3 +160,67 @@ func.func @tensor_maps(%h: tensor<?x64xbf16>, %w: tensor<8x64x64xbf16>,
        -> tensor<?x64xbf16>
   return %o : tensor<?x64xbf16>
 }
+
+// FP8 weights: the layer, its experts, a scaled grouped matmul, quantize.
+
+// CHECK-LABEL: func @fused_moe_fp8_block
+// CHECK: moe.fused_moe %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} bias(%{{.*}}) scales(%{{.*}}, %{{.*}}) activation(silu_and_mul)
+// CHECK-SAME: quantization = #moe.quantization<weights = block, activations = token_group>
+// CHECK-SAME: tensor<17x192x256xf8E4M3FN>, tensor<17x256x96xf8E4M3FN>, tensor<16xf32>, tensor<17x2x2xf32>, tensor<17x2x1xf32>) -> tensor<?x256xbf16>
+func.func @fused_moe_fp8_block(%x: tensor<?x256xbf16>, %logits: tensor<?x16xf32>,
+                               %w13: tensor<17x192x256xf8E4M3FN>,
+                               %w2: tensor<17x256x96xf8E4M3FN>,
+                               %bias: tensor<16xf32>, %s13: tensor<17x2x2xf32>,
+                               %s2: tensor<17x2x1xf32>) -> tensor<?x256xbf16> {
+  %y = moe.fused_moe %x, %logits, %w13, %w2 bias(%bias) scales(%s13, %s2)
+         activation(silu_and_mul) {
+         router = #moe.router<scoring = sigmoid, top_k = 4, num_groups = 4,
+                              topk_groups = 2, num_shared_experts = 1>,
+         quantization = #moe.quantization<weights = block, activations = token_group, block_size = 128>}
+       : (tensor<?x256xbf16>, tensor<?x16xf32>, tensor<17x192x256xf8E4M3FN>,
+          tensor<17x256x96xf8E4M3FN>, tensor<16xf32>, tensor<17x2x2xf32>,
+          tensor<17x2x1xf32>) -> tensor<?x256xbf16>
+  return %y : tensor<?x256xbf16>
+}
+
+// CHECK-LABEL: func @fused_experts_fp8_channel
+// CHECK: moe.fused_experts %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} scales(%{{.*}}, %{{.*}}) activation(silu_and_mul)
+// CHECK-SAME: quantization = #moe.quantization<weights = channel, activations = token, block_size = 64>
+func.func @fused_experts_fp8_channel(%x: tensor<?x256xf16>, %ids: tensor<?x2xi32>,
+                                     %w: tensor<?x2xf32>,
+                                     %w13: tensor<8x64x256xf8E4M3FN>,
+                                     %w2: tensor<8x256x32xf8E4M3FN>,
+                                     %s13: tensor<8x64xf32>,
+                                     %s2: tensor<8x256xf32>) -> tensor<?x256xf16> {
+  %y = moe.fused_experts %x, %ids, %w, %w13, %w2 scales(%s13, %s2)
+         activation(silu_and_mul) {
+         quantization = #moe.quantization<weights = channel, activations = token, block_size = 64>}
+       : (tensor<?x256xf16>, tensor<?x2xi32>, tensor<?x2xf32>,
+          tensor<8x64x256xf8E4M3FN>, tensor<8x256x32xf8E4M3FN>,
+          tensor<8x64xf32>, tensor<8x256xf32>) -> tensor<?x256xf16>
+  return %y : tensor<?x256xf16>
+}
+
+// CHECK-LABEL: func @grouped_matmul_fp8
+// CHECK: moe.quantize %{{.*}} rows(%{{.*}}) {group_size = 128 : i64}
+// CHECK-SAME: (tensor<?x256xbf16>, tensor<i32>) -> (tensor<?x256xf8E4M3FN>, tensor<?x2xf32>)
+// CHECK: %[[TQ:.*]], %[[TS:.*]] = moe.quantize %{{.*}} {group_size = 256 : i64}
+// CHECK: moe.grouped_matmul %[[TQ]], %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} routed_weights(%{{.*}}) scales(%[[TS]], %{{.*}}) input(sorted) output(slot)
+// CHECK-SAME: quantization = #moe.quantization<weights = tensor, activations = token>
+func.func @grouped_matmul_fp8(%h: tensor<?x256xbf16>, %w: tensor<4x64x256xf8E4M3FN>,
+                              %ws: tensor<4xf32>, %sorted: tensor<?xi32>,
+                              %experts: tensor<?xi32>, %n: tensor<i32>,
+                              %rw: tensor<?x2xf32>) -> tensor<?x2x64xbf16> {
+  %q, %s = moe.quantize %h rows(%n) {group_size = 128}
+         : (tensor<?x256xbf16>, tensor<i32>) -> (tensor<?x256xf8E4M3FN>, tensor<?x2xf32>)
+  %tq, %ts = moe.quantize %h {group_size = 256}
+         : (tensor<?x256xbf16>) -> (tensor<?x256xf8E4M3FN>, tensor<?x1xf32>)
+  %o = moe.grouped_matmul %tq, %w, %sorted, %experts, %n routed_weights(%rw)
+         scales(%ts, %ws) input(sorted) output(slot)
+         {block_m = 64, num_slots = 2,
+          quantization = #moe.quantization<weights = tensor, activations = token>}
+       : (tensor<?x256xf8E4M3FN>, tensor<4x64x256xf8E4M3FN>, tensor<?xi32>,
+          tensor<?xi32>, tensor<i32>, tensor<?x2xf32>, tensor<?x1xf32>,
+          tensor<4xf32>) -> tensor<?x2x64xbf16>
+  return %o : tensor<?x2x64xbf16>
+}

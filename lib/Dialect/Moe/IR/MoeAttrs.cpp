@@ -77,6 +77,47 @@ RouterAttr::verifyForExperts(function_ref<InFlightDiagnostic()> emitError,
 }
 
 //===----------------------------------------------------------------------===//
+// QuantizationAttr
+//===----------------------------------------------------------------------===//
+
+/// Scale blocks wider than a GEMM tile would be; the checkpoints use 128.
+static constexpr int64_t kMaxScaleBlockSize = 1024;
+
+LogicalResult
+QuantizationAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                         WeightScaling weights, ActivationScaling activations,
+                         int64_t blockSize) {
+  if (blockSize < 1 || blockSize > kMaxScaleBlockSize)
+    return emitError() << "block_size must be in [1, " << kMaxScaleBlockSize
+                       << "], got " << blockSize;
+  // A K block's partial sum is scaled by one activation and one weight
+  // scale only when both change at the same K boundaries.
+  bool blockWeights = weights == WeightScaling::block;
+  bool groupActivations = activations == ActivationScaling::token_group;
+  if (blockWeights != groupActivations)
+    return emitError() << "weights = " << stringifyWeightScaling(weights)
+                       << " pairs with activations = "
+                       << (blockWeights ? "token_group" : "token") << ", got "
+                       << stringifyActivationScaling(activations);
+  return success();
+}
+
+SmallVector<int64_t> QuantizationAttr::getWeightScalesShape(int64_t numExperts,
+                                                            int64_t n,
+                                                            int64_t k) const {
+  switch (getWeights()) {
+  case WeightScaling::tensor:
+    return {numExperts};
+  case WeightScaling::channel:
+    return {numExperts, n};
+  case WeightScaling::block:
+    return {numExperts, llvm::divideCeilSigned(n, getBlockSize()),
+            llvm::divideCeilSigned(k, getBlockSize())};
+  }
+  llvm_unreachable("unknown weight scaling");
+}
+
+//===----------------------------------------------------------------------===//
 // GemmConfigAttr
 //===----------------------------------------------------------------------===//
 

@@ -116,13 +116,49 @@ static FailureOr<int64_t> outputColumns(Operation *op, Activation activation,
   return n / 2;
 }
 
+/// Checks that fp8 `weights` [E, N, K] come with `scales` of the shape
+/// `quantization` gives, and that other weights come without scales.
+static LogicalResult verifyWeightScales(Operation *op,
+                                        QuantizationAttr quantization,
+                                        StringRef weightsName, Value weights,
+                                        StringRef scalesName, Value scales) {
+  Type elementType = getElementTypeOrSelf(weights.getType());
+  bool fp8 = isa<Float8E4M3FNType>(elementType);
+  if (fp8 != static_cast<bool>(quantization))
+    return op->emitOpError()
+           << (fp8 ? "expects a quantization for its f8E4M3FN '"
+                   : "expects f8E4M3FN '")
+           << weightsName << (fp8 ? "'" : "' with a quantization, got ")
+           << (fp8 ? Type() : elementType);
+  if (static_cast<bool>(scales) != fp8)
+    return op->emitOpError()
+           << "expects '" << scalesName << "' " << (fp8 ? "with" : "only with")
+           << " f8E4M3FN '" << weightsName << "'";
+  if (!fp8)
+    return success();
+  auto type = cast<RankedTensorType>(weights.getType());
+  SmallVector<int64_t> shape = quantization.getWeightScalesShape(
+      type.getDimSize(0), type.getDimSize(1), type.getDimSize(2));
+  return verifyShape(op, scalesName, scales, shape,
+                     stringifyWeightScaling(quantization.getWeights()).str() +
+                         " scales of '" + weightsName.str() + "'");
+}
+
+/// The weights of a layer's expert MLP and their fp8 scales.
+struct ExpertWeights {
+  Value w13, w2, w13Scales, w2Scales;
+  QuantizationAttr quantization;
+};
+
 /// Checks the expert MLP of a layer: `w13` [stored, 2I, H] holding gate and
-/// up rows, `w2` [stored, H, I], both in the element type of `hidden` [T, H],
-/// and `output` [T, H] of that type too. `storedName` names `stored` in
-/// messages ("E+X" or "E").
-static LogicalResult verifyExpertWeights(Operation *op, Value hidden, Value w13,
-                                         Value w2, Value output, int64_t stored,
+/// up rows, `w2` [stored, H, I], both in the element type of `hidden` [T, H]
+/// (or f8E4M3FN with their scales), and `output` [T, H] of the type of
+/// `hidden`. `storedName` names `stored` in messages ("E+X" or "E").
+static LogicalResult verifyExpertWeights(Operation *op, Value hidden,
+                                         const ExpertWeights &experts,
+                                         Value output, int64_t stored,
                                          StringRef storedName) {
+  Value w13 = experts.w13, w2 = experts.w2;
   std::string w13Meaning = ("[" + storedName + ", 2I, H]").str();
   std::string w2Meaning = ("[" + storedName + ", H, I]").str();
   if (failed(verifyRank(op, "w13", w13, 3, w13Meaning)) ||
@@ -139,10 +175,17 @@ static LogicalResult verifyExpertWeights(Operation *op, Value hidden, Value w13,
                          w13Meaning)) ||
       failed(verifyShape(op, "w2", w2, {stored, hiddenSize, twiceI / 2},
                          w2Meaning)) ||
-      failed(verifyElementType(op, "w13", w13, elementType, "hidden_states")) ||
-      failed(verifyElementType(op, "w2", w2, elementType, "hidden_states")) ||
+      failed(verifyWeightScales(op, experts.quantization, "w13", w13,
+                                "w13_scales", experts.w13Scales)) ||
+      failed(verifyWeightScales(op, experts.quantization, "w2", w2, "w2_scales",
+                                experts.w2Scales)) ||
       failed(
           verifyShape(op, "output", output, {numTokens, hiddenSize}, "[T, H]")))
+    return failure();
+  if (!experts.quantization &&
+      (failed(
+           verifyElementType(op, "w13", w13, elementType, "hidden_states")) ||
+       failed(verifyElementType(op, "w2", w2, elementType, "hidden_states"))))
     return failure();
   return verifyElementType(op, "output", output, elementType, "hidden_states");
 }
@@ -181,9 +224,11 @@ LogicalResult FusedMoeOp::verify() {
     return failure();
   if (failed(verifyGatedActivation(op, getActivation())))
     return failure();
-  if (failed(verifyExpertWeights(op, hidden, getW13(), getW2(), getOutput(),
-                                 numExperts + router.getNumSharedExperts(),
-                                 "E+X")))
+  if (failed(verifyExpertWeights(
+          op, hidden,
+          {getW13(), getW2(), getW13Scales(), getW2Scales(),
+           getQuantizationAttr()},
+          getOutput(), numExperts + router.getNumSharedExperts(), "E+X")))
     return failure();
   if (Value bias = getCorrectionBias())
     return verifyShape(op, "correction_bias", bias, {numExperts}, "[E]");
@@ -210,8 +255,10 @@ LogicalResult FusedExpertsOp::verify() {
       failed(verifyGatedActivation(op, getActivation())) ||
       failed(verifyRank(op, "w13", getW13(), 3, "[E, 2I, H]")))
     return failure();
-  return verifyExpertWeights(op, hidden, getW13(), getW2(), getOutput(),
-                             dimOf(getW13(), 0), "E");
+  return verifyExpertWeights(
+      op, hidden,
+      {getW13(), getW2(), getW13Scales(), getW2Scales(), getQuantizationAttr()},
+      getOutput(), dimOf(getW13(), 0), "E");
 }
 
 //===----------------------------------------------------------------------===//
@@ -349,6 +396,17 @@ LogicalResult GroupedMatmulOp::verify() {
     if (failed(verifyShape(op, "routed_weights", routedWeights,
                            {*numTokens, numSlots}, "[T, S]")))
       return failure();
+  QuantizationAttr quantization = getQuantizationAttr();
+  if (failed(verifyWeightScales(op, quantization, "weights", weights,
+                                "weight_scales", getWeightScales())))
+    return failure();
+  if (quantization &&
+      failed(verifyShape(
+          op, "input_scales", getInputScales(),
+          {inputRows,
+           llvm::divideCeilSigned(k, quantization.getActivationGroupSize(k))},
+          "[rows, ceil(K / group)]")))
+    return failure();
   if (outputOrder == RowOrder::slot) {
     if (failed(verifyShape(op, "output", output,
                            {*numTokens, numSlots, *columns}, "[T, S, N']")))
@@ -417,6 +475,28 @@ LogicalResult GroupedMatmulOp::verifyTensorMaps() {
     if (cast<TensorMapType>(weightsMap.getType()).getBox().front() != 1)
       return emitOpError() << "expects weights_map boxes of one expert";
   return success();
+}
+
+//===----------------------------------------------------------------------===//
+// QuantizeOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult QuantizeOp::verify() {
+  Operation *op = getOperation();
+  Value input = getInput();
+  if (failed(verifyRank(op, "input", input, 2, "[M, K]")) ||
+      failed(verifyStaticDims(op, "input", input, {1}, "row size K")))
+    return failure();
+  int64_t rows = dimOf(input, 0), k = dimOf(input, 1);
+  int64_t groupSize = getGroupSize();
+  if (groupSize > k)
+    return emitOpError() << "expects a group_size of at most the row size K ("
+                         << k << "), got " << groupSize;
+  if (failed(verifyShape(op, "output", getOutput(), {rows, k}, "[M, K]")))
+    return failure();
+  return verifyShape(op, "scales", getScales(),
+                     {rows, llvm::divideCeilSigned(k, groupSize)},
+                     "[M, ceil(K / group_size)]");
 }
 
 //===----------------------------------------------------------------------===//

@@ -22,11 +22,40 @@ namespace {
 /// The operands of a layer's experts once routing is known.
 struct ExpertsOperands {
   Value hidden, ids, weights, w13, w2;
+  /// FP8 weights: their scales and the quantization (else null).
+  Value w13Scales, w2Scales;
+  QuantizationAttr quantization;
   Activation activation;
   /// Whether ids may lie outside [0, E) (given by the caller, not a gate),
   /// so that the combine must skip those slots.
   bool idsMayBeOutOfRange;
 };
+
+/// A GEMM's input rows and, for fp8 weights, their scales.
+struct GemmInput {
+  Value rows, scales;
+};
+
+/// The input rows [M, K] of a GEMM: as they are, or quantized as
+/// `quantization` says for fp8 weights (only the first `numRows` rows when
+/// given).
+GemmInput quantizeRows(PatternRewriter &rewriter, Location loc, Value rows,
+                       Value numRows, QuantizationAttr quantization) {
+  if (!quantization)
+    return {rows, Value()};
+  auto type = cast<RankedTensorType>(rows.getType());
+  int64_t k = type.getDimSize(1);
+  int64_t groupSize = quantization.getActivationGroupSize(k);
+  auto quantize = QuantizeOp::create(
+      rewriter, loc,
+      RankedTensorType::get(type.getShape(),
+                            rewriter.getType<Float8E4M3FNType>()),
+      RankedTensorType::get(
+          {type.getDimSize(0), llvm::divideCeilSigned(k, groupSize)},
+          rewriter.getF32Type()),
+      rows, numRows, groupSize);
+  return {quantize.getOutput(), quantize.getScales()};
+}
 
 /// Builds route -> grouped_matmul(w13, activation) -> grouped_matmul(w2,
 /// routed weights) -> combine for `experts` and returns the combined
@@ -58,22 +87,29 @@ Value buildExperts(PatternRewriter &rewriter, Location loc,
       RankedTensorType::get({numBlocks}, i32), RankedTensorType::get({}, i32),
       experts.ids, storedExperts, blockM);
 
+  // FP8: the hidden states, and the activation's output as the first GEMM
+  // stores it (padded rows only), quantized for the GEMM that reads them.
+  QuantizationAttr quantization = experts.quantization;
+  GemmInput hidden = quantizeRows(rewriter, loc, experts.hidden,
+                                  /*numRows=*/Value(), quantization);
   auto gateUp = GroupedMatmulOp::create(
       rewriter, loc,
-      RankedTensorType::get({capacity, intermediate}, elementType),
-      experts.hidden, experts.w13, route.getSortedIds(), route.getExpertIds(),
-      route.getNumPadded(), /*routed_weights=*/Value(),
-      /*input_map=*/Value(), /*weights_map=*/Value(), blockM, numSlots,
-      RowOrder::token, RowOrder::sorted, experts.activation,
-      /*config=*/GemmConfigAttr());
+      RankedTensorType::get({capacity, intermediate}, elementType), hidden.rows,
+      experts.w13, route.getSortedIds(), route.getExpertIds(),
+      route.getNumPadded(), /*routed_weights=*/Value(), hidden.scales,
+      experts.w13Scales, /*input_map=*/Value(), /*weights_map=*/Value(), blockM,
+      numSlots, RowOrder::token, RowOrder::sorted, experts.activation,
+      /*config=*/GemmConfigAttr(), quantization);
+  GemmInput activated = quantizeRows(rewriter, loc, gateUp.getOutput(),
+                                     route.getNumPadded(), quantization);
   auto down = GroupedMatmulOp::create(
       rewriter, loc,
       RankedTensorType::get({numTokens, numSlots, hiddenSize}, elementType),
-      gateUp.getOutput(), experts.w2, route.getSortedIds(),
-      route.getExpertIds(), route.getNumPadded(), experts.weights,
+      activated.rows, experts.w2, route.getSortedIds(), route.getExpertIds(),
+      route.getNumPadded(), experts.weights, activated.scales, experts.w2Scales,
       /*input_map=*/Value(), /*weights_map=*/Value(), blockM, numSlots,
       RowOrder::sorted, RowOrder::slot, Activation::none,
-      /*config=*/GemmConfigAttr());
+      /*config=*/GemmConfigAttr(), quantization);
   bool masked = experts.idsMayBeOutOfRange;
   return CombineOp::create(rewriter, loc, hiddenType, down.getOutput(),
                            /*weights=*/Value(), masked ? experts.ids : Value(),
@@ -99,6 +135,9 @@ ExpertsOperands getExperts(FusedMoeOp op, PatternRewriter &rewriter) {
           gate.getWeights(),
           op.getW13(),
           op.getW2(),
+          op.getW13Scales(),
+          op.getW2Scales(),
+          op.getQuantizationAttr(),
           op.getActivation(),
           /*idsMayBeOutOfRange=*/false};
 }
@@ -111,6 +150,9 @@ ExpertsOperands getExperts(FusedExpertsOp op, PatternRewriter &) {
           op.getWeights(),
           op.getW13(),
           op.getW2(),
+          op.getW13Scales(),
+          op.getW2Scales(),
+          op.getQuantizationAttr(),
           op.getActivation(),
           /*idsMayBeOutOfRange=*/true};
 }

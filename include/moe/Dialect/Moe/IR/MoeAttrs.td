@@ -62,6 +62,29 @@ def Moe_RowOrderAttr : I32EnumAttr<"RowOrder", "order of the rows of a GEMM oper
   let cppNamespace = "::mlir::moe";
 }
 
+def Moe_WeightScalingAttr : I32EnumAttr<"WeightScaling",
+    "the granularity of the fp32 scales of fp8 expert weights", [
+    // One scale per expert matrix: [E].
+    I32EnumAttrCase<"tensor", 0>,
+    // One scale per output channel (row of N): [E, N].
+    I32EnumAttrCase<"channel", 1>,
+    // One scale per block_size x block_size block of [N, K]:
+    // [E, ceil(N / B), ceil(K / B)] (DeepSeek-V3's `weight_scale_inv`).
+    I32EnumAttrCase<"block", 2>
+  ]> {
+  let cppNamespace = "::mlir::moe";
+}
+
+def Moe_ActivationScalingAttr : I32EnumAttr<"ActivationScaling",
+    "the granularity of the dynamic fp32 scales of fp8 activations", [
+    // One scale per row: [M, 1].
+    I32EnumAttrCase<"token", 0>,
+    // One scale per row and group of block_size columns: [M, ceil(K / B)].
+    I32EnumAttrCase<"token_group", 1>
+  ]> {
+  let cppNamespace = "::mlir::moe";
+}
+
 //===----------------------------------------------------------------------===//
 // Attributes
 //===----------------------------------------------------------------------===//
@@ -129,6 +152,44 @@ def Moe_RouterAttr : Moe_Attr<"Router", "router"> {
     ::llvm::LogicalResult
     verifyForExperts(::llvm::function_ref<::mlir::InFlightDiagnostic()> emitError,
                      int64_t numExperts) const;
+  }];
+}
+
+def Moe_QuantizationAttr : Moe_Attr<"Quantization", "quantization"> {
+  let summary = "How fp8 (e4m3) GEMM operands are scaled";
+  let description = [{
+    The scaling recipe of a grouped matmul whose weights and input rows are
+    `f8E4M3FN`: every stored value stands for value x scale, with fp32
+    scales at the granularity of `weights` (`tensor`, `channel` or `block`
+    of `block_size` x `block_size`) and of `activations` (`token`, or
+    `token_group` of `block_size` columns), quantized at run time by
+    `moe.quantize`. The recipes that checkpoints use pair `block` weights
+    with `token_group` activations (DeepSeek-V3, Kimi-K2, Qwen3-FP8), and
+    `tensor` or `channel` weights with `token` activations.
+
+    Example:
+
+    ```mlir
+    #moe.quantization<weights = block, activations = token_group, block_size = 128>
+    ```
+  }];
+  let parameters = (ins
+    EnumParameter<Moe_WeightScalingAttr>:$weights,
+    EnumParameter<Moe_ActivationScalingAttr>:$activations,
+    DefaultValuedParameter<"int64_t", "128">:$block_size
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// Columns per activation scale of rows of `k` columns.
+    int64_t getActivationGroupSize(int64_t k) const {
+      return getActivations() == ActivationScaling::token_group
+                 ? getBlockSize() : k;
+    }
+    /// The shape of the scales of fp8 weights [E, N, K].
+    ::llvm::SmallVector<int64_t> getWeightScalesShape(int64_t numExperts,
+                                                      int64_t n,
+                                                      int64_t k) const;
   }];
 }
 

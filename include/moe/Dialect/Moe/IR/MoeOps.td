@@ -13,6 +13,10 @@ class Moe_Op<string mnemonic, list<Trait> traits = []>
 }
 
 def Moe_FloatTensor : RankedTensorOf<[F32, BF16, F16]>;
+// Expert weights and GEMM operands: floats, or fp8 scaled per
+// #moe.quantization.
+def Moe_GemmTensor : RankedTensorOf<[F32, BF16, F16, F8E4M3FN]>;
+def Moe_Fp8Tensor : RankedTensorOf<[F8E4M3FN]>;
 def Moe_I32Tensor : RankedTensorOf<[I32]>;
 def Moe_F32Tensor : RankedTensorOf<[F32]>;
 def Moe_CountTensor : 0DTensorOf<[I32]>;
@@ -22,7 +26,7 @@ def Moe_PositiveI64Attr : ConfinedAttr<I64Attr, [IntPositive]>;
 // Layer level
 //===----------------------------------------------------------------------===//
 
-def Moe_FusedMoeOp : Moe_Op<"fused_moe"> {
+def Moe_FusedMoeOp : Moe_Op<"fused_moe", [AttrSizedOperandSegments]> {
   let summary = "A whole Mixture-of-Experts layer";
   let description = [{
     Routes each token of `hidden_states` `[T, H]` to experts chosen from
@@ -41,6 +45,13 @@ def Moe_FusedMoeOp : Moe_Op<"fused_moe"> {
     result has the type of `hidden_states`. `moe-decompose` rewrites this op
     into `moe.gate`, `moe.route`, two `moe.grouped_matmul`s and `moe.combine`.
 
+    FP8 weights: with a `quantization`, `w13` and `w2` are `f8E4M3FN` with
+    fp32 scales `scales(%w13_scales, %w2_scales)` of the shapes the
+    quantization gives (`block`: `[E+X, ceil(2I/B), ceil(H/B)]` and
+    `[E+X, ceil(H/B), ceil(I/B)]`), and each GEMM's input rows are quantized
+    at run time as `moe.quantize` defines: the hidden states, and the
+    activation's output after it is stored in the hidden states' type.
+
     Example:
 
     ```mlir
@@ -53,21 +64,27 @@ def Moe_FusedMoeOp : Moe_Op<"fused_moe"> {
   let arguments = (ins
     Moe_FloatTensor:$hidden_states,
     Moe_FloatTensor:$router_logits,
-    Moe_FloatTensor:$w13,
-    Moe_FloatTensor:$w2,
+    Moe_GemmTensor:$w13,
+    Moe_GemmTensor:$w2,
     Optional<Moe_F32Tensor>:$correction_bias,
+    Optional<Moe_F32Tensor>:$w13_scales,
+    Optional<Moe_F32Tensor>:$w2_scales,
     Moe_RouterAttr:$router,
-    Moe_ActivationAttr:$activation
+    Moe_ActivationAttr:$activation,
+    OptionalAttr<Moe_QuantizationAttr>:$quantization
   );
   let results = (outs Moe_FloatTensor:$output);
   let assemblyFormat = [{
     $hidden_states `,` $router_logits `,` $w13 `,` $w2
-    (`bias` `(` $correction_bias^ `)`)? `activation` `(` $activation `)`
+    (`bias` `(` $correction_bias^ `)`)?
+    (`scales` `(` $w13_scales^ `,` $w2_scales `)`)?
+    `activation` `(` $activation `)`
     attr-dict `:` functional-type(operands, results)
   }];
 }
 
-def Moe_FusedExpertsOp : Moe_Op<"fused_experts"> {
+def Moe_FusedExpertsOp : Moe_Op<"fused_experts",
+                                [AttrSizedOperandSegments]> {
   let summary = "A MoE layer's experts, given routing already computed";
   let description = [{
     The experts of a Mixture-of-Experts layer without its router, for
@@ -86,7 +103,8 @@ def Moe_FusedExpertsOp : Moe_Op<"fused_experts"> {
     convention of expert parallelism, where experts held elsewhere are -1);
     an expert named by several slots of a token runs once per slot. The
     result has the type of `hidden_states`. `moe-decompose` rewrites this op
-    into `moe.route`, two `moe.grouped_matmul`s and `moe.combine`.
+    into `moe.route`, two `moe.grouped_matmul`s and `moe.combine`. FP8
+    weights take `scales(...)` and a `quantization` as in `moe.fused_moe`.
 
     Example:
 
@@ -101,13 +119,17 @@ def Moe_FusedExpertsOp : Moe_Op<"fused_experts"> {
     Moe_FloatTensor:$hidden_states,
     Moe_I32Tensor:$ids,
     Moe_F32Tensor:$weights,
-    Moe_FloatTensor:$w13,
-    Moe_FloatTensor:$w2,
-    Moe_ActivationAttr:$activation
+    Moe_GemmTensor:$w13,
+    Moe_GemmTensor:$w2,
+    Optional<Moe_F32Tensor>:$w13_scales,
+    Optional<Moe_F32Tensor>:$w2_scales,
+    Moe_ActivationAttr:$activation,
+    OptionalAttr<Moe_QuantizationAttr>:$quantization
   );
   let results = (outs Moe_FloatTensor:$output);
   let assemblyFormat = [{
     $hidden_states `,` $ids `,` $weights `,` $w13 `,` $w2
+    (`scales` `(` $w13_scales^ `,` $w2_scales `)`)?
     `activation` `(` $activation `)` attr-dict `:`
     functional-type(operands, results)
   }];
@@ -233,7 +255,22 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
 
     `weights` is `[E', N, K]` with E' the `num_experts` of the `moe.route`
     that produced the routing operands; A and `weights` share one element
-    type; the result's element type may differ. An optional `config` fixes the
+    type; the result's element type may differ.
+
+    FP8: with a `quantization`, A and `weights` are `f8E4M3FN` and
+    `scales(%input_scales, %weight_scales)` are their fp32 scales: input
+    scales `[rows, G]` (G = ceil(K/B) for `token_group`, 1 for `token`),
+    weight scales as the quantization gives. The sum becomes, for `block`:
+
+    ```
+    h[n] = sum over K blocks b, in order, of
+             (sum_{k in b} A[src(r), k] * weights[e, n, k])       // fp32
+             * (input_scales[src(r), b] * weight_scales[e, n / B, b])
+    ```
+
+    and for `channel` (`tensor`) the whole fp32 sum times
+    `input_scales[src(r), 0] * weight_scales[e, n]` (`[e]`), before the
+    activation. An optional `config` fixes the
     tiling that `moe-tile` uses; `input_map` and `weights_map` are the
     `moe.tensor_map`s of the input and the weights through which the config's
     TMA loads go (`moe-tma` adds them): tiles of block_k elements of K, one
@@ -250,12 +287,14 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
     ```
   }];
   let arguments = (ins
-    Moe_FloatTensor:$input,
-    Moe_FloatTensor:$weights,
+    Moe_GemmTensor:$input,
+    Moe_GemmTensor:$weights,
     Moe_I32Tensor:$sorted_ids,
     Moe_I32Tensor:$expert_ids,
     Moe_CountTensor:$num_padded,
     Optional<Moe_F32Tensor>:$routed_weights,
+    Optional<Moe_F32Tensor>:$input_scales,
+    Optional<Moe_F32Tensor>:$weight_scales,
     Optional<Moe_TensorMapType>:$input_map,
     Optional<Moe_TensorMapType>:$weights_map,
     Moe_PositiveI64Attr:$block_m,
@@ -263,12 +302,14 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
     Moe_RowOrderAttr:$input_order,
     Moe_RowOrderAttr:$output_order,
     DefaultValuedAttr<Moe_ActivationAttr, "::mlir::moe::Activation::none">:$activation,
-    OptionalAttr<Moe_GemmConfigAttr>:$config
+    OptionalAttr<Moe_GemmConfigAttr>:$config,
+    OptionalAttr<Moe_QuantizationAttr>:$quantization
   );
   let results = (outs Moe_FloatTensor:$output);
   let assemblyFormat = [{
     $input `,` $weights `,` $sorted_ids `,` $expert_ids `,` $num_padded
     (`routed_weights` `(` $routed_weights^ `)`)?
+    (`scales` `(` $input_scales^ `,` $weight_scales `)`)?
     (`input_map` `(` $input_map^ `)`)?
     (`weights_map` `(` $weights_map^ `)`)?
     `input` `(` $input_order `)` `output` `(` $output_order `)`
@@ -296,6 +337,45 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
   }];
 }
 
+def Moe_QuantizeOp : Moe_Op<"quantize"> {
+  let summary = "Dynamic fp8 (e4m3) quantization of rows, per group of columns";
+  let description = [{
+    Quantizes each row of `input` `[M, K]` per group of `group_size`
+    columns (the last group may be shorter; `group_size` = K scales whole
+    rows): with amax the largest |x| of the group in fp32 (NaN when any x is
+    NaN),
+
+    ```
+    scales[m, g] = max(amax, 1e-10) / 448          // NaN stays NaN
+    output[m, k] = e4m3(input[m, k] / scales[m, g / group_size])
+    ```
+
+    where e4m3 rounds to the nearest `f8E4M3FN` value, ties to even,
+    saturating finite values and infinities beyond +-448 to +-448 (NaN stays
+    NaN), as Hopper's `cvt.rn.satfinite.e4m3x2.f32` does. `scales` is
+    `[M, ceil(K / group_size)]`. With `rows(%n)`, rows from `%n` on are not
+    computed (their contents are unspecified): the padded rows of a routing
+    count a layer's sorted rows.
+
+    Example (DeepSeek-V3's activations, one scale per 128 columns):
+
+    ```mlir
+    %q, %s = moe.quantize %x {group_size = 128}
+           : (tensor<?x7168xbf16>) -> (tensor<?x7168xf8E4M3FN>, tensor<?x56xf32>)
+    ```
+  }];
+  let arguments = (ins
+    Moe_FloatTensor:$input,
+    Optional<Moe_CountTensor>:$num_rows,
+    Moe_PositiveI64Attr:$group_size
+  );
+  let results = (outs Moe_Fp8Tensor:$output, Moe_F32Tensor:$scales);
+  let assemblyFormat = [{
+    $input (`rows` `(` $num_rows^ `)`)? attr-dict `:`
+    functional-type(operands, results)
+  }];
+}
+
 def Moe_TensorMapOp : Moe_Op<"tensor_map"> {
   let summary = "The TMA descriptor of a tensor";
   let description = [{
@@ -313,7 +393,7 @@ def Moe_TensorMapOp : Moe_Op<"tensor_map"> {
              -> !moe.tensor_map<bf16, box = [1, 128, 64], swizzle = 128>
     ```
   }];
-  let arguments = (ins Moe_FloatTensor:$source);
+  let arguments = (ins Moe_GemmTensor:$source);
   let results = (outs Moe_TensorMapType:$map);
   let assemblyFormat =
       "$source attr-dict `:` type($source) `->` qualified(type($map))";
