@@ -219,11 +219,21 @@ Routing mlir::moe::reference::route(int64_t numTokens, int64_t numSlots,
   return routing;
 }
 
+/// h [n] = x [k] times w [n, k]^T, each sum in fp32 in K order.
+static void rowTimesWeights(const float *x, const float *w, int64_t n,
+                            int64_t k, float *h) {
+  for (int64_t nn = 0; nn < n; ++nn) {
+    h[nn] = 0.0f;
+    for (int64_t kk = 0; kk < k; ++kk)
+      h[nn] += x[kk] * w[nn * k + kk];
+  }
+}
+
 void mlir::moe::reference::groupedMatmul(
     const Routing &routing, int64_t numTokens, int64_t numSlots, int64_t blockM,
-    int64_t n, int64_t k, const float *input, bool tokenOrder,
-    const float *weights, const float *routedWeights, Activation activation,
-    bool sortedOutput, float *output, const RoundFn &round) {
+    int64_t n, bool tokenOrder, const RowProductFn &product,
+    const float *routedWeights, Activation activation, bool sortedOutput,
+    float *output, const RoundFn &round) {
   int64_t numRouted = numTokens * numSlots;
   bool gated = activation != Activation::None;
   int64_t outN = gated ? n / 2 : n;
@@ -233,13 +243,7 @@ void mlir::moe::reference::groupedMatmul(
     if (slot < 0 || slot >= numRouted)
       continue;
     int64_t expert = routing.expertIds[r / blockM];
-    const float *x = input + (tokenOrder ? slot / numSlots : r) * k;
-    for (int64_t nn = 0; nn < n; ++nn) {
-      const float *w = weights + (expert * n + nn) * k;
-      acc[nn] = 0.0f;
-      for (int64_t kk = 0; kk < k; ++kk)
-        acc[nn] += x[kk] * w[kk];
-    }
+    product(tokenOrder ? slot / numSlots : r, expert, acc.data());
     float *out = output + (sortedOutput ? r : slot) * outN;
     for (int64_t j = 0; j < outN; ++j) {
       float value =
@@ -249,6 +253,19 @@ void mlir::moe::reference::groupedMatmul(
       out[j] = round(value);
     }
   }
+}
+
+void mlir::moe::reference::groupedMatmul(
+    const Routing &routing, int64_t numTokens, int64_t numSlots, int64_t blockM,
+    int64_t n, int64_t k, const float *input, bool tokenOrder,
+    const float *weights, const float *routedWeights, Activation activation,
+    bool sortedOutput, float *output, const RoundFn &round) {
+  groupedMatmul(
+      routing, numTokens, numSlots, blockM, n, tokenOrder,
+      [&](int64_t row, int64_t expert, float *h) {
+        rowTimesWeights(input + row * k, weights + expert * n * k, n, k, h);
+      },
+      routedWeights, activation, sortedOutput, output, round);
 }
 
 void mlir::moe::reference::combine(int64_t numTokens, int64_t numSlots,
@@ -270,12 +287,11 @@ void mlir::moe::reference::combine(int64_t numTokens, int64_t numSlots,
 void mlir::moe::reference::fusedExperts(
     Activation activation, int64_t numTokens, int64_t hiddenSize,
     int64_t numExperts, int64_t intermediate, int64_t numSlots,
-    const float *hidden, const int32_t *ids, const float *slotWeights,
-    const float *w13, const float *w2, float *output, const RoundFn &round) {
+    const int32_t *ids, const float *slotWeights,
+    const ExpertProducts &products, float *output, const RoundFn &round) {
   std::vector<float> h1(2 * intermediate), a(intermediate);
-  std::vector<float> y(hiddenSize);
+  std::vector<float> dot(hiddenSize), y(hiddenSize);
   for (int64_t t = 0; t < numTokens; ++t) {
-    const float *x = hidden + t * hiddenSize;
     std::fill(y.begin(), y.end(), 0.0f);
     for (int64_t s = 0; s < numSlots; ++s) {
       int64_t expert = ids[t * numSlots + s];
@@ -283,26 +299,36 @@ void mlir::moe::reference::fusedExperts(
         continue;
       float weight = slotWeights[t * numSlots + s];
       // a = act(x . w13[e][:I]^T) * (x . w13[e][I:]^T), stored rounded.
-      for (int64_t jj = 0; jj < 2 * intermediate; ++jj) {
-        const float *w = w13 + (expert * 2 * intermediate + jj) * hiddenSize;
-        h1[jj] = 0.0f;
-        for (int64_t hh = 0; hh < hiddenSize; ++hh)
-          h1[jj] += x[hh] * w[hh];
-      }
+      products.up(t, expert, h1.data());
       for (int64_t j = 0; j < intermediate; ++j)
         a[j] = round(activateAndMul(activation, h1[j], h1[j + intermediate]));
       // The slot's row, weighted and stored rounded, then summed into y.
-      for (int64_t h = 0; h < hiddenSize; ++h) {
-        const float *w = w2 + (expert * hiddenSize + h) * intermediate;
-        float dot = 0.0f;
-        for (int64_t j = 0; j < intermediate; ++j)
-          dot += a[j] * w[j];
-        y[h] += round(weight * dot);
-      }
+      products.down(expert, a.data(), dot.data());
+      for (int64_t h = 0; h < hiddenSize; ++h)
+        y[h] += round(weight * dot[h]);
     }
     for (int64_t h = 0; h < hiddenSize; ++h)
       output[t * hiddenSize + h] = round(y[h]);
   }
+}
+
+void mlir::moe::reference::fusedExperts(
+    Activation activation, int64_t numTokens, int64_t hiddenSize,
+    int64_t numExperts, int64_t intermediate, int64_t numSlots,
+    const float *hidden, const int32_t *ids, const float *slotWeights,
+    const float *w13, const float *w2, float *output, const RoundFn &round) {
+  ExpertProducts products;
+  products.up = [&](int64_t token, int64_t expert, float *h) {
+    rowTimesWeights(hidden + token * hiddenSize,
+                    w13 + expert * 2 * intermediate * hiddenSize,
+                    2 * intermediate, hiddenSize, h);
+  };
+  products.down = [&](int64_t expert, const float *a, float *y) {
+    rowTimesWeights(a, w2 + expert * hiddenSize * intermediate, hiddenSize,
+                    intermediate, y);
+  };
+  fusedExperts(activation, numTokens, hiddenSize, numExperts, intermediate,
+               numSlots, ids, slotWeights, products, output, round);
 }
 
 void mlir::moe::reference::fusedMoe(const Router &router, Activation activation,

@@ -62,6 +62,22 @@ Routing route(int64_t numTokens, int64_t numSlots, const int32_t *ids,
 /// fp32); supplied by the caller, which knows the element type.
 using RoundFn = std::function<float(float)>;
 
+/// The products of one input row with one expert's weights, before
+/// moe.grouped_matmul's epilogue: fills h [N]. `row` indexes the input (a
+/// token with tokenOrder, else a sorted row).
+using RowProductFn = std::function<void(int64_t row, int64_t expert, float *h)>;
+
+/// moe.grouped_matmul's rows and epilogue around the products `product`
+/// computes: for each routed row, h = product(row, expert), then the gated
+/// activation act(h[j]) * h[j + N/2] in fp32, the routed weight, and the
+/// stored element rounded by `round`, in sorted or slot order. The one place
+/// these semantics live, shared by the fp32 and the FP8 matmuls.
+void groupedMatmul(const Routing &routing, int64_t numTokens, int64_t numSlots,
+                   int64_t blockM, int64_t n, bool tokenOrder,
+                   const RowProductFn &product, const float *routedWeights,
+                   Activation activation, bool sortedOutput, float *output,
+                   const RoundFn &round);
+
 /// moe.grouped_matmul with fp32 accumulation. `input` is [T, K] (tokenOrder)
 /// or [C, K]; `weights` [E, N, K]; `routedWeights` [T, S] or nullptr. The
 /// output is [C, N'] (sortedOutput) or [T, S, N'] with N' = N / 2 for a
@@ -90,6 +106,25 @@ void fusedExperts(Activation activation, int64_t numTokens, int64_t hiddenSize,
                   const float *hidden, const int32_t *ids,
                   const float *slotWeights, const float *w13, const float *w2,
                   float *output, const RoundFn &round);
+
+/// The two products of a token's slot in fusedExperts.
+struct ExpertProducts {
+  /// Fills h [2I] with token `token`'s hidden row times w13[expert]^T.
+  std::function<void(int64_t token, int64_t expert, float *h)> up;
+  /// Fills y [H] with the stored intermediate a [I] times w2[expert]^T.
+  std::function<void(int64_t expert, const float *a, float *y)> down;
+};
+
+/// fusedExperts around the products `products` computes: for each token and
+/// each slot whose id e is in [0, numExperts), h = up(token, e),
+/// a = round(act(h[:I]) * h[I:]), y += round(weight * down(e, a)), and the
+/// output round(y). The one place these semantics live, shared by the fp32
+/// and the FP8 experts.
+void fusedExperts(Activation activation, int64_t numTokens, int64_t hiddenSize,
+                  int64_t numExperts, int64_t intermediate, int64_t numSlots,
+                  const int32_t *ids, const float *slotWeights,
+                  const ExpertProducts &products, float *output,
+                  const RoundFn &round);
 
 /// The whole layer (moe.fused_moe) computed token by token, without the
 /// route/grouped_matmul machinery: gate, then fusedExperts over the E+X
