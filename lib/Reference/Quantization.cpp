@@ -1,0 +1,219 @@
+//===- Quantization.cpp - Plain C++ reference of the FP8 semantics --------===//
+//
+// Written to be read rather than to be fast, and without the bit tricks an
+// encoder would use: toE4M3 searches the e4m3 values themselves, so that it
+// checks the lowering's integer encoder instead of repeating it.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/Reference/Quantization.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+using namespace mlir::moe::reference;
+
+float mlir::moe::reference::fromE4M3(uint8_t code) {
+  float sign = (code & 0x80) ? -1.0f : 1.0f;
+  int exponent = (code >> 3) & 0xF, mantissa = code & 0x7;
+  if (exponent == 0xF && mantissa == 0x7)
+    return std::copysign(std::numeric_limits<float>::quiet_NaN(), sign);
+  if (exponent == 0)
+    return sign * std::ldexp(float(mantissa), -9);
+  return sign * std::ldexp(float(8 + mantissa), exponent - 10);
+}
+
+/// The values of the non-negative finite codes 0x00 to 0x7E, increasing.
+static const std::array<double, 0x7F> &nonNegativeE4M3Values() {
+  static const std::array<double, 0x7F> values = [] {
+    std::array<double, 0x7F> decoded;
+    for (int code = 0; code < 0x7F; ++code)
+      decoded[code] = fromE4M3(static_cast<uint8_t>(code));
+    return decoded;
+  }();
+  return values;
+}
+
+uint8_t mlir::moe::reference::toE4M3(float x) {
+  if (std::isnan(x))
+    return 0x7F;
+  uint8_t sign = std::signbit(x) ? 0x80 : 0x00;
+  double magnitude = std::fabs(double(x));
+  // Beyond the largest finite value every value saturates to it; far beyond
+  // it, distances in double would no longer tell the values apart.
+  if (magnitude >= kE4M3Max)
+    return sign | 0x7E;
+  // The nearest non-negative finite value, ties to the even code. Where two
+  // distances are close enough for rounding to matter, x is near the
+  // midpoint of two neighbouring values and within a factor of two of each
+  // (or the value is 0), so that with its 24 significant bits both distances
+  // are exact in double.
+  const std::array<double, 0x7F> &values = nonNegativeE4M3Values();
+  uint8_t best = 0;
+  double bestDistance = magnitude;
+  for (int code = 1; code < 0x7F; ++code) {
+    double distance = std::fabs(magnitude - values[code]);
+    if (distance < bestDistance ||
+        (distance == bestDistance && code % 2 == 0)) {
+      best = static_cast<uint8_t>(code);
+      bestDistance = distance;
+    }
+  }
+  return sign | best;
+}
+
+/// max(a, b) that is NaN when either is, unlike std::max and fmax.
+static float maxOrNan(float a, float b) {
+  if (std::isnan(a) || std::isnan(b))
+    return std::numeric_limits<float>::quiet_NaN();
+  return std::max(a, b);
+}
+
+void mlir::moe::reference::quantizeE4M3(int64_t rows, int64_t k,
+                                        int64_t groupSize, const float *x,
+                                        uint8_t *q, float *scales) {
+  int64_t numGroups = (k + groupSize - 1) / groupSize;
+  for (int64_t m = 0; m < rows; ++m) {
+    for (int64_t g = 0; g < numGroups; ++g) {
+      int64_t begin = g * groupSize, end = std::min(begin + groupSize, k);
+      float amax = 0.0f;
+      for (int64_t c = begin; c < end; ++c)
+        amax = maxOrNan(amax, std::fabs(x[m * k + c]));
+      // The floor keeps an all-zero group's scale nonzero, so that its
+      // quotients are 0 rather than 0/0.
+      float scale = maxOrNan(amax, 1e-10f) / kE4M3Max;
+      scales[m * numGroups + g] = scale;
+      for (int64_t c = begin; c < end; ++c)
+        q[m * k + c] = toE4M3(x[m * k + c] / scale);
+    }
+  }
+}
+
+int64_t Fp8Scheme::groupSize(int64_t k) const {
+  return scaling == Fp8Scaling::Block ? blockSize : k;
+}
+
+int64_t Fp8Scheme::numGroups(int64_t k) const {
+  int64_t size = groupSize(k);
+  return (k + size - 1) / size;
+}
+
+/// The fp32 sum, in order, of the products of `count` e4m3 codes of a and w
+/// (each product exact in fp32).
+static float e4m3Dot(const uint8_t *a, const uint8_t *w, int64_t count) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < count; ++i)
+    sum += fromE4M3(a[i]) * fromE4M3(w[i]);
+  return sum;
+}
+
+/// h [n] = the e4m3 row a [k] with its scales `aScales` times the weights of
+/// `expert` ([E, n, k] codes) with their scales `weightScales`, scaled as
+/// `scheme` says (scaledGroupedMatmul).
+static void scaledRowTimesWeights(const Fp8Scheme &scheme, const uint8_t *a,
+                                  const float *aScales, const uint8_t *weights,
+                                  const float *weightScales, int64_t expert,
+                                  int64_t n, int64_t k, float *h) {
+  for (int64_t nn = 0; nn < n; ++nn) {
+    const uint8_t *w = weights + (expert * n + nn) * k;
+    switch (scheme.scaling) {
+    case Fp8Scaling::Block: {
+      int64_t blockSize = scheme.blockSize;
+      int64_t kBlocks = (k + blockSize - 1) / blockSize;
+      int64_t nBlocks = (n + blockSize - 1) / blockSize;
+      const float *wScales =
+          weightScales + (expert * nBlocks + nn / blockSize) * kBlocks;
+      float acc = 0.0f;
+      for (int64_t kb = 0; kb < kBlocks; ++kb) {
+        int64_t begin = kb * blockSize;
+        float partial =
+            e4m3Dot(a + begin, w + begin, std::min(blockSize, k - begin));
+        acc += partial * (aScales[kb] * wScales[kb]);
+      }
+      h[nn] = acc;
+      break;
+    }
+    case Fp8Scaling::Channel:
+      h[nn] = e4m3Dot(a, w, k) * (aScales[0] * weightScales[expert * n + nn]);
+      break;
+    case Fp8Scaling::Tensor:
+      h[nn] = e4m3Dot(a, w, k) * (aScales[0] * weightScales[expert]);
+      break;
+    }
+  }
+}
+
+void mlir::moe::reference::scaledGroupedMatmul(
+    const Fp8Scheme &scheme, const Routing &routing, int64_t numTokens,
+    int64_t numSlots, int64_t blockM, int64_t n, int64_t k,
+    const uint8_t *input, const float *inputScales, bool tokenOrder,
+    const uint8_t *weights, const float *weightScales,
+    const float *routedWeights, Activation activation, bool sortedOutput,
+    float *output, const RoundFn &round) {
+  int64_t inputGroups = scheme.numGroups(k);
+  groupedMatmul(
+      routing, numTokens, numSlots, blockM, n, tokenOrder,
+      [&](int64_t row, int64_t expert, float *h) {
+        scaledRowTimesWeights(scheme, input + row * k,
+                              inputScales + row * inputGroups, weights,
+                              weightScales, expert, n, k, h);
+      },
+      routedWeights, activation, sortedOutput, output, round);
+}
+
+void mlir::moe::reference::fusedExpertsFp8(
+    const Fp8Scheme &scheme, Activation activation, int64_t numTokens,
+    int64_t hiddenSize, int64_t numExperts, int64_t intermediate,
+    int64_t numSlots, const float *hidden, const int32_t *ids,
+    const float *slotWeights, const uint8_t *w13, const float *w13Scales,
+    const uint8_t *w2, const float *w2Scales, float *output,
+    const RoundFn &round) {
+  // Quantization is row by row, so every token's row is quantized once, up
+  // front, as it would be alone.
+  std::vector<float> rounded(numTokens * hiddenSize);
+  for (int64_t i = 0; i < numTokens * hiddenSize; ++i)
+    rounded[i] = round(hidden[i]);
+  int64_t hiddenGroups = scheme.numGroups(hiddenSize);
+  std::vector<uint8_t> xq(numTokens * hiddenSize);
+  std::vector<float> xs(numTokens * hiddenGroups);
+  quantizeE4M3(numTokens, hiddenSize, scheme.groupSize(hiddenSize),
+               rounded.data(), xq.data(), xs.data());
+
+  std::vector<uint8_t> aq(intermediate);
+  std::vector<float> as(scheme.numGroups(intermediate));
+  ExpertProducts products;
+  products.up = [&](int64_t token, int64_t expert, float *h) {
+    scaledRowTimesWeights(scheme, xq.data() + token * hiddenSize,
+                          xs.data() + token * hiddenGroups, w13, w13Scales,
+                          expert, 2 * intermediate, hiddenSize, h);
+  };
+  products.down = [&](int64_t expert, const float *a, float *y) {
+    quantizeE4M3(1, intermediate, scheme.groupSize(intermediate), a, aq.data(),
+                 as.data());
+    scaledRowTimesWeights(scheme, aq.data(), as.data(), w2, w2Scales, expert,
+                          hiddenSize, intermediate, y);
+  };
+  fusedExperts(activation, numTokens, hiddenSize, numExperts, intermediate,
+               numSlots, ids, slotWeights, products, output, round);
+}
+
+void mlir::moe::reference::fusedMoeFp8(
+    const Router &router, const Fp8Scheme &scheme, Activation activation,
+    int64_t numTokens, int64_t hiddenSize, int64_t numExperts,
+    int64_t intermediate, const float *hidden, const float *logits,
+    const float *bias, const uint8_t *w13, const float *w13Scales,
+    const uint8_t *w2, const float *w2Scales, float *output,
+    const RoundFn &round) {
+  int64_t numSlots = router.numSlots();
+  std::vector<float> slotWeights(numTokens * numSlots);
+  std::vector<int32_t> slotIds(numTokens * numSlots);
+  gate(router, numTokens, numExperts, logits, bias, slotWeights.data(),
+       slotIds.data());
+  fusedExpertsFp8(scheme, activation, numTokens, hiddenSize,
+                  numExperts + router.numSharedExperts, intermediate, numSlots,
+                  hidden, slotIds.data(), slotWeights.data(), w13, w13Scales,
+                  w2, w2Scales, output, round);
+}
