@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe/Reference/Float16.h"
+#include "moe/Reference/Quantization.h"
 #include "moe/Reference/Reference.h"
 
 #include <cstring>
@@ -110,6 +111,81 @@ void moe_reference_fused_experts(int activation, int dtype, int64_t numTokens,
   fusedExperts(gatedActivation(activation), numTokens, hiddenSize, numExperts,
                intermediate, numSlots, hidden, ids, weights, w13, w2, output,
                roundingTo(dtype));
+}
+
+} // extern "C"
+
+//===----------------------------------------------------------------------===//
+// FP8 (Quantization.h)
+//===----------------------------------------------------------------------===//
+
+/// The FP8 scheme of the C entry points' `scaling` (0 block, 1 channel, 2
+/// tensor) and `blockSize` (read for block scaling only).
+static Fp8Scheme makeFp8Scheme(int scaling, int64_t blockSize) {
+  Fp8Scheme scheme;
+  scheme.scaling = scaling == 2   ? Fp8Scaling::Tensor
+                   : scaling == 1 ? Fp8Scaling::Channel
+                                  : Fp8Scaling::Block;
+  scheme.blockSize = blockSize;
+  return scheme;
+}
+
+extern "C" {
+
+/// toE4M3 over `count` floats.
+void moe_reference_to_e4m3(int64_t count, const float *values, uint8_t *codes) {
+  for (int64_t i = 0; i < count; ++i)
+    codes[i] = toE4M3(values[i]);
+}
+
+/// fromE4M3 over `count` codes.
+void moe_reference_from_e4m3(int64_t count, const uint8_t *codes,
+                             float *values) {
+  for (int64_t i = 0; i < count; ++i)
+    values[i] = fromE4M3(codes[i]);
+}
+
+/// quantizeE4M3: x [rows, k] -> codes [rows, k], scales
+/// [rows, ceil(k / groupSize)].
+void moe_reference_quantize_e4m3(int64_t rows, int64_t k, int64_t groupSize,
+                                 const float *x, uint8_t *codes,
+                                 float *scales) {
+  quantizeE4M3(rows, k, groupSize, x, codes, scales);
+}
+
+/// fusedExpertsFp8: moe_reference_fused_experts on e4m3 weights (codes) and
+/// their scales, `scaling` 0 block (of `blockSize`), 1 channel, 2 tensor.
+void moe_reference_fused_experts_fp8(int scaling, int64_t blockSize,
+                                     int activation, int dtype,
+                                     int64_t numTokens, int64_t hiddenSize,
+                                     int64_t numExperts, int64_t intermediate,
+                                     int64_t numSlots, const float *hidden,
+                                     const int32_t *ids, const float *weights,
+                                     const uint8_t *w13, const float *w13Scales,
+                                     const uint8_t *w2, const float *w2Scales,
+                                     float *output) {
+  fusedExpertsFp8(makeFp8Scheme(scaling, blockSize),
+                  gatedActivation(activation), numTokens, hiddenSize,
+                  numExperts, intermediate, numSlots, hidden, ids, weights, w13,
+                  w13Scales, w2, w2Scales, output, roundingTo(dtype));
+}
+
+/// fusedMoeFp8: moe_reference_fused_moe on e4m3 weights (codes) and their
+/// scales, scaled as moe_reference_fused_experts_fp8.
+void moe_reference_fused_moe_fp8(
+    int scoring, int64_t topK, int64_t numGroups, int64_t topkGroups,
+    int renormalize, float routedScalingFactor, int64_t numSharedExperts,
+    int scaling, int64_t blockSize, int activation, int dtype,
+    int64_t numTokens, int64_t hiddenSize, int64_t numExperts,
+    int64_t intermediate, const float *hidden, const float *logits,
+    const float *bias, const uint8_t *w13, const float *w13Scales,
+    const uint8_t *w2, const float *w2Scales, float *output) {
+  Router router = makeRouter(scoring, topK, numGroups, topkGroups, renormalize,
+                             routedScalingFactor, numSharedExperts);
+  fusedMoeFp8(router, makeFp8Scheme(scaling, blockSize),
+              gatedActivation(activation), numTokens, hiddenSize, numExperts,
+              intermediate, hidden, logits, bias, w13, w13Scales, w2, w2Scales,
+              output, roundingTo(dtype));
 }
 
 } // extern "C"
