@@ -16,7 +16,14 @@ config.excludes = ["CMakeLists.txt", "Inputs", "lit.cfg.py", "lit.site.cfg.py"]
 llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 llvm_config.add_tool_substitutions(
-    ["moe-compile", "moe-opt", "moe-run", "MoeCpuPathTests", "MoeRuntimeTests"],
+    [
+        "moe-compile",
+        "moe-opt",
+        "moe-run",
+        "MoeCpuPathTests",
+        "MoeReferenceTests",
+        "MoeRuntimeTests",
+    ],
     [config.moe_tools_dir, config.llvm_tools_dir],
 )
 
