@@ -119,11 +119,12 @@ void moe_reference_fused_experts(int activation, int dtype, int64_t numTokens,
 // FP8 (Quantization.h)
 //===----------------------------------------------------------------------===//
 
-/// The FP8 scheme of the C entry points' `scaling` (0 block, 1 channel, 2
-/// tensor) and `blockSize` (read for block scaling only).
+/// The FP8 scheme of the C entry points' `scaling` (0 tensor, 1 channel, 2
+/// block, as #moe.quantization's `weights`) and `blockSize` (read for block
+/// scaling only).
 static Fp8Scheme makeFp8Scheme(int scaling, int64_t blockSize) {
   Fp8Scheme scheme;
-  scheme.scaling = scaling == 2   ? Fp8Scaling::Tensor
+  scheme.scaling = scaling == 0   ? Fp8Scaling::Tensor
                    : scaling == 1 ? Fp8Scaling::Channel
                                   : Fp8Scaling::Block;
   scheme.blockSize = blockSize;
@@ -154,7 +155,7 @@ void moe_reference_quantize_e4m3(int64_t rows, int64_t k, int64_t groupSize,
 }
 
 /// fusedExpertsFp8: moe_reference_fused_experts on e4m3 weights (codes) and
-/// their scales, `scaling` 0 block (of `blockSize`), 1 channel, 2 tensor.
+/// their scales, `scaling` 0 tensor, 1 channel, 2 block (of `blockSize`).
 void moe_reference_fused_experts_fp8(int scaling, int64_t blockSize,
                                      int activation, int dtype,
                                      int64_t numTokens, int64_t hiddenSize,

@@ -72,7 +72,9 @@ void quantizeE4M3(int64_t rows, int64_t k, int64_t groupSize, const float *x,
 ///     [E, ceil(N/B), ceil(K/B)], activation scales [rows, ceil(K/B)];
 ///   - Channel: weight scales [E, N], activation scales [rows, 1];
 ///   - Tensor: weight scales [E], activation scales [rows, 1].
-enum class Fp8Scaling { Block, Channel, Tensor };
+/// Numbered as #moe.quantization's `weights` (and the C entry points'
+/// `scaling`).
+enum class Fp8Scaling { Tensor = 0, Channel = 1, Block = 2 };
 
 /// A scaling scheme and, for Block, its block size B (128 in checkpoints;
 /// any positive value).
