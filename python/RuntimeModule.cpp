@@ -24,7 +24,7 @@ namespace {
 
 /// The runtime's element type names, indexed by MoeDtype.
 constexpr const char *kDtypeNames[] = {"f32", "bf16", "f16",
-                                       "i32", "i64",  "u8"};
+                                       "i32", "i64",  "u8", "f8e4m3"};
 
 int32_t parseDtype(const std::string &name) {
   for (int32_t code = 0; code < static_cast<int32_t>(std::size(kDtypeNames));
@@ -160,7 +160,8 @@ enum DLDataTypeCode : uint8_t {
   kDLInt = 0,
   kDLUInt = 1,
   kDLFloat = 2,
-  kDLBfloat = 4
+  kDLBfloat = 4,
+  kDLFloat8E4M3FN = 10
 };
 
 /// The runtime's name of a DLPack element type.
@@ -178,11 +179,13 @@ std::string dlpackDtype(DLDataType dtype) {
       return "i64";
     if (dtype.code == kDLUInt && dtype.bits == 8)
       return "u8";
+    if (dtype.code == kDLFloat8E4M3FN && dtype.bits == 8)
+      return "f8e4m3";
   }
   throw py::type_error(
       "DLPack element type (code " + std::to_string(dtype.code) + ", " +
       std::to_string(dtype.bits) + " bits, " + std::to_string(dtype.lanes) +
-      " lanes) is none of f32, bf16, f16, i32, i64, u8");
+      " lanes) is none of f32, bf16, f16, i32, i64, u8, f8e4m3");
 }
 
 /// What a DLPack capsule describes: (pointer, dtype, shape, device type,

@@ -41,6 +41,7 @@ CUtensorMapDataType tensorMapDataType(MoeDtype dtype) {
   case MOE_DTYPE_I64:
     return CU_TENSOR_MAP_DATA_TYPE_INT64;
   case MOE_DTYPE_U8:
+  case MOE_DTYPE_F8E4M3:
     return CU_TENSOR_MAP_DATA_TYPE_UINT8;
   }
   return CU_TENSOR_MAP_DATA_TYPE_UINT8;

@@ -13,8 +13,8 @@ using namespace moe::runtime;
 
 namespace {
 constexpr const char *kDtypeNames[] = {"f32", "bf16", "f16",
-                                       "i32", "i64",  "u8"};
-constexpr int64_t kDtypeBytes[] = {4, 2, 2, 4, 8, 1};
+                                       "i32", "i64",  "u8", "f8e4m3"};
+constexpr int64_t kDtypeBytes[] = {4, 2, 2, 4, 8, 1, 1};
 constexpr int kNumDtypes = sizeof(kDtypeNames) / sizeof(kDtypeNames[0]);
 
 /// The largest rank `cuTensorMapEncodeTiled` accepts.
@@ -583,7 +583,7 @@ Status ManifestParser::parseDtype(const std::string &token,
     }
   }
   return error("unknown element type '" + token +
-               "'; expected f32, bf16, f16, i32, i64 or u8");
+               "'; expected f32, bf16, f16, i32, i64, u8 or f8e4m3");
 }
 
 Status ManifestParser::parseExpression(const std::string &token,

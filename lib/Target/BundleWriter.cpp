@@ -69,6 +69,8 @@ llvm::Expected<std::string> dtypeName(Type type) {
     return std::string("f16");
   if (type.isSignlessInteger(32))
     return std::string("i32");
+  if (isa<Float8E4M3FNType>(type))
+    return std::string("f8e4m3");
   std::string text;
   llvm::raw_string_ostream os(text);
   os << "no bundle element type for " << type;

@@ -23,7 +23,8 @@ else:
 _DLPACK_CUDA = 2
 
 _TORCH_DTYPE_NAMES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16",
-                      "int32": "i32", "int64": "i64", "uint8": "u8"}
+                      "int32": "i32", "int64": "i64", "uint8": "u8",
+                      "float8_e4m3fn": "f8e4m3"}
 
 
 class TensorInfo(NamedTuple):

@@ -46,6 +46,7 @@ typedef enum MoeDtype {
   MOE_DTYPE_I32 = 3,
   MOE_DTYPE_I64 = 4,
   MOE_DTYPE_U8 = 5,
+  MOE_DTYPE_F8E4M3 = 6, ///< float8 e4m3fn (OCP FP8).
 } MoeDtype;
 
 /// Whether the kernels read or write a caller tensor.

@@ -2,7 +2,7 @@
 //
 // convert-moe-to-gpu lowers each op of a layer to its kernels, appended to the
 // launch plan in program order; one file per op (Gate.cpp, Route.cpp,
-// Combine.cpp, GroupedMatmul.cpp).
+// Combine.cpp, Quantize.cpp, GroupedMatmul.cpp).
 //
 //===----------------------------------------------------------------------===//
 
@@ -23,6 +23,9 @@ LogicalResult emitRoute(PlanBuilder &plan, OpBuilder &builder, RouteOp op);
 
 /// moe.combine: each token's slot rows summed.
 void emitCombine(PlanBuilder &plan, OpBuilder &builder, CombineOp op);
+
+/// moe.quantize: one warp per row and group of columns.
+void emitQuantize(PlanBuilder &plan, OpBuilder &builder, QuantizeOp op);
 
 /// moe.grouped_matmul: the tensor-core kernel its config describes, or the
 /// SIMT kernel for ops without one.

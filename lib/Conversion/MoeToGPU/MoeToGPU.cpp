@@ -73,6 +73,10 @@ struct ConvertMoeToGPUPass
                 emitCombine(plan, builder, combine);
                 return success();
               })
+              .Case([&](QuantizeOp quantize) -> LogicalResult {
+                emitQuantize(plan, builder, quantize);
+                return success();
+              })
               .Case([&](TensorMapOp map) -> LogicalResult {
                 plan.defineTensorMap(map);
                 return success();

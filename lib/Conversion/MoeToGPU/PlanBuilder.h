@@ -190,6 +190,10 @@ public:
       dims.push_back(ShapedType::isDynamic(dim) ? tokens() : constant(dim));
     return define(value, "unnamed", dims);
   }
+  /// Dimension `dim` of buffer `buffer`.
+  SizeExpr dimOf(unsigned buffer, unsigned dim) const {
+    return {buffers[buffer].dims[dim], buffers[buffer].shapeAtMax[dim]};
+  }
   void markOutputs(func::ReturnOp ret) {
     for (auto [index, value] : llvm::enumerate(ret.getOperands())) {
       Buffer &buffer = buffers[use(value)];

@@ -1,0 +1,48 @@
+// convert-moe-to-gpu on moe.quantize: one warp per row and group of columns
+// (the last group ragged), the group's amax by NaN-propagating maxima over a
+// butterfly, scale = max(amax, 1e-10) / 448 stored by lane 0, and each value
+// divided by it and rounded by cvt.rn.satfinite to e4m3; rows(%n) bounds the
+// rows computed by the count read on the device, not T.
+// RUN: moe-opt %s --split-input-file --convert-moe-to-gpu | FileCheck %s
+
+// CHECK-LABEL: func.func @quantize
+// CHECK: moe.launch_plan = #moe.launch_plan<tokens_max = 16384, buffers = [<input "arg0" : bf16 ["T", "200"]>, <output "result0" : f8E4M3FN ["T", "200"]>, <output "result1" : f32 ["T", "2"]>]>
+// CHECK: gpu.func @moe_quantize_0(%[[X:.*]]: memref<16384x200xbf16>, %[[Q:.*]]: memref<16384x200xf8E4M3FN>, %[[S:.*]]: memref<16384x2xf32>, %[[T:.*]]: i32)
+// CHECK-SAME: grid = ["cdiv(T*2,8)", "1", "1"], block = [256, 1, 1]
+// CHECK: %[[ROWS:.*]] = arith.index_cast %[[T]]
+// CHECK: %[[C200:.*]] = arith.constant 200 : index
+// CHECK: %[[END:.*]] = arith.minui %{{.*}}, %[[C200]]
+// CHECK: scf.if
+// CHECK: scf.for %{{.*}} = %{{.*}} to %[[END]] step %c32
+// CHECK: math.absf
+// CHECK: arith.maximumf
+// CHECK-COUNT-5: gpu.shuffle  xor
+// CHECK: %[[FLOOR:.*]] = arith.constant 1.000000e-10 : f32
+// CHECK: %[[AMAX:.*]] = arith.maximumf %{{.*}}, %[[FLOOR]]
+// CHECK: %[[SCALE:.*]] = arith.divf %[[AMAX]], %{{.*}} : f32
+// CHECK: memref.store %[[SCALE]], %[[S]]
+// CHECK: scf.for
+// CHECK: %[[SCALED:.*]] = arith.divf %{{.*}}, %[[SCALE]] : f32
+// CHECK: %[[PAIR:.*]] = nvvm.convert.f32x2.to.f8x2 %{{.*}}, %[[SCALED]] {rnd = #nvvm.fp_rnd_mode<rn>, sat = #nvvm.sat_mode<satfinite>} : i16(f8E4M3FN)
+// CHECK: %[[BYTE:.*]] = arith.trunci %[[PAIR]] : i16 to i8
+// CHECK: %[[CODE:.*]] = arith.bitcast %[[BYTE]] : i8 to f8E4M3FN
+// CHECK: memref.store %[[CODE]], %[[Q]]
+func.func @quantize(%x: tensor<?x200xbf16>) -> (tensor<?x200xf8E4M3FN>, tensor<?x2xf32>) {
+  %q, %s = moe.quantize %x {group_size = 128}
+         : (tensor<?x200xbf16>) -> (tensor<?x200xf8E4M3FN>, tensor<?x2xf32>)
+  return %q, %s : tensor<?x200xf8E4M3FN>, tensor<?x2xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @quantize_rows
+// CHECK: gpu.func @moe_quantize_0(%{{.*}}: memref<100x64xf32>, %[[N:.*]]: memref<i32>,
+// CHECK-SAME: grid = ["cdiv(100,8)", "1", "1"]
+// CHECK: %[[COUNT:.*]] = memref.load %[[N]][]
+// CHECK: %[[LIMIT:.*]] = arith.index_cast %[[COUNT]]
+// CHECK: arith.cmpi ult, %{{.*}}, %[[LIMIT]]
+func.func @quantize_rows(%x: tensor<100x64xf32>, %n: tensor<i32>) -> (tensor<100x64xf8E4M3FN>, tensor<100x1xf32>) {
+  %q, %s = moe.quantize %x rows(%n) {group_size = 64}
+         : (tensor<100x64xf32>, tensor<i32>) -> (tensor<100x64xf8E4M3FN>, tensor<100x1xf32>)
+  return %q, %s : tensor<100x64xf8E4M3FN>, tensor<100x1xf32>
+}
