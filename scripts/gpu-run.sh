@@ -22,15 +22,16 @@
 # token counts) against a bundle for each T alone; `hf-bench` times
 # transformers' MoE blocks with their experts through moe-mlir against
 # transformers' grouped_mm and batched_mm (bench/transformers_bench.py, its
-# options after the mode).
+# options after the mode); `fp8` runs only the FP8 tests and their
+# sanitizer pass (also part of `tests`).
 #
-#   scripts/gpu-run.sh [tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench] [router benchmark options]
+#   scripts/gpu-run.sh [tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench|fp8] [router benchmark options]
 set -uo pipefail
 what=${1:-all}
 shift || true
 case $what in
-  tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench) ;;
-  *) echo "usage: $0 [tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench] [router benchmark options]" >&2
+  tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench|fp8) ;;
+  *) echo "usage: $0 [tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench|fp8] [router benchmark options]" >&2
      exit 2 ;;
 esac
 cd "$(dirname "$0")/.."
@@ -90,6 +91,12 @@ if [[ $what == variants ]]; then
     --compiler $compiler "${db[@]}" "$@"
   exit $status
 fi
+if [[ $what == tests || $what == all || $what == fp8 ]]; then
+  step fp8-tests 300 python3 test/GPU/fp8_test.py
+  step fp8-sanitizer 300 compute-sanitizer --tool memcheck --error-exitcode 1 \
+    python3 test/GPU/fp8_test.py --tokens 7,300 --only fp8-block-experts
+fi
+[[ $what == fp8 ]] && exit $status
 if [[ $what == tests || $what == all ]]; then
   step runtime-tests 300 build-runtime/bin/MoeRuntimeTests
   step routing-tests 400 python3 test/GPU/routing_test.py

@@ -84,6 +84,21 @@ LogicalResult checkWgmmaConfig(GroupedMatmulOp op, GemmConfigAttr config) {
   if (!everySplitHasKTile(numSteps, splits))
     return fail("split_k must leave every split a K tile (" + Twine(numSteps) +
                 " K tiles)");
+  if (hasBlockScales(op)) {
+    int64_t scaleBlock = op.getQuantizationAttr().getBlockSize();
+    int64_t boxRows = getWeightsTmaBox(op, config)[1];
+    if (config.getBlockK() != scaleBlock)
+      return fail("block_k must be the scale block (" + Twine(scaleBlock) +
+                  ") of block-scaled fp8 weights");
+    if (blockN > 128)
+      return fail("block_n must be at most 128 for block-scaled fp8 weights "
+                  "(promotion holds a second set of accumulators)");
+    // One weight scale per box and K tile: a box lies in one scale block.
+    if (scaleBlock % boxRows != 0 ||
+        (op.isGated() && op.getOutputColumns() % boxRows != 0))
+      return fail("weight boxes of " + Twine(boxRows) + " rows must tile the " +
+                  Twine(scaleBlock) + "-row scale blocks");
+  }
   if (config.getTmaA() != (op.getInputOrder() == RowOrder::sorted))
     return fail("tma_a must be set exactly for sorted input rows");
   if (!config.getTmaB())
@@ -125,8 +140,12 @@ LogicalResult mlir::moe::detail::emitGroupedMatmul(PlanBuilder &plan,
   if (!hasTensorCoreKernel(op)) {
     if (op.getConfigAttr())
       return op.emitOpError() << "has a config but no tensor-core kernel "
-                                 "(bf16/f16, rows of 16-byte multiples, a "
+                                 "(bf16/f16/fp8, rows of 16-byte multiples, a "
                                  "power-of-two block_m in [16, 256])";
+    if (op.getQuantizationAttr())
+      return op.emitOpError() << "has fp8 operands, which only the "
+                                 "tensor-core kernel runs (rows of 16-byte "
+                                 "multiples, a power-of-two block_m)";
     return emitSimtGroupedMatmul(plan, builder, op);
   }
   if (GemmConfigAttr config = op.getConfigAttr()) {

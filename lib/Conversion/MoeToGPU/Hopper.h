@@ -19,8 +19,9 @@ namespace detail {
 
 /// Threads of a warpgroup: the four warps that issue one wgmma together.
 constexpr int64_t kWarpgroupThreads = 128;
-/// K elements of one bf16/f16 wgmma instruction (its M is kWgmmaRows).
-constexpr int64_t kWgmmaK = 16;
+/// Bytes of K of each operand of one wgmma instruction (its M is
+/// kWgmmaRows): k16 for bf16/f16, k32 for fp8.
+constexpr int64_t kWgmmaKBytes = 32;
 /// The swizzle span of the tiles TMA and the row gathers write: a K tile is
 /// one 128-byte row per matrix row, and 8 rows form a 1024-byte atom.
 constexpr int64_t kSwizzleBytes = 128, kSwizzleAtomBytes = 1024;

@@ -44,11 +44,23 @@ struct SizeExpr {
   std::string text;
   int64_t atMax;
 
-  /// This expression times `factor`.
+  /// This expression times `factor`; a sum is parenthesized, so that the
+  /// product takes all of it.
   SizeExpr times(int64_t factor) const {
     if (factor == 1)
       return *this;
-    return {text + "*" + std::to_string(factor), atMax * factor};
+    std::string factorText = isSum() ? "(" + text + ")" : text;
+    return {factorText + "*" + std::to_string(factor), atMax * factor};
+  }
+  /// Whether the text has a `+` or `-` outside parentheses.
+  bool isSum() const {
+    int depth = 0;
+    for (char c : text) {
+      depth += c == '(' ? 1 : c == ')' ? -1 : 0;
+      if (depth == 0 && (c == '+' || c == '-'))
+        return true;
+    }
+    return false;
   }
 };
 

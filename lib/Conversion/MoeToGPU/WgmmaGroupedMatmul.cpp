@@ -40,9 +40,14 @@
 // shared-memory descriptors; the accumulators stay in registers from the
 // first wgmma (scale-d 0, K tile 0 peeled) to the epilogue.
 //
-// A new operand kind (scaled fp8, 4-bit weights) is an addition of parts:
-// its stage layout (the byte sizes), its loads (loadStage), its MMAs
-// (multiplyStage) and what its epilogue applies (emitEpilogue).
+// FP8 (e4m3) operands take k32 wgmmas over the same 128-byte K tiles, and
+// their scales: with 128 x 128 weight blocks, each K tile's wgmmas start
+// from zero and, once done, are added to the accumulators times the tile's
+// row and weight-box scales (promotion: the tensor cores' fp8 sums are
+// narrower than fp32); with channel or tensor scales, the accumulators are
+// scaled once after the K loop. A new operand kind is such an addition of
+// parts: its stage layout (the byte sizes), its loads (loadStage), its MMAs
+// (multiplyStage) and what is applied to the sums (scaleSums, emitEpilogue).
 //
 //===----------------------------------------------------------------------===//
 
@@ -80,6 +85,16 @@ struct Tile {
   /// of the row gathers and the chunk's swizzled column, and the wgmma
   /// descriptors of stage 0's row and weight tiles.
   Value chunk, chunkRow, swizzledColumn, rowDescriptors, weightDescriptors;
+  /// FP8: the input-scale rows of the thread's two accumulator rows.
+  std::array<Value, 2> scaleRows;
+};
+
+/// The fp8 scales of a thread's accumulators: the input scales of its two
+/// rows, and the weight scale of each of its columns (column block j, pair
+/// element i at 2 j + i).
+struct SumScales {
+  std::array<Value, 2> rows;
+  SmallVector<Value> columns;
 };
 
 /// A gathering thread's token row in each pass over the row tile, and
@@ -123,8 +138,15 @@ private:
   void waitFull(const Tile &tile, Value step);
   // The MMAs.
   void setUpDescriptors(Tile &tile);
+  Value boxFirstRow(const Tile &tile, int64_t box);
   Value multiplyStage(const Tile &tile, Value step, Value consumer, Value sum,
                       bool overwrite);
+  Value multiplyScaled(const Tile &tile, Value step, Value consumer, Value sum,
+                       bool first);
+  // FP8 scales.
+  void setUpScaleRows(Tile &tile);
+  SumScales loadScales(const Tile &tile, Value kBlock);
+  Value applyScales(Value sums, Value partials, const SumScales &scales);
   Value accumulate(const Tile &tile,
                    function_ref<Value(Value, Value, bool)> multiplyStep);
   // The roles.
@@ -145,6 +167,11 @@ private:
   // The op's sizes and the tile shapes of its config.
   Type elementType;
   int64_t elementBytes, blockN, blockK, splits;
+  /// K elements of one wgmma: 32 bytes of each operand.
+  int64_t wgmmaK;
+  /// FP8 scaling, and whether per 128 x 128 weight block (promotion).
+  QuantizationAttr quantization;
+  bool blockScaled;
   bool warpSpecialized;
   /// Consumer warpgroups; each takes one wgmma's rows of the block
   /// (warpgroup w rows [64 w, 64 w + 64)), all against the block's one
@@ -169,9 +196,10 @@ private:
   LoopBuilder wb{b};
   KernelArgList args;
   unsigned inputArg, weightsArg, sortedIdsArg, expertIdsArg, numPaddedArg;
-  std::optional<unsigned> routedWeightsArg, outputArg, partialsArg, slotRowsArg;
+  std::optional<unsigned> routedWeightsArg, outputArg, partialsArg, slotRowsArg,
+      inputScalesArg, weightScalesArg;
   Value input, sorted, experts, padded, routedWeights, output, partials,
-      slotRows;
+      slotRows, inputScales, weightScales;
   Value numTokens, routedSlots, sharedBase, weightMap, rowMap;
   Value tid, warp, lane, loader, leader;
   /// `full[s]`: stage s holds its K tile. Warp-specialized, `empty[s]`: the
@@ -183,12 +211,15 @@ WgmmaGroupedMatmulEmitter::WgmmaGroupedMatmulEmitter(PlanBuilder &plan,
                                                      OpBuilder &builder,
                                                      GroupedMatmulOp op,
                                                      GemmConfigAttr config)
-    : GemmShape(op), plan(plan), builder(builder), op(op),
-      config(config), ring{config.getNumStages()},
-      b(op.getLoc(), op.getContext()) {
+    : GemmShape(op), plan(plan), builder(builder), op(op), config(config),
+      ring{config.getNumStages()}, b(op.getLoc(), op.getContext()) {
   RankedTensorType weightsType = op.getWeightsType();
   elementType = weightsType.getElementType();
   elementBytes = weightsType.getElementTypeBitWidth() / 8;
+  wgmmaK = kWgmmaKBytes / elementBytes;
+  quantization = op.getQuantizationAttr();
+  blockScaled =
+      quantization && quantization.getWeights() == WeightScaling::block;
   blockN = config.getBlockN();
   blockK = config.getBlockK();
   splits = config.getSplitK();
@@ -223,6 +254,14 @@ gpu::GPUFuncOp WgmmaGroupedMatmulEmitter::declareKernel() {
   sortedIdsArg = args.add(sortedIds);
   expertIdsArg = args.add(expertIds);
   numPaddedArg = args.add(plan.use(op.getNumPadded()));
+  if (quantization) {
+    unsigned scales = plan.use(op.getInputScales());
+    plan.refineInput(scales, {tokenInput ? plan.tokens() : capacity,
+                              PlanBuilder::constant(llvm::divideCeil(
+                                  k, quantization.getActivationGroupSize(k)))});
+    inputScalesArg = args.add(scales);
+    weightScalesArg = args.add(plan.use(op.getWeightScales()));
+  }
   // Split K: the splits' partial sums go to workspaces that the reduction
   // kernel adds (SplitK.cpp); it takes the routed weights and the output.
   if (splits > 1) {
@@ -258,6 +297,8 @@ void WgmmaGroupedMatmulEmitter::setUpKernel(gpu::GPUFuncOp kernel) {
   output = kernelArgument(kernel, outputArg);
   partials = kernelArgument(kernel, partialsArg);
   slotRows = kernelArgument(kernel, slotRowsArg);
+  inputScales = kernelArgument(kernel, inputScalesArg);
+  weightScales = kernelArgument(kernel, weightScalesArg);
   numTokens = wb.toIndex(tokenCount(kernel));
   routedSlots = arith::MulIOp::create(b, numTokens, wb.index(slots));
 
@@ -419,6 +460,8 @@ Value WgmmaGroupedMatmulEmitter::emitTile(Value tileIndex, Value numRowBlocks,
       initRing();
     setUpGathers(tile);
     setUpDescriptors(tile);
+    if (quantization)
+      setUpScaleRows(tile);
     if (warpSpecialized)
       emitWarpSpecialized(tile);
     else
@@ -510,17 +553,11 @@ void WgmmaGroupedMatmulEmitter::loadStage(
   wb.ifThen(leader, [&] {
     nvgpu::MBarrierArriveExpectTxOp::create(b, full, wb.index(stageTmaBytes),
                                             stage, Value());
-    for (int64_t box = 0; box < numBoxes; ++box) {
-      Value column = arith::AddIOp::create(
-          b,
-          gated ? tile.firstColumn
-                : arith::MulIOp::create(b, tile.columnTile, wb.index(blockN)),
-          wb.index(box * columns));
+    for (int64_t box = 0; box < numBoxes; ++box)
       nvgpu::TmaAsyncLoadOp::create(
           b, sharedView({1, boxRows, blockK}, weightBoxOffset(stage, box)),
-          full, weightMap, ValueRange{k0, column, tile.expert}, stage, Value(),
-          Value());
-    }
+          full, weightMap, ValueRange{k0, boxFirstRow(tile, box), tile.expert},
+          stage, Value(), Value());
     if (rowMap)
       nvgpu::TmaAsyncLoadOp::create(
           b, sharedView({tileRows, blockK}, rowTileOffset(stage)), full, rowMap,
@@ -642,17 +679,19 @@ Value WgmmaGroupedMatmulEmitter::multiplyStage(const Tile &tile, Value step,
   auto accumulatorType = LLVM::LLVMStructType::getLiteral(
       b.getContext(), SmallVector<Type>(blockN / 2, b.getF32Type()));
   auto shape =
-      NVVM::MMAShapeAttr::get(b.getContext(), kWgmmaRows, blockN, kWgmmaK);
-  NVVM::WGMMATypes wgmmaType =
-      elementType.isBF16() ? NVVM::WGMMATypes::bf16 : NVVM::WGMMATypes::f16;
+      NVVM::MMAShapeAttr::get(b.getContext(), kWgmmaRows, blockN, wgmmaK);
+  NVVM::WGMMATypes wgmmaType = isa<Float8E4M3FNType>(elementType)
+                                   ? NVVM::WGMMATypes::e4m3
+                               : elementType.isBF16() ? NVVM::WGMMATypes::bf16
+                                                      : NVVM::WGMMATypes::f16;
   // Accumulators are touched only by the wgmmas from here to the wait, so
   // they chain without a register round trip.
   NVVM::WgmmaFenceAlignedOp::create(b);
-  for (int64_t kk = 0; kk < blockK / kWgmmaK; ++kk) {
-    // A k16 step advances 32 bytes inside the swizzle atom.
+  for (int64_t kk = 0; kk < blockK / wgmmaK; ++kk) {
+    // A wgmma's K step advances 32 bytes inside the swizzle atom.
     Value advance = arith::ConstantOp::create(
         b, b.getI64IntegerAttr(
-               SharedMatrixDescriptor::advance(kk * kWgmmaK * elementBytes)));
+               SharedMatrixDescriptor::advance(kk * kWgmmaKBytes)));
     sum = NVVM::WgmmaMmaAsyncOp::create(
         b, accumulatorType, sum,
         arith::AddIOp::create(b, rowDescriptor, advance),
@@ -665,6 +704,33 @@ Value WgmmaGroupedMatmulEmitter::multiplyStage(const Tile &tile, Value step,
   }
   NVVM::WgmmaGroupSyncAlignedOp::create(b);
   return sum;
+}
+
+/// The first weight row (of N) of the tile's weight box `box`: gated, the
+/// gate rows and then the up rows of the tile's output columns.
+Value WgmmaGroupedMatmulEmitter::boxFirstRow(const Tile &tile, int64_t box) {
+  return arith::AddIOp::create(
+      b,
+      gated ? tile.firstColumn
+            : arith::MulIOp::create(b, tile.columnTile, wb.index(blockN)),
+      wb.index(box * columns));
+}
+
+/// The wgmmas of K tile `step`, chained on `sum` (overwriting it when
+/// `first`); with weight blocks, from zero and, once done, promoted into
+/// `sum` times the K block's scales, whose loads run meanwhile.
+Value WgmmaGroupedMatmulEmitter::multiplyScaled(const Tile &tile, Value step,
+                                                Value consumer, Value sum,
+                                                bool first) {
+  if (!blockScaled)
+    return multiplyStage(tile, step, consumer, sum, first);
+  Value partials = multiplyStage(tile, step, consumer,
+                                 LLVM::UndefOp::create(b, sum.getType()),
+                                 /*overwrite=*/true);
+  SumScales scales =
+      loadScales(tile, arith::AddIOp::create(b, tile.firstStep, step));
+  NVVM::WgmmaWaitGroupSyncOp::create(b, 0);
+  return applyScales(first ? Value() : sum, partials, scales);
 }
 
 /// The split's K tiles through `multiplyStep` (K tile, accumulators so far,
@@ -683,6 +749,94 @@ Value WgmmaGroupedMatmulEmitter::accumulate(
                  [&](Value step, ValueRange carried) -> SmallVector<Value> {
                    return {multiplyStep(step, carried[0], /*overwrite=*/false)};
                  })[0];
+}
+
+//===----------------------------------------------------------------------===//
+// FP8 scales
+//===----------------------------------------------------------------------===//
+
+/// The input-scale rows of the thread's accumulator rows: their tokens
+/// (gathered rows) or sorted rows; rows outside the block read row 0.
+void WgmmaGroupedMatmulEmitter::setUpScaleRows(Tile &tile) {
+  Value laneRow = AccumulatorFragment::laneRow(wb, warp, lane);
+  for (int64_t half = 0; half < 2; ++half) {
+    Value rowInBlock = arith::AddIOp::create(b, laneRow, wb.index(half * 8));
+    if (tokenInput) {
+      auto [slot, routed] = slotOf(tile, rowInBlock);
+      tile.scaleRows[half] =
+          wb.select(routed, arith::DivUIOp::create(b, slot, wb.index(slots)),
+                    wb.index(0));
+      continue;
+    }
+    Value inBlock =
+        wb.cmpi(arith::CmpIPredicate::ult, rowInBlock, wb.index(blockRows));
+    tile.scaleRows[half] = arith::AddIOp::create(
+        b, tile.firstRow, wb.select(inBlock, rowInBlock, wb.index(0)));
+  }
+}
+
+/// The scales of the thread's accumulators: of K block `kBlock` with weight
+/// blocks (one weight scale per box: a box lies in one 128-row block), else
+/// of the whole sum (`kBlock` 0).
+SumScales WgmmaGroupedMatmulEmitter::loadScales(const Tile &tile,
+                                                Value kBlock) {
+  SumScales scales;
+  for (int64_t half = 0; half < 2; ++half)
+    scales.rows[half] = wb.load(inputScales, {tile.scaleRows[half], kBlock});
+  WeightScaling scaling = quantization.getWeights();
+  Value laneColumn = AccumulatorFragment::laneColumn(wb, lane);
+  int64_t lastRow = (gated ? 2 * columns : columns) - 1;
+  SmallVector<Value> boxScales(numBoxes);
+  for (int64_t block = 0; block < blockN / 8; ++block) {
+    int64_t box = block * 8 / boxRows;
+    Value firstRow = boxFirstRow(tile, box);
+    for (int64_t i = 0; i < 2; ++i) {
+      if (scaling == WeightScaling::channel) {
+        Value row = arith::AddIOp::create(
+            b, firstRow,
+            arith::AddIOp::create(b, laneColumn,
+                                  wb.index(block * 8 % boxRows + i)));
+        // Columns past N (a ragged last tile) read the last row's scale.
+        scales.columns.push_back(wb.load(
+            weightScales,
+            {tile.expert, arith::MinUIOp::create(b, row, wb.index(lastRow))}));
+        continue;
+      }
+      if (!boxScales[box])
+        boxScales[box] =
+            scaling == WeightScaling::tensor
+                ? wb.load(weightScales, {tile.expert})
+                : wb.load(
+                      weightScales,
+                      {tile.expert,
+                       arith::DivUIOp::create(
+                           b, firstRow, wb.index(quantization.getBlockSize())),
+                       kBlock});
+      scales.columns.push_back(boxScales[box]);
+    }
+  }
+  return scales;
+}
+
+/// `sums` + `partials` x (row scale x column scale), register by register
+/// (`partials` x the scales when `sums` is null).
+Value WgmmaGroupedMatmulEmitter::applyScales(Value sums, Value partials,
+                                             const SumScales &scales) {
+  Value result = partials;
+  for (int64_t block = 0; block < blockN / 8; ++block)
+    for (int64_t half = 0; half < 2; ++half)
+      for (int64_t i = 0; i < 2; ++i) {
+        int64_t index = AccumulatorFragment::registerOf(block, half, i);
+        Value scale = arith::MulFOp::create(b, scales.rows[half],
+                                            scales.columns[2 * block + i]);
+        Value value = arith::MulFOp::create(
+            b, LLVM::ExtractValueOp::create(b, partials, index), scale);
+        if (sums)
+          value = arith::AddFOp::create(
+              b, LLVM::ExtractValueOp::create(b, sums, index), value);
+        result = LLVM::InsertValueOp::create(b, result, value, index);
+      }
+  return result;
 }
 
 //===----------------------------------------------------------------------===//
@@ -713,7 +867,7 @@ void WgmmaGroupedMatmulEmitter::emitPlainLoop(const Tile &tile) {
   Value accumulators =
       accumulate(tile, [&](Value step, Value sum, bool overwrite) -> Value {
         waitFull(tile, step);
-        sum = multiplyStage(tile, step, consumer, sum, overwrite);
+        sum = multiplyScaled(tile, step, consumer, sum, overwrite);
         // The previous step's group is done in this warp; after the barrier
         // in all, so its stage takes K tile step + stages - 1.
         NVVM::WgmmaWaitGroupSyncOp::create(b, 1);
@@ -799,7 +953,7 @@ void WgmmaGroupedMatmulEmitter::emitConsumer(const Tile &tile, Value consumer) {
   Value accumulators =
       accumulate(tile, [&](Value step, Value sum, bool overwrite) -> Value {
         waitFull(tile, step);
-        sum = multiplyStage(tile, step, consumer, sum, overwrite);
+        sum = multiplyScaled(tile, step, consumer, sum, overwrite);
         NVVM::WgmmaWaitGroupSyncOp::create(b, 1);
         if (!overwrite)
           nvgpu::MBarrierArriveOp::create(
@@ -826,6 +980,10 @@ void WgmmaGroupedMatmulEmitter::finish(const Tile &tile, Value accumulators) {
   Value laneRow = AccumulatorFragment::laneRow(wb, warp, lane);
   Value laneColumn = AccumulatorFragment::laneColumn(wb, lane);
   auto slotOfRow = [&](Value rowInBlock) { return slotOf(tile, rowInBlock); };
+  // Channel and tensor scales apply to the whole sum.
+  if (quantization && !blockScaled)
+    accumulators =
+        applyScales(Value(), accumulators, loadScales(tile, wb.index(0)));
   if (reduction) {
     storePartials(wb,
                   {accumulators, laneRow, laneColumn, tile.firstRow,

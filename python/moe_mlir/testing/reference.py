@@ -48,6 +48,14 @@ class Reference:
             ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, pointer, pointer,
             pointer, pointer, pointer, pointer]
 
+        count = ctypes.c_int64
+        self.lib.moe_reference_to_e4m3.argtypes = [count, pointer, pointer]
+        self.lib.moe_reference_from_e4m3.argtypes = [count, pointer, pointer]
+        self.lib.moe_reference_fused_experts_fp8.argtypes = [
+            ctypes.c_int, ctypes.c_int64, ctypes.c_int, ctypes.c_int,
+            ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+            ctypes.c_int64] + [pointer] * 8
+
     def gate(self, router, logits, bias):
         tokens, experts = logits.shape
         slots = router["top_k"] + router["shared"]
@@ -120,4 +128,43 @@ class Reference:
             hidden_size, experts, intermediate, slots, args[0].data_ptr(),
             ids.data_ptr(), args[1].data_ptr(), args[2].data_ptr(),
             args[3].data_ptr(), output.data_ptr())
+        return output
+
+    # FP8 (include/moe/Reference/Quantization.h): e4m3 codes are uint8.
+    _SCALING = {"tensor": 0, "channel": 1, "block": 2}
+
+    def to_e4m3(self, values):
+        """The e4m3 codes (uint8) of float `values`, rounded as Hopper's
+        cvt.rn.satfinite does."""
+        values = _host(values)
+        codes = torch.empty(values.shape, dtype=torch.uint8)
+        self.lib.moe_reference_to_e4m3(values.numel(), values.data_ptr(),
+                                       codes.data_ptr())
+        return codes
+
+    def from_e4m3(self, codes):
+        codes = _host(codes, torch.uint8)
+        values = torch.empty(codes.shape)
+        self.lib.moe_reference_from_e4m3(codes.numel(), codes.data_ptr(),
+                                         values.data_ptr())
+        return values
+
+    def fused_experts_fp8(self, scaling, block, activation, dtype, hidden, ids,
+                          weights, w13, w13_scales, w2, w2_scales):
+        """moe.fused_experts with e4m3 weight codes (uint8) and their fp32
+        scales under #moe.quantization `scaling` (tensor, channel, block of
+        `block`), intermediates rounded to `dtype`."""
+        tokens, hidden_size = hidden.shape
+        experts, intermediate = w2.shape[0], w2.shape[2]
+        slots = ids.shape[1]
+        floats = [_host(t) for t in (hidden, weights, w13_scales, w2_scales)]
+        codes = [_host(t, torch.uint8) for t in (w13, w2)]
+        ids = _host(ids, torch.int32)
+        output = torch.empty(tokens, hidden_size)
+        self.lib.moe_reference_fused_experts_fp8(
+            self._SCALING[scaling], block, 2 if activation == "gelu" else 1,
+            _ROUNDING[dtype], tokens, hidden_size, experts, intermediate,
+            slots, floats[0].data_ptr(), ids.data_ptr(), floats[1].data_ptr(),
+            codes[0].data_ptr(), floats[2].data_ptr(), codes[1].data_ptr(),
+            floats[3].data_ptr(), output.data_ptr())
         return output

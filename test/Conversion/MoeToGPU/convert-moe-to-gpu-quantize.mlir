@@ -46,3 +46,23 @@ func.func @quantize_rows(%x: tensor<100x64xf32>, %n: tensor<i32>) -> (tensor<100
          : (tensor<100x64xf32>, tensor<i32>) -> (tensor<100x64xf8E4M3FN>, tensor<100x1xf32>)
   return %q, %s : tensor<100x64xf8E4M3FN>, tensor<100x1xf32>
 }
+
+// -----
+
+// The grid covers every row of every group when the rows are a sum in T
+// (sorted rows, T*S + E*(block_m-1)): the sum is parenthesized.
+// CHECK-LABEL: func.func @quantize_sorted_rows
+// CHECK: gpu.func @moe_quantize_{{[0-9]+}}(
+// CHECK-SAME: grid = ["cdiv((T*2+252)*2,8)", "1", "1"]
+func.func @quantize_sorted_rows(%x: tensor<?x64xf32>, %ids: tensor<?x2xi32>,
+                                %w: tensor<4x256x64xf32>) -> tensor<?x2xf32> {
+  %sorted, %experts, %padded = moe.route %ids {num_experts = 4, block_m = 64}
+      : (tensor<?x2xi32>) -> (tensor<?xi32>, tensor<?xi32>, tensor<i32>)
+  %h = moe.grouped_matmul %x, %w, %sorted, %experts, %padded
+         input(token) output(sorted) {block_m = 64, num_slots = 2}
+       : (tensor<?x64xf32>, tensor<4x256x64xf32>, tensor<?xi32>, tensor<?xi32>,
+          tensor<i32>) -> tensor<?x256xf32>
+  %q, %s = moe.quantize %h rows(%padded) {group_size = 128}
+         : (tensor<?x256xf32>, tensor<i32>) -> (tensor<?x256xf8E4M3FN>, tensor<?x2xf32>)
+  return %s : tensor<?x2xf32>
+}

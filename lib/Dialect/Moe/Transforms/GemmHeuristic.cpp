@@ -17,9 +17,17 @@ static constexpr int64_t kMinSplitWeightBytes = 1 << 20;
 bool mlir::moe::hasTensorCoreKernel(GroupedMatmulOp op) {
   Type elementType = op.getWeightsType().getElementType();
   constexpr int64_t kCopyBytes = 16;
-  return (elementType.isBF16() || elementType.isF16()) &&
-         op.getReductionSize() * 2 % kCopyBytes == 0 &&
+  return (elementType.isBF16() || elementType.isF16() ||
+          isa<Float8E4M3FNType>(elementType)) &&
+         op.getReductionSize() * elementType.getIntOrFloatBitWidth() / 8 %
+                 kCopyBytes ==
+             0 &&
          isDescribableBlockM(op.getBlockM());
+}
+
+bool mlir::moe::hasBlockScales(GroupedMatmulOp op) {
+  QuantizationAttr quantization = op.getQuantizationAttr();
+  return quantization && quantization.getWeights() == WeightScaling::block;
 }
 
 SmallVector<int64_t> mlir::moe::getWeightsTmaBox(GroupedMatmulOp op,
@@ -49,7 +57,8 @@ int64_t mlir::moe::chooseRoutingBlockM(int64_t tokens, int64_t numSlots,
 GemmConfigAttr mlir::moe::chooseGemmConfig(GroupedMatmulOp op, int64_t tokens) {
   int64_t elementBytes = op.getWeightsType().getElementTypeBitWidth() / 8;
   int64_t blockK = std::max<int64_t>(16, kSwizzleBytes / elementBytes);
-  int64_t blockN = tokens >= kWideTileTokens ? 256 : 128;
+  // Promoting fp8 block sums holds a second set of accumulators.
+  int64_t blockN = tokens >= kWideTileTokens && !hasBlockScales(op) ? 256 : 128;
   // Routing blocks of 128 rows and more give two warpgroups one expert's
   // rows: 128-row tiles against one weight tile halve the weight traffic
   // per flop, which bounds the 64-row tiles at large T (L2, ncu).

@@ -30,6 +30,9 @@ inline bool isDescribableBlockM(int64_t blockM) {
 /// the others lower to the SIMT kernel.
 bool hasTensorCoreKernel(GroupedMatmulOp op);
 
+/// Whether the op's fp8 weights are scaled per block (#moe.quantization).
+bool hasBlockScales(GroupedMatmulOp op);
+
 /// The TMA box (outermost first) of the tensor-core kernel's weight tiles
 /// under `config`: one expert, block_n rows of N (two boxes of block_n / 2,
 /// the gate and the up rows, when the epilogue is gated), block_k of K.
