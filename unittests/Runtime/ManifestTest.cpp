@@ -344,19 +344,20 @@ TEST(Manifest, RolesAndElementTypes) {
   EXPECT_EQ(statementError("tensor x inout f32 4"),
             "unknown role 'inout'; expected input or output");
   EXPECT_EQ(statementError("tensor x input f64 4"),
-            "unknown element type 'f64'; expected f32, bf16, f16, i32, i64 or "
-            "u8");
+            "unknown element type 'f64'; expected f32, bf16, f16, i32, i64, u8 "
+            "or f8e4m3");
   EXPECT_EQ(statementError("workspace x F32 4"),
-            "unknown element type 'F32'; expected f32, bf16, f16, i32, i64 or "
-            "u8");
+            "unknown element type 'F32'; expected f32, bf16, f16, i32, i64, u8 "
+            "or f8e4m3");
   EXPECT_EQ(statementError("tensormap m logits fp8 rank 1 dims 1 strides box "
                            "1 swizzle 0"),
-            "unknown element type 'fp8'; expected f32, bf16, f16, i32, i64 or "
-            "u8");
+            "unknown element type 'fp8'; expected f32, bf16, f16, i32, i64, u8 "
+            "or f8e4m3");
   Manifest manifest;
   ASSERT_TRUE(parseManifest(header() +
                                 "tensor a input bf16\ntensor b input f16 1\n"
-                                "tensor c input i64 1\nworkspace d u8 1\n",
+                                "tensor c input i64 1\nworkspace d u8 1\n"
+                                "tensor e input f8e4m3 2\n",
                             "manifest.txt", manifest)
                   .ok());
   EXPECT_EQ(manifest.tensors[4].dtype, MOE_DTYPE_BF16);
@@ -364,6 +365,8 @@ TEST(Manifest, RolesAndElementTypes) {
   EXPECT_EQ(manifest.tensors[5].dtype, MOE_DTYPE_F16);
   EXPECT_EQ(manifest.tensors[6].dtype, MOE_DTYPE_I64);
   EXPECT_EQ(manifest.variants[0].workspaces[1].dtype, MOE_DTYPE_U8);
+  EXPECT_EQ(manifest.tensors[7].dtype, MOE_DTYPE_F8E4M3);
+  EXPECT_EQ(dtypeBytes(MOE_DTYPE_F8E4M3), 1);
 }
 
 TEST(Manifest, BadExpressions) {

@@ -128,7 +128,7 @@ func.func @gemm_map_of_other_tiles(%x: tensor<?x64xbf16>, %w: tensor<4x256x64xbf
 // -----
 
 func.func @gemm_f32_config(%x: tensor<?x32xf32>, %w: tensor<4x64x32xf32>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>) -> tensor<?x64xf32> {
-  // expected-error @below {{'moe.grouped_matmul' op has a config but no tensor-core kernel (bf16/f16, rows of 16-byte multiples, a power-of-two block_m in [16, 256])}}
+  // expected-error @below {{'moe.grouped_matmul' op has a config but no tensor-core kernel (bf16/f16/fp8, rows of 16-byte multiples, a power-of-two block_m in [16, 256])}}
   %o = moe.grouped_matmul %x, %w, %s, %e, %n input(token) output(sorted)
       {block_m = 64, num_slots = 2, config = #moe.gemm_config<block_m = 64, block_n = 128, block_k = 32, num_stages = 4>}
     : (tensor<?x32xf32>, tensor<4x64x32xf32>, tensor<?xi32>, tensor<?xi32>, tensor<i32>) -> tensor<?x64xf32>
