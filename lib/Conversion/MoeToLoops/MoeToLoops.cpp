@@ -302,6 +302,119 @@ struct RouteToLoops : OpRewritePattern<RouteOp> {
 // moe.grouped_matmul
 //===----------------------------------------------------------------------===//
 
+/// The loops of one moe.grouped_matmul over its operands' buffers: per
+/// routed row, the fp32 dot product of each output column and the epilogue.
+class GroupedMatmulLoops {
+public:
+  GroupedMatmulLoops(GroupedMatmulOp op, LoopBuilder &lb)
+      : op(op), lb(lb), b(lb.b), input(lb.toBuffer(op.getInput())),
+        weights(lb.toBuffer(op.getWeights())),
+        sortedIds(lb.toBuffer(op.getSortedIds())),
+        expertIds(lb.toBuffer(op.getExpertIds())),
+        numPadded(lb.toBuffer(op.getNumPadded())),
+        routedWeights(optionalBuffer(op.getRoutedWeights())) {}
+
+  /// Allocates the output, zero-filled, and computes every routed row.
+  Value emit() {
+    int64_t numSlots = op.getNumSlots(), numExperts = op.getNumStoredExperts();
+    bool slotOutput = op.getOutputOrder() == RowOrder::slot;
+    Value capacity = lb.dim(sortedIds, 0);
+    Value numTokens = emitNumTokens(capacity);
+    Value routedSlots = arith::MulIOp::create(b, numTokens, lb.index(numSlots));
+    auto outputType = cast<RankedTensorType>(op.getOutput().getType());
+    SmallVector<Value> dynamicSizes;
+    if (outputType.isDynamicDim(0))
+      dynamicSizes.push_back(slotOutput ? numTokens : capacity);
+    Value output = lb.alloc(outputType, dynamicSizes);
+    lb.fill(output, arith::ConstantOp::create(
+                        b, b.getZeroAttr(outputType.getElementType())));
+
+    Value zero = lb.index(0);
+    Value rows =
+        arith::MinUIOp::create(b, lb.toIndex(lb.load(numPadded, {})), capacity);
+    lb.loop(zero, rows, [&](Value r) {
+      Value slot = lb.toIndex(lb.load(sortedIds, r));
+      Value block = arith::DivUIOp::create(b, r, lb.index(op.getBlockM()));
+      Value expert = lb.toIndex(lb.load(expertIds, block));
+      Value valid =
+          arith::AndIOp::create(b, lb.inRange(slot, zero, routedSlots),
+                                lb.inRange(expert, zero, lb.index(numExperts)));
+      lb.ifThen(valid, [&] { emitRow(r, slot, expert, output); });
+    });
+    return lb.toTensor(outputType, output);
+  }
+
+private:
+  Value optionalBuffer(Value tensor) {
+    return tensor ? lb.toBuffer(tensor) : Value();
+  }
+
+  /// T, as T*S is the padding sentinel: from the token-order input, the
+  /// routed weights, or else the capacity C = T*S + E*(block_m - 1).
+  Value emitNumTokens(Value capacity) {
+    if (op.getInputOrder() == RowOrder::token)
+      return lb.dim(input, 0);
+    if (routedWeights)
+      return lb.dim(routedWeights, 0);
+    int64_t padding = op.getNumStoredExperts() * (op.getBlockM() - 1);
+    return arith::DivUIOp::create(
+        b, arith::SubIOp::create(b, capacity, lb.index(padding)),
+        lb.index(op.getNumSlots()));
+  }
+
+  /// Sorted row `r` holding `slot`, routed to `expert`: each output column
+  /// through the epilogue (gated activation, routed weight) to `output`.
+  void emitRow(Value r, Value slot, Value expert, Value output) {
+    int64_t numSlots = op.getNumSlots(), columns = op.getOutputColumns();
+    Value token = arith::DivUIOp::create(b, slot, lb.index(numSlots));
+    Value slotInToken = arith::RemUIOp::create(b, slot, lb.index(numSlots));
+    Value source = op.getInputOrder() == RowOrder::token ? token : r;
+    Value routedWeight =
+        routedWeights ? lb.load(routedWeights, {token, slotInToken}) : Value();
+    lb.loop(columns, [&](Value j) {
+      Value value = emitDot(source, expert, j);
+      if (op.isGated()) {
+        Value up = emitDot(source, expert,
+                           arith::AddIOp::create(b, j, lb.index(columns)));
+        value = arith::MulFOp::create(
+            b, emitGatedActivation(b, b.getLoc(), op.getActivation(), value),
+            up);
+      }
+      if (routedWeight)
+        value = arith::MulFOp::create(b, value, routedWeight);
+      if (op.getOutputOrder() == RowOrder::slot)
+        lb.storeF32(value, output, {token, slotInToken, j});
+      else
+        lb.storeF32(value, output, {r, j});
+    });
+  }
+
+  /// h[n] of input row `source` and `expert` before the epilogue: the fp32
+  /// dot product in K order.
+  Value emitDot(Value source, Value expert, Value n) {
+    return emitDotRange(source, expert, n, lb.index(0),
+                        lb.index(op.getReductionSize()));
+  }
+
+  /// The fp32 sum over k in [begin, end), in order, of
+  /// input[source, k] * weights[expert, n, k].
+  Value emitDotRange(Value source, Value expert, Value n, Value begin,
+                     Value end) {
+    return lb.loop(begin, end, {lb.f32(0.0)},
+                   [&](Value k, ValueRange carried) -> SmallVector<Value> {
+                     Value product = arith::MulFOp::create(
+                         b, lb.loadF32(input, {source, k}),
+                         lb.loadF32(weights, {expert, n, k}));
+                     return {arith::AddFOp::create(b, carried[0], product)};
+                   })[0];
+  }
+
+  GroupedMatmulOp op;
+  LoopBuilder &lb;
+  ImplicitLocOpBuilder &b;
+  Value input, weights, sortedIds, expertIds, numPadded, routedWeights;
+};
+
 /// Pattern: moe.grouped_matmul => for each valid padded row, an fp32 dot
 /// product per output column with the epilogue applied before the store.
 struct GroupedMatmulToLoops : OpRewritePattern<GroupedMatmulOp> {
@@ -311,90 +424,7 @@ struct GroupedMatmulToLoops : OpRewritePattern<GroupedMatmulOp> {
                                 PatternRewriter &rewriter) const override {
     ImplicitLocOpBuilder b(op.getLoc(), rewriter);
     LoopBuilder lb{b};
-    int64_t numExperts = op.getNumStoredExperts(), k = op.getReductionSize();
-    int64_t numSlots = op.getNumSlots(), blockM = op.getBlockM();
-    Activation activation = op.getActivation();
-    bool gated = op.isGated();
-    int64_t columns = op.getOutputColumns();
-    bool tokenInput = op.getInputOrder() == RowOrder::token;
-    bool slotOutput = op.getOutputOrder() == RowOrder::slot;
-
-    Value input = lb.toBuffer(op.getInput());
-    Value weights = lb.toBuffer(op.getWeights());
-    Value sortedIds = lb.toBuffer(op.getSortedIds());
-    Value expertIds = lb.toBuffer(op.getExpertIds());
-    Value numPadded = lb.toBuffer(op.getNumPadded());
-    Value routedWeights =
-        op.getRoutedWeights() ? lb.toBuffer(op.getRoutedWeights()) : Value();
-
-    // T*S is the padding sentinel; T comes from the token-order input, the
-    // routed weights, or else the capacity C = T*S + E*(block_m - 1).
-    Value capacity = lb.dim(sortedIds, 0);
-    Value numTokens;
-    if (tokenInput)
-      numTokens = lb.dim(input, 0);
-    else if (routedWeights)
-      numTokens = lb.dim(routedWeights, 0);
-    else
-      numTokens = arith::DivUIOp::create(
-          b,
-          arith::SubIOp::create(b, capacity,
-                                lb.index(numExperts * (blockM - 1))),
-          lb.index(numSlots));
-    Value routedSlots = arith::MulIOp::create(b, numTokens, lb.index(numSlots));
-
-    auto outputType = cast<RankedTensorType>(op.getOutput().getType());
-    SmallVector<Value> dynamicSizes;
-    if (outputType.isDynamicDim(0))
-      dynamicSizes.push_back(slotOutput ? numTokens : capacity);
-    Value output = lb.alloc(outputType, dynamicSizes);
-    lb.fill(output, arith::ConstantOp::create(
-                        b, b.getZeroAttr(outputType.getElementType())));
-
-    Value zeroIndex = lb.index(0);
-    Value rows =
-        arith::MinUIOp::create(b, lb.toIndex(lb.load(numPadded, {})), capacity);
-    lb.loop(zeroIndex, rows, [&](Value r) {
-      Value slot = lb.toIndex(lb.load(sortedIds, r));
-      Value block = arith::DivUIOp::create(b, r, lb.index(blockM));
-      Value expert = lb.toIndex(lb.load(expertIds, block));
-      Value valid = arith::AndIOp::create(
-          b, lb.inRange(slot, zeroIndex, routedSlots),
-          lb.inRange(expert, zeroIndex, lb.index(numExperts)));
-      lb.ifThen(valid, [&] {
-        Value token = arith::DivUIOp::create(b, slot, lb.index(numSlots));
-        Value slotInToken = arith::RemUIOp::create(b, slot, lb.index(numSlots));
-        Value source = tokenInput ? token : r;
-        auto dot = [&](Value column) {
-          return lb.loop(
-              zeroIndex, lb.index(k), {lb.f32(0.0)},
-              [&](Value kk, ValueRange carried) -> SmallVector<Value> {
-                Value product = arith::MulFOp::create(
-                    b, lb.loadF32(input, {source, kk}),
-                    lb.loadF32(weights, {expert, column, kk}));
-                return {arith::AddFOp::create(b, carried[0], product)};
-              })[0];
-        };
-        Value routedWeight = routedWeights
-                                 ? lb.load(routedWeights, {token, slotInToken})
-                                 : Value();
-        lb.loop(columns, [&](Value j) {
-          Value value = dot(j);
-          if (gated) {
-            Value up = dot(arith::AddIOp::create(b, j, lb.index(columns)));
-            value = arith::MulFOp::create(
-                b, emitGatedActivation(b, b.getLoc(), activation, value), up);
-          }
-          if (routedWeight)
-            value = arith::MulFOp::create(b, value, routedWeight);
-          if (slotOutput)
-            lb.storeF32(value, output, {token, slotInToken, j});
-          else
-            lb.storeF32(value, output, {r, j});
-        });
-      });
-    });
-    rewriter.replaceOp(op, lb.toTensor(outputType, output));
+    rewriter.replaceOp(op, GroupedMatmulLoops(op, lb).emit());
     return success();
   }
 };
