@@ -5,6 +5,7 @@
 #include "moe/Conversion/MoeCommon/RoutingMath.h"
 #include "moe/Dialect/Moe/IR/MoeOps.h"
 
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/IR/ImplicitLocOpBuilder.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Transforms/WalkPatternRewriteDriver.h"
@@ -303,16 +304,20 @@ struct RouteToLoops : OpRewritePattern<RouteOp> {
 //===----------------------------------------------------------------------===//
 
 /// The loops of one moe.grouped_matmul over its operands' buffers: per
-/// routed row, the fp32 dot product of each output column and the epilogue.
+/// routed row, the fp32 dot product of each output column (scaled as the
+/// op's quantization says) and the epilogue.
 class GroupedMatmulLoops {
 public:
   GroupedMatmulLoops(GroupedMatmulOp op, LoopBuilder &lb)
-      : op(op), lb(lb), b(lb.b), input(lb.toBuffer(op.getInput())),
+      : op(op), lb(lb), b(lb.b), quantization(op.getQuantizationAttr()),
+        input(lb.toBuffer(op.getInput())),
         weights(lb.toBuffer(op.getWeights())),
         sortedIds(lb.toBuffer(op.getSortedIds())),
         expertIds(lb.toBuffer(op.getExpertIds())),
         numPadded(lb.toBuffer(op.getNumPadded())),
-        routedWeights(optionalBuffer(op.getRoutedWeights())) {}
+        routedWeights(optionalBuffer(op.getRoutedWeights())),
+        inputScales(optionalBuffer(op.getInputScales())),
+        weightScales(optionalBuffer(op.getWeightScales())) {}
 
   /// Allocates the output, zero-filled, and computes every routed row.
   Value emit() {
@@ -390,10 +395,29 @@ private:
   }
 
   /// h[n] of input row `source` and `expert` before the epilogue: the fp32
-  /// dot product in K order.
+  /// dot product in K order, or for fp8 the scaled sum the op defines.
   Value emitDot(Value source, Value expert, Value n) {
-    return emitDotRange(source, expert, n, lb.index(0),
-                        lb.index(op.getReductionSize()));
+    Value zero = lb.index(0), k = lb.index(op.getReductionSize());
+    if (!quantization)
+      return emitDotRange(source, expert, n, zero, k);
+    if (quantization.getWeights() != WeightScaling::block)
+      return arith::MulFOp::create(b, emitDotRange(source, expert, n, zero, k),
+                                   emitScale(source, expert, n, zero));
+    // Block: each K block's partial sum times its scales, added in K order
+    // (a multiply then an add, as the op defines it, not an fma).
+    int64_t blockSize = quantization.getBlockSize();
+    return lb.loop(
+        zero, k, {lb.f32(0.0)},
+        [&](Value begin, ValueRange carried) -> SmallVector<Value> {
+          Value end = arith::MinUIOp::create(
+              b, arith::AddIOp::create(b, begin, lb.index(blockSize)), k);
+          Value kBlock = arith::DivUIOp::create(b, begin, lb.index(blockSize));
+          Value partial = emitDotRange(source, expert, n, begin, end);
+          Value scaled = arith::MulFOp::create(
+              b, partial, emitScale(source, expert, n, kBlock));
+          return {arith::AddFOp::create(b, carried[0], scaled)};
+        },
+        blockSize)[0];
   }
 
   /// The fp32 sum over k in [begin, end), in order, of
@@ -409,14 +433,31 @@ private:
                    })[0];
   }
 
+  /// input_scales[source, kBlock] times the scale of weights[expert, n] in
+  /// K block `kBlock` (0 unless block-scaled).
+  Value emitScale(Value source, Value expert, Value n, Value kBlock) {
+    SmallVector<Value> indices = {expert};
+    if (quantization.getWeights() == WeightScaling::channel)
+      indices.push_back(n);
+    if (quantization.getWeights() == WeightScaling::block)
+      indices.append(
+          {arith::DivUIOp::create(b, n, lb.index(quantization.getBlockSize())),
+           kBlock});
+    return arith::MulFOp::create(b, lb.load(inputScales, {source, kBlock}),
+                                 lb.load(weightScales, indices));
+  }
+
   GroupedMatmulOp op;
   LoopBuilder &lb;
   ImplicitLocOpBuilder &b;
-  Value input, weights, sortedIds, expertIds, numPadded, routedWeights;
+  QuantizationAttr quantization;
+  Value input, weights, sortedIds, expertIds, numPadded, routedWeights,
+      inputScales, weightScales;
 };
 
 /// Pattern: moe.grouped_matmul => for each valid padded row, an fp32 dot
-/// product per output column with the epilogue applied before the store.
+/// product per output column (fp8: scaled per K block, channel or tensor)
+/// with the epilogue applied before the store.
 struct GroupedMatmulToLoops : OpRewritePattern<GroupedMatmulOp> {
   using OpRewritePattern::OpRewritePattern;
 
@@ -426,6 +467,74 @@ struct GroupedMatmulToLoops : OpRewritePattern<GroupedMatmulOp> {
     LoopBuilder lb{b};
     rewriter.replaceOp(op, GroupedMatmulLoops(op, lb).emit());
     return success();
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// moe.quantize
+//===----------------------------------------------------------------------===//
+
+/// Pattern: moe.quantize(x, n) => for each row below n (all without n) and
+/// group of columns: the group's amax, its scale, and each x / scale
+/// encoded to e4m3.
+struct QuantizeToLoops : OpRewritePattern<QuantizeOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(QuantizeOp op,
+                                PatternRewriter &rewriter) const override {
+    ImplicitLocOpBuilder b(op.getLoc(), rewriter);
+    LoopBuilder lb{b};
+    Value input = lb.toBuffer(op.getInput());
+    Value numRows = lb.dim(input, 0);
+    auto outputType = cast<RankedTensorType>(op.getOutput().getType());
+    auto scalesType = cast<RankedTensorType>(op.getScales().getType());
+    SmallVector<Value> dynamicRows;
+    if (outputType.isDynamicDim(0))
+      dynamicRows.push_back(numRows);
+    Value output = lb.alloc(outputType, dynamicRows);
+    Value scales = lb.alloc(scalesType, dynamicRows);
+    Value rows = numRows;
+    if (op.getNumRows())
+      rows = arith::MinUIOp::create(
+          b, lb.toIndex(lb.load(lb.toBuffer(op.getNumRows()), {})), numRows);
+
+    int64_t groupSize = op.getGroupSize();
+    Value k = lb.index(outputType.getDimSize(1));
+    lb.loop(lb.index(0), rows, [&](Value m) {
+      lb.loop(
+          lb.index(0), k,
+          [&](Value begin) {
+            Value end = arith::MinUIOp::create(
+                b, arith::AddIOp::create(b, begin, lb.index(groupSize)), k);
+            Value group = arith::DivUIOp::create(b, begin, lb.index(groupSize));
+            Value scale = emitGroupScale(lb, input, m, begin, end);
+            lb.store(scale, scales, {m, group});
+            lb.loop(begin, end, [&](Value kk) {
+              Value x = lb.loadF32(input, {m, kk});
+              lb.storeF32(arith::DivFOp::create(b, x, scale), output, {m, kk});
+            });
+          },
+          groupSize);
+    });
+    rewriter.replaceOp(
+        op, {lb.toTensor(outputType, output), lb.toTensor(scalesType, scales)});
+    return success();
+  }
+
+  /// max(amax, 1e-10) / 448 of columns [begin, end) of row `m`, amax the
+  /// largest |x| (NaN when any x is NaN: maximumf propagates it).
+  static Value emitGroupScale(LoopBuilder &lb, Value input, Value m,
+                              Value begin, Value end) {
+    ImplicitLocOpBuilder &b = lb.b;
+    Value amax =
+        lb.loop(begin, end, {lb.f32(0.0)},
+                [&](Value k, ValueRange carried) -> SmallVector<Value> {
+                  Value x = lb.loadF32(input, {m, k});
+                  return {arith::MaximumFOp::create(
+                      b, carried[0], math::AbsFOp::create(b, x))};
+                })[0];
+    Value floor = arith::MaximumFOp::create(b, amax, lb.f32(1e-10));
+    return arith::DivFOp::create(b, floor, lb.f32(448.0));
   }
 };
 
@@ -507,6 +616,6 @@ struct ConvertMoeToLoopsPass
 } // namespace
 
 void mlir::moe::populateMoeToLoopsPatterns(RewritePatternSet &patterns) {
-  patterns.add<GateToLoops, RouteToLoops, GroupedMatmulToLoops, CombineToLoops>(
-      patterns.getContext());
+  patterns.add<GateToLoops, RouteToLoops, GroupedMatmulToLoops, QuantizeToLoops,
+               CombineToLoops>(patterns.getContext());
 }
