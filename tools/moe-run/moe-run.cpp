@@ -327,6 +327,8 @@ MoeDtype runtimeDtype(ElementType type) {
     return MOE_DTYPE_F16;
   case ElementType::I32:
     return MOE_DTYPE_I32;
+  case ElementType::F8E4M3FN:
+    return MOE_DTYPE_F8E4M3;
   }
   return MOE_DTYPE_F32;
 }
