@@ -223,8 +223,8 @@ std::string describeShape(py::array array) {
   return text + (array.ndim() == 1 ? ",)" : ")");
 }
 
-/// A result as a numpy array: f32 and bf16 (which numpy lacks) as float32,
-/// f16 as float16, i32 as int32.
+/// A result as a numpy array: f32, and bf16 and f8E4M3FN (which numpy
+/// lacks) as float32, f16 as float16, i32 as int32.
 py::array toArray(const HostTensor &tensor) {
   std::vector<py::ssize_t> shape(tensor.shape.begin(), tensor.shape.end());
   switch (tensor.type) {
@@ -238,7 +238,8 @@ py::array toArray(const HostTensor &tensor) {
     std::memcpy(array.mutable_data(), tensor.bytes.data(), tensor.bytes.size());
     return array;
   }
-  case ElementType::BF16: {
+  case ElementType::BF16:
+  case ElementType::F8E4M3FN: {
     std::vector<float> values = tensor.toFloats();
     py::array_t<float> array(shape);
     std::memcpy(array.mutable_data(), values.data(),

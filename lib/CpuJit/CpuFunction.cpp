@@ -67,6 +67,8 @@ FailureOr<ElementType> mlir::moe::getHostElementType(Type type) {
     return ElementType::F16;
   if (type.isSignlessInteger(32))
     return ElementType::I32;
+  if (isa<Float8E4M3FNType>(type))
+    return ElementType::F8E4M3FN;
   return failure();
 }
 

@@ -2,6 +2,7 @@
 
 #include "moe/CpuJit/HostTensor.h"
 #include "moe/Reference/Float16.h"
+#include "moe/Reference/Quantization.h"
 
 #include <cassert>
 #include <cmath>
@@ -10,8 +11,10 @@
 using namespace mlir::moe;
 
 using mlir::moe::reference::fromBFloat16Bits;
+using mlir::moe::reference::fromE4M3;
 using mlir::moe::reference::fromHalfBits;
 using mlir::moe::reference::toBFloat16Bits;
+using mlir::moe::reference::toE4M3;
 using mlir::moe::reference::toHalfBits;
 
 const char *mlir::moe::elementTypeName(ElementType type) {
@@ -24,11 +27,15 @@ const char *mlir::moe::elementTypeName(ElementType type) {
     return "f16";
   case ElementType::I32:
     return "i32";
+  case ElementType::F8E4M3FN:
+    return "f8E4M3FN";
   }
   return "?";
 }
 
 int64_t mlir::moe::elementTypeBytes(ElementType type) {
+  if (type == ElementType::F8E4M3FN)
+    return 1;
   return type == ElementType::BF16 || type == ElementType::F16 ? 2 : 4;
 }
 
@@ -38,6 +45,8 @@ float mlir::moe::roundTo(ElementType type, float value) {
     return fromBFloat16Bits(toBFloat16Bits(value));
   case ElementType::F16:
     return fromHalfBits(toHalfBits(value));
+  case ElementType::F8E4M3FN:
+    return fromE4M3(toE4M3(value));
   default:
     return value;
   }
@@ -56,6 +65,10 @@ HostTensor HostTensor::fromFloats(ElementType type, std::vector<int64_t> shape,
   for (size_t i = 0; i < values.size(); ++i) {
     if (type == ElementType::F32) {
       std::memcpy(tensor.bytes.data() + 4 * i, &values[i], 4);
+      continue;
+    }
+    if (type == ElementType::F8E4M3FN) {
+      tensor.bytes[i] = toE4M3(values[i]);
       continue;
     }
     uint16_t half = type == ElementType::BF16 ? toBFloat16Bits(values[i])
@@ -86,6 +99,10 @@ std::vector<float> HostTensor::toFloats() const {
   for (size_t i = 0; i < values.size(); ++i) {
     if (type == ElementType::F32) {
       std::memcpy(&values[i], bytes.data() + 4 * i, 4);
+      continue;
+    }
+    if (type == ElementType::F8E4M3FN) {
+      values[i] = fromE4M3(bytes[i]);
       continue;
     }
     uint16_t half;

@@ -94,3 +94,71 @@ func.func @experts_given_routing(%x: tensor<?x32xf16>, %ids: tensor<?x3xi32>,
           tensor<6x32x32xf16>, tensor<6x32x16xf16>) -> tensor<?x32xf16>
   return %y : tensor<?x32xf16>
 }
+
+// -----
+
+// FP8, block scales: the hidden states are quantized per 128 columns for the
+// first GEMM, which takes their scales and w13's; the activation's bf16
+// output is quantized over the padded rows only (rows(%count)), in one group
+// since I = 96 is narrower than a block; the second GEMM takes those scales
+// and w2's.
+// CHECK-LABEL: func @fused_moe_fp8_block
+// CHECK-SAME: (%[[X:.*]]: tensor<?x256xbf16>, %[[L:.*]]: tensor<?x16xf32>, %[[W13:.*]]: tensor<17x192x256xf8E4M3FN>, %[[W2:.*]]: tensor<17x256x96xf8E4M3FN>, %[[S13:.*]]: tensor<17x2x2xf32>, %[[S2:.*]]: tensor<17x2x1xf32>)
+// CHECK-NEXT: %[[WTS:.*]], %[[IDS:.*]] = moe.gate %[[L]]
+// CHECK-NEXT: %[[SORTED:.*]], %[[EXPERTS:.*]], %[[COUNT:.*]] = moe.route %[[IDS]]
+// CHECK-NEXT: %[[XQ:.*]], %[[XS:.*]] = moe.quantize %[[X]] {group_size = 128 : i64}
+// CHECK-SAME: (tensor<?x256xbf16>) -> (tensor<?x256xf8E4M3FN>, tensor<?x2xf32>)
+// CHECK-NEXT: %[[H:.*]] = moe.grouped_matmul %[[XQ]], %[[W13]], %[[SORTED]], %[[EXPERTS]], %[[COUNT]] scales(%[[XS]], %[[S13]]) input(token) output(sorted) activation(silu_and_mul)
+// CHECK-SAME: quantization = #moe.quantization<weights = block, activations = token_group>
+// CHECK-SAME: -> tensor<?x96xbf16>
+// CHECK-NEXT: %[[HQ:.*]], %[[HS:.*]] = moe.quantize %[[H]] rows(%[[COUNT]]) {group_size = 96 : i64}
+// CHECK-SAME: (tensor<?x96xbf16>, tensor<i32>) -> (tensor<?x96xf8E4M3FN>, tensor<?x1xf32>)
+// CHECK-NEXT: %[[O:.*]] = moe.grouped_matmul %[[HQ]], %[[W2]], %[[SORTED]], %[[EXPERTS]], %[[COUNT]] routed_weights(%[[WTS]]) scales(%[[HS]], %[[S2]]) input(sorted) output(slot)
+// CHECK-SAME: quantization = #moe.quantization<weights = block, activations = token_group>
+// CHECK-SAME: -> tensor<?x5x256xbf16>
+// CHECK-NEXT: %[[Y:.*]] = moe.combine %[[O]] : (tensor<?x5x256xbf16>) -> tensor<?x256xbf16>
+// CHECK-NEXT: return %[[Y]]
+func.func @fused_moe_fp8_block(%x: tensor<?x256xbf16>, %logits: tensor<?x16xf32>,
+                               %w13: tensor<17x192x256xf8E4M3FN>,
+                               %w2: tensor<17x256x96xf8E4M3FN>,
+                               %s13: tensor<17x2x2xf32>,
+                               %s2: tensor<17x2x1xf32>) -> tensor<?x256xbf16> {
+  %y = moe.fused_moe %x, %logits, %w13, %w2 scales(%s13, %s2)
+         activation(silu_and_mul) {
+         router = #moe.router<scoring = sigmoid, top_k = 4, num_shared_experts = 1>,
+         quantization = #moe.quantization<weights = block, activations = token_group>}
+       : (tensor<?x256xbf16>, tensor<?x16xf32>, tensor<17x192x256xf8E4M3FN>,
+          tensor<17x256x96xf8E4M3FN>, tensor<17x2x2xf32>,
+          tensor<17x2x1xf32>) -> tensor<?x256xbf16>
+  return %y : tensor<?x256xbf16>
+}
+
+// -----
+
+// FP8, channel scales, experts given routing: one activation scale per row
+// (group_size = K), the combine masking the caller's ids as without fp8.
+// CHECK-LABEL: func @fused_experts_fp8_channel
+// CHECK-SAME: (%[[X:.*]]: tensor<?x256xf16>, %[[IDS:.*]]: tensor<?x2xi32>, %[[WTS:.*]]: tensor<?x2xf32>, %[[W13:.*]]: tensor<8x64x256xf8E4M3FN>, %[[W2:.*]]: tensor<8x256x32xf8E4M3FN>, %[[S13:.*]]: tensor<8x64xf32>, %[[S2:.*]]: tensor<8x256xf32>)
+// CHECK-NEXT: %[[SORTED:.*]], %[[EXPERTS:.*]], %[[COUNT:.*]] = moe.route %[[IDS]]
+// CHECK-NEXT: %[[XQ:.*]], %[[XS:.*]] = moe.quantize %[[X]] {group_size = 256 : i64}
+// CHECK-SAME: -> (tensor<?x256xf8E4M3FN>, tensor<?x1xf32>)
+// CHECK-NEXT: %[[H:.*]] = moe.grouped_matmul %[[XQ]], %[[W13]], %[[SORTED]], %[[EXPERTS]], %[[COUNT]] scales(%[[XS]], %[[S13]]) input(token) output(sorted)
+// CHECK-SAME: quantization = #moe.quantization<weights = channel, activations = token>
+// CHECK-NEXT: %[[HQ:.*]], %[[HS:.*]] = moe.quantize %[[H]] rows(%[[COUNT]]) {group_size = 32 : i64}
+// CHECK-NEXT: %[[O:.*]] = moe.grouped_matmul %[[HQ]], %[[W2]], %[[SORTED]], %[[EXPERTS]], %[[COUNT]] routed_weights(%[[WTS]]) scales(%[[HS]], %[[S2]]) input(sorted) output(slot)
+// CHECK-NEXT: %[[Y:.*]] = moe.combine %[[O]] ids(%[[IDS]]) {num_experts = 8 : i64}
+// CHECK-NEXT: return %[[Y]]
+func.func @fused_experts_fp8_channel(%x: tensor<?x256xf16>, %ids: tensor<?x2xi32>,
+                                     %w: tensor<?x2xf32>,
+                                     %w13: tensor<8x64x256xf8E4M3FN>,
+                                     %w2: tensor<8x256x32xf8E4M3FN>,
+                                     %s13: tensor<8x64xf32>,
+                                     %s2: tensor<8x256xf32>) -> tensor<?x256xf16> {
+  %y = moe.fused_experts %x, %ids, %w, %w13, %w2 scales(%s13, %s2)
+         activation(silu_and_mul) {
+         quantization = #moe.quantization<weights = channel, activations = token>}
+       : (tensor<?x256xf16>, tensor<?x2xi32>, tensor<?x2xf32>,
+          tensor<8x64x256xf8E4M3FN>, tensor<8x256x32xf8E4M3FN>,
+          tensor<8x64xf32>, tensor<8x256xf32>) -> tensor<?x256xf16>
+  return %y : tensor<?x256xf16>
+}

@@ -7,15 +7,18 @@
 // primitive ops it decomposes into, or a moe.fused_experts: the experts given
 // routing) or from a named model preset. Inputs are seeded random data (an
 // experts layer's ids include out-of-range ones, which must contribute
-// nothing); the output is compared against the plain C++
-// reference, and the path, the routing statistics and the times are
-// printed. Exits non-zero on any error or mismatch.
+// nothing; an fp8 layer's weights are random values quantized per its
+// #moe.quantization, with their scales, as checkpoints are made); the output
+// is compared against the plain C++ reference, and the path, the routing
+// statistics and the times are printed. Exits non-zero on any error or
+// mismatch.
 //
 //===----------------------------------------------------------------------===//
 
 #include "moe/CpuJit/CpuFunction.h"
 #include "moe/Dialect/Moe/IR/MoeOps.h"
 #include "moe/Presets/Presets.h"
+#include "moe/Reference/Quantization.h"
 #include "moe/Reference/Reference.h"
 #include "moe/Registration/Registration.h"
 #ifdef MOE_ENABLE_RUNTIME
@@ -88,6 +91,9 @@ struct Layer {
   Activation activation = Activation::none;
   int hidden = -1, logits = -1, w13 = -1, w2 = -1, bias = -1;
   int ids = -1, slotWeights = -1; // experts given their routing
+  // FP8 weights: their scales and how they scale (else -1 and null).
+  int w13Scales = -1, w2Scales = -1;
+  QuantizationAttr quantization;
   // numExperts: routed experts E with a router, stored experts without.
   int64_t hiddenSize = 0, numExperts = 0, intermediate = 0, numSlots = 0;
 };
@@ -103,6 +109,19 @@ int argumentIndex(func::FuncOp function, Value value) {
   if (!argument || argument.getOwner() != &function.getBody().front())
     return -1;
   return argument.getArgNumber();
+}
+
+/// Reads the argument indices of a layer op's expert weights, and of their
+/// scales with the quantization for fp8 weights.
+template <typename LayerOp>
+void readExpertWeights(func::FuncOp function, LayerOp op, Layer &layer) {
+  layer.w13 = argumentIndex(function, op.getW13());
+  layer.w2 = argumentIndex(function, op.getW2());
+  layer.quantization = op.getQuantizationAttr();
+  if (layer.quantization) {
+    layer.w13Scales = argumentIndex(function, op.getW13Scales());
+    layer.w2Scales = argumentIndex(function, op.getW2Scales());
+  }
 }
 
 /// Finds the layer in `function`: a moe.fused_moe, or a moe.gate and the two
@@ -122,8 +141,7 @@ FailureOr<Layer> findLayer(func::FuncOp function, std::string &error) {
     layer.hidden = argumentIndex(function, op.getHiddenStates());
     layer.ids = argumentIndex(function, op.getIds());
     layer.slotWeights = argumentIndex(function, op.getWeights());
-    layer.w13 = argumentIndex(function, op.getW13());
-    layer.w2 = argumentIndex(function, op.getW2());
+    readExpertWeights(function, op, layer);
   } else if (experts.empty() && fused.size() == 1 && gates.empty() &&
              gemms.empty()) {
     FusedMoeOp op = fused.front();
@@ -131,8 +149,7 @@ FailureOr<Layer> findLayer(func::FuncOp function, std::string &error) {
     layer.activation = op.getActivation();
     layer.hidden = argumentIndex(function, op.getHiddenStates());
     layer.logits = argumentIndex(function, op.getRouterLogits());
-    layer.w13 = argumentIndex(function, op.getW13());
-    layer.w2 = argumentIndex(function, op.getW2());
+    readExpertWeights(function, op, layer);
     if (op.getCorrectionBias())
       layer.bias = argumentIndex(function, op.getCorrectionBias());
   } else if (fused.empty() && gates.size() == 1 && gemms.size() == 2) {
@@ -146,6 +163,10 @@ FailureOr<Layer> findLayer(func::FuncOp function, std::string &error) {
     if (first == gemms.end() || second == gemms.end()) {
       error = "expected one token-order and one sorted-order "
               "moe.grouped_matmul";
+      return failure();
+    }
+    if (first->getQuantizationAttr()) {
+      error = "an fp8 layer runs as one moe.fused_moe or moe.fused_experts";
       return failure();
     }
     layer.router = gate.getRouter();
@@ -163,10 +184,13 @@ FailureOr<Layer> findLayer(func::FuncOp function, std::string &error) {
     return failure();
   }
   bool routed = static_cast<bool>(layer.router);
+  bool fp8 = static_cast<bool>(layer.quantization);
   if (layer.hidden < 0 || layer.w13 < 0 || layer.w2 < 0 ||
-      (routed ? layer.logits < 0 ||
-                    (layer.bias < 0 && function.getNumArguments() == 5)
-              : layer.ids < 0 || layer.slotWeights < 0)) {
+      (fp8 && (layer.w13Scales < 0 || layer.w2Scales < 0)) ||
+      (routed
+           ? layer.logits < 0 || (layer.bias < 0 &&
+                                  function.getNumArguments() == (fp8 ? 7u : 5u))
+           : layer.ids < 0 || layer.slotWeights < 0)) {
     error = "the layer's operands must be the function's arguments";
     return failure();
   }
@@ -221,10 +245,64 @@ HostTensor randomIds(const std::vector<int64_t> &shape, int64_t numExperts,
   return HostTensor::fromInts(shape, ids);
 }
 
+reference::Fp8Scheme toReference(QuantizationAttr quantization) {
+  // Fp8Scaling is numbered as WeightScaling.
+  return {static_cast<reference::Fp8Scaling>(quantization.getWeights()),
+          quantization.getBlockSize()};
+}
+
+/// The index of the scale of element (e, n, k) of fp8 weights [E, N, K]
+/// among their scales, as `scheme` lays them out.
+int64_t scaleIndex(const reference::Fp8Scheme &scheme, int64_t e, int64_t n,
+                   int64_t k, int64_t numN, int64_t numK) {
+  int64_t b = scheme.blockSize;
+  switch (scheme.scaling) {
+  case reference::Fp8Scaling::Tensor:
+    return e;
+  case reference::Fp8Scaling::Channel:
+    return e * numN + n;
+  case reference::Fp8Scaling::Block:
+    return (e * llvm::divideCeil(numN, b) + n / b) * llvm::divideCeil(numK, b) +
+           k / b;
+  }
+  llvm_unreachable("unknown scaling");
+}
+
+/// fp8 weights of `shape` [E, N, K] as a checkpoint makes them: `values`
+/// rounded to bf16, each scale max(amax, 1e-10) / 448 of the values it
+/// scales, each code toE4M3(value / scale). Fills `codes` and `scales` (of
+/// `scalesShape`).
+void quantizeWeights(const reference::Fp8Scheme &scheme,
+                     const std::vector<int64_t> &shape,
+                     const std::vector<float> &values,
+                     const std::vector<int64_t> &scalesShape, HostTensor &codes,
+                     HostTensor &scales) {
+  codes = HostTensor(ElementType::F8E4M3FN, shape);
+  std::vector<float> amax(
+      HostTensor(ElementType::F32, scalesShape).numElements(), 0.0f);
+  auto forEach = [&](function_ref<void(int64_t, int64_t, float)> body) {
+    for (int64_t e = 0, i = 0; e < shape[0]; ++e)
+      for (int64_t n = 0; n < shape[1]; ++n)
+        for (int64_t k = 0; k < shape[2]; ++k, ++i)
+          body(i, scaleIndex(scheme, e, n, k, shape[1], shape[2]),
+               roundTo(ElementType::BF16, values[i]));
+  };
+  forEach([&](int64_t, int64_t s, float value) {
+    amax[s] = std::max(amax[s], std::fabs(value));
+  });
+  for (float &value : amax)
+    value = std::max(value, 1e-10f) / reference::kE4M3Max;
+  forEach([&](int64_t i, int64_t s, float value) {
+    codes.bytes[i] = reference::toE4M3(value / amax[s]);
+  });
+  scales = HostTensor::fromFloats(ElementType::F32, scalesShape, amax);
+}
+
 /// Seeded inputs of `function`'s arguments, shaped by `shapeOf`:
 /// activations and logits of unit scale, weights scaled by 1/sqrt(fan-in) so
-/// that outputs stay O(1) in every precision; an experts layer's ids from
-/// randomIds and its slot weights in [0, 1).
+/// that outputs stay O(1) in every precision (fp8 weights quantized from
+/// such values, with their scales); an experts layer's ids from randomIds
+/// and its slot weights in [0, 1).
 bool makeInputs(func::FuncOp function, const Layer &layer,
                 function_ref<std::vector<int64_t>(int)> shapeOf,
                 std::vector<HostTensor> &inputs, std::string &error) {
@@ -237,9 +315,14 @@ bool makeInputs(func::FuncOp function, const Layer &layer,
       inputs[index] = randomIds(shape, layer.numExperts, generator);
       continue;
     }
+    // Made with their weights.
+    if (index == layer.w13Scales || index == layer.w2Scales)
+      continue;
     FailureOr<ElementType> type = getHostElementType(
         cast<RankedTensorType>(argument.getType()).getElementType());
-    if (failed(type) || *type == ElementType::I32) {
+    bool fp8Weights = index == layer.w13 || index == layer.w2;
+    if (failed(type) || *type == ElementType::I32 ||
+        (*type == ElementType::F8E4M3FN && !fp8Weights)) {
       error = "argument #" + std::to_string(index) +
               " must be a tensor of f32, bf16 or f16";
       return false;
@@ -258,7 +341,13 @@ bool makeInputs(func::FuncOp function, const Layer &layer,
     std::vector<float> data(HostTensor(*type, shape).numElements());
     for (float &value : data)
       value = uniform(generator);
-    inputs[index] = HostTensor::fromFloats(*type, shape, data);
+    if (*type != ElementType::F8E4M3FN) {
+      inputs[index] = HostTensor::fromFloats(*type, shape, data);
+      continue;
+    }
+    int scalesIndex = index == layer.w13 ? layer.w13Scales : layer.w2Scales;
+    quantizeWeights(toReference(layer.quantization), shape, data,
+                    shapeOf(scalesIndex), inputs[index], inputs[scalesIndex]);
   }
   return true;
 }
@@ -273,8 +362,7 @@ std::vector<float> referenceOutput(const Layer &layer,
   auto floats = [&](int index) {
     return index >= 0 ? inputs[index].toFloats() : std::vector<float>();
   };
-  std::vector<float> hidden = floats(layer.hidden), w13 = floats(layer.w13),
-                     w2 = floats(layer.w2);
+  std::vector<float> hidden = floats(layer.hidden);
   std::vector<float> slotWeights(numTokens * layer.numSlots);
   int64_t storedExperts = layer.numExperts;
   if (layer.router) {
@@ -290,14 +378,27 @@ std::vector<float> referenceOutput(const Layer &layer,
     slotWeights = floats(layer.slotWeights);
   }
   std::vector<float> expected(numTokens * layer.hiddenSize);
-  reference::fusedExperts(
+  reference::Activation activation =
       layer.activation == Activation::silu_and_mul
           ? reference::Activation::SiluAndMul
-          : reference::Activation::GeluAndMul,
-      numTokens, layer.hiddenSize, storedExperts, layer.intermediate,
-      layer.numSlots, hidden.data(), slotIds.data(), slotWeights.data(),
-      w13.data(), w2.data(), expected.data(),
-      [&](float value) { return roundTo(outputType, value); });
+          : reference::Activation::GeluAndMul;
+  auto round = [&](float value) { return roundTo(outputType, value); };
+  if (!layer.quantization) {
+    std::vector<float> w13 = floats(layer.w13), w2 = floats(layer.w2);
+    reference::fusedExperts(activation, numTokens, layer.hiddenSize,
+                            storedExperts, layer.intermediate, layer.numSlots,
+                            hidden.data(), slotIds.data(), slotWeights.data(),
+                            w13.data(), w2.data(), expected.data(), round);
+    return expected;
+  }
+  std::vector<float> w13Scales = floats(layer.w13Scales),
+                     w2Scales = floats(layer.w2Scales);
+  reference::fusedExpertsFp8(
+      toReference(layer.quantization), activation, numTokens, layer.hiddenSize,
+      storedExperts, layer.intermediate, layer.numSlots, hidden.data(),
+      slotIds.data(), slotWeights.data(), inputs[layer.w13].bytes.data(),
+      w13Scales.data(), inputs[layer.w2].bytes.data(), w2Scales.data(),
+      expected.data(), round);
   return expected;
 }
 
@@ -327,6 +428,8 @@ MoeDtype runtimeDtype(ElementType type) {
     return MOE_DTYPE_F16;
   case ElementType::I32:
     return MOE_DTYPE_I32;
+  case ElementType::F8E4M3FN:
+    return MOE_DTYPE_F8E4M3;
   }
   return MOE_DTYPE_F32;
 }

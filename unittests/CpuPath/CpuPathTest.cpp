@@ -1,23 +1,33 @@
 //===- CpuPathTest.cpp - The CPU path against the plain C++ reference -----===//
 //
-// Each test compiles one primitive moe op through moe-cpu-pipeline, runs it
-// with mlir::ExecutionEngine on seeded data (or on the corner case it pins
-// down) and compares the result with the independent reference in
-// lib/Reference: ids and routing exactly, values to a stated tolerance.
+// Each test compiles one moe op (a primitive, or an fp8 layer) through
+// moe-cpu-pipeline, runs it with mlir::ExecutionEngine on seeded data (or on
+// the corner case it pins down) and compares the result with the independent
+// reference in lib/Reference: ids and routing exactly, values to a stated
+// tolerance, and everything fp8 (the lowerings' e4m3 encoder and decoder,
+// moe.quantize, the scaled grouped matmuls, whole fp8 layers) bit for bit,
+// as the op descriptions fix the order of every rounding.
 //
 //===----------------------------------------------------------------------===//
 
+#include "moe/Conversion/MoeCommon/LoopBuilder.h"
 #include "moe/CpuJit/CpuFunction.h"
+#include "moe/Reference/Quantization.h"
 #include "moe/Reference/Reference.h"
 #include "moe/Registration/Registration.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include "gtest/gtest.h"
 
+#include <algorithm>
+#include <cfloat>
 #include <cmath>
+#include <cstring>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -333,6 +343,10 @@ struct GemmCase {
   ElementType type;
   const char *activation; // none, silu_and_mul, gelu_and_mul
   bool tokenInput, sortedOutput, routedWeights;
+  /// FP8: input rows and weights in e4m3 with fp32 scales per this scheme
+  /// (else both of `type`, the output's type).
+  std::optional<reference::Fp8Scheme> fp8 = std::nullopt;
+  int64_t n = 24, k = 40;
 };
 
 reference::Activation toReference(llvm::StringRef activation) {
@@ -362,8 +376,74 @@ void expectClose(const std::vector<float> &actual,
         << "element " << i << ": " << actual[i] << " vs " << expected[i];
 }
 
+uint32_t bitsOf(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  return bits;
+}
+
+/// Expects the same floats bit for bit, any NaN matching any NaN.
+void expectSameBits(const std::vector<float> &actual,
+                    const std::vector<float> &expected) {
+  ASSERT_EQ(actual.size(), expected.size());
+  for (size_t i = 0; i < actual.size(); ++i)
+    if (!std::isnan(actual[i]) || !std::isnan(expected[i]))
+      EXPECT_EQ(bitsOf(actual[i]), bitsOf(expected[i]))
+          << "element " << i << ": " << actual[i] << " vs " << expected[i];
+}
+
+/// The #moe.quantization of `scheme`.
+std::string quantizationText(const reference::Fp8Scheme &scheme) {
+  bool block = scheme.scaling == reference::Fp8Scaling::Block;
+  const char *weights = block ? "block"
+                        : scheme.scaling == reference::Fp8Scaling::Channel
+                            ? "channel"
+                            : "tensor";
+  return llvm::formatv(
+      "#moe.quantization<weights = {0}, activations = {1}, block_size = {2}>",
+      weights, block ? "token_group" : "token", scheme.blockSize);
+}
+
+/// The shape of the scales of e4m3 weights [e, n, k] under `scheme`.
+std::vector<int64_t> weightScalesShape(const reference::Fp8Scheme &scheme,
+                                       int64_t e, int64_t n, int64_t k) {
+  int64_t b = scheme.blockSize;
+  switch (scheme.scaling) {
+  case reference::Fp8Scaling::Tensor:
+    return {e};
+  case reference::Fp8Scaling::Channel:
+    return {e, n};
+  case reference::Fp8Scaling::Block:
+    return {e, (n + b - 1) / b, (k + b - 1) / b};
+  }
+  return {};
+}
+
+/// Random finite e4m3 codes of both signs (0x7F and 0xFF are NaN).
+HostTensor randomE4M3(std::mt19937 &generator, std::vector<int64_t> shape) {
+  HostTensor tensor(ElementType::F8E4M3FN, std::move(shape));
+  std::uniform_int_distribution<int> magnitude(0, 0x7E), sign(0, 1);
+  for (uint8_t &code : tensor.bytes)
+    code = static_cast<uint8_t>(magnitude(generator) | sign(generator) << 7);
+  return tensor;
+}
+
+/// Random positive scales in [2^-10, 2^-2), of the magnitudes checkpoints
+/// have.
+HostTensor randomScales(std::mt19937 &generator, std::vector<int64_t> shape) {
+  HostTensor tensor(ElementType::F32, std::move(shape));
+  std::uniform_real_distribution<float> exponent(-10.0f, -2.0f);
+  std::vector<float> values(tensor.numElements());
+  for (float &value : values)
+    value = std::exp2(exponent(generator));
+  return HostTensor::fromFloats(ElementType::F32, tensor.shape, values);
+}
+
+/// Runs `gemm` through the CPU path and the reference on seeded operands
+/// routed with an idle expert; fp8 results must match bit for bit (the
+/// reference multiplies and adds in the op's order), others to tolerance.
 void checkGroupedMatmul(const GemmCase &gemm) {
-  const int64_t t = 7, s = 3, e = 5, blockM = 4, n = 24, k = 40;
+  const int64_t t = 7, s = 3, e = 5, blockM = 4, n = gemm.n, k = gemm.k;
   bool gated = llvm::StringRef(gemm.activation) != "none";
   int64_t columns = gated ? n / 2 : n;
   std::mt19937 generator(10);
@@ -376,59 +456,84 @@ void checkGroupedMatmul(const GemmCase &gemm) {
   int64_t blocks = routing.expertIds.size();
   int64_t rows = gemm.tokenInput ? t : capacity;
 
-  HostTensor input = HostTensor::fromFloats(gemm.type, {rows, k},
-                                            uniform(generator, rows * k, 1.0f));
-  HostTensor weights = HostTensor::fromFloats(
-      gemm.type, {e, n, k}, uniform(generator, e * n * k, 0.2f));
+  const std::optional<reference::Fp8Scheme> &fp8 = gemm.fp8;
+  HostTensor input =
+      fp8 ? randomE4M3(generator, {rows, k})
+          : HostTensor::fromFloats(gemm.type, {rows, k},
+                                   uniform(generator, rows * k, 1.0f));
+  HostTensor weights =
+      fp8 ? randomE4M3(generator, {e, n, k})
+          : HostTensor::fromFloats(gemm.type, {e, n, k},
+                                   uniform(generator, e * n * k, 0.2f));
   HostTensor routedWeights = HostTensor::fromFloats(
       ElementType::F32, {t, s}, uniform(generator, t * s, 1.0f));
+  HostTensor inputScales, weightScales;
+  if (fp8) {
+    inputScales = randomScales(generator, {rows, fp8->numGroups(k)});
+    weightScales = randomScales(generator, weightScalesShape(*fp8, e, n, k));
+  }
 
-  std::string elt = name(gemm.type);
-  std::string inputType = llvm::formatv("tensor<{0}x{1}x{2}>", rows, k, elt);
-  std::string weightsType =
-      llvm::formatv("tensor<{0}x{1}x{2}x{3}>", e, n, k, elt);
   std::string outputType =
       gemm.sortedOutput
-          ? llvm::formatv("tensor<{0}x{1}x{2}>", capacity, columns, elt).str()
-          : llvm::formatv("tensor<{0}x{1}x{2}x{3}>", t, s, columns, elt).str();
-  std::string routing3 = llvm::formatv(
-      "tensor<{0}xi32>, tensor<{1}xi32>, tensor<i32>", capacity, blocks);
-  std::string rwType = llvm::formatv("tensor<{0}x{1}xf32>", t, s);
-  std::string source = llvm::formatv(
-      "func.func @gemm(%x: {0}, %w: {1}, %s: tensor<{2}xi32>, %e: "
-      "tensor<{3}xi32>, %n: tensor<i32>{4}) -> {5} {{\n"
-      "  %o = moe.grouped_matmul %x, %w, %s, %e, %n{6} input({7}) output({8}) "
-      "activation({9}) {{block_m = {10}, num_slots = {11}} : ({0}, {1}, "
-      "{12}{13}) "
-      "-> {5}\n  return %o : {5}\n}\n",
-      inputType, weightsType, capacity, blocks,
-      gemm.routedWeights ? ", %rw: " + rwType : "", outputType,
-      gemm.routedWeights ? " routed_weights(%rw)" : "",
-      gemm.tokenInput ? "token" : "sorted",
-      gemm.sortedOutput ? "sorted" : "slot", gemm.activation, blockM, s,
-      routing3, gemm.routedWeights ? ", " + rwType : "");
-  std::unique_ptr<CpuFunction> function = compile(source);
-  ASSERT_TRUE(function);
+          ? HostTensor(gemm.type, {capacity, columns}).typeString()
+          : HostTensor(gemm.type, {t, s, columns}).typeString();
   std::vector<HostTensor> inputs = {
       input, weights, HostTensor::fromInts({capacity}, routing.sortedIds),
       HostTensor::fromInts({blocks}, routing.expertIds),
       HostTensor::fromInts({}, {routing.numPadded})};
-  if (gemm.routedWeights)
+  std::string operands = "%a0, %a1, %a2, %a3, %a4";
+  if (gemm.routedWeights) {
+    operands += " routed_weights(%a5)";
     inputs.push_back(routedWeights);
+  }
+  if (fp8) {
+    operands += llvm::formatv(" scales(%a{0}, %a{1})", inputs.size(),
+                              inputs.size() + 1);
+    inputs.push_back(inputScales);
+    inputs.push_back(weightScales);
+  }
+  std::string arguments, types;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    std::string type = inputs[i].typeString();
+    arguments += llvm::formatv("{0}%a{1}: {2}", i ? ", " : "", i, type);
+    types += (i ? ", " : "") + type;
+  }
+  std::string source = llvm::formatv(
+      "func.func @gemm({0}) -> {1} {{\n"
+      "  %o = moe.grouped_matmul {2} input({3}) output({4}) activation({5}) "
+      "{{block_m = {6}, num_slots = {7}{8}} : ({9}) -> {1}\n"
+      "  return %o : {1}\n}\n",
+      arguments, outputType, operands, gemm.tokenInput ? "token" : "sorted",
+      gemm.sortedOutput ? "sorted" : "slot", gemm.activation, blockM, s,
+      fp8 ? ", quantization = " + quantizationText(*fp8) : "", types);
+  std::unique_ptr<CpuFunction> function = compile(source);
+  ASSERT_TRUE(function);
   std::vector<HostTensor> outputs = run(*function, inputs);
   ASSERT_EQ(outputs.size(), 1u);
 
   // Rows the op never stores (padding) stay zero on the CPU path.
   std::vector<float> expected((gemm.sortedOutput ? capacity : t * s) * columns,
                               0.0f);
+  std::vector<float> rwValues = routedWeights.toFloats();
+  const float *rw = gemm.routedWeights ? rwValues.data() : nullptr;
+  auto round = [&](float value) { return roundTo(gemm.type, value); };
+  if (fp8) {
+    std::vector<float> inputScaleValues = inputScales.toFloats(),
+                       weightScaleValues = weightScales.toFloats();
+    reference::scaledGroupedMatmul(
+        *fp8, routing, t, s, blockM, n, k, input.bytes.data(),
+        inputScaleValues.data(), gemm.tokenInput, weights.bytes.data(),
+        weightScaleValues.data(), rw, toReference(gemm.activation),
+        gemm.sortedOutput, expected.data(), round);
+    expectSameBits(outputs[0].toFloats(), expected);
+    return;
+  }
   std::vector<float> inputValues = input.toFloats(),
-                     weightValues = weights.toFloats(),
-                     rwValues = routedWeights.toFloats();
-  reference::groupedMatmul(
-      routing, t, s, blockM, n, k, inputValues.data(), gemm.tokenInput,
-      weightValues.data(), gemm.routedWeights ? rwValues.data() : nullptr,
-      toReference(gemm.activation), gemm.sortedOutput, expected.data(),
-      [&](float value) { return roundTo(gemm.type, value); });
+                     weightValues = weights.toFloats();
+  reference::groupedMatmul(routing, t, s, blockM, n, k, inputValues.data(),
+                           gemm.tokenInput, weightValues.data(), rw,
+                           toReference(gemm.activation), gemm.sortedOutput,
+                           expected.data(), round);
   expectClose(outputs[0].toFloats(), expected, tolerance(gemm.type));
 }
 
@@ -446,6 +551,34 @@ TEST(GroupedMatmul, EveryEpilogueOrderAndType) {
             checkGroupedMatmul(
                 {type, activation, tokenInput, sortedOutput, routedWeights});
           }
+}
+
+TEST(GroupedMatmul, Fp8EverySchemeBitExact) {
+  using reference::Fp8Scaling;
+  // Blocks of 16 leave ragged K (40 = 16 + 16 + 8) and N (24 = 16 + 8)
+  // tails, and the gated halves' up columns start inside a block; blocks of
+  // 128 as checkpoints have them, with K = 200 and N = 136.
+  struct Shape {
+    reference::Fp8Scheme scheme;
+    int64_t n, k;
+  };
+  for (Shape shape : {Shape{{Fp8Scaling::Block, 16}, 24, 40},
+                      Shape{{Fp8Scaling::Block, 128}, 136, 200},
+                      Shape{{Fp8Scaling::Channel, 128}, 24, 40},
+                      Shape{{Fp8Scaling::Tensor, 128}, 24, 40}})
+    for (ElementType type : {ElementType::F32, ElementType::BF16})
+      for (const char *activation : {"none", "silu_and_mul", "gelu_and_mul"})
+        for (bool tokenInput : {true, false}) {
+          SCOPED_TRACE(llvm::formatv("{0} n={1} k={2} {3} {4} token={5}",
+                                     quantizationText(shape.scheme), shape.n,
+                                     shape.k, name(type), activation,
+                                     tokenInput)
+                           .str());
+          // Token rows go to sorted rows (the first GEMM), sorted rows to
+          // slots with routed weights (the second).
+          checkGroupedMatmul({type, activation, tokenInput, tokenInput,
+                              !tokenInput, shape.scheme, shape.n, shape.k});
+        }
 }
 
 TEST(Combine, WeightedAndUnweighted) {
@@ -482,6 +615,363 @@ TEST(Combine, WeightedAndUnweighted) {
           expected.data(), [&](float value) { return roundTo(type, value); });
       expectClose(outputs[0].toFloats(), expected, tolerance(type));
     }
+}
+
+//===----------------------------------------------------------------------===//
+// FP8: e4m3 conversions and moe.quantize
+//===----------------------------------------------------------------------===//
+
+/// A function @convert(tensor<?x`from`>) -> tensor<?x`to`> converting each
+/// element through f32 by LoopBuilder's loadF32 and storeF32, which every
+/// lowering's e4m3 operands go through: the e4m3 encoder when `to` is
+/// f8E4M3FN, the decoder when `from` is.
+std::unique_ptr<CpuFunction> compileConversion(Type from, Type to) {
+  Location loc = UnknownLoc::get(&sharedContext());
+  OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
+  auto fromType = RankedTensorType::get({ShapedType::kDynamic}, from);
+  auto toType = RankedTensorType::get({ShapedType::kDynamic}, to);
+  OpBuilder builder = OpBuilder::atBlockEnd(module->getBody());
+  auto function = func::FuncOp::create(
+      builder, loc, "convert", builder.getFunctionType(fromType, toType));
+  ImplicitLocOpBuilder b(loc, builder);
+  b.setInsertionPointToStart(function.addEntryBlock());
+  LoopBuilder lb{b};
+  Value input = lb.toBuffer(function.getArgument(0));
+  Value size = lb.dim(input, 0);
+  Value output = lb.alloc(toType, size);
+  lb.loop(lb.index(0), size,
+          [&](Value i) { lb.storeF32(lb.loadF32(input, i), output, i); });
+  func::ReturnOp::create(b, lb.toTensor(toType, output));
+  auto compiled = CpuFunction::compile(*module);
+  if (!compiled) {
+    ADD_FAILURE() << llvm::toString(compiled.takeError());
+    return nullptr;
+  }
+  return std::move(*compiled);
+}
+
+float floatOf(uint32_t bits) {
+  float value;
+  std::memcpy(&value, &bits, sizeof(value));
+  return value;
+}
+
+/// f32 values at every e4m3 rounding decision, with both signs: each e4m3
+/// value and each midpoint between neighbours (ties), with the floats just
+/// below and above them; the saturation bound (448, the tie 464, 480 and
+/// beyond, FLT_MAX, infinity); NaNs (quiet, signalling, negative); f32
+/// subnormals and the smallest normal; and seeded random bit patterns.
+std::vector<float> e4m3DecisionPoints() {
+  std::vector<float> points;
+  const float inf = std::numeric_limits<float>::infinity();
+  auto around = [&](float value) {
+    points.push_back(std::nextafter(value, -inf));
+    points.push_back(value);
+    points.push_back(std::nextafter(value, inf));
+  };
+  for (uint8_t code = 0; code < 0x7E; ++code) {
+    float low = reference::fromE4M3(code);
+    around(low);
+    around((low + reference::fromE4M3(code + 1)) / 2); // exact in f32
+  }
+  for (float value :
+       {448.0f, 464.0f, 480.0f, 512.0f, 1e6f, FLT_MAX, inf, FLT_MIN,
+        std::numeric_limits<float>::denorm_min(), 0x1p-10f, 0x1p-149f * 3})
+    around(value);
+  for (uint32_t bits : {0x7FC00000u, 0x7F800001u, 0x7FFFFFFFu, 0x7FA00000u})
+    points.push_back(floatOf(bits));
+  std::mt19937 generator(20);
+  for (int i = 0; i < (1 << 16); ++i)
+    points.push_back(floatOf(generator()));
+  size_t positive = points.size();
+  for (size_t i = 0; i < positive; ++i)
+    points.push_back(-points[i]);
+  return points;
+}
+
+TEST(Fp8, EncodesEveryDecisionPointAsTheReference) {
+  MLIRContext &context = sharedContext();
+  std::unique_ptr<CpuFunction> encode = compileConversion(
+      Float32Type::get(&context), Float8E4M3FNType::get(&context));
+  ASSERT_TRUE(encode);
+  std::vector<float> points = e4m3DecisionPoints();
+  int64_t count = points.size();
+  HostTensor values(ElementType::F32, {count});
+  std::memcpy(values.bytes.data(), points.data(), values.bytes.size());
+  std::vector<HostTensor> outputs = run(*encode, {values});
+  ASSERT_EQ(outputs.size(), 1u);
+  int64_t mismatches = 0;
+  for (int64_t i = 0; i < count && mismatches < 20; ++i) {
+    uint8_t expected = reference::toE4M3(points[i]);
+    if (outputs[0].bytes[i] == expected)
+      continue;
+    ++mismatches;
+    ADD_FAILURE()
+        << llvm::formatv(
+               "f32 {0:x8} ({1:e9}): code {2:x2}, the reference {3:x2}",
+               bitsOf(points[i]), points[i], outputs[0].bytes[i], expected)
+               .str();
+  }
+}
+
+TEST(Fp8, DecodesEveryCodeExactly) {
+  MLIRContext &context = sharedContext();
+  std::unique_ptr<CpuFunction> decode = compileConversion(
+      Float8E4M3FNType::get(&context), Float32Type::get(&context));
+  ASSERT_TRUE(decode);
+  HostTensor codes(ElementType::F8E4M3FN, {256});
+  for (int code = 0; code < 256; ++code)
+    codes.bytes[code] = static_cast<uint8_t>(code);
+  std::vector<HostTensor> outputs = run(*decode, {codes});
+  ASSERT_EQ(outputs.size(), 1u);
+  std::vector<float> expected(256);
+  for (int code = 0; code < 256; ++code)
+    expected[code] = reference::fromE4M3(static_cast<uint8_t>(code));
+  std::vector<float> values = outputs[0].toFloats();
+  expectSameBits(values, expected);
+  EXPECT_TRUE(std::isnan(values[0x7F]) && std::isnan(values[0xFF]));
+  EXPECT_TRUE(std::signbit(values[0x80])) << "-0 keeps its sign";
+}
+
+/// Runs moe.quantize on `x` [rows, k] of `type` (rows(%n) when `numRows` is
+/// set) and expects the reference's codes and scales bit for bit in the rows
+/// it computes.
+void checkQuantize(ElementType type, int64_t rows, int64_t k, int64_t groupSize,
+                   const std::vector<float> &x,
+                   std::optional<int32_t> numRows = std::nullopt) {
+  int64_t groups = (k + groupSize - 1) / groupSize;
+  std::string inputType = llvm::formatv("tensor<?x{0}x{1}>", k, name(type));
+  std::string results =
+      llvm::formatv("(tensor<?x{0}xf8E4M3FN>, tensor<?x{1}xf32>)", k, groups);
+  std::string source = llvm::formatv(
+      "func.func @quantize(%x: {0}{1}) -> {2} {{\n"
+      "  %q, %s = moe.quantize %x{3} {{group_size = {4}} : ({0}{5}) -> {2}\n"
+      "  return %q, %s : tensor<?x{6}xf8E4M3FN>, tensor<?x{7}xf32>\n}\n",
+      inputType, numRows ? ", %n: tensor<i32>" : "", results,
+      numRows ? " rows(%n)" : "", groupSize, numRows ? ", tensor<i32>" : "", k,
+      groups);
+  std::unique_ptr<CpuFunction> function = compile(source);
+  ASSERT_TRUE(function);
+  std::vector<HostTensor> inputs = {HostTensor::fromFloats(type, {rows, k}, x)};
+  if (numRows)
+    inputs.push_back(HostTensor::fromInts({}, {*numRows}));
+  std::vector<HostTensor> outputs = run(*function, inputs);
+  ASSERT_EQ(outputs.size(), 2u);
+
+  int64_t computed = std::clamp<int64_t>(numRows.value_or(rows), 0, rows);
+  std::vector<uint8_t> codes(computed * k);
+  std::vector<float> scales(computed * groups);
+  std::vector<float> stored = inputs[0].toFloats();
+  reference::quantizeE4M3(computed, k, groupSize, stored.data(), codes.data(),
+                          scales.data());
+  EXPECT_EQ(std::vector<uint8_t>(outputs[0].bytes.begin(),
+                                 outputs[0].bytes.begin() + computed * k),
+            codes);
+  std::vector<float> actualScales = outputs[1].toFloats();
+  actualScales.resize(computed * groups);
+  expectSameBits(actualScales, scales);
+}
+
+/// Rows of k columns that reach every branch of the recipe: uniform values;
+/// magnitudes spread over 2^-30..2^10 (e4m3 subnormals and underflow after
+/// scaling); all zeros (the 1e-10 floor); a NaN in the first group; an
+/// infinity in the last (its group's scale is infinite); each group led by
+/// 448 (scale 1) followed by exact e4m3 midpoints; and signed zeros with
+/// f32 subnormals.
+std::vector<float> quantizeEdgeRows(int64_t k, int64_t groupSize) {
+  std::mt19937 generator(21);
+  std::vector<float> x = uniform(generator, 7 * k, 3.0f);
+  std::uniform_real_distribution<float> exponent(-30.0f, 10.0f);
+  for (int64_t c = 0; c < k; ++c) {
+    float sign = c % 2 ? -1.0f : 1.0f;
+    x[k + c] = sign * std::exp2(exponent(generator));
+    x[2 * k + c] = 0.0f;
+    uint8_t code = static_cast<uint8_t>(c % 0x7E);
+    x[5 * k + c] =
+        c % groupSize == 0
+            ? 448.0f
+            : sign *
+                  (reference::fromE4M3(code) + reference::fromE4M3(code + 1)) /
+                  2;
+    x[6 * k + c] = c % 3 == 0 ? -0.0f : sign * 0x1p-140f * (c + 1);
+  }
+  x[3 * k + 1] = std::numeric_limits<float>::quiet_NaN();
+  x[4 * k + k - 1] = std::numeric_limits<float>::infinity();
+  return x;
+}
+
+TEST(Quantize, EveryBranchBitExactPerGroupAndPerRow) {
+  const int64_t k = 200;
+  for (ElementType type :
+       {ElementType::F32, ElementType::BF16, ElementType::F16})
+    for (int64_t groupSize : {128, 200, 7, 1}) {
+      SCOPED_TRACE(
+          llvm::formatv("{0} group_size={1}", name(type), groupSize).str());
+      checkQuantize(type, 7, k, groupSize, quantizeEdgeRows(k, groupSize));
+    }
+}
+
+TEST(Quantize, RowsStopAtTheCountClampedToTheRows) {
+  const int64_t k = 200;
+  std::vector<float> x = quantizeEdgeRows(k, 128);
+  for (int32_t numRows : {0, 3, 7, 100}) {
+    SCOPED_TRACE(llvm::formatv("rows({0})", numRows).str());
+    checkQuantize(ElementType::BF16, 7, k, 128, x, numRows);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// FP8 layers: moe.fused_moe and moe.fused_experts through moe-cpu-pipeline
+//===----------------------------------------------------------------------===//
+
+/// Seeded e4m3 expert weights w13 [stored, 2I, H] and w2 [stored, H, I] with
+/// their scales under `scheme`.
+struct Fp8Experts {
+  HostTensor w13, w2, w13Scales, w2Scales;
+
+  Fp8Experts(std::mt19937 &generator, const reference::Fp8Scheme &scheme,
+             int64_t stored, int64_t hidden, int64_t intermediate)
+      : w13(randomE4M3(generator, {stored, 2 * intermediate, hidden})),
+        w2(randomE4M3(generator, {stored, hidden, intermediate})),
+        w13Scales(randomScales(
+            generator,
+            weightScalesShape(scheme, stored, 2 * intermediate, hidden))),
+        w2Scales(
+            randomScales(generator, weightScalesShape(scheme, stored, hidden,
+                                                      intermediate))) {}
+};
+
+/// `func.func @layer(%a0: ..., %a1: ...) -> result` returning the one op
+/// `op`, which names its operands %a0, %a1... in the order of `inputs`; the
+/// first `perToken` inputs have the token count as a dynamic first
+/// dimension, as a serving engine calls a layer.
+std::string layerFunction(const std::vector<HostTensor> &inputs,
+                          size_t perToken, const std::string &op,
+                          const std::string &result) {
+  std::string arguments, types;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    std::string type = inputs[i].typeString();
+    if (i < perToken)
+      type = "tensor<?" + type.substr(type.find('x'));
+    arguments += llvm::formatv("{0}%a{1}: {2}", i ? ", " : "", i, type);
+    types += (i ? ", " : "") + type;
+  }
+  return llvm::formatv("func.func @layer({0}) -> {1} {{\n"
+                       "  %y = {2} : ({3}) -> {1}\n"
+                       "  return %y : {1}\n}\n",
+                       arguments, result, op, types);
+}
+
+/// The CPU path's output of the one-op layer `op` on `inputs` (the first
+/// the hidden states), or empty.
+std::vector<float> runLayer(const std::vector<HostTensor> &inputs,
+                            size_t perToken, const std::string &op) {
+  std::string result = llvm::formatv("tensor<?x{0}x{1}>", inputs[0].shape[1],
+                                     name(inputs[0].type));
+  std::unique_ptr<CpuFunction> function =
+      compile(layerFunction(inputs, perToken, op, result));
+  if (!function)
+    return {};
+  std::vector<HostTensor> outputs = run(*function, inputs);
+  return outputs.size() == 1 ? outputs[0].toFloats() : std::vector<float>();
+}
+
+/// A whole fp8 layer with hidden states of `type`, H = 200 and I = 72
+/// (ragged against 128-wide blocks), DeepSeek-like routing with a shared
+/// expert, through moe-cpu-pipeline against fusedMoeFp8; bit for bit, as
+/// both round in the same order.
+void checkFusedMoeFp8(const reference::Fp8Scheme &scheme, ElementType type) {
+  const int64_t t = 9, h = 200, intermediate = 72, e = 16;
+  reference::Router router = deepseekRouter();
+  router.topK = 4;
+  router.numGroups = 4;
+  router.topkGroups = 2;
+  std::mt19937 generator(22);
+  HostTensor hidden =
+      HostTensor::fromFloats(type, {t, h}, uniform(generator, t * h, 2.0f));
+  std::vector<float> logits = uniform(generator, t * e, 3.0f);
+  std::vector<float> bias = uniform(generator, e, 0.5f);
+  Fp8Experts experts(generator, scheme, e + 1, h, intermediate);
+  std::vector<float> output = runLayer(
+      {hidden, HostTensor::fromFloats(ElementType::F32, {t, e}, logits),
+       experts.w13, experts.w2,
+       HostTensor::fromFloats(ElementType::F32, {e}, bias), experts.w13Scales,
+       experts.w2Scales},
+      2,
+      llvm::formatv("moe.fused_moe %a0, %a1, %a2, %a3 bias(%a4) scales(%a5, "
+                    "%a6) activation(silu_and_mul) {{router = {0}, "
+                    "quantization = {1}}",
+                    routerText(router), quantizationText(scheme)));
+
+  std::vector<float> expected(t * h);
+  std::vector<float> hiddenValues = hidden.toFloats(),
+                     w13Scales = experts.w13Scales.toFloats(),
+                     w2Scales = experts.w2Scales.toFloats();
+  reference::fusedMoeFp8(
+      router, scheme, reference::Activation::SiluAndMul, t, h, e, intermediate,
+      hiddenValues.data(), logits.data(), bias.data(), experts.w13.bytes.data(),
+      w13Scales.data(), experts.w2.bytes.data(), w2Scales.data(),
+      expected.data(), [&](float value) { return roundTo(type, value); });
+  expectSameBits(output, expected);
+}
+
+/// The experts of an fp8 layer given routing, ids out of range (-1, E) and
+/// an expert named twice by one token, against fusedExpertsFp8 bit for bit.
+void checkFusedExpertsFp8(const reference::Fp8Scheme &scheme,
+                          ElementType type) {
+  const int64_t t = 9, s = 3, h = 200, intermediate = 72, e = 8;
+  std::mt19937 generator(23);
+  HostTensor hidden =
+      HostTensor::fromFloats(type, {t, h}, uniform(generator, t * h, 2.0f));
+  std::uniform_int_distribution<int32_t> expert(0, e - 1);
+  std::vector<int32_t> ids(t * s);
+  for (int32_t &id : ids)
+    id = expert(generator);
+  ids[1] = -1;
+  ids[5] = e;
+  ids[7] = ids[6];
+  std::vector<float> weights = uniform(generator, t * s, 1.0f);
+  Fp8Experts experts(generator, scheme, e, h, intermediate);
+  std::vector<float> output = runLayer(
+      {hidden, HostTensor::fromInts({t, s}, ids),
+       HostTensor::fromFloats(ElementType::F32, {t, s}, weights), experts.w13,
+       experts.w2, experts.w13Scales, experts.w2Scales},
+      3,
+      llvm::formatv("moe.fused_experts %a0, %a1, %a2, %a3, %a4 scales(%a5, "
+                    "%a6) activation(gelu_and_mul) {{quantization = {0}}",
+                    quantizationText(scheme)));
+
+  std::vector<float> expected(t * h);
+  std::vector<float> hiddenValues = hidden.toFloats(),
+                     w13Scales = experts.w13Scales.toFloats(),
+                     w2Scales = experts.w2Scales.toFloats();
+  reference::fusedExpertsFp8(
+      scheme, reference::Activation::GeluAndMul, t, h, e, intermediate, s,
+      hiddenValues.data(), ids.data(), weights.data(), experts.w13.bytes.data(),
+      w13Scales.data(), experts.w2.bytes.data(), w2Scales.data(),
+      expected.data(), [&](float value) { return roundTo(type, value); });
+  expectSameBits(output, expected);
+}
+
+TEST(FusedMoeFp8, BlockScalesAsDeepSeekV3BitExact) {
+  for (ElementType type : {ElementType::BF16, ElementType::F32}) {
+    SCOPED_TRACE(name(type));
+    checkFusedMoeFp8({reference::Fp8Scaling::Block, 128}, type);
+  }
+}
+
+TEST(FusedExpertsFp8, EverySchemeBitExact) {
+  using reference::Fp8Scaling;
+  for (reference::Fp8Scheme scheme :
+       {reference::Fp8Scheme{Fp8Scaling::Block, 128},
+        reference::Fp8Scheme{Fp8Scaling::Block, 32},
+        reference::Fp8Scheme{Fp8Scaling::Channel, 128},
+        reference::Fp8Scheme{Fp8Scaling::Tensor, 128}}) {
+    for (ElementType type : {ElementType::BF16, ElementType::F32}) {
+      SCOPED_TRACE(quantizationText(scheme) + " " + name(type));
+      checkFusedExpertsFp8(scheme, type);
+    }
+  }
 }
 
 //===----------------------------------------------------------------------===//

@@ -8,8 +8,8 @@ include "mlir/Pass/PassBase.td"
 def ConvertMoeToLoops : Pass<"convert-moe-to-loops"> {
   let summary = "Lower the primitive moe ops to sequential loops over buffers";
   let description = [{
-    Lowers `moe.gate`, `moe.route`, `moe.grouped_matmul` and `moe.combine`
-    to `scf.for` loops over memrefs: the CPU path, which defines the reference
+    Lowers `moe.gate`, `moe.route`, `moe.grouped_matmul`, `moe.quantize`
+    and `moe.combine` to `scf.for` loops over memrefs: the CPU path, which defines the reference
     semantics every GPU kernel is checked against. Run `moe-decompose` first
     for `moe.fused_moe`.
 
@@ -27,7 +27,14 @@ def ConvertMoeToLoops : Pass<"convert-moe-to-loops"> {
     * `moe.grouped_matmul` visits the padded rows up to the device count
       (clamped to the capacity), skips padding and rows with an out-of-range
       expert, and accumulates in fp32; its output starts zero-filled so that
-      rows it never stores are deterministic.
+      rows it never stores are deterministic. With fp8 operands each K
+      block's partial sum (block scales) or the whole sum (channel, tensor)
+      is multiplied by its two scales as the op defines, a multiply then an
+      add, never fused.
+    * `moe.quantize` takes each group's amax and scale and encodes x / scale
+      to e4m3. LLVM has no f8 type (it stores `f8E4M3FN` as i8), so e4m3
+      elements are loaded and stored through `arith.bitcast` to i8 and
+      converted by integer and f32 arith ops (`MoeCommon/Fp8Math.h`).
     * `moe.combine` sums slot rows in fp32.
 
     Rows and ids that would index out of bounds (bad routing data) are

@@ -20,11 +20,12 @@ class ExecutionEngine;
 
 namespace moe {
 
-/// The host element type of an MLIR element type (f32, bf16, f16, i32).
+/// The host element type of an MLIR element type (f32, bf16, f16, i32,
+/// f8E4M3FN).
 FailureOr<ElementType> getHostElementType(Type type);
 
 /// A function of tensors compiled for the CPU. Its arguments and results are
-/// ranked tensors of f32/bf16/f16/i32; every dynamic dimension of the
+/// ranked tensors of f32/bf16/f16/i32/f8E4M3FN; every dynamic dimension of the
 /// arguments denotes one size (the token count), which `run` checks.
 class CpuFunction {
 public:

@@ -10,15 +10,17 @@
 namespace mlir {
 namespace moe {
 
-/// The element types a layer's operands and results may have.
-enum class ElementType { F32, BF16, F16, I32 };
+/// The element types a layer's operands and results may have (F8E4M3FN:
+/// float8 e4m3fn, `f8E4M3FN` in MLIR, stored as its one-byte codes).
+enum class ElementType { F32, BF16, F16, I32, F8E4M3FN };
 
-/// Returns "f32", "bf16", "f16" or "i32".
+/// Returns "f32", "bf16", "f16", "i32" or "f8E4M3FN".
 const char *elementTypeName(ElementType type);
 int64_t elementTypeBytes(ElementType type);
 
 /// Rounds `value` to the nearest value representable in `type` (ties to
-/// even; the identity for F32).
+/// even, e4m3 saturating to +-448 as reference::toE4M3; the identity for
+/// F32).
 float roundTo(ElementType type, float value);
 
 /// A dense row-major host tensor owning its bytes.
@@ -36,7 +38,7 @@ struct HostTensor {
                              const std::vector<int32_t> &values);
 
   int64_t numElements() const;
-  /// The elements widened to float (F32, BF16, F16).
+  /// The elements widened to float (F32, BF16, F16, F8E4M3FN).
   std::vector<float> toFloats() const;
   /// The elements of an I32 tensor.
   std::vector<int32_t> toInts() const;

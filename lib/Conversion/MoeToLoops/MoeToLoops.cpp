@@ -5,6 +5,7 @@
 #include "moe/Conversion/MoeCommon/RoutingMath.h"
 #include "moe/Dialect/Moe/IR/MoeOps.h"
 
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/IR/ImplicitLocOpBuilder.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Transforms/WalkPatternRewriteDriver.h"
@@ -302,47 +303,29 @@ struct RouteToLoops : OpRewritePattern<RouteOp> {
 // moe.grouped_matmul
 //===----------------------------------------------------------------------===//
 
-/// Pattern: moe.grouped_matmul => for each valid padded row, an fp32 dot
-/// product per output column with the epilogue applied before the store.
-struct GroupedMatmulToLoops : OpRewritePattern<GroupedMatmulOp> {
-  using OpRewritePattern::OpRewritePattern;
+/// The loops of one moe.grouped_matmul over its operands' buffers: per
+/// routed row, the fp32 dot product of each output column (scaled as the
+/// op's quantization says) and the epilogue.
+class GroupedMatmulLoops {
+public:
+  GroupedMatmulLoops(GroupedMatmulOp op, LoopBuilder &lb)
+      : op(op), lb(lb), b(lb.b), quantization(op.getQuantizationAttr()),
+        input(lb.toBuffer(op.getInput())),
+        weights(lb.toBuffer(op.getWeights())),
+        sortedIds(lb.toBuffer(op.getSortedIds())),
+        expertIds(lb.toBuffer(op.getExpertIds())),
+        numPadded(lb.toBuffer(op.getNumPadded())),
+        routedWeights(optionalBuffer(op.getRoutedWeights())),
+        inputScales(optionalBuffer(op.getInputScales())),
+        weightScales(optionalBuffer(op.getWeightScales())) {}
 
-  LogicalResult matchAndRewrite(GroupedMatmulOp op,
-                                PatternRewriter &rewriter) const override {
-    ImplicitLocOpBuilder b(op.getLoc(), rewriter);
-    LoopBuilder lb{b};
-    int64_t numExperts = op.getNumStoredExperts(), k = op.getReductionSize();
-    int64_t numSlots = op.getNumSlots(), blockM = op.getBlockM();
-    Activation activation = op.getActivation();
-    bool gated = op.isGated();
-    int64_t columns = op.getOutputColumns();
-    bool tokenInput = op.getInputOrder() == RowOrder::token;
+  /// Allocates the output, zero-filled, and computes every routed row.
+  Value emit() {
+    int64_t numSlots = op.getNumSlots(), numExperts = op.getNumStoredExperts();
     bool slotOutput = op.getOutputOrder() == RowOrder::slot;
-
-    Value input = lb.toBuffer(op.getInput());
-    Value weights = lb.toBuffer(op.getWeights());
-    Value sortedIds = lb.toBuffer(op.getSortedIds());
-    Value expertIds = lb.toBuffer(op.getExpertIds());
-    Value numPadded = lb.toBuffer(op.getNumPadded());
-    Value routedWeights =
-        op.getRoutedWeights() ? lb.toBuffer(op.getRoutedWeights()) : Value();
-
-    // T*S is the padding sentinel; T comes from the token-order input, the
-    // routed weights, or else the capacity C = T*S + E*(block_m - 1).
     Value capacity = lb.dim(sortedIds, 0);
-    Value numTokens;
-    if (tokenInput)
-      numTokens = lb.dim(input, 0);
-    else if (routedWeights)
-      numTokens = lb.dim(routedWeights, 0);
-    else
-      numTokens = arith::DivUIOp::create(
-          b,
-          arith::SubIOp::create(b, capacity,
-                                lb.index(numExperts * (blockM - 1))),
-          lb.index(numSlots));
+    Value numTokens = emitNumTokens(capacity);
     Value routedSlots = arith::MulIOp::create(b, numTokens, lb.index(numSlots));
-
     auto outputType = cast<RankedTensorType>(op.getOutput().getType());
     SmallVector<Value> dynamicSizes;
     if (outputType.isDynamicDim(0))
@@ -351,51 +334,207 @@ struct GroupedMatmulToLoops : OpRewritePattern<GroupedMatmulOp> {
     lb.fill(output, arith::ConstantOp::create(
                         b, b.getZeroAttr(outputType.getElementType())));
 
-    Value zeroIndex = lb.index(0);
+    Value zero = lb.index(0);
     Value rows =
         arith::MinUIOp::create(b, lb.toIndex(lb.load(numPadded, {})), capacity);
-    lb.loop(zeroIndex, rows, [&](Value r) {
+    lb.loop(zero, rows, [&](Value r) {
       Value slot = lb.toIndex(lb.load(sortedIds, r));
-      Value block = arith::DivUIOp::create(b, r, lb.index(blockM));
+      Value block = arith::DivUIOp::create(b, r, lb.index(op.getBlockM()));
       Value expert = lb.toIndex(lb.load(expertIds, block));
-      Value valid = arith::AndIOp::create(
-          b, lb.inRange(slot, zeroIndex, routedSlots),
-          lb.inRange(expert, zeroIndex, lb.index(numExperts)));
-      lb.ifThen(valid, [&] {
-        Value token = arith::DivUIOp::create(b, slot, lb.index(numSlots));
-        Value slotInToken = arith::RemUIOp::create(b, slot, lb.index(numSlots));
-        Value source = tokenInput ? token : r;
-        auto dot = [&](Value column) {
-          return lb.loop(
-              zeroIndex, lb.index(k), {lb.f32(0.0)},
-              [&](Value kk, ValueRange carried) -> SmallVector<Value> {
-                Value product = arith::MulFOp::create(
-                    b, lb.loadF32(input, {source, kk}),
-                    lb.loadF32(weights, {expert, column, kk}));
-                return {arith::AddFOp::create(b, carried[0], product)};
-              })[0];
-        };
-        Value routedWeight = routedWeights
-                                 ? lb.load(routedWeights, {token, slotInToken})
-                                 : Value();
-        lb.loop(columns, [&](Value j) {
-          Value value = dot(j);
-          if (gated) {
-            Value up = dot(arith::AddIOp::create(b, j, lb.index(columns)));
-            value = arith::MulFOp::create(
-                b, emitGatedActivation(b, b.getLoc(), activation, value), up);
-          }
-          if (routedWeight)
-            value = arith::MulFOp::create(b, value, routedWeight);
-          if (slotOutput)
-            lb.storeF32(value, output, {token, slotInToken, j});
-          else
-            lb.storeF32(value, output, {r, j});
-        });
-      });
+      Value valid =
+          arith::AndIOp::create(b, lb.inRange(slot, zero, routedSlots),
+                                lb.inRange(expert, zero, lb.index(numExperts)));
+      lb.ifThen(valid, [&] { emitRow(r, slot, expert, output); });
     });
-    rewriter.replaceOp(op, lb.toTensor(outputType, output));
+    return lb.toTensor(outputType, output);
+  }
+
+private:
+  Value optionalBuffer(Value tensor) {
+    return tensor ? lb.toBuffer(tensor) : Value();
+  }
+
+  /// T, as T*S is the padding sentinel: from the token-order input, the
+  /// routed weights, or else the capacity C = T*S + E*(block_m - 1).
+  Value emitNumTokens(Value capacity) {
+    if (op.getInputOrder() == RowOrder::token)
+      return lb.dim(input, 0);
+    if (routedWeights)
+      return lb.dim(routedWeights, 0);
+    int64_t padding = op.getNumStoredExperts() * (op.getBlockM() - 1);
+    return arith::DivUIOp::create(
+        b, arith::SubIOp::create(b, capacity, lb.index(padding)),
+        lb.index(op.getNumSlots()));
+  }
+
+  /// Sorted row `r` holding `slot`, routed to `expert`: each output column
+  /// through the epilogue (gated activation, routed weight) to `output`.
+  void emitRow(Value r, Value slot, Value expert, Value output) {
+    int64_t numSlots = op.getNumSlots(), columns = op.getOutputColumns();
+    Value token = arith::DivUIOp::create(b, slot, lb.index(numSlots));
+    Value slotInToken = arith::RemUIOp::create(b, slot, lb.index(numSlots));
+    Value source = op.getInputOrder() == RowOrder::token ? token : r;
+    Value routedWeight =
+        routedWeights ? lb.load(routedWeights, {token, slotInToken}) : Value();
+    lb.loop(columns, [&](Value j) {
+      Value value = emitDot(source, expert, j);
+      if (op.isGated()) {
+        Value up = emitDot(source, expert,
+                           arith::AddIOp::create(b, j, lb.index(columns)));
+        value = arith::MulFOp::create(
+            b, emitGatedActivation(b, b.getLoc(), op.getActivation(), value),
+            up);
+      }
+      if (routedWeight)
+        value = arith::MulFOp::create(b, value, routedWeight);
+      if (op.getOutputOrder() == RowOrder::slot)
+        lb.storeF32(value, output, {token, slotInToken, j});
+      else
+        lb.storeF32(value, output, {r, j});
+    });
+  }
+
+  /// h[n] of input row `source` and `expert` before the epilogue: the fp32
+  /// dot product in K order, or for fp8 the scaled sum the op defines.
+  Value emitDot(Value source, Value expert, Value n) {
+    Value zero = lb.index(0), k = lb.index(op.getReductionSize());
+    if (!quantization)
+      return emitDotRange(source, expert, n, zero, k);
+    if (quantization.getWeights() != WeightScaling::block)
+      return arith::MulFOp::create(b, emitDotRange(source, expert, n, zero, k),
+                                   emitScale(source, expert, n, zero));
+    // Block: each K block's partial sum times its scales, added in K order
+    // (a multiply then an add, as the op defines it, not an fma).
+    int64_t blockSize = quantization.getBlockSize();
+    return lb.loop(
+        zero, k, {lb.f32(0.0)},
+        [&](Value begin, ValueRange carried) -> SmallVector<Value> {
+          Value end = arith::MinUIOp::create(
+              b, arith::AddIOp::create(b, begin, lb.index(blockSize)), k);
+          Value kBlock = arith::DivUIOp::create(b, begin, lb.index(blockSize));
+          Value partial = emitDotRange(source, expert, n, begin, end);
+          Value scaled = arith::MulFOp::create(
+              b, partial, emitScale(source, expert, n, kBlock));
+          return {arith::AddFOp::create(b, carried[0], scaled)};
+        },
+        blockSize)[0];
+  }
+
+  /// The fp32 sum over k in [begin, end), in order, of
+  /// input[source, k] * weights[expert, n, k].
+  Value emitDotRange(Value source, Value expert, Value n, Value begin,
+                     Value end) {
+    return lb.loop(begin, end, {lb.f32(0.0)},
+                   [&](Value k, ValueRange carried) -> SmallVector<Value> {
+                     Value product = arith::MulFOp::create(
+                         b, lb.loadF32(input, {source, k}),
+                         lb.loadF32(weights, {expert, n, k}));
+                     return {arith::AddFOp::create(b, carried[0], product)};
+                   })[0];
+  }
+
+  /// input_scales[source, kBlock] times the scale of weights[expert, n] in
+  /// K block `kBlock` (0 unless block-scaled).
+  Value emitScale(Value source, Value expert, Value n, Value kBlock) {
+    SmallVector<Value> indices = {expert};
+    if (quantization.getWeights() == WeightScaling::channel)
+      indices.push_back(n);
+    if (quantization.getWeights() == WeightScaling::block)
+      indices.append(
+          {arith::DivUIOp::create(b, n, lb.index(quantization.getBlockSize())),
+           kBlock});
+    return arith::MulFOp::create(b, lb.load(inputScales, {source, kBlock}),
+                                 lb.load(weightScales, indices));
+  }
+
+  GroupedMatmulOp op;
+  LoopBuilder &lb;
+  ImplicitLocOpBuilder &b;
+  QuantizationAttr quantization;
+  Value input, weights, sortedIds, expertIds, numPadded, routedWeights,
+      inputScales, weightScales;
+};
+
+/// Pattern: moe.grouped_matmul => for each valid padded row, an fp32 dot
+/// product per output column (fp8: scaled per K block, channel or tensor)
+/// with the epilogue applied before the store.
+struct GroupedMatmulToLoops : OpRewritePattern<GroupedMatmulOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(GroupedMatmulOp op,
+                                PatternRewriter &rewriter) const override {
+    ImplicitLocOpBuilder b(op.getLoc(), rewriter);
+    LoopBuilder lb{b};
+    rewriter.replaceOp(op, GroupedMatmulLoops(op, lb).emit());
     return success();
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// moe.quantize
+//===----------------------------------------------------------------------===//
+
+/// Pattern: moe.quantize(x, n) => for each row below n (all without n) and
+/// group of columns: the group's amax, its scale, and each x / scale
+/// encoded to e4m3.
+struct QuantizeToLoops : OpRewritePattern<QuantizeOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(QuantizeOp op,
+                                PatternRewriter &rewriter) const override {
+    ImplicitLocOpBuilder b(op.getLoc(), rewriter);
+    LoopBuilder lb{b};
+    Value input = lb.toBuffer(op.getInput());
+    Value numRows = lb.dim(input, 0);
+    auto outputType = cast<RankedTensorType>(op.getOutput().getType());
+    auto scalesType = cast<RankedTensorType>(op.getScales().getType());
+    SmallVector<Value> dynamicRows;
+    if (outputType.isDynamicDim(0))
+      dynamicRows.push_back(numRows);
+    Value output = lb.alloc(outputType, dynamicRows);
+    Value scales = lb.alloc(scalesType, dynamicRows);
+    Value rows = numRows;
+    if (op.getNumRows())
+      rows = arith::MinUIOp::create(
+          b, lb.toIndex(lb.load(lb.toBuffer(op.getNumRows()), {})), numRows);
+
+    int64_t groupSize = op.getGroupSize();
+    Value k = lb.index(outputType.getDimSize(1));
+    lb.loop(lb.index(0), rows, [&](Value m) {
+      lb.loop(
+          lb.index(0), k,
+          [&](Value begin) {
+            Value end = arith::MinUIOp::create(
+                b, arith::AddIOp::create(b, begin, lb.index(groupSize)), k);
+            Value group = arith::DivUIOp::create(b, begin, lb.index(groupSize));
+            Value scale = emitGroupScale(lb, input, m, begin, end);
+            lb.store(scale, scales, {m, group});
+            lb.loop(begin, end, [&](Value kk) {
+              Value x = lb.loadF32(input, {m, kk});
+              lb.storeF32(arith::DivFOp::create(b, x, scale), output, {m, kk});
+            });
+          },
+          groupSize);
+    });
+    rewriter.replaceOp(
+        op, {lb.toTensor(outputType, output), lb.toTensor(scalesType, scales)});
+    return success();
+  }
+
+  /// max(amax, 1e-10) / 448 of columns [begin, end) of row `m`, amax the
+  /// largest |x| (NaN when any x is NaN: maximumf propagates it).
+  static Value emitGroupScale(LoopBuilder &lb, Value input, Value m,
+                              Value begin, Value end) {
+    ImplicitLocOpBuilder &b = lb.b;
+    Value amax =
+        lb.loop(begin, end, {lb.f32(0.0)},
+                [&](Value k, ValueRange carried) -> SmallVector<Value> {
+                  Value x = lb.loadF32(input, {m, k});
+                  return {arith::MaximumFOp::create(
+                      b, carried[0], math::AbsFOp::create(b, x))};
+                })[0];
+    Value floor = arith::MaximumFOp::create(b, amax, lb.f32(1e-10));
+    return arith::DivFOp::create(b, floor, lb.f32(448.0));
   }
 };
 
@@ -477,6 +616,6 @@ struct ConvertMoeToLoopsPass
 } // namespace
 
 void mlir::moe::populateMoeToLoopsPatterns(RewritePatternSet &patterns) {
-  patterns.add<GateToLoops, RouteToLoops, GroupedMatmulToLoops, CombineToLoops>(
-      patterns.getContext());
+  patterns.add<GateToLoops, RouteToLoops, GroupedMatmulToLoops, QuantizeToLoops,
+               CombineToLoops>(patterns.getContext());
 }

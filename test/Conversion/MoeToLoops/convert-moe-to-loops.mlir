@@ -1,7 +1,8 @@
 // convert-moe-to-loops lowers each primitive moe op to scf loops over buffers:
 // the gate's fp32 scoring and arg-max selection, the route's counting sort,
-// the grouped matmul's guarded rows with fp32 dots and epilogues, and the
-// combine's fp32 sums.
+// the grouped matmul's guarded rows with fp32 dots (fp8: scaled per K block,
+// channel or tensor) and epilogues, the quantize's amax, scale and e4m3
+// encoding, and the combine's fp32 sums.
 // RUN: moe-opt %s --convert-moe-to-loops --split-input-file | FileCheck %s
 
 // Softmax scoring: NaN-propagating max; exp(x - max) by the fixed routing
@@ -261,4 +262,132 @@ func.func @grouped_matmul_tiled(%h: tensor<66x64xbf16>, %w: tensor<4x16x64xbf16>
 func.func @combine_masked(%r: tensor<?x2x8xf16>, %ids: tensor<?x2xi32>) -> tensor<?x8xf16> {
   %y = moe.combine %r ids(%ids) {num_experts = 8} : (tensor<?x2x8xf16>, tensor<?x2xi32>) -> tensor<?x8xf16>
   return %y : tensor<?x8xf16>
+}
+
+// -----
+
+// FP8, block scales (K = 200: a 128-wide K block and a 72-wide tail): each K
+// block's fp32 partial sum of decoded e4m3 products in K order, then
+// acc + partial * (input_scale[row, b] * weight_scale[e, n / 128, b]), a
+// multiply then an add.
+// CHECK-LABEL: func @grouped_matmul_fp8_block
+// CHECK-DAG: %[[X:.*]] = bufferization.to_buffer %{{.*}} : tensor<?x200xf8E4M3FN> to memref<?x200xf8E4M3FN>
+// CHECK-DAG: %[[XS:.*]] = bufferization.to_buffer %{{.*}} : tensor<?x2xf32> to memref<?x2xf32>
+// CHECK-DAG: %[[WS:.*]] = bufferization.to_buffer %{{.*}} : tensor<4x3x2xf32> to memref<4x3x2xf32>
+// CHECK: %[[ROWS:[a-z0-9_]+]] = arith.minui
+// CHECK: scf.for %[[R:[a-z0-9_]+]] = %{{.*}} to %[[ROWS]]
+// CHECK:   %[[SLOT:[a-z0-9_]+]] = arith.index_cast %{{.*}} : i32 to index
+// CHECK:   %[[EXPERT:[a-z0-9_]+]] = arith.index_cast %{{.*}} : i32 to index
+// CHECK:   scf.if
+// CHECK:     scf.for %[[N:[a-z0-9_]+]] =
+// CHECK:       %[[ACC:[a-z0-9_]+]] = scf.for %[[BEGIN:[a-z0-9_]+]] = %{{.*}} to %[[K:[a-z0-9_]+]] step %[[B:[a-z0-9_]+]] iter_args(%[[CARRIED:[a-z0-9_]+]] = %{{.*}}) -> (f32)
+// CHECK:         %[[NEXT:[a-z0-9_]+]] = arith.addi %[[BEGIN]]
+// CHECK:         %[[END:[a-z0-9_]+]] = arith.minui %[[NEXT]], %[[K]]
+// CHECK:         %[[KBLOCK:[a-z0-9_]+]] = arith.divui %[[BEGIN]]
+// CHECK:         %[[PARTIAL:[a-z0-9_]+]] = scf.for %{{.*}} = %[[BEGIN]] to %[[END]] {{.*}} -> (f32)
+// CHECK:           memref.load %[[X]][%[[R]], %{{.*}}] : memref<?x200xf8E4M3FN>
+// CHECK:           arith.bitcast %{{.*}} : f8E4M3FN to i8
+// CHECK:           arith.mulf
+// CHECK:           arith.addf
+// CHECK:         %[[NBLOCK:[a-z0-9_]+]] = arith.divui %[[N]]
+// CHECK:         %[[INSCALE:[a-z0-9_]+]] = memref.load %[[XS]][%[[R]], %[[KBLOCK]]]
+// CHECK:         %[[WSCALE:[a-z0-9_]+]] = memref.load %[[WS]][%[[EXPERT]], %[[NBLOCK]], %[[KBLOCK]]]
+// CHECK:         %[[SCALE:[a-z0-9_]+]] = arith.mulf %[[INSCALE]], %[[WSCALE]]
+// CHECK:         %[[SCALED:[a-z0-9_]+]] = arith.mulf %[[PARTIAL]], %[[SCALE]]
+// CHECK:         %[[SUM:[a-z0-9_]+]] = arith.addf %[[CARRIED]], %[[SCALED]]
+// CHECK:         scf.yield %[[SUM]]
+// CHECK:       arith.truncf %[[ACC]] : f32 to bf16
+func.func @grouped_matmul_fp8_block(%x: tensor<?x200xf8E4M3FN>, %xs: tensor<?x2xf32>, %w: tensor<4x320x200xf8E4M3FN>, %ws: tensor<4x3x2xf32>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>) -> tensor<?x320xbf16> {
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n scales(%xs, %ws) input(sorted) output(sorted) {block_m = 16, num_slots = 2, quantization = #moe.quantization<weights = block, activations = token_group>}
+    : (tensor<?x200xf8E4M3FN>, tensor<4x320x200xf8E4M3FN>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, tensor<?x2xf32>, tensor<4x3x2xf32>) -> tensor<?x320xbf16>
+  return %o : tensor<?x320xbf16>
+}
+
+// -----
+
+// FP8, channel and tensor scales: the whole fp32 sum times
+// input_scale[token, 0] * weight_scale[e, n] (per channel) or [e] (per tensor).
+// CHECK-LABEL: func @grouped_matmul_fp8_channel
+// CHECK-DAG: %[[XS:.*]] = bufferization.to_buffer %{{.*}} : tensor<3x1xf32> to memref<3x1xf32>
+// CHECK-DAG: %[[WS:.*]] = bufferization.to_buffer %{{.*}} : tensor<4x16xf32> to memref<4x16xf32>
+// CHECK: %[[ROWS:[a-z0-9_]+]] = arith.minui
+// CHECK: scf.for %{{.*}} = %{{.*}} to %[[ROWS]]
+// CHECK: %[[SLOT:[a-z0-9_]+]] = arith.index_cast %{{.*}} : i32 to index
+// CHECK: %[[EXPERT:[a-z0-9_]+]] = arith.index_cast %{{.*}} : i32 to index
+// CHECK: %[[TOKEN:[a-z0-9_]+]] = arith.divui %[[SLOT]]
+// CHECK: scf.for %[[N:[a-z0-9_]+]] =
+// CHECK:   %[[DOT:[a-z0-9_]+]] = scf.for %{{.*}} = %[[ZERO:[a-z0-9_]+]] to {{.*}} -> (f32)
+// CHECK:   %[[INSCALE:[a-z0-9_]+]] = memref.load %[[XS]][%[[TOKEN]], %[[ZERO]]]
+// CHECK:   %[[WSCALE:[a-z0-9_]+]] = memref.load %[[WS]][%[[EXPERT]], %[[N]]]
+// CHECK:   %[[SCALE:[a-z0-9_]+]] = arith.mulf %[[INSCALE]], %[[WSCALE]]
+// CHECK:   %[[SCALED:[a-z0-9_]+]] = arith.mulf %[[DOT]], %[[SCALE]]
+// CHECK:   arith.truncf %[[SCALED]] : f32 to bf16
+func.func @grouped_matmul_fp8_channel(%x: tensor<3x64xf8E4M3FN>, %xs: tensor<3x1xf32>, %w: tensor<4x16x64xf8E4M3FN>, %ws: tensor<4x16xf32>, %s: tensor<66xi32>, %e: tensor<5xi32>, %n: tensor<i32>) -> tensor<66x16xbf16> {
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n scales(%xs, %ws) input(token) output(sorted) {block_m = 16, num_slots = 2, quantization = #moe.quantization<weights = channel, activations = token>}
+    : (tensor<3x64xf8E4M3FN>, tensor<4x16x64xf8E4M3FN>, tensor<66xi32>, tensor<5xi32>, tensor<i32>, tensor<3x1xf32>, tensor<4x16xf32>) -> tensor<66x16xbf16>
+  return %o : tensor<66x16xbf16>
+}
+
+// CHECK-LABEL: func @grouped_matmul_fp8_tensor
+// CHECK-DAG: %[[WS:.*]] = bufferization.to_buffer %{{.*}} : tensor<4xf32> to memref<4xf32>
+// CHECK: %[[ROWS:[a-z0-9_]+]] = arith.minui
+// CHECK: scf.for %{{.*}} = %{{.*}} to %[[ROWS]]
+// CHECK: arith.index_cast %{{.*}} : i32 to index
+// CHECK: %[[EXPERT:[a-z0-9_]+]] = arith.index_cast %{{.*}} : i32 to index
+// CHECK: %[[DOT:[a-z0-9_]+]] = scf.for {{.*}} -> (f32)
+// CHECK: %[[WSCALE:[a-z0-9_]+]] = memref.load %[[WS]][%[[EXPERT]]]
+// CHECK: %[[SCALE:[a-z0-9_]+]] = arith.mulf %{{.*}}, %[[WSCALE]]
+// CHECK: arith.mulf %[[DOT]], %[[SCALE]]
+func.func @grouped_matmul_fp8_tensor(%x: tensor<3x64xf8E4M3FN>, %xs: tensor<3x1xf32>, %w: tensor<4x16x64xf8E4M3FN>, %ws: tensor<4xf32>, %s: tensor<66xi32>, %e: tensor<5xi32>, %n: tensor<i32>) -> tensor<66x16xbf16> {
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n scales(%xs, %ws) input(token) output(sorted) {block_m = 16, num_slots = 2, quantization = #moe.quantization<weights = tensor, activations = token>}
+    : (tensor<3x64xf8E4M3FN>, tensor<4x16x64xf8E4M3FN>, tensor<66xi32>, tensor<5xi32>, tensor<i32>, tensor<3x1xf32>, tensor<4xf32>) -> tensor<66x16xbf16>
+  return %o : tensor<66x16xbf16>
+}
+
+// -----
+
+// moe.quantize with rows(%n), groups of 128 of K = 200: rows below
+// min(n, M); per group [begin, min(begin + 128, K)) the NaN-propagating amax
+// of |x|, scale = max(amax, 1e-10) / 448 stored at [m, begin / 128], and
+// each x / scale encoded to its e4m3 code (round to nearest even by the
+// 0x7FFFF bias, small magnitudes through 2^23, saturation to 0x7E, NaN to
+// 0x7F, sign) stored through an i8 bitcast.
+// CHECK-LABEL: func @quantize_rows
+// CHECK: %[[X:.*]] = bufferization.to_buffer %{{.*}} : tensor<?x200xbf16> to memref<?x200xbf16>
+// CHECK: %[[M:.*]] = memref.dim %[[X]]
+// CHECK: %[[Q:.*]] = memref.alloc(%[[M]]) : memref<?x200xf8E4M3FN>
+// CHECK: %[[S:.*]] = memref.alloc(%[[M]]) : memref<?x2xf32>
+// CHECK: %[[NBUF:.*]] = bufferization.to_buffer %{{.*}} : tensor<i32> to memref<i32>
+// CHECK: %[[N:.*]] = memref.load %[[NBUF]][]
+// CHECK: %[[NINDEX:.*]] = arith.index_cast %[[N]]
+// CHECK: %[[ROWS:.*]] = arith.minui %[[NINDEX]], %[[M]]
+// CHECK: scf.for %[[ROW:[a-z0-9_]+]] = %{{.*}} to %[[ROWS]]
+// CHECK:   scf.for %[[BEGIN:[a-z0-9_]+]] = %{{.*}} to %[[K:[a-z0-9_]+]] step %[[G:[a-z0-9_]+]] {
+// CHECK:     %[[NEXT:.*]] = arith.addi %[[BEGIN]], %{{.*}}
+// CHECK:     %[[END:.*]] = arith.minui %[[NEXT]], %[[K]]
+// CHECK:     %[[GROUP:.*]] = arith.divui %[[BEGIN]]
+// CHECK:     %[[AMAX:[a-z0-9_]+]] = scf.for %{{.*}} = %[[BEGIN]] to %[[END]] {{.*}} -> (f32)
+// CHECK:       arith.extf %{{.*}} : bf16 to f32
+// CHECK:       math.absf
+// CHECK:       arith.maximumf
+// CHECK:     %[[FLOOR:.*]] = arith.maximumf %[[AMAX]], %{{.*}} : f32
+// CHECK:     %[[SCALE:.*]] = arith.divf %[[FLOOR]], %{{.*}} : f32
+// CHECK:     memref.store %[[SCALE]], %[[S]][%[[ROW]], %[[GROUP]]]
+// CHECK:     scf.for %[[COL:[a-z0-9_]+]] = %[[BEGIN]] to %[[END]]
+// CHECK:       %[[XF:.*]] = arith.extf
+// CHECK:       %[[Y:.*]] = arith.divf %[[XF]], %[[SCALE]]
+// CHECK:       %[[BITS:.*]] = arith.bitcast %[[Y]] : f32 to i32
+// CHECK:       arith.constant 524287 : i32
+// CHECK:       arith.constant 0x4B000000 : f32
+// CHECK:       %[[SAT:.*]] = arith.minui %{{.*}}, %{{.*}} : i32
+// CHECK:       %[[ISNAN:.*]] = arith.cmpi ugt, %{{.*}}, %{{.*}} : i32
+// CHECK:       %[[SIGNED:.*]] = arith.ori %[[SAT]]
+// CHECK:       %[[CODE:.*]] = arith.select %[[ISNAN]], %{{.*}}, %[[SIGNED]] : i32
+// CHECK:       %[[BYTE:.*]] = arith.trunci %[[CODE]] : i32 to i8
+// CHECK:       %[[FP8:.*]] = arith.bitcast %[[BYTE]] : i8 to f8E4M3FN
+// CHECK:       memref.store %[[FP8]], %[[Q]][%[[ROW]], %[[COL]]]
+func.func @quantize_rows(%x: tensor<?x200xbf16>, %n: tensor<i32>) -> (tensor<?x200xf8E4M3FN>, tensor<?x2xf32>) {
+  %q, %s = moe.quantize %x rows(%n) {group_size = 128}
+    : (tensor<?x200xbf16>, tensor<i32>) -> (tensor<?x200xf8E4M3FN>, tensor<?x2xf32>)
+  return %q, %s : tensor<?x200xf8E4M3FN>, tensor<?x2xf32>
 }

@@ -10,6 +10,7 @@
 #ifndef MOE_CONVERSION_MOECOMMON_LOOPBUILDER_H
 #define MOE_CONVERSION_MOECOMMON_LOOPBUILDER_H
 
+#include "moe/Conversion/MoeCommon/Fp8Math.h"
 #include "moe/Conversion/MoeCommon/RoutingMath.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -47,11 +48,15 @@ struct LoopBuilder {
   Value load(Value memref, ValueRange indices) {
     return memref::LoadOp::create(b, memref, indices);
   }
-  /// Loads an element and widens it to f32.
+  /// Loads an element and widens it to f32 (e4m3 through its i8 code: LLVM
+  /// has no f8 type).
   Value loadF32(Value memref, ValueRange indices) {
     Value value = load(memref, indices);
     if (value.getType().isF32())
       return value;
+    if (isa<Float8E4M3FNType>(value.getType()))
+      return emitF32FromE4M3(b, b.getLoc(),
+                             arith::BitcastOp::create(b, b.getI8Type(), value));
     return arith::ExtFOp::create(b, b.getF32Type(), value);
   }
   void store(Value value, Value memref, ValueRange indices) {
@@ -60,7 +65,10 @@ struct LoopBuilder {
   /// Narrows an f32 to the element type of `memref` and stores it.
   void storeF32(Value value, Value memref, ValueRange indices) {
     Type elementType = cast<MemRefType>(memref.getType()).getElementType();
-    if (elementType != value.getType())
+    if (isa<Float8E4M3FNType>(elementType))
+      value = arith::BitcastOp::create(b, elementType,
+                                       emitE4M3FromF32(b, b.getLoc(), value));
+    else if (elementType != value.getType())
       value = arith::TruncFOp::create(b, elementType, value);
     store(value, memref, indices);
   }
@@ -83,12 +91,16 @@ struct LoopBuilder {
       scf::YieldOp::create(b, yielded);
     return forOp.getResults();
   }
-  /// Emits `for iv in [lb, ub)` without loop-carried values.
-  void loop(Value lb, Value ub, function_ref<void(Value)> body) {
-    loop(lb, ub, {}, [&](Value iv, ValueRange) {
-      body(iv);
-      return SmallVector<Value>();
-    });
+  /// Emits `for iv in [lb, ub) step step` without loop-carried values.
+  void loop(Value lb, Value ub, function_ref<void(Value)> body,
+            int64_t step = 1) {
+    loop(
+        lb, ub, {},
+        [&](Value iv, ValueRange) {
+          body(iv);
+          return SmallVector<Value>();
+        },
+        step);
   }
   void loop(int64_t ub, function_ref<void(Value)> body) {
     loop(index(0), index(ub), body);

@@ -181,10 +181,11 @@ def Moe_QuantizationAttr : Moe_Attr<"Quantization", "quantization"> {
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
   let extraClassDeclaration = [{
-    /// Columns per activation scale of rows of `k` columns.
+    /// Columns per activation scale of rows of `k` columns (all k when
+    /// they are fewer than a block, as moe.quantize's group_size must be).
     int64_t getActivationGroupSize(int64_t k) const {
       return getActivations() == ActivationScaling::token_group
-                 ? getBlockSize() : k;
+                 ? std::min(getBlockSize(), k) : k;
     }
     /// The shape of the scales of fp8 weights [E, N, K].
     ::llvm::SmallVector<int64_t> getWeightScalesShape(int64_t numExperts,
