@@ -5,6 +5,7 @@
 #include "mlir/IR/Operation.h"
 #include "llvm/Support/CheckedArithmetic.h"
 #include "llvm/Support/MathExtras.h"
+#include "llvm/Support/raw_ostream.h"
 
 using namespace mlir;
 using namespace mlir::moe;
@@ -33,21 +34,31 @@ std::optional<int64_t> mlir::moe::getRoutingCapacity(int64_t tokens,
   return capacity;
 }
 
+std::optional<std::string> mlir::moe::describeRoutingOverflow(int64_t tokens,
+                                                              int64_t slots,
+                                                              int64_t experts,
+                                                              int64_t blockM) {
+  if (getRoutingCapacity(tokens, slots, experts, blockM))
+    return std::nullopt;
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  if (experts == 0 || blockM == 1)
+    os << "T*S = " << tokens << "*" << slots << " routed slots";
+  else
+    os << "T*S + E*(block_m-1) = " << tokens << "*" << slots << " + " << experts
+       << "*(" << blockM << "-1) routed rows";
+  os << " exceed " << kMaxSize << " (the kernels' slot ids and rows are i32)";
+  return text;
+}
+
 LogicalResult mlir::moe::verifyRoutingCapacity(
     function_ref<InFlightDiagnostic()> emitError, const Twine &cause,
     int64_t tokens, int64_t slots, int64_t experts, int64_t blockM) {
-  if (getRoutingCapacity(tokens, slots, experts, blockM))
+  std::optional<std::string> overflow =
+      describeRoutingOverflow(tokens, slots, experts, blockM);
+  if (!overflow)
     return success();
-  InFlightDiagnostic diagnostic = emitError();
-  diagnostic << cause << ": ";
-  if (experts == 0 || blockM == 1)
-    diagnostic << "T*S = " << tokens << "*" << slots << " routed slots";
-  else
-    diagnostic << "T*S + E*(block_m-1) = " << tokens << "*" << slots << " + "
-               << experts << "*(" << blockM << "-1) routed rows";
-  diagnostic << " exceed " << kMaxSize
-             << " (the kernels' slot ids and rows are i32)";
-  return diagnostic;
+  return emitError() << cause << ": " << *overflow;
 }
 
 std::optional<std::string> mlir::moe::checkSizeOption(StringRef name,

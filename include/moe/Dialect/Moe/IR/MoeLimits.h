@@ -57,6 +57,14 @@ std::optional<int64_t> getMaxTensorBytes(RankedTensorType type);
 std::optional<int64_t> getRoutingCapacity(int64_t tokens, int64_t slots,
                                           int64_t experts, int64_t blockM);
 
+/// Says, when getRoutingCapacity has no capacity for these sizes, how many
+/// rows they route and that this is too many: "T*S + E*(block_m-1) = ...
+/// routed rows exceed 2147483647 (...)"; none when they fit.
+std::optional<std::string> describeRoutingOverflow(int64_t tokens,
+                                                   int64_t slots,
+                                                   int64_t experts,
+                                                   int64_t blockM);
+
 /// Checks getRoutingCapacity; else emits that `cause` (the option or
 /// attribute that made it too large, e.g. "tokens-max = 65536") gives more
 /// routed rows than the kernels' i32 slot ids and rows address.
