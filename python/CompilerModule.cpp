@@ -12,6 +12,7 @@
 
 #include "moe/CpuJit/CpuFunction.h"
 #include "moe/Dialect/Moe/IR/MoeAttrs.h"
+#include "moe/Dialect/Moe/IR/MoeLimits.h"
 #include "moe/Presets/Presets.h"
 #include "moe/Registration/Registration.h"
 #include "moe/Target/BundleWriter.h"
@@ -463,12 +464,14 @@ std::string compileBundle(const Module &layer, py::handle directory,
                           const std::string &chip, const std::string &features,
                           const std::string &toolkit,
                           const std::vector<int64_t> &tokenBuckets) {
-  if (tokensMax < 1)
-    throw py::value_error("tokens_max must be at least 1");
-  if (blockM < 0)
-    throw py::value_error("block_m must be positive, or 0 to choose it");
-  if (numSMs < 1)
-    throw py::value_error("num_sms must be at least 1");
+  for (auto [name, value, least, most] :
+       {std::tuple<llvm::StringRef, int64_t, int64_t, int64_t>{
+            "tokens_max", tokensMax, 1, moe::kMaxSize},
+        {"block_m", blockM, 0, moe::kMaxSize},
+        {"num_sms", numSMs, 1, moe::kMaxMultiprocessors}})
+    if (std::optional<std::string> bad =
+            moe::checkSizeOption(name, value, least, most))
+      throw py::value_error(*bad);
   moe::BundleOptions options;
   options.pipeline.tokensMax = tokensMax;
   options.pipeline.blockM = blockM;

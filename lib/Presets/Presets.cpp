@@ -2,6 +2,7 @@
 
 #include "moe/Presets/Presets.h"
 
+#include "moe/Dialect/Moe/IR/MoeLimits.h"
 #include "moe/Dialect/Moe/IR/MoeOps.h"
 
 #include "mlir/Parser/Parser.h"
@@ -211,6 +212,16 @@ mlir::moe::getPartSource(const LayerDescription &layer, llvm::StringRef part,
     return makeError("--part '" + part +
                      "' needs a router, which layer sizes do not give (their "
                      "parts: experts, gemm1, gemm2)");
+  // The sources multiply sizes (2I, E+X): bound them first.
+  for (auto [name, value, least] :
+       {std::tuple<llvm::StringRef, int64_t, int64_t>{"hidden size",
+                                                      layer.hiddenSize, 1},
+        {"intermediate size", layer.intermediate, 1},
+        {"expert count", layer.numExperts, 1},
+        {"top_k", layer.topK, 1},
+        {"shared expert count", layer.numSharedExperts, 0}})
+    if (std::optional<std::string> bad = checkSizeOption(name, value, least))
+      return makeError(*bad);
   Preset preset = layer.preset();
   if (part == "layer")
     return getLayerSource(preset, dtype);
@@ -249,10 +260,11 @@ mlir::moe::parseLayerSizes(llvm::StringRef text) {
     if (!given.insert({key, true}).second)
       return bad("'" + key + "' given twice");
     if (value.trim().getAsInteger(10, *field) ||
-        *field < (key == "shared" ? 0 : 1))
+        *field < (key == "shared" ? 0 : 1) || *field > kMaxSize)
       return bad(
           "'" + key + "' must be " +
-          (key == "shared" ? "a non-negative integer" : "a positive integer"));
+          (key == "shared" ? "a non-negative integer" : "a positive integer") +
+          " up to " + llvm::Twine(kMaxSize));
   }
   for (llvm::StringRef key : {"experts", "hidden", "intermediate", "top_k"})
     if (!given.count(key))

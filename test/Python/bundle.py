@@ -83,10 +83,16 @@ report("config_db", lambda: moe_mlir.compile_bundle(
 
 report("tokens_max", lambda: moe_mlir.compile_bundle(
     text, os.path.join(work, "never.moeb"), tokens_max=0))
-# CHECK: tokens_max: ValueError: tokens_max must be at least 1
+# CHECK: tokens_max: ValueError: tokens_max must be in [1, 2147483647], got 0
+report("tokens_max i32", lambda: moe_mlir.compile_bundle(
+    text, os.path.join(work, "never.moeb"), tokens_max=2**62))
+# CHECK: tokens_max i32: ValueError: tokens_max must be in [1, 2147483647], got 4611686018427387904
+report("block_m i32", lambda: moe_mlir.compile_bundle(
+    text, os.path.join(work, "never.moeb"), block_m=2**62))
+# CHECK: block_m i32: ValueError: block_m must be in [0, 2147483647], got 4611686018427387904
 report("num_sms", lambda: moe_mlir.compile_bundle(
     text, os.path.join(work, "never.moeb"), num_sms=0))
-# CHECK: num_sms: ValueError: num_sms must be at least 1
+# CHECK: num_sms: ValueError: num_sms must be in [1, 1024], got 0
 report("compile failure", lambda: moe_mlir.compile_bundle(
     text, os.path.join(work, "never.moeb"), block_m=3))
 # CHECK: compile failure: Error: {{.*}}'moe.grouped_matmul' op has no GPU lowering for block_m 3
@@ -130,6 +136,14 @@ report("router", lambda: moe_mlir.Router("tanh", 2))
 # CHECK: router: ValueError: scoring must be 'softmax' or 'sigmoid', got 'tanh'
 report("preset", lambda: moe_mlir.Layer.preset("gpt-5"))
 # CHECK: preset: ValueError: unknown preset 'gpt-5' (mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, kimi-k2)
+# Sizes the kernels' i32 indices cannot hold, refused before any IR is made
+# from them (2I would overflow).
+huge = moe_mlir.Layer(64, 2**62, 8, moe_mlir.Router("softmax", 2))
+report("huge layer", lambda: huge.source("bf16"))
+# CHECK: huge layer: ValueError: intermediate size must be in [1, 2147483647], got 4611686018427387904
+report("huge tokens_max", lambda: moe_mlir.layer_bundle(
+    deepseek, "bf16", cache_dir=cache, tokens_max=2**40))
+# CHECK: huge tokens_max: ValueError: tokens_max must be in [1, 2147483647], got 1099511627776
 
 # The runtime: without a GPU (or with one), a missing bundle is an Error;
 # opening a real one works where a GPU is, and says why not elsewhere.

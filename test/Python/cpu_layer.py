@@ -190,6 +190,13 @@ report("argument count", lambda: layer(x, logits, w13))
 report("not an array", lambda: layer(x, logits, w13, object()))
 # CHECK: not an array: TypeError: argument #3 of 'layer' (tensor<8x16x8xbf16>) needs a floating-point array, got dtype object
 
+# A dynamic T of 0 is empty work: no tokens in, none out (the runtime
+# instead refuses T outside [1, tokens_max], and static sizes of 0 do not
+# verify).
+empty = layer(x[:0], logits[:0], w13, w2)
+print("no tokens:", empty[0].shape if isinstance(empty, list) else empty.shape)
+# CHECK: no tokens: (0, 16)
+
 # i32 arguments and results: moe.route on expert ids.
 route = moe_mlir.CpuFunction.compile("""
 func.func @route(%ids: tensor<?x2xi32>)

@@ -4,10 +4,16 @@
 // RUN: moe-opt %s --moe-decompose --split-input-file | FileCheck %s
 // RUN: moe-opt %s --moe-decompose="block-m=16" --split-input-file | FileCheck %s --check-prefix=BM16
 // RUN: not moe-opt %s --moe-decompose="block-m=-1" --split-input-file 2>&1 | FileCheck %s --check-prefix=BAD
+// RUN: not moe-opt %s --moe-decompose="tokens=4611686018427387904" --split-input-file 2>&1 | FileCheck %s --check-prefix=BAD-TOKENS
+// RUN: not moe-opt %s --moe-decompose="block-m=268435456" --split-input-file 2>&1 | FileCheck %s --check-prefix=BAD-ROWS
 // RUN: moe-opt %s --moe-decompose="block-m=0 tokens=1024" --split-input-file | FileCheck %s --check-prefix=AUTO128
 // RUN: moe-opt %s --moe-decompose="block-m=0 tokens=512" --split-input-file | FileCheck %s --check-prefix=AUTO64
 
-// BAD: moe-decompose: block-m must be positive (or 0: chosen for `tokens`) and tokens positive, got block-m=-1 tokens=4096
+// BAD: moe-decompose: block-m must be in [0, 2147483647], got -1
+// BAD-TOKENS: moe-decompose: tokens must be in [1, 2147483647], got 4611686018427387904
+// The routing of the first layer (T = 4, S = 2, E = 8) in blocks of 2^28
+// rows would overflow the kernels' i32 rows.
+// BAD-ROWS: error: 'moe.fused_moe' op moe-decompose: block-m = 268435456: T*S + E*(block_m-1) = 4*2 + 8*(268435456-1) routed rows exceed 2147483647 (the kernels' slot ids and rows are i32)
 
 // block-m=0: 128-row blocks once the 8 experts average 256 of the 2 x T
 // slots (T = 1024), 64 below.

@@ -5,8 +5,13 @@
 // RUN: moe-opt %s --moe-split-k="tokens=1" | FileCheck %s
 // RUN: moe-opt %s --moe-split-k="tokens=4096" | FileCheck %s --check-prefix=PREFILL
 // RUN: not moe-opt %s --moe-split-k="num-sms=0" 2>&1 | FileCheck %s --check-prefix=BAD
+// RUN: not moe-opt %s --moe-split-k="num-sms=4611686018427387904" 2>&1 | FileCheck %s --check-prefix=BAD-SMS
+// RUN: not moe-opt %s --moe-split-k="tokens=1073741824" 2>&1 | FileCheck %s --check-prefix=BAD-ROWS
 
-// BAD: moe-split-k: tokens and num-sms must be positive
+// BAD: moe-split-k: num-sms must be in [1, 1024], got 0
+// BAD-SMS: moe-split-k: num-sms must be in [1, 1024], got 4611686018427387904
+// The heuristic would count 2^31 rows of Mixtral's 2 slots at 2^30 tokens.
+// BAD-ROWS: 'moe.grouped_matmul' op moe-split-k: tokens = 1073741824: T*S + E*(block_m-1) = 1073741824*2 + 8*(64-1) routed rows exceed 2147483647 (the kernels' slot ids and rows are i32)
 
 // Mixtral-8x7B's second GEMM at 1 token: 2 experts x 32 N tiles = 64 tiles
 // for 132 SMs, 3.5 MiB of weights per tile: three splits.
@@ -50,4 +55,15 @@ func.func @kept(%h: tensor<?x14336xbf16>, %w2: tensor<8x4096x14336xbf16>, %s: te
   %z = moe.grouped_matmul %h, %w2, %s, %e, %n routed_weights(%rw) input(sorted) output(slot) {block_m = 64, num_slots = 2}
     : (tensor<?x14336xbf16>, tensor<8x4096x14336xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, tensor<?x2xf32>) -> tensor<?x2x4096xbf16>
   return %y, %t, %z : tensor<?x2x4096xbf16>, tensor<?x2x4096xbf16>, tensor<?x2x4096xbf16>
+}
+
+// A K of 2^20 at one token would take a split per multiprocessor (132); the
+// reduction sums the splits unrolled, so they stop at 64.
+// CHECK-LABEL: func.func @deep_k
+// CHECK: split_k = 64,
+func.func @deep_k(%h: tensor<?x1048576xbf16>, %w2: tensor<1x128x1048576xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>, %rw: tensor<?x1xf32>) -> tensor<?x1x128xbf16> {
+  %y = moe.grouped_matmul %h, %w2, %s, %e, %n routed_weights(%rw) input(sorted) output(slot)
+      {block_m = 64, num_slots = 1, config = #moe.gemm_config<block_m = 64, block_n = 128, block_k = 64, num_stages = 4, tma_a = true>}
+    : (tensor<?x1048576xbf16>, tensor<1x128x1048576xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, tensor<?x1xf32>) -> tensor<?x1x128xbf16>
+  return %y : tensor<?x1x128xbf16>
 }

@@ -10,8 +10,10 @@
 // RUN: moe-opt %s --moe-tile="block-n=64 num-stages=6" | FileCheck %s --check-prefix=OVERRIDE
 // RUN: not moe-opt %s --moe-tile="block-n=72" 2>&1 | FileCheck %s --check-prefix=BAD-N
 // RUN: not moe-opt %s --moe-tile="tokens=0" 2>&1 | FileCheck %s --check-prefix=BAD
+// RUN: not moe-opt %s --moe-tile="tokens=4611686018427387904" 2>&1 | FileCheck %s --check-prefix=BAD-BIG
 
-// BAD: moe-tile: tokens must be positive
+// BAD: moe-tile: tokens must be in [1, 2147483647], got 0
+// BAD-BIG: moe-tile: tokens must be in [1, 2147483647], got 4611686018427387904
 // BAD-N: 'moe.grouped_matmul' op moe-tile: block_n must be a multiple of 16 in [16, 256], got 72
 
 // DECODE: config = #moe.gemm_config<block_m = 16, block_n = 128, block_k = 64, num_stages = 4>

@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "moe/Dialect/Moe/IR/MoeLimits.h"
 #include "moe/Dialect/Moe/Transforms/GemmHeuristic.h"
 #include "moe/Presets/Presets.h"
 #include "moe/Registration/Registration.h"
@@ -203,12 +204,14 @@ int main(int argc, char **argv) {
     return printLayer(source, context, sourceMgr);
   if (output.empty())
     return fail("no bundle directory: give -o <dir>");
-  if (tokensMax < 1)
-    return fail("--tokens-max must be at least 1");
-  if (blockM < 0)
-    return fail("--block-m must be positive, or 0 to choose it");
-  if (numSMs < 1)
-    return fail("--num-sms must be at least 1");
+  for (auto [name, value, least, most] :
+       {std::tuple<StringRef, int64_t, int64_t, int64_t>{
+            "--tokens-max", tokensMax, 1, kMaxSize},
+        {"--block-m", blockM, 0, kMaxSize},
+        {"--num-sms", numSMs, 1, kMaxMultiprocessors}})
+    if (std::optional<std::string> bad =
+            checkSizeOption(name, value, least, most))
+      return fail(*bad);
   // A layer's parts are written with their routing blocks: choose them here
   // as moe-decompose would.
   if (blockM == 0 && part != "layer") {

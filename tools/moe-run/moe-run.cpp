@@ -17,6 +17,7 @@
 
 #include "moe/CpuJit/CpuFunction.h"
 #include "moe/Dialect/Moe/IR/MoeOps.h"
+#include "moe/Dialect/Moe/Transforms/GemmHeuristic.h"
 #include "moe/Presets/Presets.h"
 #include "moe/Reference/Quantization.h"
 #include "moe/Reference/Reference.h"
@@ -96,6 +97,14 @@ struct Layer {
   QuantizationAttr quantization;
   // numExperts: routed experts E with a router, stored experts without.
   int64_t hiddenSize = 0, numExperts = 0, intermediate = 0, numSlots = 0;
+  // Rows per routing block: the decomposed layer's, or the most
+  // moe-decompose chooses.
+  int64_t blockM = 2 * kWgmmaRows;
+
+  /// Experts the ids may name: shared experts included.
+  int64_t storedExperts() const {
+    return numExperts + (router ? router.getNumSharedExperts() : 0);
+  }
 };
 
 int fail(const llvm::Twine &message) {
@@ -128,6 +137,17 @@ void readExpertWeights(func::FuncOp function, LayerOp op, Layer &layer) {
 /// grouped matmuls of its decomposition, reading operands from arguments.
 FailureOr<Layer> findLayer(func::FuncOp function, std::string &error) {
   Layer layer;
+  // Inputs and outputs are host tensors.
+  for (auto [kind, types] : {std::pair<StringRef, ArrayRef<Type>>{
+                                 "argument", function.getArgumentTypes()},
+                             {"result", function.getResultTypes()}})
+    for (auto [index, type] : llvm::enumerate(types))
+      if (!isa<RankedTensorType>(type)) {
+        error = (kind + " #" + Twine(index) + " of @" + function.getName() +
+                 " is " + llvm::formatv("{0}", type) + ", not a ranked tensor")
+                    .str();
+        return failure();
+      }
   auto dims = [](Value value) {
     return cast<RankedTensorType>(value.getType()).getShape();
   };
@@ -170,6 +190,7 @@ FailureOr<Layer> findLayer(func::FuncOp function, std::string &error) {
       return failure();
     }
     layer.router = gate.getRouter();
+    layer.blockM = first->getBlockM();
     layer.activation = first->getActivation();
     layer.hidden = argumentIndex(function, first->getInput());
     layer.logits = argumentIndex(function, gate.getLogits());
@@ -544,8 +565,8 @@ int main(int argc, char **argv) {
   context.appendDialectRegistry(registry);
   registerMoePasses();
 
-  if (tokens < 1)
-    return fail("--tokens must be at least 1");
+  if (std::optional<std::string> bad = checkSizeOption("--tokens", tokens, 1))
+    return fail(*bad);
   if (deviceName != "cpu" && deviceName != "gpu" && deviceName != "auto")
     return fail("unknown --device '" + deviceName + "' (cpu, gpu, auto)");
   llvm::SourceMgr sourceMgr;
@@ -590,10 +611,17 @@ int main(int argc, char **argv) {
         dim = numTokens;
     return shape;
   };
-  int64_t totalBytes = 0;
+  // Slot ids and routed rows are i32 on both paths.
+  if (std::optional<std::string> overflow = describeRoutingOverflow(
+          numTokens, layer->numSlots, layer->storedExperts(), layer->blockM))
+    return fail(
+        llvm::formatv("{0} at T = {1}: {2}", label, numTokens, *overflow)
+            .str());
+  // In floating point, which no layer's sizes overflow.
+  double totalBytes = 0;
   for (BlockArgument argument : function.getArguments()) {
     auto type = cast<RankedTensorType>(argument.getType());
-    int64_t elements = 1;
+    double elements = 1;
     for (int64_t dim : shapeOf(argument.getArgNumber()))
       elements *= dim;
     totalBytes += elements * type.getElementTypeBitWidth() / 8;
@@ -605,7 +633,7 @@ int main(int argc, char **argv) {
     return fail(llvm::formatv("{0} needs about {1:F1} GiB of host memory for "
                               "T = {2}; this machine has {3:F1} GiB (try "
                               "--reduced or fewer tokens)",
-                              label, totalBytes * 4.0 / (1 << 30), numTokens,
+                              label, totalBytes * 4 / (1 << 30), numTokens,
                               memoryBytes * 1.0 / (1 << 30))
                     .str());
 
@@ -663,9 +691,7 @@ int main(int argc, char **argv) {
   std::vector<float> expected =
       referenceOutput(*layer, inputs, numTokens, outputType, slotIds);
   // Routing statistics, of the reference router's or the given ids.
-  std::vector<int64_t> perExpert(
-      layer->numExperts +
-      (layer->router ? layer->router.getNumSharedExperts() : 0));
+  std::vector<int64_t> perExpert(layer->storedExperts());
   int64_t dropped = 0;
   for (int32_t id : slotIds) {
     if (id >= 0 && id < static_cast<int64_t>(perExpert.size()))

@@ -26,6 +26,55 @@ using namespace mlir::moe::detail;
 
 namespace {
 
+/// Checks that `function` takes and returns ranked tensors only: each is a
+/// buffer of the plan (a tensor map, a scalar or a memref is not).
+LogicalResult checkSignature(func::FuncOp function) {
+  auto check = [&](Type type, StringRef kind, unsigned index) -> LogicalResult {
+    if (isa<RankedTensorType>(type))
+      return success();
+    return function.emitError()
+           << "convert-moe-to-gpu: " << kind << " #" << index
+           << " of the layer function is " << type
+           << ", not a ranked tensor (a buffer the caller passes)";
+  };
+  for (auto [index, type] : llvm::enumerate(function.getArgumentTypes()))
+    if (failed(check(type, "argument", index)))
+      return failure();
+  for (auto [index, type] : llvm::enumerate(function.getResultTypes()))
+    if (failed(check(type, "result", index)))
+      return failure();
+  return success();
+}
+
+/// Checks that the routing of every op of `function` at `tokensMax` tokens
+/// fits the kernels' i32 slot ids and rows (MoeLimits.h).
+LogicalResult checkRoutingAt(func::FuncOp function, int64_t tokensMax) {
+  std::string cause =
+      "convert-moe-to-gpu: tokens-max = " + std::to_string(tokensMax);
+  auto check = [&](Operation *op, int64_t slots, int64_t experts,
+                   int64_t blockM) {
+    return verifyRoutingCapacity([&] { return op->emitOpError(); }, cause,
+                                 tokensMax, slots, experts, blockM);
+  };
+  WalkResult result = function.walk([&](Operation *op) {
+    LogicalResult checked =
+        TypeSwitch<Operation *, LogicalResult>(op)
+            .Case([&](RouteOp route) {
+              return check(route,
+                           cast<RankedTensorType>(route.getIds().getType())
+                               .getDimSize(1),
+                           route.getNumExperts(), route.getBlockM());
+            })
+            .Case([&](GroupedMatmulOp gemm) {
+              return check(gemm, gemm.getNumSlots(), gemm.getNumStoredExperts(),
+                           gemm.getBlockM());
+            })
+            .Default(success());
+    return failed(checked) ? WalkResult::interrupt() : WalkResult::advance();
+  });
+  return failure(result.wasInterrupted());
+}
+
 struct ConvertMoeToGPUPass
     : moe::impl::ConvertMoeToGPUBase<ConvertMoeToGPUPass> {
   using Base::Base;
@@ -42,12 +91,20 @@ struct ConvertMoeToGPUPass
                          << functions.size();
       return signalPassFailure();
     }
-    if (tokensMax < 1 || numSMs < 1) {
-      module.emitError()
-          << "convert-moe-to-gpu: tokens-max and num-sms must be positive";
-      return signalPassFailure();
+    for (auto [name, value, most] :
+         {std::tuple<StringRef, int64_t, int64_t>{"tokens-max", tokensMax,
+                                                  kMaxSize},
+          {"num-sms", numSMs, kMaxMultiprocessors}}) {
+      if (std::optional<std::string> bad =
+              checkSizeOption(name, value, 1, most)) {
+        module.emitError() << "convert-moe-to-gpu: " << *bad;
+        return signalPassFailure();
+      }
     }
     func::FuncOp function = functions.front();
+    if (failed(checkSignature(function)) ||
+        failed(checkRoutingAt(function, tokensMax)))
+      return signalPassFailure();
     OpBuilder builder(module.getContext());
     builder.setInsertionPointToEnd(module.getBody());
     module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(),

@@ -39,7 +39,9 @@ struct Buffer {
 };
 
 /// Size expressions in the token count T (docs/BUNDLE.md), with their value
-/// at tokens-max.
+/// at tokens-max. Their products stay far inside int64 (at most a routing
+/// capacity times a static size, 2^62) because convert-moe-to-gpu checked
+/// tokens-max and the routing at it against MoeLimits.h first.
 struct SizeExpr {
   std::string text;
   int64_t atMax;

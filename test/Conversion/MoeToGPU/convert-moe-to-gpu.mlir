@@ -3,6 +3,12 @@
 // the signature (argN, resultN) or the op (workspaces) with dims in T, and
 // per kernel its grid, block and argument buffers.
 // RUN: moe-opt %s --convert-moe-to-gpu="tokens-max=1024" | FileCheck %s
+// RUN: not moe-opt %s --convert-moe-to-gpu="tokens-max=2147483648" 2>&1 | FileCheck %s --check-prefix=BAD-TOKENS-MAX
+// RUN: not moe-opt %s --convert-moe-to-gpu="num-sms=4611686018427387904" 2>&1 | FileCheck %s --check-prefix=BAD-SMS
+
+// Kernels take T as an i32.
+// BAD-TOKENS-MAX: convert-moe-to-gpu: tokens-max must be in [1, 2147483647], got 2147483648
+// BAD-SMS: convert-moe-to-gpu: num-sms must be in [1, 1024], got 4611686018427387904
 
 // CHECK: module attributes {gpu.container_module}
 // CHECK: gpu.module @moe_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx80">]

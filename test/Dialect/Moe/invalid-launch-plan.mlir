@@ -62,6 +62,12 @@ gpu.module @tokens_max attributes {moe.launch_plan = #moe.launch_plan<tokens_max
 
 // -----
 
+// Kernels take T as an i32.
+// expected-error @below {{tokens_max must be at most 2147483647, got 4611686018427387904}}
+gpu.module @tokens_max_i32 attributes {moe.launch_plan = #moe.launch_plan<tokens_max = 4611686018427387904, buffers = []>} {}
+
+// -----
+
 // expected-error @below {{buffer 'arg0' is defined twice}}
 gpu.module @buffer_twice attributes {moe.launch_plan = #moe.launch_plan<tokens_max = 8, buffers = [<input "arg0" : f32 ["T"]>, <workspace "arg0" : f32 ["T"]>]>} {}
 

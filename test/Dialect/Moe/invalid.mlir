@@ -85,6 +85,45 @@ func.func @router_top_k_experts(%l: tensor<4x8xf32>) {
   return
 }
 
+// -----
+
+// The GPU gate ranks groups unrolled: 1024 experts in 512 groups made
+// millions of ops.
+func.func @router_many_groups(%l: tensor<4x1024xf32>) {
+  // expected-error @below {{num_groups must be at most 64 (the GPU gate ranks the groups unrolled), got 512}}
+  %w, %i = moe.gate %l {router = #moe.router<scoring = softmax, top_k = 8, num_groups = 512, topk_groups = 512>}
+    : (tensor<4x1024xf32>) -> (tensor<4x8xf32>, tensor<4x8xi32>)
+  return
+}
+
+// -----
+
+func.func @router_many_slots(%l: tensor<4x2048xf32>) {
+  // expected-error @below {{top_k + num_shared_experts (the slots per token) must be at most 1024 (the GPU gate fills them unrolled), got 1000 + 25}}
+  %w, %i = moe.gate %l {router = #moe.router<scoring = softmax, top_k = 1000, num_shared_experts = 25>}
+    : (tensor<4x2048xf32>) -> (tensor<4x1025xf32>, tensor<4x1025xi32>)
+  return
+}
+
+// -----
+
+// Sizes near 2^63 must not overflow the check of their sum.
+func.func @router_huge_shared(%l: tensor<4x8xf32>) {
+  // expected-error @below {{top_k + num_shared_experts (the slots per token) must be at most 1024 (the GPU gate fills them unrolled), got 2 + 9223372036854775807}}
+  %w, %i = moe.gate %l {router = #moe.router<scoring = softmax, top_k = 2, num_shared_experts = 9223372036854775807>}
+    : (tensor<4x8xf32>) -> (tensor<4x1xf32>, tensor<4x1xi32>)
+  return
+}
+
+// -----
+
+func.func @router_shared_ids(%l: tensor<1x2147483647xf32>) {
+  // expected-error @below {{'moe.gate' op the expert count (2147483647) + num_shared_experts (1) must be at most 2147483647}}
+  %w, %i = moe.gate %l {router = #moe.router<scoring = softmax, top_k = 1, num_shared_experts = 1>}
+    : (tensor<1x2147483647xf32>) -> (tensor<1x2xf32>, tensor<1x2xi32>)
+  return
+}
+
 //===----------------------------------------------------------------------===//
 // #moe.gemm_config
 //===----------------------------------------------------------------------===//
@@ -118,6 +157,11 @@ func.func private @config_warpgroups() attributes {c = #moe.gemm_config<block_m 
 
 // expected-error @below {{split_k must be at least 1, got 0}}
 func.func private @config_split_k() attributes {c = #moe.gemm_config<block_m = 64, block_n = 64, block_k = 64, num_stages = 2, split_k = 0>}
+
+// -----
+
+// expected-error @below {{split_k must be at most 64 (the reduction sums the splits unrolled), got 65}}
+func.func private @config_split_k_max() attributes {c = #moe.gemm_config<block_m = 64, block_n = 64, block_k = 64, num_stages = 2, split_k = 65>}
 
 // -----
 
@@ -237,6 +281,34 @@ func.func @route_num_experts(%ids: tensor<4x2xi32>) {
   // expected-error @below {{attribute 'num_experts' failed to satisfy constraint: 64-bit signless integer attribute whose value is positive}}
   %s, %e, %n = moe.route %ids {num_experts = 0, block_m = 16}
     : (tensor<4x2xi32>) -> (tensor<8xi32>, tensor<1xi32>, tensor<i32>)
+  return
+}
+
+// -----
+
+func.func @route_huge_block_m(%ids: tensor<?x2xi32>) {
+  // expected-error @below {{attribute 'block_m' failed to satisfy constraint: 64-bit signless integer attribute whose value is positive whose value is at most 2^31 - 1}}
+  %s, %e, %n = moe.route %ids {num_experts = 8, block_m = 4611686018427387904}
+    : (tensor<?x2xi32>) -> (tensor<?xi32>, tensor<?xi32>, tensor<i32>)
+  return
+}
+
+// -----
+
+// The capacity would overflow int64 and then match the dynamic results.
+func.func @route_capacity_overflow(%ids: tensor<4x2xi32>) {
+  // expected-error @below {{'moe.route' op at T = 4: T*S + E*(block_m-1) = 4*2 + 2147483647*(2147483647-1) routed rows exceed 2147483647 (the kernels' slot ids and rows are i32)}}
+  %s, %e, %n = moe.route %ids {num_experts = 2147483647, block_m = 2147483647}
+    : (tensor<4x2xi32>) -> (tensor<?xi32>, tensor<?xi32>, tensor<i32>)
+  return
+}
+
+// -----
+
+func.func @route_capacity_one_token(%ids: tensor<?x2xi32>) {
+  // expected-error @below {{'moe.route' op even at one token: T*S + E*(block_m-1) = 1*2 + 1024*(2097153-1) routed rows exceed 2147483647 (the kernels' slot ids and rows are i32)}}
+  %s, %e, %n = moe.route %ids {num_experts = 1024, block_m = 2097153}
+    : (tensor<?x2xi32>) -> (tensor<?xi32>, tensor<?xi32>, tensor<i32>)
   return
 }
 
@@ -367,6 +439,15 @@ func.func @gmm_capacity(%x: tensor<4x32xbf16>, %w: tensor<8x64x32xbf16>, %s: ten
   // expected-error @below {{'moe.grouped_matmul' op expects 'sorted_ids' of shape [T*S + E*(block_m-1)] = [128], got 'tensor<120xi32>'}}
   %o = moe.grouped_matmul %x, %w, %s, %e, %n input(token) output(sorted) {block_m = 16, num_slots = 2}
     : (tensor<4x32xbf16>, tensor<8x64x32xbf16>, tensor<120xi32>, tensor<8xi32>, tensor<i32>) -> tensor<120x64xbf16>
+  return
+}
+
+// -----
+
+func.func @gmm_capacity_overflow(%x: tensor<2x32xbf16>, %w: tensor<8x64x32xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>) {
+  // expected-error @below {{'moe.grouped_matmul' op at T = 2: T*S + E*(block_m-1) = 2*1073741824 + 8*(16-1) routed rows exceed 2147483647 (the kernels' slot ids and rows are i32)}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n input(token) output(sorted) {block_m = 16, num_slots = 1073741824}
+    : (tensor<2x32xbf16>, tensor<8x64x32xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>) -> tensor<?x64xbf16>
   return
 }
 
@@ -918,5 +999,111 @@ func.func @quantize_scales(%x: tensor<?x200xbf16>) {
 func.func @quantize_output(%x: tensor<4x64xbf16>) {
   // expected-error @below {{'moe.quantize' op result #0 must be ranked tensor of f8E4M3FN type values, but got 'tensor<4x64xbf16>'}}
   %q, %s = moe.quantize %x {group_size = 64} : (tensor<4x64xbf16>) -> (tensor<4x64xbf16>, tensor<4x1xf32>)
+  return
+}
+
+//===----------------------------------------------------------------------===//
+// Sizes (MoeLimits.h): static sizes in [1, 2^31 - 1], tensors under 2^63
+// bytes, slot ids in i32
+//===----------------------------------------------------------------------===//
+
+// -----
+
+// H = 0 used to verify and then pass moe-run's check vacuously.
+func.func @zero_hidden(%x: tensor<?x0xbf16>, %l: tensor<?x8xf32>, %w13: tensor<8x64x0xbf16>, %w2: tensor<8x0x32xbf16>) {
+  // expected-error @below {{'moe.fused_moe' op expects static sizes in [1, 2147483647], got 'tensor<?x0xbf16>' for operand #0}}
+  %y = moe.fused_moe %x, %l, %w13, %w2 activation(silu_and_mul) {router = #moe.router<scoring = softmax, top_k = 2>}
+    : (tensor<?x0xbf16>, tensor<?x8xf32>, tensor<8x64x0xbf16>, tensor<8x0x32xbf16>) -> tensor<?x0xbf16>
+  return
+}
+
+// -----
+
+func.func @zero_intermediate(%x: tensor<?x64xbf16>, %l: tensor<?x8xf32>, %w13: tensor<8x0x64xbf16>, %w2: tensor<8x64x0xbf16>) {
+  // expected-error @below {{'moe.fused_moe' op expects static sizes in [1, 2147483647], got 'tensor<8x0x64xbf16>' for operand #2}}
+  %y = moe.fused_moe %x, %l, %w13, %w2 activation(silu_and_mul) {router = #moe.router<scoring = softmax, top_k = 2>}
+    : (tensor<?x64xbf16>, tensor<?x8xf32>, tensor<8x0x64xbf16>, tensor<8x64x0xbf16>) -> tensor<?x64xbf16>
+  return
+}
+
+// -----
+
+func.func @zero_experts(%ids: tensor<?x2xi32>, %w: tensor<?x2xf32>, %x: tensor<?x64xbf16>, %w13: tensor<0x32x64xbf16>, %w2: tensor<0x64x16xbf16>) {
+  // expected-error @below {{'moe.fused_experts' op expects static sizes in [1, 2147483647], got 'tensor<0x32x64xbf16>' for operand #3}}
+  %y = moe.fused_experts %x, %ids, %w, %w13, %w2 activation(silu_and_mul) : (tensor<?x64xbf16>, tensor<?x2xi32>, tensor<?x2xf32>, tensor<0x32x64xbf16>, tensor<0x64x16xbf16>) -> tensor<?x64xbf16>
+  return
+}
+
+// -----
+
+// A layer of no tokens is a dynamic T of 0 at run time, not a static one.
+func.func @zero_tokens(%l: tensor<0x8xf32>) {
+  // expected-error @below {{'moe.gate' op expects static sizes in [1, 2147483647], got 'tensor<0x8xf32>' for operand #0}}
+  %w, %i = moe.gate %l {router = #moe.router<scoring = softmax, top_k = 2>}
+    : (tensor<0x8xf32>) -> (tensor<0x2xf32>, tensor<0x2xi32>)
+  return
+}
+
+// -----
+
+// moe-split-k divided by N / block_n = 0.
+func.func @zero_columns(%x: tensor<4x32xbf16>, %w: tensor<8x0x32xbf16>, %s: tensor<128xi32>, %e: tensor<8xi32>, %n: tensor<i32>) {
+  // expected-error @below {{'moe.grouped_matmul' op expects static sizes in [1, 2147483647], got 'tensor<8x0x32xbf16>' for operand #1}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n input(token) output(sorted) {block_m = 16, num_slots = 2}
+    : (tensor<4x32xbf16>, tensor<8x0x32xbf16>, tensor<128xi32>, tensor<8xi32>, tensor<i32>) -> tensor<128x0xbf16>
+  return
+}
+
+// -----
+
+func.func @zero_slot_rows(%r: tensor<4x2x0xbf16>) {
+  // expected-error @below {{'moe.combine' op expects static sizes in [1, 2147483647], got 'tensor<4x2x0xbf16>' for operand #0}}
+  %y = moe.combine %r : (tensor<4x2x0xbf16>) -> tensor<4x0xbf16>
+  return
+}
+
+// -----
+
+func.func @size_above_i32(%l: tensor<4x8xf32>) {
+  // expected-error @below {{'moe.gate' op expects static sizes in [1, 2147483647], got 'tensor<4x2147483648xf32>' for result #0}}
+  %w, %i = moe.gate %l {router = #moe.router<scoring = softmax, top_k = 2>}
+    : (tensor<4x8xf32>) -> (tensor<4x2147483648xf32>, tensor<4x2xi32>)
+  return
+}
+
+// -----
+
+func.func @bytes_above_int64(%x: tensor<4x32xbf16>, %w: tensor<2147483647x2147483647x32xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>) {
+  // expected-error @below {{'moe.grouped_matmul' op expects tensors of fewer than 2^63 bytes (a dynamic size counted as 2147483647), got 'tensor<2147483647x2147483647x32xbf16>' for operand #1}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n input(token) output(sorted) {block_m = 16, num_slots = 2}
+    : (tensor<4x32xbf16>, tensor<2147483647x2147483647x32xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>) -> tensor<?x2147483647xbf16>
+  return
+}
+
+// -----
+
+// A dynamic T counts as 2^31 - 1 tokens: [T, H] rows of 2^31 - 1 f32 values
+// would be 2^64 bytes.
+func.func @dynamic_bytes_above_int64(%r: tensor<?x1x2147483647xf32>) {
+  // expected-error @below {{'moe.combine' op expects tensors of fewer than 2^63 bytes (a dynamic size counted as 2147483647), got 'tensor<?x1x2147483647xf32>' for operand #0}}
+  %y = moe.combine %r : (tensor<?x1x2147483647xf32>) -> tensor<?x2147483647xf32>
+  return
+}
+
+// -----
+
+// Slot ids t * S + s are i32.
+func.func @fused_slots_above_i32(%x: tensor<1073741824x64xbf16>, %l: tensor<1073741824x8xf32>, %w13: tensor<8x32x64xbf16>, %w2: tensor<8x64x16xbf16>) {
+  // expected-error @below {{'moe.fused_moe' op at T = 1073741824: T*S = 1073741824*2 routed slots exceed 2147483647 (the kernels' slot ids and rows are i32)}}
+  %y = moe.fused_moe %x, %l, %w13, %w2 activation(silu_and_mul) {router = #moe.router<scoring = softmax, top_k = 2>}
+    : (tensor<1073741824x64xbf16>, tensor<1073741824x8xf32>, tensor<8x32x64xbf16>, tensor<8x64x16xbf16>) -> tensor<1073741824x64xbf16>
+  return
+}
+
+// -----
+
+func.func @experts_slots_above_i32(%x: tensor<2x64xbf16>, %ids: tensor<2x1073741824xi32>, %w: tensor<2x1073741824xf32>, %w13: tensor<8x32x64xbf16>, %w2: tensor<8x64x16xbf16>) {
+  // expected-error @below {{'moe.fused_experts' op at T = 2: T*S = 2*1073741824 routed slots exceed 2147483647 (the kernels' slot ids and rows are i32)}}
+  %y = moe.fused_experts %x, %ids, %w, %w13, %w2 activation(silu_and_mul) : (tensor<2x64xbf16>, tensor<2x1073741824xi32>, tensor<2x1073741824xf32>, tensor<8x32x64xbf16>, tensor<8x64x16xbf16>) -> tensor<2x64xbf16>
   return
 }

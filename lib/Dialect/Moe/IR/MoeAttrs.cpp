@@ -2,6 +2,7 @@
 
 #include "moe/Dialect/Moe/IR/MoeAttrs.h"
 #include "moe/Dialect/Moe/IR/MoeDialect.h"
+#include "moe/Dialect/Moe/IR/MoeLimits.h"
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/StringExtras.h"
@@ -40,6 +41,10 @@ LogicalResult RouterAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "top_k must be at least 1, got " << topK;
   if (numGroups < 1)
     return emitError() << "num_groups must be at least 1, got " << numGroups;
+  if (numGroups > kMaxRouterGroups)
+    return emitError() << "num_groups must be at most " << kMaxRouterGroups
+                       << " (the GPU gate ranks the groups unrolled), got "
+                       << numGroups;
   if (topkGroups < 1 || topkGroups > numGroups)
     return emitError() << "topk_groups must be in [1, num_groups = "
                        << numGroups << "], got " << topkGroups;
@@ -51,6 +56,13 @@ LogicalResult RouterAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   if (numSharedExperts < 0)
     return emitError() << "num_shared_experts must be non-negative, got "
                        << numSharedExperts;
+  // Checked apart first: their sum must not overflow.
+  if (topK > kMaxRouterSlots || numSharedExperts > kMaxRouterSlots ||
+      topK + numSharedExperts > kMaxRouterSlots)
+    return emitError() << "top_k + num_shared_experts (the slots per token) "
+                       << "must be at most " << kMaxRouterSlots
+                       << " (the GPU gate fills them unrolled), got " << topK
+                       << " + " << numSharedExperts;
   return success();
 }
 
@@ -58,6 +70,11 @@ LogicalResult
 RouterAttr::verifyForExperts(function_ref<InFlightDiagnostic()> emitError,
                              int64_t numExperts) const {
   int64_t numGroups = getNumGroups();
+  // The shared experts' ids E..E+X-1 are i32 like every expert id.
+  if (numExperts > kMaxSize - getNumSharedExperts())
+    return emitError() << "the expert count (" << numExperts
+                       << ") + num_shared_experts (" << getNumSharedExperts()
+                       << ") must be at most " << kMaxSize;
   if (numExperts % numGroups != 0)
     return emitError() << "num_groups (" << numGroups
                        << ") must divide the expert count (" << numExperts
@@ -147,6 +164,10 @@ GemmConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                        << numWarpgroups;
   if (splitK < 1)
     return emitError() << "split_k must be at least 1, got " << splitK;
+  if (splitK > kMaxSplitK)
+    return emitError() << "split_k must be at most " << kMaxSplitK
+                       << " (the reduction sums the splits unrolled), got "
+                       << splitK;
   if (!isPow2In(clusterM, 1, 8) || !isPow2In(clusterN, 1, 8) ||
       clusterM * clusterN > 8)
     return emitError() << "cluster " << clusterM << "x" << clusterN
@@ -334,6 +355,10 @@ LaunchPlanAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                        ArrayRef<PlanTensorMapAttr> tensorMaps) {
   if (tokensMax < 1)
     return emitError() << "tokens_max must be at least 1, got " << tokensMax;
+  // Kernels take T as an i32.
+  if (tokensMax > kMaxSize)
+    return emitError() << "tokens_max must be at most " << kMaxSize << ", got "
+                       << tokensMax;
   // Buffers and tensor maps share one namespace in the manifest.
   llvm::StringMap<PlanBufferAttr> bufferOf;
   llvm::StringSet<> names;

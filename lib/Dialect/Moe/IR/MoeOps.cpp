@@ -190,6 +190,20 @@ static LogicalResult verifyExpertWeights(Operation *op, Value hidden,
   return verifyElementType(op, "output", output, elementType, "hidden_states");
 }
 
+/// Checks that `numTokens` tokens (a dynamic T: one at least) of `numSlots`
+/// slots route into at most kMaxSize rows over `numExperts` experts padded
+/// to `blockM`-row blocks.
+static LogicalResult verifyTokenRouting(Operation *op, int64_t numTokens,
+                                        int64_t numSlots, int64_t numExperts,
+                                        int64_t blockM) {
+  bool dynamicTokens = ShapedType::isDynamic(numTokens);
+  std::string cause = dynamicTokens ? "even at one token"
+                                    : "at T = " + std::to_string(numTokens);
+  return verifyRoutingCapacity([&] { return op->emitOpError(); }, cause,
+                               dynamicTokens ? 1 : numTokens, numSlots,
+                               numExperts, blockM);
+}
+
 /// Checks that a layer's expert MLP has a gated activation.
 static LogicalResult verifyGatedActivation(Operation *op,
                                            Activation activation) {
@@ -222,7 +236,9 @@ LogicalResult FusedMoeOp::verify() {
   if (failed(
           router.verifyForExperts([&] { return emitOpError(); }, numExperts)))
     return failure();
-  if (failed(verifyGatedActivation(op, getActivation())))
+  if (failed(verifyGatedActivation(op, getActivation())) ||
+      failed(verifyTokenRouting(op, numTokens, router.getNumSlots(),
+                                /*numExperts=*/0, /*blockM=*/1)))
     return failure();
   if (failed(verifyExpertWeights(
           op, hidden,
@@ -250,6 +266,8 @@ LogicalResult FusedExpertsOp::verify() {
     return failure();
   int64_t numTokens = dimOf(hidden, 0), numSlots = dimOf(ids, 1);
   if (failed(verifyShape(op, "ids", ids, {numTokens, numSlots}, "[T, S]")) ||
+      failed(verifyTokenRouting(op, numTokens, numSlots, /*numExperts=*/0,
+                                /*blockM=*/1)) ||
       failed(verifyShape(op, "weights", getWeights(), {numTokens, numSlots},
                          "[T, S]")) ||
       failed(verifyGatedActivation(op, getActivation())) ||
@@ -311,8 +329,11 @@ static LogicalResult verifyRouting(Operation *op, Value sortedIds,
                                    Value expertIds, int64_t numTokens,
                                    int64_t numSlots, int64_t numExperts,
                                    int64_t blockM) {
-  int64_t routedSlots = ShapedType::isDynamic(numTokens) ? ShapedType::kDynamic
-                                                         : numTokens * numSlots;
+  if (failed(verifyTokenRouting(op, numTokens, numSlots, numExperts, blockM)))
+    return failure();
+  bool dynamicTokens = ShapedType::isDynamic(numTokens);
+  int64_t routedSlots =
+      dynamicTokens ? ShapedType::kDynamic : numTokens * numSlots;
   int64_t capacity = RouteOp::getCapacity(routedSlots, numExperts, blockM);
   if (failed(verifyShape(op, "sorted_ids", sortedIds, {capacity},
                          "[T*S + E*(block_m-1)]")))

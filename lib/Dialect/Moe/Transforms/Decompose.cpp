@@ -6,6 +6,7 @@
 
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Transforms/WalkPatternRewriteDriver.h"
+#include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/MathExtras.h"
 
 namespace mlir {
@@ -57,12 +58,33 @@ GemmInput quantizeRows(PatternRewriter &rewriter, Location loc, Value rows,
   return {quantize.getOutput(), quantize.getScales()};
 }
 
+/// The routing of a layer: T (maybe dynamic), S and the stored experts.
+struct RoutingSizes {
+  int64_t numTokens, numSlots, storedExperts;
+
+  template <typename LayerOp> static RoutingSizes of(LayerOp op) {
+    int64_t numSlots;
+    if constexpr (std::is_same_v<LayerOp, FusedMoeOp>)
+      numSlots = op.getRouter().getNumSlots();
+    else
+      numSlots = cast<RankedTensorType>(op.getIds().getType()).getDimSize(1);
+    return {
+        cast<RankedTensorType>(op.getHiddenStates().getType()).getDimSize(0),
+        numSlots, cast<RankedTensorType>(op.getW13().getType()).getDimSize(0)};
+  }
+
+  /// The routing block: `rowsPerBlock`, or chosen for `tokens` when 0.
+  int64_t blockM(int64_t rowsPerBlock, int64_t tokens) const {
+    return rowsPerBlock ? rowsPerBlock
+                        : chooseRoutingBlockM(tokens, numSlots, storedExperts);
+  }
+};
+
 /// Builds route -> grouped_matmul(w13, activation) -> grouped_matmul(w2,
 /// routed weights) -> combine for `experts` and returns the combined
-/// [T, H]. The routing block is `rowsPerBlock`, or chosen for `tokens`.
+/// [T, H], routed in blocks of `blockM` rows.
 Value buildExperts(PatternRewriter &rewriter, Location loc,
-                   const ExpertsOperands &experts, int64_t rowsPerBlock,
-                   int64_t tokens) {
+                   const ExpertsOperands &experts, int64_t blockM) {
   auto hiddenType = cast<RankedTensorType>(experts.hidden.getType());
   auto w13Type = cast<RankedTensorType>(experts.w13.getType());
   auto idsType = cast<RankedTensorType>(experts.ids.getType());
@@ -72,9 +94,6 @@ Value buildExperts(PatternRewriter &rewriter, Location loc,
   int64_t storedExperts = w13Type.getDimSize(0);
   int64_t intermediate = w13Type.getDimSize(1) / 2;
   int64_t numSlots = idsType.getDimSize(1);
-  int64_t blockM = rowsPerBlock
-                       ? rowsPerBlock
-                       : chooseRoutingBlockM(tokens, numSlots, storedExperts);
 
   bool dynamicTokens = ShapedType::isDynamic(numTokens);
   int64_t capacity = RouteOp::getCapacity(dynamicTokens ? ShapedType::kDynamic
@@ -165,9 +184,9 @@ template <typename LayerOp> struct DecomposeLayer : OpRewritePattern<LayerOp> {
 
   LogicalResult matchAndRewrite(LayerOp op,
                                 PatternRewriter &rewriter) const override {
+    int64_t blockM = RoutingSizes::of(op).blockM(rowsPerBlock, tokens);
     rewriter.replaceOp(op, buildExperts(rewriter, op.getLoc(),
-                                        getExperts(op, rewriter), rowsPerBlock,
-                                        tokens));
+                                        getExperts(op, rewriter), blockM));
     return success();
   }
 
@@ -180,17 +199,49 @@ struct MoeDecomposePass : moe::impl::MoeDecomposeBase<MoeDecomposePass> {
   using Base::Base;
 
   void runOnOperation() override {
-    if (blockM < 0 || tokens < 1) {
-      getOperation()->emitError()
-          << "moe-decompose: block-m must be positive (or 0: chosen for "
-             "`tokens`) and tokens positive, got block-m="
-          << blockM.getValue() << " tokens=" << tokens.getValue();
-      return signalPassFailure();
+    for (auto [name, value, least] :
+         {std::tuple<StringRef, int64_t, int64_t>{"block-m", blockM, 0},
+          {"tokens", tokens, 1}}) {
+      if (std::optional<std::string> bad =
+              checkSizeOption(name, value, least)) {
+        getOperation()->emitError() << "moe-decompose: " << *bad;
+        return signalPassFailure();
+      }
     }
+    if (failed(checkRouting()))
+      return signalPassFailure();
     RewritePatternSet patterns(&getContext());
     patterns.add<DecomposeLayer<FusedMoeOp>, DecomposeLayer<FusedExpertsOp>>(
         &getContext(), blockM, tokens);
     walkAndApplyPatterns(getOperation(), std::move(patterns));
+  }
+
+  /// Checks that each layer's routing, in the blocks it gets, fits the
+  /// kernels' i32 rows (MoeLimits.h).
+  LogicalResult checkRouting() {
+    WalkResult result = getOperation()->walk([&](Operation *op) {
+      std::optional<RoutingSizes> sizes =
+          TypeSwitch<Operation *, std::optional<RoutingSizes>>(op)
+              .Case<FusedMoeOp, FusedExpertsOp>(
+                  [](auto layer) { return RoutingSizes::of(layer); })
+              .Default(std::nullopt);
+      if (!sizes)
+        return WalkResult::advance();
+      int64_t rows = sizes->blockM(blockM, tokens);
+      std::string cause =
+          blockM ? "moe-decompose: block-m = " + std::to_string(rows)
+                 : "moe-decompose: its routing block of " +
+                       std::to_string(rows) + " rows";
+      bool dynamicTokens = ShapedType::isDynamic(sizes->numTokens);
+      return failed(verifyRoutingCapacity(
+                 [&] { return op->emitOpError(); },
+                 cause + (dynamicTokens ? " at one token" : ""),
+                 dynamicTokens ? 1 : sizes->numTokens, sizes->numSlots,
+                 sizes->storedExperts, rows))
+                 ? WalkResult::interrupt()
+                 : WalkResult::advance();
+    });
+    return failure(result.wasInterrupted());
   }
 };
 } // namespace

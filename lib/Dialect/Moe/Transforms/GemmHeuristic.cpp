@@ -92,7 +92,7 @@ int64_t mlir::moe::chooseSplitK(GroupedMatmulOp op, GemmConfigAttr config,
   int64_t tileWeightBytes = config.getBlockN() * op.getReductionSize() *
                             op.getWeightsType().getElementTypeBitWidth() / 8;
   int64_t splits = std::min<int64_t>(
-      {static_cast<int64_t>(llvm::divideCeil(numSMs, tiles)),
+      {kMaxSplitK, static_cast<int64_t>(llvm::divideCeil(numSMs, tiles)),
        std::max<int64_t>(1, steps / config.getNumStages()),
        std::max<int64_t>(1, tileWeightBytes / kMinSplitWeightBytes)});
   while (splits > 1 && !everySplitHasKTile(steps, splits))

@@ -20,23 +20,36 @@ struct MoeSplitKPass : moe::impl::MoeSplitKBase<MoeSplitKPass> {
   using Base::Base;
 
   void runOnOperation() override {
-    if (tokens < 1 || numSMs < 1) {
-      getOperation()->emitError()
-          << "moe-split-k: tokens and num-sms must be positive";
-      return signalPassFailure();
+    for (auto [name, value, most] :
+         {std::tuple<StringRef, int64_t, int64_t>{"tokens", tokens, kMaxSize},
+          {"num-sms", numSMs, kMaxMultiprocessors}}) {
+      if (std::optional<std::string> bad =
+              checkSizeOption(name, value, 1, most)) {
+        getOperation()->emitError() << "moe-split-k: " << *bad;
+        return signalPassFailure();
+      }
     }
     auto *dialect = getContext().getLoadedDialect<MoeDialect>();
-    getOperation()->walk([&](GroupedMatmulOp op) {
+    WalkResult result = getOperation()->walk([&](GroupedMatmulOp op) {
       GemmConfigAttr config = op.getConfigAttr();
       if (!config || config.getSplitK() > 1 ||
           dialect->getTunedAttrHelper().isAttrPresent(op))
-        return;
+        return WalkResult::advance();
+      // The heuristic counts the rows of `tokens` tokens.
+      if (failed(verifyRoutingCapacity(
+              [&] { return op.emitOpError(); },
+              "moe-split-k: tokens = " + Twine(tokens.getValue()), tokens,
+              op.getNumSlots(), op.getNumStoredExperts(), op.getBlockM())))
+        return WalkResult::interrupt();
       GemmConfigChanges changes;
       changes.splitK = chooseSplitK(op, config, tokens, numSMs);
       if (*changes.splitK > 1)
         op.setConfigAttr(
             applyChanges(config, changes, [&] { return op.emitOpError(); }));
+      return WalkResult::advance();
     });
+    if (result.wasInterrupted())
+      signalPassFailure();
   }
 };
 } // namespace

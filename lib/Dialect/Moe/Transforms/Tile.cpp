@@ -42,8 +42,8 @@ struct MoeTilePass : moe::impl::MoeTileBase<MoeTilePass> {
   }
 
   void runOnOperation() override {
-    if (tokens < 1) {
-      getOperation()->emitError() << "moe-tile: tokens must be positive";
+    if (std::optional<std::string> bad = checkSizeOption("tokens", tokens, 1)) {
+      getOperation()->emitError() << "moe-tile: " << *bad;
       return signalPassFailure();
     }
     auto *dialect = getContext().getLoadedDialect<MoeDialect>();

@@ -125,7 +125,10 @@ def Moe_RouterAttr : Moe_Attr<"Router", "router"> {
       ids `E..E+X-1` and weight 1.0.
 
     Parameters left out take their defaults (1 group, no renormalisation,
-    scale 1.0, no shared experts).
+    scale 1.0, no shared experts). The GPU gate unrolls over the groups and
+    the slots, so `num_groups` is at most 64 and `top_k` +
+    `num_shared_experts` at most 1024; the expert count E plus
+    `num_shared_experts` is at most 2^31 - 1 (ids are i32).
 
     Example:
 
@@ -204,7 +207,8 @@ def Moe_GemmConfigAttr : Moe_Attr<"GemmConfig", "gemm_config"> {
     cluster shape, whether one persistent launch walks all tiles, and whether
     a producer warpgroup of its own issues the loads (`warp_specialized`: the
     consumers only wait for full stages and free them, with no block-wide
-    barrier in the K loop).
+    barrier in the K loop). `split_k` is at most 64: the reduction sums a
+    slot's splits unrolled.
 
     Example:
 
@@ -317,7 +321,8 @@ def Moe_LaunchPlanAttr : Moe_Attr<"LaunchPlan", "launch_plan"> {
     What the runtime sets up before it launches the kernels of a
     `gpu.module` (convert-moe-to-gpu puts it on `@moe_kernels` as
     `moe.launch_plan`; each kernel carries its `moe.launch`): the largest
-    token count `tokens_max`, the `buffers`, the buffers to `zero_fill`
+    token count `tokens_max` (at most 2^31 - 1: kernels take T as an i32),
+    the `buffers`, the buffers to `zero_fill`
     before the launches, and the `tensor_maps` to encode. Buffer and tensor
     map names are unique across both lists.
 

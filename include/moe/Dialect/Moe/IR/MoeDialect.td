@@ -25,6 +25,17 @@ def Moe_Dialect : Dialect {
     size, E routed experts, X fused shared experts (stored after the routed
     ones, ids `E..E+X-1`), S = top_k + X slots per token. Token counts may be
     dynamic; every other dimension is static.
+
+    Sizes are bounded (`MoeLimits.h`) so that everything derived from them
+    fits the kernels' types: every static dimension of an op's tensors and
+    every size attribute is in [1, 2^31 - 1] (no dimension is 0; a layer of
+    no tokens is a dynamic T of 0, which the CPU path computes as empty work
+    and the runtime refuses: it runs T in [1, tokens-max]); a tensor, its
+    dynamic dimensions counted as 2^31 - 1, has fewer than 2^63 bytes; and
+    slot ids t * S + s and routed rows are i32, so T*S and the routing
+    capacity T*S + E*(block_m - 1) are at most 2^31 - 1, which the verifiers
+    check for a static T (a dynamic one at one token) and the passes at their
+    `tokens` and `tokens-max`.
   }];
   let useDefaultAttributePrinterParser = 1;
   let useDefaultTypePrinterParser = 1;

@@ -10,6 +10,7 @@
 
 #include "moe/Dialect/Moe/IR/MoeAttrs.h"
 #include "moe/Dialect/Moe/IR/MoeDialect.h"
+#include "moe/Dialect/Moe/IR/MoeLimits.h"
 #include "moe/Dialect/Moe/IR/MoeTypes.h"
 
 #define GET_OP_CLASSES

@@ -7,8 +7,15 @@ include "moe/Dialect/Moe/IR/MoeAttrs.td"
 include "moe/Dialect/Moe/IR/MoeTypes.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 
+/// Every static size of the op's tensors in [1, 2^31 - 1], and each tensor
+/// under 2^63 bytes with its dynamic sizes at 2^31 - 1 (MoeLimits.h).
+def Moe_BoundedTensorSizes : NativeOpTrait<"BoundedTensorSizes"> {
+  let cppNamespace = "::mlir::moe::OpTrait";
+}
+
 class Moe_Op<string mnemonic, list<Trait> traits = []>
-    : Op<Moe_Dialect, mnemonic, !listconcat(traits, [Pure])> {
+    : Op<Moe_Dialect, mnemonic,
+         !listconcat(traits, [Pure, Moe_BoundedTensorSizes])> {
   let hasVerifier = 1;
 }
 
@@ -20,7 +27,12 @@ def Moe_Fp8Tensor : RankedTensorOf<[F8E4M3FN]>;
 def Moe_I32Tensor : RankedTensorOf<[I32]>;
 def Moe_F32Tensor : RankedTensorOf<[F32]>;
 def Moe_CountTensor : 0DTensorOf<[I32]>;
-def Moe_PositiveI64Attr : ConfinedAttr<I64Attr, [IntPositive]>;
+/// A size: positive and at most kMaxSize (2^31 - 1, MoeLimits.h), so that
+/// the kernels hold it and the slot ids and rows it sizes in an i32.
+def Moe_SizeAttr : ConfinedAttr<I64Attr, [IntPositive, AttrConstraint<
+    CPred<"::llvm::cast<::mlir::IntegerAttr>($_self).getInt() <= "
+          "::mlir::moe::kMaxSize">,
+    "whose value is at most 2^31 - 1">]>;
 
 //===----------------------------------------------------------------------===//
 // Layer level
@@ -202,7 +214,9 @@ def Moe_RouteOp : Moe_Op<"route"> {
     * `num_padded`: the padded row count, a device value never read back.
 
     `num_experts` counts every id `ids` may hold, fused shared experts
-    included.
+    included. The capacity C is at most 2^31 - 1 (slot ids and rows are
+    i32): for a static T exactly, for a dynamic one at T = 1, and at the
+    passes' `tokens` and `tokens-max`.
 
     Example:
 
@@ -213,8 +227,8 @@ def Moe_RouteOp : Moe_Op<"route"> {
   }];
   let arguments = (ins
     Moe_I32Tensor:$ids,
-    Moe_PositiveI64Attr:$num_experts,
-    Moe_PositiveI64Attr:$block_m
+    Moe_SizeAttr:$num_experts,
+    Moe_SizeAttr:$block_m
   );
   let results = (outs
     Moe_I32Tensor:$sorted_ids,
@@ -297,8 +311,8 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
     Optional<Moe_F32Tensor>:$weight_scales,
     Optional<Moe_TensorMapType>:$input_map,
     Optional<Moe_TensorMapType>:$weights_map,
-    Moe_PositiveI64Attr:$block_m,
-    Moe_PositiveI64Attr:$num_slots,
+    Moe_SizeAttr:$block_m,
+    Moe_SizeAttr:$num_slots,
     Moe_RowOrderAttr:$input_order,
     Moe_RowOrderAttr:$output_order,
     DefaultValuedAttr<Moe_ActivationAttr, "::mlir::moe::Activation::none">:$activation,
@@ -428,7 +442,7 @@ def Moe_CombineOp : Moe_Op<"combine", [AttrSizedOperandSegments]> {
     Moe_FloatTensor:$rows,
     Optional<Moe_F32Tensor>:$weights,
     Optional<Moe_I32Tensor>:$ids,
-    OptionalAttr<Moe_PositiveI64Attr>:$num_experts
+    OptionalAttr<Moe_SizeAttr>:$num_experts
   );
   let results = (outs Moe_FloatTensor:$output);
   let assemblyFormat = [{

@@ -66,7 +66,8 @@ GemmConfigAttr chooseGemmConfig(GroupedMatmulOp op, int64_t tokens);
 
 /// The K splits that let `op` under `config` fill `numSMs` multiprocessors
 /// at `tokens` tokens, each split keeping at least `num_stages` K tiles and
-/// 1 MiB of weights (1 when its tiles fill them already).
+/// 1 MiB of weights (1 when its tiles fill them already), at most
+/// kMaxSplitK. `tokens` must route into kMaxSize rows (MoeLimits.h).
 int64_t chooseSplitK(GroupedMatmulOp op, GemmConfigAttr config, int64_t tokens,
                      int64_t numSMs);
 
