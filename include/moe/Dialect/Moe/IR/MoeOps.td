@@ -381,7 +381,7 @@ def Moe_QuantizeOp : Moe_Op<"quantize"> {
   let arguments = (ins
     Moe_FloatTensor:$input,
     Optional<Moe_CountTensor>:$num_rows,
-    Moe_PositiveI64Attr:$group_size
+    Moe_SizeAttr:$group_size
   );
   let results = (outs Moe_Fp8Tensor:$output, Moe_F32Tensor:$scales);
   let assemblyFormat = [{
