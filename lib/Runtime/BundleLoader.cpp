@@ -115,6 +115,8 @@ struct Bundle::State {
   ~State();
   Status attach(int ordinal);
   Status loadModule(const std::string &directory);
+  Status loadModuleFile(const std::string &directory, const std::string &file,
+                        bool isPtx);
   Status resolveKernels();
   Status resolveKernel(const LaunchDecl &declared, Launch &launch);
   Status allocateWorkspaces();
@@ -185,42 +187,42 @@ Status Bundle::State::attach(int ordinal) {
 }
 
 Status Bundle::State::loadModule(const std::string &directory) {
+  // A cubin that cannot be read or loaded (another architecture, a newer
+  // toolkit than the driver's) falls back to the PTX, if there is one.
   std::string failures;
   if (!manifest.cubin.empty()) {
-    std::string image;
-    if (Status status =
-            readFile(bundleFilePath(directory, manifest.cubin), image);
-        !status.ok())
+    Status status = loadModuleFile(directory, manifest.cubin, false);
+    if (status.ok() || manifest.ptx.empty())
       return status;
-    CUresult result =
-        driver->moduleLoadDataEx(&module, image.data(), 0, nullptr, nullptr);
-    if (result == CUDA_SUCCESS) {
-      moduleFile = manifest.cubin;
-      return Status();
-    }
-    failures = driver->error(result, "loading " + manifest.cubin).message();
-    if (manifest.ptx.empty())
-      return Status(MOE_ERROR_CUDA, failures);
-    failures += "; ";
+    failures = status.message() + "; ";
   }
+  Status status = loadModuleFile(directory, manifest.ptx, true);
+  if (status.ok())
+    return status;
+  return Status(status.code(), failures + status.message());
+}
 
-  // The driver JIT-compiles PTX; its log says why PTX does not compile.
-  std::string ptx;
-  if (Status status = readFile(bundleFilePath(directory, manifest.ptx), ptx);
+Status Bundle::State::loadModuleFile(const std::string &directory,
+                                     const std::string &file, bool isPtx) {
+  std::string image;
+  if (Status status =
+          readFile(bundleFilePath(directory, file), kMaxModuleBytes, image);
       !status.ok())
     return status;
+  // The driver JIT-compiles PTX; its log says why PTX does not compile.
   char log[8192] = {};
   CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER,
                             CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
   void *values[] = {log, reinterpret_cast<void *>(sizeof(log))};
-  CUresult result =
-      driver->moduleLoadDataEx(&module, ptx.c_str(), 2, options, values);
+  CUresult result = driver->moduleLoadDataEx(&module, image.c_str(),
+                                             isPtx ? 2 : 0, options, values);
   if (result == CUDA_SUCCESS) {
-    moduleFile = manifest.ptx;
+    moduleFile = file;
     return Status();
   }
-  failures += driver->error(result, "JIT-compiling " + manifest.ptx).message();
-  return Status(MOE_ERROR_CUDA, log[0] ? failures + ": " + log : failures);
+  Status status =
+      driver->error(result, (isPtx ? "JIT-compiling " : "loading ") + file);
+  return log[0] ? Status(status.code(), status.message() + ": " + log) : status;
 }
 
 Status Bundle::State::resolveKernels() {

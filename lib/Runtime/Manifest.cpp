@@ -6,8 +6,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fcntl.h>
 #include <map>
 #include <sys/stat.h>
+#include <unistd.h>
 
 using namespace moe::runtime;
 
@@ -638,20 +640,48 @@ Status moe::runtime::parseManifest(const std::string &text,
   return ManifestParser(source, manifest).parse(text);
 }
 
-Status moe::runtime::readFile(const std::string &path, std::string &contents) {
-  std::FILE *file = std::fopen(path.c_str(), "rb");
-  if (!file)
+Status moe::runtime::readFile(const std::string &path, int64_t maxBytes,
+                              std::string &contents) {
+  // Non-blocking, so that opening a FIFO with no writer returns at once; the
+  // type check below then refuses it.
+  int file = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (file < 0)
     return Status(MOE_ERROR_INVALID_BUNDLE,
                   "cannot open " + path + ": " + std::strerror(errno));
+  struct stat info;
+  Status status;
+  if (fstat(file, &info) != 0)
+    status = Status(MOE_ERROR_INVALID_BUNDLE,
+                    "cannot stat " + path + ": " + std::strerror(errno));
+  else if (!S_ISREG(info.st_mode))
+    status = Status(MOE_ERROR_INVALID_BUNDLE, path + " is not a regular file");
+  else if (info.st_size > maxBytes)
+    status = Status(MOE_ERROR_INVALID_BUNDLE,
+                    path + " has " + std::to_string(info.st_size) +
+                        " bytes, more than the " + std::to_string(maxBytes) +
+                        " the runtime reads");
+  // Read to the end, not to st_size: a file that grows meanwhile must still
+  // stay within the bound.
   contents.clear();
   char chunk[1 << 16];
-  while (size_t size = std::fread(chunk, 1, sizeof(chunk), file))
-    contents.append(chunk, size);
-  bool failed = std::ferror(file);
-  std::fclose(file);
-  if (failed)
-    return Status(MOE_ERROR_INVALID_BUNDLE, "cannot read " + path);
-  return Status();
+  while (status.ok()) {
+    ssize_t size = read(file, chunk, sizeof(chunk));
+    if (size < 0 && errno == EINTR)
+      continue;
+    if (size < 0)
+      status = Status(MOE_ERROR_INVALID_BUNDLE,
+                      "cannot read " + path + ": " + std::strerror(errno));
+    else if (size == 0)
+      break;
+    else if (static_cast<int64_t>(contents.size()) + size > maxBytes)
+      status = Status(MOE_ERROR_INVALID_BUNDLE, path + " grew past the " +
+                                                    std::to_string(maxBytes) +
+                                                    " bytes the runtime reads");
+    else
+      contents.append(chunk, static_cast<size_t>(size));
+  }
+  close(file);
+  return status;
 }
 
 std::string moe::runtime::bundleFilePath(const std::string &directory,
@@ -663,7 +693,7 @@ Status moe::runtime::loadManifest(const std::string &directory,
                                   Manifest &manifest) {
   std::string path = bundleFilePath(directory, "manifest.txt");
   std::string text;
-  if (Status status = readFile(path, text); !status.ok())
+  if (Status status = readFile(path, kMaxManifestBytes, text); !status.ok())
     return status;
   if (Status status = parseManifest(text, path, manifest); !status.ok())
     return status;

@@ -101,8 +101,18 @@ struct Manifest {
 Status parseManifest(const std::string &text, const std::string &source,
                      Manifest &manifest);
 
-/// Reads the whole file at `path` into `contents`.
-Status readFile(const std::string &path, std::string &contents);
+/// The largest manifest.txt the runtime reads: a manifest is a few
+/// kilobytes of text.
+constexpr int64_t kMaxManifestBytes = int64_t(16) << 20;
+/// The largest module file (cubin or PTX) the runtime reads.
+constexpr int64_t kMaxModuleBytes = int64_t(1) << 30;
+
+/// Reads the whole file at `path` into `contents`: a regular file (after
+/// symbolic links) of at most `maxBytes` bytes, anything else an error, so
+/// that a device such as /dev/zero cannot exhaust memory nor a FIFO block the
+/// caller.
+Status readFile(const std::string &path, int64_t maxBytes,
+                std::string &contents);
 
 /// Joins a file name in the bundle to the bundle's directory.
 std::string bundleFilePath(const std::string &directory,

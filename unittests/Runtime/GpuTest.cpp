@@ -6,12 +6,14 @@
 // grid size zero, more than 48 KiB of dynamic shared memory, a cluster
 // launch, a tensor map passed by value, the caller's context left as it was,
 // argument errors that enqueue nothing, no allocation once the tensor maps
-// exist, a run captured in a CUDA graph, and a format version 2 bundle whose
-// runs execute the variant of their T (through the C API).
+// exist, a run captured in a CUDA graph, a format version 2 bundle whose
+// runs execute the variant of their T (through the C API), and the PTX
+// fallback from a cubin too large to read.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Driver.h"
+#include "Manifest.h"
 #include "TempBundle.h"
 
 #include <array>
@@ -553,6 +555,19 @@ TEST_F(Gpu, ReportsAMissingKernel) {
   EXPECT_EQ(status.message(),
             "launch 5 of 'nothing' (line 22): kernel 'nothing' is not in "
             "kernels.ptx");
+}
+
+TEST_F(Gpu, FallsBackToPtxFromACubinTooLargeToRead) {
+  std::string cubin = bundle.path + "/kernels.cubin";
+  ASSERT_EQ(truncate(cubin.c_str(), kMaxModuleBytes + 1), 0);
+  std::unique_ptr<Bundle> opened;
+  Status status = Bundle::open(bundle.path, 0, opened);
+  ASSERT_TRUE(status.ok()) << status.message();
+  fill();
+  std::vector<MoeTensor> arguments = tensors(5);
+  ASSERT_TRUE(opened->run(5, arguments.data(), kNumTensors, nullptr).ok());
+  ASSERT_EQ(test.ctxSynchronize(), CUDA_SUCCESS);
+  expectResults(5);
 }
 
 TEST_F(Gpu, ReportsBrokenPtx) {

@@ -13,6 +13,10 @@
 #include "Manifest.h"
 #include "TempBundle.h"
 
+#include <chrono>
+#include <fcntl.h>
+#include <future>
+
 using namespace moe::runtime;
 
 namespace {
@@ -719,6 +723,48 @@ TEST(Manifest, LoadChecksTheFiles) {
             bundle.path + "/manifest.txt:1: unsupported bundle format version "
                           "'3'; this runtime reads versions 1 and 2: "
                           "recompile the bundle with moe-compile");
+}
+
+TEST(Manifest, LoadReadsRegularFilesOfBoundedSize) {
+  TempBundle bundle;
+  Manifest manifest;
+  std::string path = bundle.path + "/manifest.txt";
+  // A device never ends: reading it whole would exhaust memory.
+  bundle.link("manifest.txt", "/dev/zero");
+  Status status = loadManifest(bundle.path, manifest);
+  EXPECT_EQ(status.code(), MOE_ERROR_INVALID_BUNDLE);
+  EXPECT_EQ(status.message(), path + " is not a regular file");
+  std::remove(path.c_str());
+
+  // Opening a FIFO without a writer would block; a writer opened here after
+  // a few seconds unblocks a runtime that does not refuse it, so that the
+  // test fails instead of hanging.
+  bundle.fifo("manifest.txt");
+  auto loading = std::async(std::launch::async, [&] {
+    Manifest fromFifo;
+    return loadManifest(bundle.path, fromFifo);
+  });
+  if (loading.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+    ADD_FAILURE() << "loading a FIFO manifest blocks";
+    close(open(path.c_str(), O_WRONLY));
+  }
+  EXPECT_EQ(loading.get().message(), path + " is not a regular file");
+  std::remove(path.c_str());
+
+  // A manifest is a few kilobytes; one past the bound is refused before it
+  // is read.
+  bundle.write("manifest.txt", "");
+  ASSERT_EQ(truncate(path.c_str(), kMaxManifestBytes + 1), 0);
+  EXPECT_EQ(loadManifest(bundle.path, manifest).message(),
+            path + " has " + std::to_string(kMaxManifestBytes + 1) +
+                " bytes, more than the " + std::to_string(kMaxManifestBytes) +
+                " the runtime reads");
+
+  std::string contents;
+  bundle.write("kernels.ptx", "0123456789");
+  EXPECT_TRUE(readFile(bundle.path + "/kernels.ptx", 10, contents).ok());
+  EXPECT_EQ(contents, "0123456789");
+  EXPECT_FALSE(readFile(bundle.path + "/kernels.ptx", 9, contents).ok());
 }
 
 } // namespace
