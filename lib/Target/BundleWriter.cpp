@@ -9,14 +9,10 @@
 #include "mlir/IR/SymbolTable.h"
 #include "mlir/Pass/PassManager.h"
 #include "llvm/ADT/StringSet.h"
-#include "llvm/MC/MCSubtargetInfo.h"
-#include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
-#include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
-#include "llvm/TargetParser/Triple.h"
 
 #include <map>
 
@@ -227,24 +223,20 @@ llvm::Error writeFile(const llvm::Twine &path, StringRef contents) {
   return llvm::Error::success();
 }
 
-/// Fails unless LLVM's NVPTX back end knows `chip`, which would otherwise
-/// ignore it with a warning and then fail to select the kernels'
-/// instructions (a crash, not a diagnostic).
-llvm::Error checkChip(StringRef chip) {
-  LLVMInitializeNVPTXTargetInfo();
-  LLVMInitializeNVPTXTargetMC();
-  llvm::Triple triple("nvptx64-nvidia-cuda");
-  std::string error;
-  const llvm::Target *target =
-      llvm::TargetRegistry::lookupTarget(triple, error);
-  if (!target)
-    return makeError("no NVPTX back end: " + error);
-  std::unique_ptr<llvm::MCSubtargetInfo> subtarget(
-      target->createMCSubtargetInfo(triple, "", ""));
-  if (!subtarget || !subtarget->isCPUStringValid(chip))
-    return makeError("unknown chip '" + chip + "' (e.g. " + kDefaultChip + ")");
+/// Fails unless the kernel target is one the kernels can be built for and
+/// a toolkit given in its place names a directory (without one, the bundle
+/// would silently have no cubin).
+llvm::Error checkOptions(const BundleOptions &options) {
+  if (std::optional<std::string> error =
+          checkKernelTarget(options.pipeline.chip, options.pipeline.features))
+    return makeError(*error);
+  if (options.toolkit != kDefaultCudaToolkit &&
+      !llvm::sys::fs::is_directory(options.toolkit))
+    return makeError("the CUDA toolkit '" + options.toolkit +
+                     "' is not a directory");
   return llvm::Error::success();
 }
+
 /// The kernel module convert-moe-to-gpu made in `module`, or null.
 gpu::GPUModuleOp kernelModuleOf(ModuleOp module) {
   for (auto candidate : module.getOps<gpu::GPUModuleOp>())
@@ -417,7 +409,7 @@ void mergeKernels(MutableArrayRef<Variant> variants) {
 llvm::Error mlir::moe::compileBundle(ModuleOp module,
                                      const BundleOptions &options,
                                      StringRef directory) {
-  if (llvm::Error error = checkChip(options.pipeline.chip))
+  if (llvm::Error error = checkOptions(options))
     return error;
   // moe-gpu-pipeline in its two halves: the launch plans are read between
   // them, while the kernels still carry them.
