@@ -180,6 +180,8 @@ def ConvertMoeToGPU : Pass<"convert-moe-to-gpu", "::mlir::ModuleOp"> {
     "::mlir::LLVM::LLVMDialect",
     "::mlir::math::MathDialect",
     "::mlir::memref::MemRefDialect",
+    // The launch plan's attributes, when no moe op loaded it.
+    "::mlir::moe::MoeDialect",
     "::mlir::NVVM::NVVMDialect",
     "::mlir::nvgpu::NVGPUDialect",
     "::mlir::scf::SCFDialect",

@@ -187,6 +187,13 @@ struct ConvertMoeToGPUPass
     });
     if (result.wasInterrupted())
       return signalPassFailure();
+    // A bundle must launch something (docs/BUNDLE.md).
+    if (!plan.hasLaunches()) {
+      function.emitError() << "convert-moe-to-gpu: @" << function.getName()
+                           << " has no moe op: its kernels would launch "
+                              "nothing";
+      return signalPassFailure();
+    }
     plan.finish(builder);
   }
 };
