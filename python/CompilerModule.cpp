@@ -638,7 +638,10 @@ the compiler moe_mlir.Error.
   std::apply(
       [&](auto... arguments) {
         m.def("compile_bundle", &compileBundle, arguments...,
-              "Compiles a Module's layer to a bundle directory; config_db "
+              "Compiles a Module's layer to a bundle directory, written "
+              "whole or not at all (beside it, then renamed into place; an "
+              "existing bundle or empty directory is replaced, anything "
+              "else refused); config_db "
               "names a tuned config database consulted before the shipped "
               "one, for `device`; num_sms is the target's multiprocessor "
               "count (K splits and persistent grids fill it). The bundle has "
