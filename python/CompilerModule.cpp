@@ -15,6 +15,7 @@
 #include "moe/Dialect/Moe/IR/MoeLimits.h"
 #include "moe/Presets/Presets.h"
 #include "moe/Registration/Registration.h"
+#include "moe/Support/SourceLimits.h"
 #include "moe/Target/BundleWriter.h"
 
 #include "mlir/AsmParser/AsmParser.h"
@@ -106,6 +107,8 @@ public:
   /// and diagnostics show.
   static std::unique_ptr<Module> parse(const std::string &text,
                                        const std::string &name) {
+    if (llvm::Error error = moe::checkSource(text, name))
+      throw toException(std::move(error));
     std::unique_ptr<Module> result(new Module());
     result->context = createContext();
     result->sources = std::make_shared<llvm::SourceMgr>();

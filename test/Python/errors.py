@@ -21,6 +21,12 @@ report("raw byte", lambda: moe_mlir.Module.parse(
     'func.func @"\\ff"(%x: i32) -> i64 {\n  return %x : i32\n}'))
 # CHECK: raw byte: Error: <string>:2:3: error: type of return operand 0 ('i32') doesn't match function result type ('i64') in function @\xff
 
+# 20,000 nested regions overflowed the parser's stack and killed the
+# interpreter: the source limits of the tools refuse them first.
+report("nesting", lambda: moe_mlir.Module.parse(
+    "scf.execute_region {\n" * 20000))
+# CHECK: nesting: Error: <string>:257:20: error: nests deeper than 256 (brackets, affine operators and aliases counted together)
+
 identity = moe_mlir.CpuFunction.compile(
     'func.func @"\\ff"(%a: tensor<?x2xi32>) -> tensor<?x2xi32> {\n'
     '  return %a : tensor<?x2xi32>\n}')
