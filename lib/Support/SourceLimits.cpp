@@ -179,7 +179,7 @@ llvm::Error mlir::moe::checkSource(llvm::StringRef source,
                    ": error: nests deeper than " +
                    llvm::Twine(kMaxSourceNesting) +
                    " (brackets, affine operators and aliases counted "
-                   "together), which MLIR's parser cannot take without "
+                   "together), which a parser cannot take without "
                    "overflowing its stack");
 }
 
@@ -189,8 +189,8 @@ mlir::moe::readSourceFile(llvm::StringRef path) {
       path == "-" ? llvm::sys::fs::getStdinHandle()
                   : llvm::sys::fs::openNativeFileForRead(path);
   if (!file)
-    return makeError("cannot open " + path + ": " +
-                     llvm::toString(file.takeError()));
+    return makeError("cannot open input file '" + path +
+                     "': " + llvm::toString(file.takeError()));
   // To the end, but no further than one chunk past the bound: a stream
   // (standard input, a pipe, a device) has no size to check first.
   constexpr size_t kChunk = size_t(1) << 16;
@@ -212,8 +212,8 @@ mlir::moe::readSourceFile(llvm::StringRef path) {
   if (path != "-")
     llvm::sys::fs::closeFile(*file);
   if (error)
-    return makeError("cannot read " + path + ": " +
-                     llvm::toString(std::move(error)));
+    return makeError("cannot read input file '" + path +
+                     "': " + llvm::toString(std::move(error)));
   if (llvm::Error error = checkSource(text, path))
     return std::move(error);
   return llvm::MemoryBuffer::getMemBufferCopy(text, path);
