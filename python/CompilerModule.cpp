@@ -153,6 +153,9 @@ public:
   /// module ("builtin.module(moe-decompose)"). The module changes only when
   /// the whole pipeline succeeds.
   void runPipeline(const std::string &pipeline) {
+    // The pipeline parser recurses per nested pipeline as MLIR's does.
+    if (llvm::Error error = moe::checkSource(pipeline, "<pipeline>"))
+      throw toException(std::move(error));
     llvm::StringRef text = llvm::StringRef(pipeline).trim();
     PassManager pm(context.get(), ModuleOp::getOperationName());
     std::string errors;

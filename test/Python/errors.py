@@ -27,6 +27,11 @@ report("nesting", lambda: moe_mlir.Module.parse(
     "scf.execute_region {\n" * 20000))
 # CHECK: nesting: Error: <string>:257:20: error: nests deeper than 256 (brackets, affine operators and aliases counted together)
 
+# So do pass pipelines nested as deep.
+report("pipeline nesting", lambda: moe_mlir.Module.parse("module {}")
+       .run_pipeline("builtin.module(" * 100000))
+# CHECK: pipeline nesting: Error: <pipeline>:1:3855: error: nests deeper than 256
+
 identity = moe_mlir.CpuFunction.compile(
     'func.func @"\\ff"(%a: tensor<?x2xi32>) -> tensor<?x2xi32> {\n'
     '  return %a : tensor<?x2xi32>\n}')
