@@ -84,6 +84,7 @@ struct Bundle::State {
     std::string name;
     CUfunction function = nullptr;
     int64_t smemLimit = 0;
+    KernelLimits limits;
   };
 
   /// One launch evaluated at a run's T, with storage for its arguments.
@@ -134,6 +135,7 @@ struct Bundle::State {
   Manifest manifest;
   const Driver *driver = nullptr;
   CUdevice device = 0;
+  DeviceLimits limits;         ///< Of `device`.
   CUcontext context = nullptr; ///< The retained primary context.
   CUmodule module = nullptr;
   std::string moduleFile; ///< The file the module was loaded from.
@@ -179,6 +181,8 @@ Status Bundle::State::attach(int ordinal) {
                       std::to_string(manifest.computeMinor) + ") but " + which +
                       " has compute capability " + std::to_string(major) + "." +
                       std::to_string(minor));
+  if (Status status = queryDeviceLimits(*driver, device, limits); !status.ok())
+    return status;
   if (CUresult result = driver->primaryCtxRetain(&context, device)) {
     context = nullptr;
     return driver->error(result, "cuDevicePrimaryCtxRetain for " + which);
@@ -244,11 +248,15 @@ Status Bundle::State::resolveKernels() {
     // serves; a run raises the limit again only if a smaller T needs more.
     for (size_t i = 0; i < launches.size(); ++i) {
       int64_t smem = 0;
+      Kernel &kernel = kernels[launches[i].kernel];
       Status status =
           evaluateInRange(variant.launches[i].smem, variant.maxTokens, 0,
                           kMaxUnsigned, launches[i].owner, "smem", smem);
       if (status.ok())
-        status = raiseSmemLimit(kernels[launches[i].kernel], smem);
+        status = checkSharedMemoryLimit(limits, kernel.limits, smem,
+                                        variant.maxTokens, launches[i].owner);
+      if (status.ok())
+        status = raiseSmemLimit(kernel, smem);
       if (!status.ok())
         return status;
     }
@@ -286,6 +294,15 @@ Status Bundle::State::resolveKernel(const LaunchDecl &declared,
   if (result)
     return driver->error(result, launch.owner + ": cuFuncGetAttribute");
   kernel.smemLimit = smemLimit;
+  int maxThreads = 0, staticShared = 0;
+  result = driver->funcGetAttribute(
+      &maxThreads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, kernel.function);
+  if (!result)
+    result = driver->funcGetAttribute(
+        &staticShared, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, kernel.function);
+  if (result)
+    return driver->error(result, launch.owner + ": cuFuncGetAttribute");
+  kernel.limits = {maxThreads, staticShared};
   kernels.push_back(std::move(kernel));
   return Status();
 }
@@ -411,6 +428,9 @@ Status Bundle::State::prepareTensorMap(int variant, size_t index,
     box[i] = static_cast<cuuint32_t>(boxDim);
     elementStrides[i] = 1;
   }
+  if (Status status = checkTensorMapBox(declared, box, tokens, cache.owner);
+      !status.ok())
+    return status;
   for (int i = 0; i + 1 < rank; ++i) {
     int64_t stride = 0;
     if (Status status =
@@ -473,10 +493,17 @@ Status Bundle::State::prepareLaunch(int variant, size_t index, int64_t tokens,
       !status.ok())
     return status;
   launch.smem = static_cast<unsigned>(smem);
-  if (!launch.skipped)
-    if (Status status = raiseSmemLimit(kernels[launch.kernel], smem);
-        !status.ok())
+  if (!launch.skipped) {
+    Kernel &kernel = kernels[launch.kernel];
+    Status status =
+        checkLaunchLimits(limits, kernel.limits, launch.grid, launch.block,
+                          launch.hasCluster ? launch.cluster : nullptr, smem,
+                          tokens, launch.owner);
+    if (status.ok())
+      status = raiseSmemLimit(kernel, smem);
+    if (!status.ok())
       return status;
+  }
 
   for (size_t i = 0; i < declared.args.size(); ++i) {
     const LaunchArg &arg = declared.args[i];

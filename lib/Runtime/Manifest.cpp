@@ -640,6 +640,78 @@ Status moe::runtime::parseManifest(const std::string &text,
   return ManifestParser(source, manifest).parse(text);
 }
 
+Status moe::runtime::checkLaunchLimits(
+    const DeviceLimits &device, const KernelLimits &kernel,
+    const unsigned grid[3], const unsigned block[3], const unsigned *cluster,
+    int64_t smem, int64_t tokens, const std::string &owner) {
+  auto fail = [&](const std::string &what) {
+    return Status(MOE_ERROR_INVALID_BUNDLE,
+                  owner + ": " + what + " at T=" + std::to_string(tokens));
+  };
+  // Messages are built on failure only: a run allocates nothing.
+  static const char *const kAxes[] = {"x", "y", "z"};
+  int64_t threads = 1;
+  for (int i = 0; i < 3; ++i) {
+    const char *axis = kAxes[i];
+    if (grid[i] > device.maxGrid[i])
+      return fail(std::string("grid ") + axis + " " + std::to_string(grid[i]) +
+                  " exceeds the device's " + std::to_string(device.maxGrid[i]));
+    if (block[i] > device.maxBlock[i])
+      return fail(std::string("block ") + axis + " " +
+                  std::to_string(block[i]) + " exceeds the device's " +
+                  std::to_string(device.maxBlock[i]));
+    if (cluster && grid[i] % cluster[i])
+      return fail(std::string("grid ") + axis + " " + std::to_string(grid[i]) +
+                  " is no multiple of the cluster's " +
+                  std::to_string(cluster[i]));
+    threads *= block[i];
+  }
+  int64_t maxThreads =
+      std::min(device.maxThreadsPerBlock, kernel.maxThreadsPerBlock);
+  if (threads > maxThreads)
+    return fail(std::to_string(threads) + " threads per block exceed the " +
+                std::to_string(maxThreads) + " the kernel can have");
+  return checkSharedMemoryLimit(device, kernel, smem, tokens, owner);
+}
+
+Status moe::runtime::checkSharedMemoryLimit(const DeviceLimits &device,
+                                            const KernelLimits &kernel,
+                                            int64_t smem, int64_t tokens,
+                                            const std::string &owner) {
+  if (kernel.staticShared + smem <= device.maxSharedPerBlock)
+    return Status();
+  return Status(MOE_ERROR_INVALID_BUNDLE,
+                owner + ": smem " + std::to_string(smem) +
+                    " at T=" + std::to_string(tokens) + " and the kernel's " +
+                    std::to_string(kernel.staticShared) +
+                    " static bytes exceed the device's " +
+                    std::to_string(device.maxSharedPerBlock) +
+                    " bytes of shared memory per block");
+}
+
+Status moe::runtime::checkTensorMapBox(const TensorMapDecl &map,
+                                       const uint32_t *box, int64_t tokens,
+                                       const std::string &owner) {
+  auto fail = [&](const std::string &what) {
+    return Status(MOE_ERROR_INVALID_BUNDLE,
+                  owner + ": " + what + " at T=" + std::to_string(tokens));
+  };
+  for (size_t i = 0; i < map.box.size(); ++i)
+    if (box[i] < 1 || box[i] > kMaxTensorMapBox)
+      return fail("box size " + std::to_string(i) + " is " +
+                  std::to_string(box[i]) + ", outside [1, " +
+                  std::to_string(kMaxTensorMapBox) + "]");
+  int64_t innerBytes = int64_t(box[0]) * dtypeBytes(map.dtype);
+  if (innerBytes % 16)
+    return fail("the innermost box is " + std::to_string(innerBytes) +
+                " bytes, not a multiple of 16");
+  if (map.swizzleBytes && innerBytes > map.swizzleBytes)
+    return fail("the innermost box is " + std::to_string(innerBytes) +
+                " bytes, wider than its " + std::to_string(map.swizzleBytes) +
+                "-byte swizzle");
+  return Status();
+}
+
 Status moe::runtime::readFile(const std::string &path, int64_t maxBytes,
                               std::string &contents) {
   // Non-blocking, so that opening a FIFO with no writer returns at once; the

@@ -96,6 +96,53 @@ struct Manifest {
   std::vector<Variant> variants;
 };
 
+/// What a device can launch, read once per bundle from the driver
+/// (queryDeviceLimits) and checked against every launch and tensor map a run
+/// is about to enqueue, so that a plan beyond them is an error with a
+/// message before anything is enqueued, not a CUDA error after the zero
+/// fills.
+struct DeviceLimits {
+  int64_t maxGrid[3] = {};
+  int64_t maxBlock[3] = {};
+  int64_t maxThreadsPerBlock = 0;
+  /// Shared memory a block may have once it opts in, static included.
+  int64_t maxSharedPerBlock = 0;
+};
+
+/// The limits of one kernel of the module (cuFuncGetAttribute).
+struct KernelLimits {
+  /// Its threads per block, which its registers may lower below the
+  /// device's.
+  int64_t maxThreadsPerBlock = 0;
+  /// Its static shared memory, which the dynamic shares a block with.
+  int64_t staticShared = 0;
+};
+
+/// The largest box size of a TMA descriptor in any dimension.
+constexpr int64_t kMaxTensorMapBox = 256;
+
+/// Checks a launch evaluated at T = `tokens` against the device's and its
+/// kernel's limits: grid and block sizes per dimension, threads per block,
+/// static and dynamic shared memory, and with a cluster a grid that is a
+/// whole number of clusters. Messages start with `owner`.
+Status checkLaunchLimits(const DeviceLimits &device, const KernelLimits &kernel,
+                         const unsigned grid[3], const unsigned block[3],
+                         const unsigned *cluster, int64_t smem, int64_t tokens,
+                         const std::string &owner);
+
+/// Checks that `smem` bytes of dynamic shared memory, with the kernel's
+/// static ones, fit the device's shared memory per block.
+Status checkSharedMemoryLimit(const DeviceLimits &device,
+                              const KernelLimits &kernel, int64_t smem,
+                              int64_t tokens, const std::string &owner);
+
+/// Checks the box of a tensor map evaluated at T = `tokens` against what
+/// `cuTensorMapEncodeTiled` takes: each size in [1, kMaxTensorMapBox], the
+/// innermost a multiple of 16 bytes and, swizzled, no wider than the
+/// swizzle. Messages start with `owner`.
+Status checkTensorMapBox(const TensorMapDecl &map, const uint32_t *box,
+                         int64_t tokens, const std::string &owner);
+
 /// Parses manifest text; `source` names it in messages, which read
 /// "<source>:<line>: ...".
 Status parseManifest(const std::string &text, const std::string &source,
