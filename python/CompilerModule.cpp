@@ -15,6 +15,7 @@
 #include "moe/Dialect/Moe/IR/MoeLimits.h"
 #include "moe/Presets/Presets.h"
 #include "moe/Registration/Registration.h"
+#include "moe/Support/SourceLimits.h"
 #include "moe/Target/BundleWriter.h"
 
 #include "mlir/AsmParser/AsmParser.h"
@@ -86,9 +87,11 @@ Error toException(llvm::Error error) {
   return Error(llvm::StringRef(llvm::toString(std::move(error))).rtrim().str());
 }
 
-/// The path an os.PathLike or str names.
+/// The path an os.PathLike, str or bytes names, as the file system's bytes
+/// (a str of a name that is not UTF-8 holds surrogates, which no std::string
+/// takes).
 std::string fsPath(py::handle path) {
-  return py::module_::import("os").attr("fspath")(path).cast<std::string>();
+  return py::module_::import("os").attr("fsencode")(path).cast<std::string>();
 }
 
 //===----------------------------------------------------------------------===//
@@ -104,6 +107,8 @@ public:
   /// and diagnostics show.
   static std::unique_ptr<Module> parse(const std::string &text,
                                        const std::string &name) {
+    if (llvm::Error error = moe::checkSource(text, name))
+      throw toException(std::move(error));
     std::unique_ptr<Module> result(new Module());
     result->context = createContext();
     result->sources = std::make_shared<llvm::SourceMgr>();
@@ -134,7 +139,7 @@ public:
     std::string text;
     llvm::raw_string_ostream os(text);
     module.get()->print(os, flags);
-    return text;
+    return moe_python::backslashReplace(text);
   }
 
   void verify() const {
@@ -148,6 +153,9 @@ public:
   /// module ("builtin.module(moe-decompose)"). The module changes only when
   /// the whole pipeline succeeds.
   void runPipeline(const std::string &pipeline) {
+    // The pipeline parser recurses per nested pipeline as MLIR's does.
+    if (llvm::Error error = moe::checkSource(pipeline, "<pipeline>"))
+      throw toException(std::move(error));
     llvm::StringRef text = llvm::StringRef(pipeline).trim();
     PassManager pm(context.get(), ModuleOp::getOperationName());
     std::string errors;
@@ -274,10 +282,11 @@ public:
 
     std::unique_ptr<CpuFunction> result(new CpuFunction());
     result->context = module.getContext();
-    result->name = function.getName().str();
+    // As Python shows it: a symbol name may hold any bytes.
+    result->name = moe_python::backslashReplace(function.getName().str());
     DiagnosticCollector diagnostics(module.getContext().get(),
                                     module.getSources());
-    auto compiled = moe::CpuFunction::compile(module.get(), result->name);
+    auto compiled = moe::CpuFunction::compile(module.get(), function.getName());
     if (!compiled)
       throw toException(compiled.takeError());
     result->function = std::move(*compiled);
@@ -394,31 +403,37 @@ private:
       shape.push_back(size);
     }
 
-    if (integral) {
-      auto values =
-          py::array_t<int64_t,
-                      py::array::c_style | py::array::forcecast>::ensure(array);
-      if (!values)
-        throw py::error_already_set();
-      std::vector<int32_t> ints(values.size());
-      for (py::ssize_t i = 0; i < values.size(); ++i) {
-        int64_t value = values.data()[i];
-        if (value < std::numeric_limits<int32_t>::min() ||
-            value > std::numeric_limits<int32_t>::max())
-          throw py::value_error(what + " holds " + std::to_string(value) +
-                                ", out of int32's range");
-        ints[i] = static_cast<int32_t>(value);
-      }
-      return HostTensor::fromInts(shape, ints);
-    }
-    auto values =
-        py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(
-            array);
-    if (!values)
-      throw py::error_already_set();
+    if (integral)
+      return HostTensor::fromInts(shape, kind == 'u'
+                                             ? toInt32<uint64_t>(array, what)
+                                             : toInt32<int64_t>(array, what));
+    // Converted by the array_t constructor, which (unlike ensure) keeps
+    // numpy's error, such as the MemoryError of a broadcast too large to
+    // copy.
+    py::array_t<float, py::array::c_style | py::array::forcecast> values(array);
     return HostTensor::fromFloats(
         expected.type, shape,
         std::vector<float>(values.data(), values.data() + values.size()));
+  }
+
+  /// The values of the integer array `array` read as `Wide` (int64 or
+  /// uint64, so that no value wraps), each within int32's range.
+  template <typename Wide>
+  static std::vector<int32_t> toInt32(py::array array,
+                                      const std::string &what) {
+    py::array_t<Wide, py::array::c_style | py::array::forcecast> values(array);
+    std::vector<int32_t> ints(values.size());
+    for (py::ssize_t i = 0; i < values.size(); ++i) {
+      Wide value = values.data()[i];
+      bool fits = value <= Wide(std::numeric_limits<int32_t>::max());
+      if constexpr (std::is_signed_v<Wide>)
+        fits &= value >= std::numeric_limits<int32_t>::min();
+      if (!fits)
+        throw py::value_error(what + " holds " + std::to_string(value) +
+                              ", out of int32's range");
+      ints[i] = static_cast<int32_t>(value);
+    }
+    return ints;
   }
 
   // Kept alive with the compiled code, which came from its IR.
@@ -457,13 +472,16 @@ roundTo(py::array_t<float, py::array::c_style | py::array::forcecast> values,
 // Bundles and presets
 //===----------------------------------------------------------------------===//
 
-std::string compileBundle(const Module &layer, py::handle directory,
-                          int64_t tokensMax, int64_t blockM,
-                          const std::string &configDatabase,
-                          const std::string &device, int64_t numSMs,
-                          const std::string &chip, const std::string &features,
-                          const std::string &toolkit,
-                          const std::vector<int64_t> &tokenBuckets) {
+py::object compileBundle(const Module &layer, py::handle directory,
+                         py::handle tokensMaxArg, py::handle blockMArg,
+                         const std::string &configDatabase,
+                         const std::string &device, py::handle numSMsArg,
+                         const std::string &chip, const std::string &features,
+                         const std::string &toolkit,
+                         py::handle tokenBucketsArg) {
+  int64_t tokensMax = moe_python::int64Argument(tokensMaxArg, "tokens_max");
+  int64_t blockM = moe_python::int64Argument(blockMArg, "block_m");
+  int64_t numSMs = moe_python::int64Argument(numSMsArg, "num_sms");
   for (auto [name, value, least, most] :
        {std::tuple<llvm::StringRef, int64_t, int64_t, int64_t>{
             "tokens_max", tokensMax, 1, moe::kMaxSize},
@@ -472,6 +490,9 @@ std::string compileBundle(const Module &layer, py::handle directory,
     if (std::optional<std::string> bad =
             moe::checkSizeOption(name, value, least, most))
       throw py::value_error(*bad);
+  SmallVector<int64_t> tokenBuckets;
+  for (py::handle bucket : py::iter(tokenBucketsArg))
+    tokenBuckets.push_back(moe_python::int64Argument(bucket, "a token bucket"));
   moe::BundleOptions options;
   options.pipeline.tokensMax = tokensMax;
   options.pipeline.blockM = blockM;
@@ -481,7 +502,7 @@ std::string compileBundle(const Module &layer, py::handle directory,
   options.pipeline.chip = chip;
   options.pipeline.features = features;
   options.toolkit = toolkit;
-  options.tokenBuckets.assign(tokenBuckets.begin(), tokenBuckets.end());
+  options.tokenBuckets = std::move(tokenBuckets);
   std::string path = fsPath(directory);
   // A copy whose diagnostics this call collects.
   std::unique_ptr<Module> work = layer.clone();
@@ -493,7 +514,7 @@ std::string compileBundle(const Module &layer, py::handle directory,
   if (!warnings.empty() &&
       PyErr_WarnEx(PyExc_UserWarning, warnings.c_str(), 1) != 0)
     throw py::error_already_set();
-  return path;
+  return py::module_::import("os").attr("fsdecode")(py::bytes(path));
 }
 
 /// The dtype of a layer's activations and weights.
@@ -633,12 +654,15 @@ the compiler moe_mlir.Error.
                            py::arg("chip") = moe::kDefaultChip,
                            py::arg("features") = moe::kDefaultFeatures,
                            py::arg("toolkit") = moe::kDefaultCudaToolkit,
-                           py::arg("token_buckets") = std::vector<int64_t>());
+                           py::arg("token_buckets") = py::tuple());
   };
   std::apply(
       [&](auto... arguments) {
         m.def("compile_bundle", &compileBundle, arguments...,
-              "Compiles a Module's layer to a bundle directory; config_db "
+              "Compiles a Module's layer to a bundle directory, written "
+              "whole or not at all (beside it, then renamed into place; an "
+              "existing bundle or empty directory is replaced, anything "
+              "else refused); config_db "
               "names a tuned config database consulted before the shipped "
               "one, for `device`; num_sms is the target's multiprocessor "
               "count (K splits and persistent grids fill it). The bundle has "
@@ -650,12 +674,12 @@ the compiler moe_mlir.Error.
               "[tokens_max], one variant.");
         m.def(
             "compile_bundle",
-            [](const std::string &text, py::handle directory, int64_t tokensMax,
-               int64_t blockM, const std::string &configDatabase,
-               const std::string &device, int64_t numSMs,
-               const std::string &chip, const std::string &features,
-               const std::string &toolkit,
-               const std::vector<int64_t> &tokenBuckets) {
+            [](const std::string &text, py::handle directory,
+               py::handle tokensMax, py::handle blockM,
+               const std::string &configDatabase, const std::string &device,
+               py::handle numSMs, const std::string &chip,
+               const std::string &features, const std::string &toolkit,
+               py::handle tokenBuckets) {
               return compileBundle(*Module::parse(text, "<string>"), directory,
                                    tokensMax, blockM, configDatabase, device,
                                    numSMs, chip, features, toolkit,

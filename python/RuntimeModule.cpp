@@ -15,7 +15,7 @@
 #include <pybind11/stl.h>
 
 #include <cstring>
-#include <tuple>
+#include <limits>
 
 namespace py = pybind11;
 using moe_python::Error;
@@ -35,17 +35,45 @@ int32_t parseDtype(const std::string &name) {
                         "' (f32, bf16, f16, i32, i64, u8)");
 }
 
-/// One caller tensor as Python describes it: device pointer, element type
-/// name, dims.
-using TensorDescription =
-    std::tuple<uintptr_t, std::string, std::vector<int64_t>>;
+/// Caller tensor `index` as Python describes it, a (device pointer, element
+/// type name, dims) tuple.
+MoeTensor describeTensor(py::handle description, size_t index) {
+  std::string what = "tensor #" + std::to_string(index);
+  if (!py::isinstance<py::tuple>(description) || py::len(description) != 3)
+    throw py::type_error(what + " must be a (pointer, dtype, shape) tuple");
+  auto fields = py::reinterpret_borrow<py::tuple>(description);
+  if (!py::isinstance<py::str>(fields[1]) ||
+      !py::isinstance<py::sequence>(fields[2]))
+    throw py::type_error(what + " must be a (pointer, dtype, shape) tuple "
+                                "with a str dtype and a sequence shape");
+  auto dims = py::reinterpret_borrow<py::sequence>(fields[2]);
+  if (dims.size() > MOE_MAX_RANK)
+    throw py::value_error(what + " has rank " + std::to_string(dims.size()) +
+                          "; bundles take at most " +
+                          std::to_string(MOE_MAX_RANK));
+  MoeTensor tensor{};
+  int64_t pointer = moe_python::int64Argument(fields[0], what + "'s pointer");
+  if (pointer < 0)
+    throw py::value_error(what + "'s pointer is negative");
+  tensor.data = reinterpret_cast<void *>(static_cast<uintptr_t>(pointer));
+  tensor.dtype = parseDtype(fields[1].cast<std::string>());
+  tensor.rank = static_cast<int32_t>(dims.size());
+  for (size_t d = 0; d < dims.size(); ++d)
+    tensor.dims[d] = moe_python::int64Argument(dims[d], what + "'s dim " +
+                                                            std::to_string(d));
+  return tensor;
+}
 
 /// A bundle loaded onto one device (moe::runtime::Bundle).
 class Bundle {
 public:
-  Bundle(const std::string &path, int device) {
+  Bundle(const std::string &path, py::handle deviceArg) {
+    int64_t device = moe_python::int64Argument(deviceArg, "device");
+    if (device < 0 || device > std::numeric_limits<int>::max())
+      throw py::value_error("device " + std::to_string(device) +
+                            " is no CUDA device ordinal");
     moe::runtime::Status status =
-        moe::runtime::Bundle::open(path, device, bundle);
+        moe::runtime::Bundle::open(path, static_cast<int>(device), bundle);
     if (!status.ok())
       throw Error("cannot open bundle " + path + ": " + status.message());
   }
@@ -67,16 +95,18 @@ public:
   }
 
   /// The index of the variant a run with `tokens` tokens executes.
-  int variantFor(int64_t tokens) const {
+  int variantFor(py::handle tokens) const {
     int index = 0;
-    moe::runtime::Status status = get().variantForTokens(tokens, index);
+    moe::runtime::Status status = get().variantForTokens(
+        moe_python::int64Argument(tokens, "tokens"), index);
     if (!status.ok())
       throw Error(status.message());
     return index;
   }
 
   /// (name, role, dtype, shape) of each caller tensor at `tokens` tokens.
-  py::list tensors(int64_t tokens) const {
+  py::list tensors(py::handle tokensArg) const {
+    int64_t tokens = moe_python::int64Argument(tokensArg, "tokens");
     py::list list;
     for (int index = 0; index < get().numTensors(); ++index) {
       MoeTensorInfo info;
@@ -95,25 +125,13 @@ public:
 
   /// Enqueues the plan for `tokens` tokens on `stream` (a CUstream; 0 is
   /// the legacy default stream). Never synchronises.
-  void run(int64_t tokens, const std::vector<TensorDescription> &tensors,
-           uintptr_t stream) {
-    std::vector<MoeTensor> described(tensors.size());
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      const auto &[pointer, dtype, dims] = tensors[i];
-      if (dims.size() > MOE_MAX_RANK)
-        throw py::value_error("tensor #" + std::to_string(i) + " has rank " +
-                              std::to_string(dims.size()) +
-                              "; bundles take at most " +
-                              std::to_string(MOE_MAX_RANK));
-      MoeTensor &tensor = described[i];
-      tensor.data = reinterpret_cast<void *>(pointer);
-      tensor.dtype = parseDtype(dtype);
-      tensor.rank = static_cast<int32_t>(dims.size());
-      std::copy(dims.begin(), dims.end(), tensor.dims);
-    }
-    moe::runtime::Status status =
-        get().run(tokens, described.data(), static_cast<int>(described.size()),
-                  reinterpret_cast<CUstream>(stream));
+  void run(py::handle tokens, py::sequence tensors, uintptr_t stream) {
+    std::vector<MoeTensor> described;
+    for (size_t i = 0; i < tensors.size(); ++i)
+      described.push_back(describeTensor(tensors[i], i));
+    moe::runtime::Status status = get().run(
+        moe_python::int64Argument(tokens, "tokens"), described.data(),
+        static_cast<int>(described.size()), reinterpret_cast<CUstream>(stream));
     if (!status.ok())
       throw Error(status.message());
   }
@@ -223,7 +241,7 @@ PYBIND11_MODULE(_runtime, m) {
   moe_python::registerErrorTranslator();
 
   py::class_<Bundle>(m, "Bundle")
-      .def(py::init<const std::string &, int>(), py::arg("path"),
+      .def(py::init<const std::string &, py::handle>(), py::arg("path"),
            py::arg("device"))
       .def("close", &Bundle::close)
       .def_property_readonly("closed", &Bundle::closed)

@@ -4,9 +4,9 @@
 
 #include "moe/Dialect/Moe/IR/MoeLimits.h"
 #include "moe/Dialect/Moe/IR/MoeOps.h"
+#include "moe/Support/SourceLimits.h"
 
 #include "mlir/Parser/Parser.h"
-#include "mlir/Support/FileUtilities.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
@@ -382,10 +382,12 @@ OwningOpRef<ModuleOp> mlir::moe::parseLayerSource(const LayerSource &source,
     }
     module = parseSourceString<ModuleOp>(*text, &context);
   } else {
-    auto file = openInputFile(source.inputFile, &error);
-    if (!file)
+    auto file = readSourceFile(source.inputFile);
+    if (!file) {
+      error = llvm::toString(file.takeError());
       return nullptr;
-    sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
+    }
+    sourceMgr.AddNewSourceBuffer(std::move(*file), llvm::SMLoc());
     module = parseSourceFile<ModuleOp>(sourceMgr, &context);
   }
   if (!module) {

@@ -84,6 +84,7 @@ struct Bundle::State {
     std::string name;
     CUfunction function = nullptr;
     int64_t smemLimit = 0;
+    KernelLimits limits;
   };
 
   /// One launch evaluated at a run's T, with storage for its arguments.
@@ -115,6 +116,8 @@ struct Bundle::State {
   ~State();
   Status attach(int ordinal);
   Status loadModule(const std::string &directory);
+  Status loadModuleFile(const std::string &directory, const std::string &file,
+                        bool isPtx);
   Status resolveKernels();
   Status resolveKernel(const LaunchDecl &declared, Launch &launch);
   Status allocateWorkspaces();
@@ -132,6 +135,7 @@ struct Bundle::State {
   Manifest manifest;
   const Driver *driver = nullptr;
   CUdevice device = 0;
+  DeviceLimits limits;         ///< Of `device`.
   CUcontext context = nullptr; ///< The retained primary context.
   CUmodule module = nullptr;
   std::string moduleFile; ///< The file the module was loaded from.
@@ -177,6 +181,8 @@ Status Bundle::State::attach(int ordinal) {
                       std::to_string(manifest.computeMinor) + ") but " + which +
                       " has compute capability " + std::to_string(major) + "." +
                       std::to_string(minor));
+  if (Status status = queryDeviceLimits(*driver, device, limits); !status.ok())
+    return status;
   if (CUresult result = driver->primaryCtxRetain(&context, device)) {
     context = nullptr;
     return driver->error(result, "cuDevicePrimaryCtxRetain for " + which);
@@ -185,42 +191,42 @@ Status Bundle::State::attach(int ordinal) {
 }
 
 Status Bundle::State::loadModule(const std::string &directory) {
+  // A cubin that cannot be read or loaded (another architecture, a newer
+  // toolkit than the driver's) falls back to the PTX, if there is one.
   std::string failures;
   if (!manifest.cubin.empty()) {
-    std::string image;
-    if (Status status =
-            readFile(bundleFilePath(directory, manifest.cubin), image);
-        !status.ok())
+    Status status = loadModuleFile(directory, manifest.cubin, false);
+    if (status.ok() || manifest.ptx.empty())
       return status;
-    CUresult result =
-        driver->moduleLoadDataEx(&module, image.data(), 0, nullptr, nullptr);
-    if (result == CUDA_SUCCESS) {
-      moduleFile = manifest.cubin;
-      return Status();
-    }
-    failures = driver->error(result, "loading " + manifest.cubin).message();
-    if (manifest.ptx.empty())
-      return Status(MOE_ERROR_CUDA, failures);
-    failures += "; ";
+    failures = status.message() + "; ";
   }
+  Status status = loadModuleFile(directory, manifest.ptx, true);
+  if (status.ok())
+    return status;
+  return Status(status.code(), failures + status.message());
+}
 
-  // The driver JIT-compiles PTX; its log says why PTX does not compile.
-  std::string ptx;
-  if (Status status = readFile(bundleFilePath(directory, manifest.ptx), ptx);
+Status Bundle::State::loadModuleFile(const std::string &directory,
+                                     const std::string &file, bool isPtx) {
+  std::string image;
+  if (Status status =
+          readFile(bundleFilePath(directory, file), kMaxModuleBytes, image);
       !status.ok())
     return status;
+  // The driver JIT-compiles PTX; its log says why PTX does not compile.
   char log[8192] = {};
   CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER,
                             CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
   void *values[] = {log, reinterpret_cast<void *>(sizeof(log))};
-  CUresult result =
-      driver->moduleLoadDataEx(&module, ptx.c_str(), 2, options, values);
+  CUresult result = driver->moduleLoadDataEx(&module, image.c_str(),
+                                             isPtx ? 2 : 0, options, values);
   if (result == CUDA_SUCCESS) {
-    moduleFile = manifest.ptx;
+    moduleFile = file;
     return Status();
   }
-  failures += driver->error(result, "JIT-compiling " + manifest.ptx).message();
-  return Status(MOE_ERROR_CUDA, log[0] ? failures + ": " + log : failures);
+  Status status =
+      driver->error(result, (isPtx ? "JIT-compiling " : "loading ") + file);
+  return log[0] ? Status(status.code(), status.message() + ": " + log) : status;
 }
 
 Status Bundle::State::resolveKernels() {
@@ -242,11 +248,15 @@ Status Bundle::State::resolveKernels() {
     // serves; a run raises the limit again only if a smaller T needs more.
     for (size_t i = 0; i < launches.size(); ++i) {
       int64_t smem = 0;
+      Kernel &kernel = kernels[launches[i].kernel];
       Status status =
           evaluateInRange(variant.launches[i].smem, variant.maxTokens, 0,
                           kMaxUnsigned, launches[i].owner, "smem", smem);
       if (status.ok())
-        status = raiseSmemLimit(kernels[launches[i].kernel], smem);
+        status = checkSharedMemoryLimit(limits, kernel.limits, smem,
+                                        variant.maxTokens, launches[i].owner);
+      if (status.ok())
+        status = raiseSmemLimit(kernel, smem);
       if (!status.ok())
         return status;
     }
@@ -284,6 +294,15 @@ Status Bundle::State::resolveKernel(const LaunchDecl &declared,
   if (result)
     return driver->error(result, launch.owner + ": cuFuncGetAttribute");
   kernel.smemLimit = smemLimit;
+  int maxThreads = 0, staticShared = 0;
+  result = driver->funcGetAttribute(
+      &maxThreads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, kernel.function);
+  if (!result)
+    result = driver->funcGetAttribute(
+        &staticShared, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, kernel.function);
+  if (result)
+    return driver->error(result, launch.owner + ": cuFuncGetAttribute");
+  kernel.limits = {maxThreads, staticShared};
   kernels.push_back(std::move(kernel));
   return Status();
 }
@@ -409,6 +428,9 @@ Status Bundle::State::prepareTensorMap(int variant, size_t index,
     box[i] = static_cast<cuuint32_t>(boxDim);
     elementStrides[i] = 1;
   }
+  if (Status status = checkTensorMapBox(declared, box, tokens, cache.owner);
+      !status.ok())
+    return status;
   for (int i = 0; i + 1 < rank; ++i) {
     int64_t stride = 0;
     if (Status status =
@@ -471,10 +493,17 @@ Status Bundle::State::prepareLaunch(int variant, size_t index, int64_t tokens,
       !status.ok())
     return status;
   launch.smem = static_cast<unsigned>(smem);
-  if (!launch.skipped)
-    if (Status status = raiseSmemLimit(kernels[launch.kernel], smem);
-        !status.ok())
+  if (!launch.skipped) {
+    Kernel &kernel = kernels[launch.kernel];
+    Status status =
+        checkLaunchLimits(limits, kernel.limits, launch.grid, launch.block,
+                          launch.hasCluster ? launch.cluster : nullptr, smem,
+                          tokens, launch.owner);
+    if (status.ok())
+      status = raiseSmemLimit(kernel, smem);
+    if (!status.ok())
       return status;
+  }
 
   for (size_t i = 0; i < declared.args.size(); ++i) {
     const LaunchArg &arg = declared.args[i];

@@ -1,13 +1,15 @@
-//===- Device.cpp - Device memory for hosts without a CUDA runtime --------===//
+//===- Device.cpp - Device limits, and memory for hosts without a runtime -===//
 //
-// moe-run and other hosts that link no CUDA runtime get device buffers and
-// copies through the runtime's driver table. Each call makes the device's
+// What a device can launch, which a bundle reads once when it opens. And
+// device buffers and copies through the runtime's driver table for moe-run
+// and other hosts that link no CUDA runtime: each call makes the device's
 // primary context current around itself; an allocation keeps that context
 // retained until it is freed, so buffers outlive the calls that made them.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Driver.h"
+#include "Manifest.h"
 
 #include "moe/Runtime/Runtime.h"
 
@@ -56,6 +58,34 @@ private:
   CUcontext context = nullptr;
 };
 } // namespace
+
+Status moe::runtime::queryDeviceLimits(const Driver &driver, CUdevice device,
+                                       DeviceLimits &limits) {
+  struct Query {
+    CUdevice_attribute attribute;
+    int64_t *into;
+  };
+  const Query queries[] = {
+      {CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, &limits.maxGrid[0]},
+      {CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y, &limits.maxGrid[1]},
+      {CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z, &limits.maxGrid[2]},
+      {CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X, &limits.maxBlock[0]},
+      {CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y, &limits.maxBlock[1]},
+      {CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z, &limits.maxBlock[2]},
+      {CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, &limits.maxThreadsPerBlock},
+      {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+       &limits.maxSharedPerBlock},
+  };
+  for (const Query &query : queries) {
+    int value = 0;
+    if (CUresult result =
+            driver.deviceGetAttribute(&value, query.attribute, device))
+      return driver.error(result, "cuDeviceGetAttribute(" +
+                                      std::to_string(query.attribute) + ")");
+    *query.into = value;
+  }
+  return Status();
+}
 
 Status moe::runtime::allocateDevice(int device, size_t bytes, void *&pointer) {
   pointer = nullptr;

@@ -77,6 +77,12 @@ private:
   const Driver &driver;
 };
 
+struct DeviceLimits;
+
+/// Reads what `device` can launch (Device.cpp).
+Status queryDeviceLimits(const Driver &driver, CUdevice device,
+                         DeviceLimits &limits);
+
 /// Loads libcuda.so.1 and initialises it on the first call (thread-safe);
 /// later calls return the same table or the same error.
 Status getDriver(const Driver *&driver);

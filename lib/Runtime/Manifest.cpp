@@ -6,8 +6,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fcntl.h>
 #include <map>
 #include <sys/stat.h>
+#include <unistd.h>
 
 using namespace moe::runtime;
 
@@ -638,20 +640,120 @@ Status moe::runtime::parseManifest(const std::string &text,
   return ManifestParser(source, manifest).parse(text);
 }
 
-Status moe::runtime::readFile(const std::string &path, std::string &contents) {
-  std::FILE *file = std::fopen(path.c_str(), "rb");
-  if (!file)
+Status moe::runtime::checkLaunchLimits(
+    const DeviceLimits &device, const KernelLimits &kernel,
+    const unsigned grid[3], const unsigned block[3], const unsigned *cluster,
+    int64_t smem, int64_t tokens, const std::string &owner) {
+  auto fail = [&](const std::string &what) {
+    return Status(MOE_ERROR_INVALID_BUNDLE,
+                  owner + ": " + what + " at T=" + std::to_string(tokens));
+  };
+  // Messages are built on failure only: a run allocates nothing.
+  static const char *const kAxes[] = {"x", "y", "z"};
+  int64_t threads = 1;
+  for (int i = 0; i < 3; ++i) {
+    const char *axis = kAxes[i];
+    if (grid[i] > device.maxGrid[i])
+      return fail(std::string("grid ") + axis + " " + std::to_string(grid[i]) +
+                  " exceeds the device's " + std::to_string(device.maxGrid[i]));
+    if (block[i] > device.maxBlock[i])
+      return fail(std::string("block ") + axis + " " +
+                  std::to_string(block[i]) + " exceeds the device's " +
+                  std::to_string(device.maxBlock[i]));
+    if (cluster && grid[i] % cluster[i])
+      return fail(std::string("grid ") + axis + " " + std::to_string(grid[i]) +
+                  " is no multiple of the cluster's " +
+                  std::to_string(cluster[i]));
+    threads *= block[i];
+  }
+  int64_t maxThreads =
+      std::min(device.maxThreadsPerBlock, kernel.maxThreadsPerBlock);
+  if (threads > maxThreads)
+    return fail(std::to_string(threads) + " threads per block exceed the " +
+                std::to_string(maxThreads) + " the kernel can have");
+  return checkSharedMemoryLimit(device, kernel, smem, tokens, owner);
+}
+
+Status moe::runtime::checkSharedMemoryLimit(const DeviceLimits &device,
+                                            const KernelLimits &kernel,
+                                            int64_t smem, int64_t tokens,
+                                            const std::string &owner) {
+  if (kernel.staticShared + smem <= device.maxSharedPerBlock)
+    return Status();
+  return Status(MOE_ERROR_INVALID_BUNDLE,
+                owner + ": smem " + std::to_string(smem) +
+                    " at T=" + std::to_string(tokens) + " and the kernel's " +
+                    std::to_string(kernel.staticShared) +
+                    " static bytes exceed the device's " +
+                    std::to_string(device.maxSharedPerBlock) +
+                    " bytes of shared memory per block");
+}
+
+Status moe::runtime::checkTensorMapBox(const TensorMapDecl &map,
+                                       const uint32_t *box, int64_t tokens,
+                                       const std::string &owner) {
+  auto fail = [&](const std::string &what) {
+    return Status(MOE_ERROR_INVALID_BUNDLE,
+                  owner + ": " + what + " at T=" + std::to_string(tokens));
+  };
+  for (size_t i = 0; i < map.box.size(); ++i)
+    if (box[i] < 1 || box[i] > kMaxTensorMapBox)
+      return fail("box size " + std::to_string(i) + " is " +
+                  std::to_string(box[i]) + ", outside [1, " +
+                  std::to_string(kMaxTensorMapBox) + "]");
+  int64_t innerBytes = int64_t(box[0]) * dtypeBytes(map.dtype);
+  if (innerBytes % 16)
+    return fail("the innermost box is " + std::to_string(innerBytes) +
+                " bytes, not a multiple of 16");
+  if (map.swizzleBytes && innerBytes > map.swizzleBytes)
+    return fail("the innermost box is " + std::to_string(innerBytes) +
+                " bytes, wider than its " + std::to_string(map.swizzleBytes) +
+                "-byte swizzle");
+  return Status();
+}
+
+Status moe::runtime::readFile(const std::string &path, int64_t maxBytes,
+                              std::string &contents) {
+  // Non-blocking, so that opening a FIFO with no writer returns at once; the
+  // type check below then refuses it.
+  int file = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (file < 0)
     return Status(MOE_ERROR_INVALID_BUNDLE,
                   "cannot open " + path + ": " + std::strerror(errno));
+  struct stat info;
+  Status status;
+  if (fstat(file, &info) != 0)
+    status = Status(MOE_ERROR_INVALID_BUNDLE,
+                    "cannot stat " + path + ": " + std::strerror(errno));
+  else if (!S_ISREG(info.st_mode))
+    status = Status(MOE_ERROR_INVALID_BUNDLE, path + " is not a regular file");
+  else if (info.st_size > maxBytes)
+    status = Status(MOE_ERROR_INVALID_BUNDLE,
+                    path + " has " + std::to_string(info.st_size) +
+                        " bytes, more than the " + std::to_string(maxBytes) +
+                        " the runtime reads");
+  // Read to the end, not to st_size: a file that grows meanwhile must still
+  // stay within the bound.
   contents.clear();
   char chunk[1 << 16];
-  while (size_t size = std::fread(chunk, 1, sizeof(chunk), file))
-    contents.append(chunk, size);
-  bool failed = std::ferror(file);
-  std::fclose(file);
-  if (failed)
-    return Status(MOE_ERROR_INVALID_BUNDLE, "cannot read " + path);
-  return Status();
+  while (status.ok()) {
+    ssize_t size = read(file, chunk, sizeof(chunk));
+    if (size < 0 && errno == EINTR)
+      continue;
+    if (size < 0)
+      status = Status(MOE_ERROR_INVALID_BUNDLE,
+                      "cannot read " + path + ": " + std::strerror(errno));
+    else if (size == 0)
+      break;
+    else if (static_cast<int64_t>(contents.size()) + size > maxBytes)
+      status = Status(MOE_ERROR_INVALID_BUNDLE, path + " grew past the " +
+                                                    std::to_string(maxBytes) +
+                                                    " bytes the runtime reads");
+    else
+      contents.append(chunk, static_cast<size_t>(size));
+  }
+  close(file);
+  return status;
 }
 
 std::string moe::runtime::bundleFilePath(const std::string &directory,
@@ -663,7 +765,7 @@ Status moe::runtime::loadManifest(const std::string &directory,
                                   Manifest &manifest) {
   std::string path = bundleFilePath(directory, "manifest.txt");
   std::string text;
-  if (Status status = readFile(path, text); !status.ok())
+  if (Status status = readFile(path, kMaxManifestBytes, text); !status.ok())
     return status;
   if (Status status = parseManifest(text, path, manifest); !status.ok())
     return status;

@@ -96,13 +96,70 @@ struct Manifest {
   std::vector<Variant> variants;
 };
 
+/// What a device can launch, read once per bundle from the driver
+/// (queryDeviceLimits) and checked against every launch and tensor map a run
+/// is about to enqueue, so that a plan beyond them is an error with a
+/// message before anything is enqueued, not a CUDA error after the zero
+/// fills.
+struct DeviceLimits {
+  int64_t maxGrid[3] = {};
+  int64_t maxBlock[3] = {};
+  int64_t maxThreadsPerBlock = 0;
+  /// Shared memory a block may have once it opts in, static included.
+  int64_t maxSharedPerBlock = 0;
+};
+
+/// The limits of one kernel of the module (cuFuncGetAttribute).
+struct KernelLimits {
+  /// Its threads per block, which its registers may lower below the
+  /// device's.
+  int64_t maxThreadsPerBlock = 0;
+  /// Its static shared memory, which the dynamic shares a block with.
+  int64_t staticShared = 0;
+};
+
+/// The largest box size of a TMA descriptor in any dimension.
+constexpr int64_t kMaxTensorMapBox = 256;
+
+/// Checks a launch evaluated at T = `tokens` against the device's and its
+/// kernel's limits: grid and block sizes per dimension, threads per block,
+/// static and dynamic shared memory, and with a cluster a grid that is a
+/// whole number of clusters. Messages start with `owner`.
+Status checkLaunchLimits(const DeviceLimits &device, const KernelLimits &kernel,
+                         const unsigned grid[3], const unsigned block[3],
+                         const unsigned *cluster, int64_t smem, int64_t tokens,
+                         const std::string &owner);
+
+/// Checks that `smem` bytes of dynamic shared memory, with the kernel's
+/// static ones, fit the device's shared memory per block.
+Status checkSharedMemoryLimit(const DeviceLimits &device,
+                              const KernelLimits &kernel, int64_t smem,
+                              int64_t tokens, const std::string &owner);
+
+/// Checks the box of a tensor map evaluated at T = `tokens` against what
+/// `cuTensorMapEncodeTiled` takes: each size in [1, kMaxTensorMapBox], the
+/// innermost a multiple of 16 bytes and, swizzled, no wider than the
+/// swizzle. Messages start with `owner`.
+Status checkTensorMapBox(const TensorMapDecl &map, const uint32_t *box,
+                         int64_t tokens, const std::string &owner);
+
 /// Parses manifest text; `source` names it in messages, which read
 /// "<source>:<line>: ...".
 Status parseManifest(const std::string &text, const std::string &source,
                      Manifest &manifest);
 
-/// Reads the whole file at `path` into `contents`.
-Status readFile(const std::string &path, std::string &contents);
+/// The largest manifest.txt the runtime reads: a manifest is a few
+/// kilobytes of text.
+constexpr int64_t kMaxManifestBytes = int64_t(16) << 20;
+/// The largest module file (cubin or PTX) the runtime reads.
+constexpr int64_t kMaxModuleBytes = int64_t(1) << 30;
+
+/// Reads the whole file at `path` into `contents`: a regular file (after
+/// symbolic links) of at most `maxBytes` bytes, anything else an error, so
+/// that a device such as /dev/zero cannot exhaust memory nor a FIFO block the
+/// caller.
+Status readFile(const std::string &path, int64_t maxBytes,
+                std::string &contents);
 
 /// Joins a file name in the bundle to the bundle's directory.
 std::string bundleFilePath(const std::string &directory,

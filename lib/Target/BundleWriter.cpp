@@ -8,16 +8,15 @@
 #include "mlir/Dialect/GPU/Transforms/Passes.h"
 #include "mlir/IR/SymbolTable.h"
 #include "mlir/Pass/PassManager.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringSet.h"
-#include "llvm/MC/MCSubtargetInfo.h"
-#include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
-#include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
-#include "llvm/TargetParser/Triple.h"
 
+#include <cstdio>
+#include <fcntl.h>
 #include <map>
 
 using namespace mlir;
@@ -224,27 +223,114 @@ llvm::Error writeFile(const llvm::Twine &path, StringRef contents) {
   if (error)
     return makeError("cannot write " + path + ": " + error.message());
   file << contents;
+  file.close();
+  // Cleared, or the stream would abort the process when destroyed.
+  if (std::error_code failure = file.error()) {
+    file.clear_error();
+    return makeError("cannot write " + path + ": " + failure.message());
+  }
   return llvm::Error::success();
 }
 
-/// Fails unless LLVM's NVPTX back end knows `chip`, which would otherwise
-/// ignore it with a warning and then fail to select the kernels'
-/// instructions (a crash, not a diagnostic).
-llvm::Error checkChip(StringRef chip) {
-  LLVMInitializeNVPTXTargetInfo();
-  LLVMInitializeNVPTXTargetMC();
-  llvm::Triple triple("nvptx64-nvidia-cuda");
-  std::string error;
-  const llvm::Target *target =
-      llvm::TargetRegistry::lookupTarget(triple, error);
-  if (!target)
-    return makeError("no NVPTX back end: " + error);
-  std::unique_ptr<llvm::MCSubtargetInfo> subtarget(
-      target->createMCSubtargetInfo(triple, "", ""));
-  if (!subtarget || !subtarget->isCPUStringValid(chip))
-    return makeError("unknown chip '" + chip + "' (e.g. " + kDefaultChip + ")");
+/// Whether `directory` may be replaced by a bundle: it holds nothing, or no
+/// directory and a manifest.txt (a bundle, with whatever a cache put beside
+/// its files). Anything else was not written by the bundle writer and is
+/// not its to delete.
+bool isReplaceable(StringRef directory) {
+  std::error_code error;
+  bool empty = true, manifest = false;
+  for (llvm::sys::fs::directory_iterator entry(directory, error, false), end;
+       !error && entry != end; entry.increment(error)) {
+    empty = false;
+    manifest |= llvm::sys::path::filename(entry->path()) == "manifest.txt";
+    if (entry->type() == llvm::sys::fs::file_type::directory_file)
+      return false;
+  }
+  return !error && (empty || manifest);
+}
+
+/// Swaps the directories `staged` and `target` (which both exist) in one
+/// step where the system can (Linux's renameat2), else moves `target` aside
+/// first; either way `staged` then names the old directory.
+std::error_code exchangeDirectories(StringRef staged, StringRef target) {
+  std::string from = staged.str(), to = target.str();
+#ifdef RENAME_EXCHANGE
+  if (renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(),
+                RENAME_EXCHANGE) == 0)
+    return std::error_code();
+  if (errno != EINVAL && errno != ENOSYS)
+    return std::error_code(errno, std::generic_category());
+#endif
+  llvm::SmallString<128> aside;
+  if (std::error_code error =
+          llvm::sys::fs::createUniqueDirectory(to + ".old", aside))
+    return error;
+  if (std::error_code error = llvm::sys::fs::rename(to, aside))
+    return error;
+  if (std::error_code error = llvm::sys::fs::rename(from, to))
+    return error;
+  return llvm::sys::fs::rename(aside, from);
+}
+
+/// Writes `files` (name, contents) as the directory `directory`, all at
+/// once: into a fresh directory beside it, then renamed into its place, so
+/// that a failure leaves `directory` as it was and a loader never sees the
+/// files of two bundles, or half of one. An existing `directory` is
+/// replaced when isReplaceable says so.
+llvm::Error writeDirectory(StringRef directory,
+                           ArrayRef<std::pair<StringRef, StringRef>> files) {
+  // Staged beside the directory a symbolic link names, which it replaces.
+  llvm::SmallString<128> target;
+  if (llvm::sys::fs::real_path(directory, target)) {
+    target = directory;
+    if (std::error_code error = llvm::sys::fs::make_absolute(target))
+      return makeError("cannot resolve " + directory + ": " + error.message());
+    llvm::sys::path::remove_dots(target, /*remove_dot_dot=*/true);
+  }
+  StringRef parent = llvm::sys::path::parent_path(target);
+  if (std::error_code error = llvm::sys::fs::create_directories(parent))
+    return makeError("cannot create " + parent + ": " + error.message());
+  llvm::SmallString<128> staged;
+  if (std::error_code error =
+          llvm::sys::fs::createUniqueDirectory(target + ".staging", staged))
+    return makeError("cannot create a directory beside " + directory + ": " +
+                     error.message());
+  llvm::scope_exit cleanup(
+      [&] { llvm::sys::fs::remove_directories(staged, true); });
+  for (auto [name, contents] : files) {
+    llvm::SmallString<128> path(staged);
+    llvm::sys::path::append(path, name);
+    if (llvm::Error error = writeFile(path, contents))
+      return error;
+  }
+  // Onto a directory that does not exist or is empty, a rename is enough.
+  if (!llvm::sys::fs::rename(staged, target))
+    return llvm::Error::success();
+  if (!llvm::sys::fs::is_directory(target))
+    return makeError("cannot write the bundle " + directory +
+                     ": it exists and is not a directory");
+  if (!isReplaceable(target))
+    return makeError("not replacing " + directory +
+                     ": it is a directory of something other than a bundle");
+  if (std::error_code error = exchangeDirectories(staged, target))
+    return makeError("cannot replace " + directory + ": " + error.message());
   return llvm::Error::success();
 }
+
+/// Fails unless the kernel target is one the kernels can be built for and
+/// a toolkit given in its place names a directory (without one, the bundle
+/// would silently have no cubin).
+llvm::Error checkOptions(const BundleOptions &options) {
+  if (std::optional<std::string> error =
+          checkKernelTarget(options.pipeline.chip, options.pipeline.features))
+    return makeError(*error);
+  if (options.toolkit != kDefaultCudaToolkit &&
+      !llvm::sys::fs::is_directory(options.toolkit))
+    return makeError("the CUDA toolkit '" + options.toolkit +
+                     "' is not a directory");
+  return llvm::Error::success();
+}
+
 /// The kernel module convert-moe-to-gpu made in `module`, or null.
 gpu::GPUModuleOp kernelModuleOf(ModuleOp module) {
   for (auto candidate : module.getOps<gpu::GPUModuleOp>())
@@ -417,7 +503,7 @@ void mergeKernels(MutableArrayRef<Variant> variants) {
 llvm::Error mlir::moe::compileBundle(ModuleOp module,
                                      const BundleOptions &options,
                                      StringRef directory) {
-  if (llvm::Error error = checkChip(options.pipeline.chip))
+  if (llvm::Error error = checkOptions(options))
     return error;
   // moe-gpu-pipeline in its two halves: the launch plans are read between
   // them, while the kernels still carry them.
@@ -446,17 +532,9 @@ llvm::Error mlir::moe::compileBundle(ModuleOp module,
   if (!ptx)
     return ptx.takeError();
 
-  if (std::error_code error = llvm::sys::fs::create_directories(directory))
-    return makeError("cannot create " + directory + ": " + error.message());
-  auto path = [&](StringRef name) {
-    llvm::SmallString<128> result(directory);
-    llvm::sys::path::append(result, name);
-    return std::string(result);
-  };
+  SmallVector<std::pair<StringRef, StringRef>> files = {
+      {"kernels.ptx", *ptx}, {"manifest.txt", manifest}};
   if (hasCubin)
-    if (llvm::Error error = writeFile(path("kernels.cubin"), *cubin))
-      return error;
-  if (llvm::Error error = writeFile(path("kernels.ptx"), *ptx))
-    return error;
-  return writeFile(path("manifest.txt"), manifest);
+    files.push_back({"kernels.cubin", *cubin});
+  return writeDirectory(directory, files);
 }

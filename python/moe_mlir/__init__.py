@@ -15,7 +15,9 @@ torch (imported only by moe_mlir.torch):
     moe_mlir.torch.FusedMoE   an nn.Module running a layer's bundle
 
 Every failure of the compiler or runtime raises moe_mlir.Error carrying its
-diagnostics; wrong argument types raise TypeError, wrong shapes ValueError.
+diagnostics whole (bytes that are not UTF-8 written as \\xNN); wrong
+argument types raise TypeError (a bool is no int, and no str a bool), wrong
+shapes and values out of range ValueError (no int wraps).
 HAS_COMPILER and HAS_RUNTIME say which extensions this build has.
 """
 

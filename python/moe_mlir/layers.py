@@ -44,11 +44,23 @@ def _mlir_float(value):
     return text if "." in text.split("e")[0] else f"{value:.17e}"
 
 
+# The largest size the compiler takes in (its attributes are int64); the
+# compiler's verifier bounds each size further.
+_INT64_MAX = 2 ** 63 - 1
+
+
 def _check_count(name, value, least):
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < least:
-        raise ValueError(f"{name} must be at least {least}, got {value}")
+    if not least <= value <= _INT64_MAX:
+        raise ValueError(f"{name} must be in [{least}, 2**63 - 1], got "
+                         f"{value}")
+
+
+def _check_bool(name, value):
+    # bool("no") is True: a flag must say what it means.
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,12 +96,19 @@ class Router:
         if self.topk_groups > self.num_groups:
             raise ValueError(f"topk_groups ({self.topk_groups}) exceeds "
                              f"num_groups ({self.num_groups})")
+        _check_bool("renormalize", self.renormalize)
         scale = self.routed_scaling_factor
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+            raise TypeError(f"routed_scaling_factor must be a float, got "
+                            f"{type(scale).__name__}")
+        try:
+            scale = float(scale)
+        except OverflowError:  # an int beyond any float
+            scale = math.inf
         if not (math.isfinite(scale) and scale > 0):
             raise ValueError(f"routed_scaling_factor must be finite and "
                              f"positive, got {scale}")
-        object.__setattr__(self, "renormalize", bool(self.renormalize))
-        object.__setattr__(self, "routed_scaling_factor", float(scale))
+        object.__setattr__(self, "routed_scaling_factor", scale)
 
     @property
     def num_slots(self):
@@ -132,7 +151,7 @@ class Layer:
         if not isinstance(self.router, Router):
             raise TypeError(f"router must be a moe_mlir.Router, got "
                             f"{type(self.router).__name__}")
-        object.__setattr__(self, "correction_bias", bool(self.correction_bias))
+        _check_bool("correction_bias", self.correction_bias)
 
     @classmethod
     def preset(cls, name, reduced=False):

@@ -94,8 +94,9 @@ def _describe(tensor, index, device, stream, keep_alive):
                              "row-major tensors)")
         return pointer, dtype, shape
     if isinstance(tensor, tuple) and len(tensor) == 3:
-        pointer, dtype, shape = tensor
-        return int(pointer), str(dtype), tuple(shape)
+        # Checked by the extension: int(1.5) or str(None) would hide a
+        # mistake.
+        return tensor
     raise TypeError(f"{what} must be a torch tensor, an object with "
                     f"__dlpack__, or a (pointer, dtype, shape) tuple; got "
                     f"{type(tensor).__name__}")
@@ -129,7 +130,9 @@ class Bundle:
             device = torch.cuda.current_device() if torch is not None else 0
         self.path = os.fspath(path)
         self.device = device
-        self._bundle = _runtime.Bundle(self.path, device)
+        # As the file system's bytes: a name that is not UTF-8 comes as a
+        # str with surrogates, which the extension cannot take.
+        self._bundle = _runtime.Bundle(os.fsencode(self.path), device)
 
     @property
     def tokens_max(self):

@@ -551,4 +551,4 @@ def _make_layer(preset, reduced, layer, sizes, router_args, correction_bias):
     router = layers.Router(given_router.pop("scoring", "softmax"), top_k,
                            **given_router)
     return layers.Layer(hidden_size, intermediate_size, num_experts, router,
-                        bool(correction_bias))
+                        False if correction_bias is None else correction_bias)

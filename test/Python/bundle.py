@@ -96,6 +96,18 @@ report("num_sms", lambda: moe_mlir.compile_bundle(
 report("compile failure", lambda: moe_mlir.compile_bundle(
     text, os.path.join(work, "never.moeb"), block_m=3))
 # CHECK: compile failure: Error: {{.*}}'moe.grouped_matmul' op has no GPU lowering for block_m 3
+# A target the kernels cannot be built for is an Error before anything is
+# compiled, not a crash of the interpreter (an empty chip crashed
+# #nvvm.target's verifier, PTX ISA 6.0 aborted instruction selection).
+report("chip", lambda: moe_mlir.compile_bundle(
+    text, os.path.join(work, "never.moeb"), chip=""))
+# CHECK: chip: Error: unknown chip '' (the kernels are for sm_90a)
+report("features", lambda: moe_mlir.compile_bundle(
+    text, os.path.join(work, "never.moeb"), features="+ptx60"))
+# CHECK: features: Error: unsupported features '+ptx60': expected +ptxNN, a PTX ISA from 8.0 (+ptx80)
+report("toolkit", lambda: moe_mlir.compile_bundle(
+    text, os.path.join(work, "never.moeb"), toolkit="/nonexistent}"))
+# CHECK: toolkit: Error: the CUDA toolkit '/nonexistent}' is not a directory
 assert not os.path.exists(os.path.join(work, "never.moeb"))
 
 # layer_bundle: compiled once into the cache, found there the next time,

@@ -6,12 +6,15 @@
 // grid size zero, more than 48 KiB of dynamic shared memory, a cluster
 // launch, a tensor map passed by value, the caller's context left as it was,
 // argument errors that enqueue nothing, no allocation once the tensor maps
-// exist, a run captured in a CUDA graph, and a format version 2 bundle whose
-// runs execute the variant of their T (through the C API).
+// exist, a run captured in a CUDA graph, a format version 2 bundle whose
+// runs execute the variant of their T (through the C API), the PTX
+// fallback from a cubin too large to read, and launches and tensor map boxes
+// beyond the device refused before anything is enqueued.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Driver.h"
+#include "Manifest.h"
 #include "TempBundle.h"
 
 #include <array>
@@ -553,6 +556,66 @@ TEST_F(Gpu, ReportsAMissingKernel) {
   EXPECT_EQ(status.message(),
             "launch 5 of 'nothing' (line 22): kernel 'nothing' is not in "
             "kernels.ptx");
+}
+
+TEST_F(Gpu, RefusesLaunchesBeyondTheDevice) {
+  // More threads than a block has: a run refuses it before the zero fills,
+  // which a CUDA error at the launch would have left enqueued.
+  bundle.write("manifest.txt", manifest(computeCapability) +
+                                   "launch mark grid 1 1 1 block 2048 1 1 "
+                                   "smem 0 args marks\n");
+  std::unique_ptr<Bundle> opened;
+  ASSERT_TRUE(Bundle::open(bundle.path, 0, opened).ok());
+  fill();
+  std::vector<MoeTensor> arguments = tensors(5);
+  Status status = opened->run(5, arguments.data(), kNumTensors, nullptr);
+  EXPECT_EQ(status.code(), MOE_ERROR_INVALID_BUNDLE);
+  EXPECT_EQ(status.message(), "launch 5 of 'mark' (line 22): block x 2048 "
+                              "exceeds the device's 1024 at T=5");
+  ASSERT_EQ(test.ctxSynchronize(), CUDA_SUCCESS);
+  EXPECT_EQ(read<uint8_t>(6, 1)[0], 0xab);
+
+  // More shared memory than a block can have: refused when the bundle
+  // opens, for the largest T.
+  bundle.write("manifest.txt", manifest(computeCapability) +
+                                   "launch big_smem grid 1 1 1 block 32 1 1 "
+                                   "smem 1048576 args smem_out\n");
+  status = Bundle::open(bundle.path, 0, opened);
+  EXPECT_EQ(status.code(), MOE_ERROR_INVALID_BUNDLE);
+  EXPECT_NE(status.message().find("launch 5 of 'big_smem' (line 22): smem "
+                                  "1048576 at T=64 and the kernel's 0 static "
+                                  "bytes exceed the device's "),
+            std::string::npos)
+      << status.message();
+}
+
+TEST_F(Gpu, RefusesTensorMapBoxesBeyondTma) {
+  std::string text = manifest(computeCapability);
+  text.replace(text.find("box 2 4"), 7, "box 2 300");
+  bundle.write("manifest.txt", text);
+  std::unique_ptr<Bundle> opened;
+  ASSERT_TRUE(Bundle::open(bundle.path, 0, opened).ok());
+  fill();
+  std::vector<MoeTensor> arguments = tensors(5);
+  Status status = opened->run(5, arguments.data(), kNumTensors, nullptr);
+  EXPECT_EQ(status.code(), MOE_ERROR_INVALID_BUNDLE);
+  EXPECT_EQ(status.message(), "tensor map 'src_map': box size 1 is 300, "
+                              "outside [1, 256] at T=5");
+  ASSERT_EQ(test.ctxSynchronize(), CUDA_SUCCESS);
+  EXPECT_EQ(read<uint8_t>(6, 1)[0], 0xab);
+}
+
+TEST_F(Gpu, FallsBackToPtxFromACubinTooLargeToRead) {
+  std::string cubin = bundle.path + "/kernels.cubin";
+  ASSERT_EQ(truncate(cubin.c_str(), kMaxModuleBytes + 1), 0);
+  std::unique_ptr<Bundle> opened;
+  Status status = Bundle::open(bundle.path, 0, opened);
+  ASSERT_TRUE(status.ok()) << status.message();
+  fill();
+  std::vector<MoeTensor> arguments = tensors(5);
+  ASSERT_TRUE(opened->run(5, arguments.data(), kNumTensors, nullptr).ok());
+  ASSERT_EQ(test.ctxSynchronize(), CUDA_SUCCESS);
+  expectResults(5);
 }
 
 TEST_F(Gpu, ReportsBrokenPtx) {

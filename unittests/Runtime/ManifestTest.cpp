@@ -6,12 +6,19 @@
 // element types, expressions, that a module file exists, and format
 // version 2's variants: names scoped to a variant, workspaces of one name
 // sharing the largest allocation, bounds, and the variant a T selects.
-// Every error names the manifest line and the offending token.
+// Every error names the manifest line and the offending token. Also what a
+// run checks against the device before it enqueues anything (launch sizes,
+// shared memory, tensor map boxes), and that the files it reads are regular
+// and bounded.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Manifest.h"
 #include "TempBundle.h"
+
+#include <chrono>
+#include <fcntl.h>
+#include <future>
 
 using namespace moe::runtime;
 
@@ -719,6 +726,122 @@ TEST(Manifest, LoadChecksTheFiles) {
             bundle.path + "/manifest.txt:1: unsupported bundle format version "
                           "'3'; this runtime reads versions 1 and 2: "
                           "recompile the bundle with moe-compile");
+}
+
+/// An H100's limits.
+DeviceLimits h100Limits() {
+  DeviceLimits limits;
+  limits.maxGrid[0] = 2147483647;
+  limits.maxGrid[1] = limits.maxGrid[2] = 65535;
+  limits.maxBlock[0] = limits.maxBlock[1] = 1024;
+  limits.maxBlock[2] = 64;
+  limits.maxThreadsPerBlock = 1024;
+  limits.maxSharedPerBlock = 232448;
+  return limits;
+}
+
+TEST(Limits, LaunchesWithinTheDevicesLimits) {
+  DeviceLimits device = h100Limits();
+  KernelLimits kernel{1024, 1024};
+  unsigned grid[3] = {2147483647u, 65535, 65535}, block[3] = {1024, 1, 1};
+  unsigned cluster[3] = {1, 5, 3};
+  EXPECT_TRUE(checkLaunchLimits(device, kernel, grid, block, cluster,
+                                232448 - 1024, 7, "launch")
+                  .ok());
+  auto message = [&](int64_t smem = 0, const unsigned *clusterDims = nullptr) {
+    return checkLaunchLimits(device, kernel, grid, block, clusterDims, smem, 7,
+                             "launch 2 of 'k' (line 9)")
+        .message();
+  };
+  grid[1] = 65536;
+  EXPECT_EQ(message(), "launch 2 of 'k' (line 9): grid y 65536 exceeds the "
+                       "device's 65535 at T=7");
+  grid[1] = 4;
+  block[2] = 65;
+  EXPECT_EQ(message(), "launch 2 of 'k' (line 9): block z 65 exceeds the "
+                       "device's 64 at T=7");
+  block[2] = 2;
+  EXPECT_EQ(message(), "launch 2 of 'k' (line 9): 2048 threads per block "
+                       "exceed the 1024 the kernel can have at T=7");
+  // A kernel's registers may allow fewer threads than the device.
+  block[2] = 1;
+  kernel.maxThreadsPerBlock = 512;
+  EXPECT_EQ(message(), "launch 2 of 'k' (line 9): 1024 threads per block "
+                       "exceed the 512 the kernel can have at T=7");
+  kernel.maxThreadsPerBlock = 1024;
+  EXPECT_EQ(message(232448 - 1023),
+            "launch 2 of 'k' (line 9): smem 231425 at T=7 and the kernel's "
+            "1024 static bytes exceed the device's 232448 bytes of shared "
+            "memory per block");
+  EXPECT_EQ(message(0, cluster), "launch 2 of 'k' (line 9): grid y 4 is no "
+                                 "multiple of the cluster's 5 at T=7");
+}
+
+TEST(Limits, TensorMapBoxes) {
+  Manifest manifest;
+  ASSERT_TRUE(parseManifest(kExample, "manifest.txt", manifest).ok());
+  TensorMapDecl map = manifest.variants[0].tensorMaps[0]; // f32, swizzle 128
+  uint32_t box[2] = {32, 256};
+  EXPECT_TRUE(checkTensorMapBox(map, box, 5, "tensor map 'm'").ok());
+  box[1] = 257;
+  EXPECT_EQ(checkTensorMapBox(map, box, 5, "tensor map 'm'").message(),
+            "tensor map 'm': box size 1 is 257, outside [1, 256] at T=5");
+  box[1] = 0;
+  EXPECT_EQ(checkTensorMapBox(map, box, 5, "tensor map 'm'").message(),
+            "tensor map 'm': box size 1 is 0, outside [1, 256] at T=5");
+  box[1] = 8;
+  box[0] = 6;
+  EXPECT_EQ(checkTensorMapBox(map, box, 5, "tensor map 'm'").message(),
+            "tensor map 'm': the innermost box is 24 bytes, not a multiple of "
+            "16 at T=5");
+  box[0] = 64;
+  EXPECT_EQ(checkTensorMapBox(map, box, 5, "tensor map 'm'").message(),
+            "tensor map 'm': the innermost box is 256 bytes, wider than its "
+            "128-byte swizzle at T=5");
+  map.swizzleBytes = 0;
+  EXPECT_TRUE(checkTensorMapBox(map, box, 5, "tensor map 'm'").ok());
+}
+
+TEST(Manifest, LoadReadsRegularFilesOfBoundedSize) {
+  TempBundle bundle;
+  Manifest manifest;
+  std::string path = bundle.path + "/manifest.txt";
+  // A device never ends: reading it whole would exhaust memory.
+  bundle.link("manifest.txt", "/dev/zero");
+  Status status = loadManifest(bundle.path, manifest);
+  EXPECT_EQ(status.code(), MOE_ERROR_INVALID_BUNDLE);
+  EXPECT_EQ(status.message(), path + " is not a regular file");
+  std::remove(path.c_str());
+
+  // Opening a FIFO without a writer would block; a writer opened here after
+  // a few seconds unblocks a runtime that does not refuse it, so that the
+  // test fails instead of hanging.
+  bundle.fifo("manifest.txt");
+  auto loading = std::async(std::launch::async, [&] {
+    Manifest fromFifo;
+    return loadManifest(bundle.path, fromFifo);
+  });
+  if (loading.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+    ADD_FAILURE() << "loading a FIFO manifest blocks";
+    close(open(path.c_str(), O_WRONLY));
+  }
+  EXPECT_EQ(loading.get().message(), path + " is not a regular file");
+  std::remove(path.c_str());
+
+  // A manifest is a few kilobytes; one past the bound is refused before it
+  // is read.
+  bundle.write("manifest.txt", "");
+  ASSERT_EQ(truncate(path.c_str(), kMaxManifestBytes + 1), 0);
+  EXPECT_EQ(loadManifest(bundle.path, manifest).message(),
+            path + " has " + std::to_string(kMaxManifestBytes + 1) +
+                " bytes, more than the " + std::to_string(kMaxManifestBytes) +
+                " the runtime reads");
+
+  std::string contents;
+  bundle.write("kernels.ptx", "0123456789");
+  EXPECT_TRUE(readFile(bundle.path + "/kernels.ptx", 10, contents).ok());
+  EXPECT_EQ(contents, "0123456789");
+  EXPECT_FALSE(readFile(bundle.path + "/kernels.ptx", 9, contents).ok());
 }
 
 } // namespace

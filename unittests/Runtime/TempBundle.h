@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <vector>
 
@@ -39,6 +40,18 @@ public:
     ASSERT_NE(file, nullptr) << name;
     std::fwrite(contents.data(), 1, contents.size(), file);
     std::fclose(file);
+    files.push_back(name);
+  }
+
+  /// Makes the file `name` of the bundle a symbolic link to `target`.
+  void link(const std::string &name, const std::string &target) {
+    ASSERT_EQ(symlink(target.c_str(), (path + "/" + name).c_str()), 0) << name;
+    files.push_back(name);
+  }
+
+  /// Makes the file `name` of the bundle a FIFO.
+  void fifo(const std::string &name) {
+    ASSERT_EQ(mkfifo((path + "/" + name).c_str(), 0600), 0) << name;
     files.push_back(name);
   }
 

@@ -163,10 +163,12 @@ def ConvertMoeToGPU : Pass<"convert-moe-to-gpu", "::mlir::ModuleOp"> {
            "Largest token count the kernels and workspaces are sized for">,
     Option<"chip", "chip", "std::string",
            /*default=*/"::mlir::moe::kDefaultChip",
-           "Target GPU of the kernel module">,
+           "Target GPU of the kernel module (one the kernels are for: "
+           "sm_90a)">,
     Option<"features", "features", "std::string",
            /*default=*/"::mlir::moe::kDefaultFeatures",
-           "PTX features of the kernel module">,
+           "PTX features of the kernel module: +ptxNN, PTX ISA 8.0 or "
+           "later, or empty for the chip's default">,
     Option<"numSMs", "num-sms", "int64_t",
            /*default=*/"::mlir::moe::kDefaultNumSMs",
            "Multiprocessors a persistent kernel's grid is sized for "
@@ -178,6 +180,8 @@ def ConvertMoeToGPU : Pass<"convert-moe-to-gpu", "::mlir::ModuleOp"> {
     "::mlir::LLVM::LLVMDialect",
     "::mlir::math::MathDialect",
     "::mlir::memref::MemRefDialect",
+    // The launch plan's attributes, when no moe op loaded it.
+    "::mlir::moe::MoeDialect",
     "::mlir::NVVM::NVVMDialect",
     "::mlir::nvgpu::NVGPUDialect",
     "::mlir::scf::SCFDialect",

@@ -40,7 +40,10 @@ struct BundleOptions {
 /// the options' token buckets, each variant's launch plan is read off its
 /// kernel module, the kernels of all variants are lowered (the second half)
 /// and serialized together (gpu-module-to-binary), and the bundle is written
-/// into `directory`, creating it. `module` is left as it was.
+/// as `directory` whole or not at all: into a fresh directory beside it,
+/// then renamed into place (replacing an empty directory or a bundle, never
+/// anything else), so that a failure leaves `directory` as it was and a
+/// loader never sees the files of two bundles. `module` is left as it was.
 llvm::Error compileBundle(ModuleOp module, const BundleOptions &options,
                           llvm::StringRef directory);
 

@@ -5,8 +5,8 @@
 // bundle exporter's and the Python package's all come from here. The Python
 // package is built without MLIR on the GPU machine, so CMake reads the values
 // from this file (cmake/MoeDefaultTarget.cmake): keep it free of includes
-// other than the standard library's, and each value on one line in the form
-// `inline constexpr <type> kDefault<Name>... = <value>;`.
+// other than the standard library's, and each default on one line in the
+// form `inline constexpr <type> kDefault<Name>... = <value>;`.
 //
 //===----------------------------------------------------------------------===//
 
@@ -21,6 +21,13 @@ namespace moe {
 /// The GPU architecture of the kernel module (NVVM's `chip`): Hopper with its
 /// architecture-specific features (wgmma, setmaxnreg).
 inline constexpr char kDefaultChip[] = "sm_90a";
+/// Every chip the kernels can be built for (convert-moe-to-gpu refuses
+/// others): wgmma and setmaxnreg need Hopper's architecture-specific
+/// features.
+inline constexpr const char *kKnownChips[] = {kDefaultChip};
+/// The oldest PTX ISA the kernels can be written in, times ten: 8.0, the
+/// first with wgmma and TMA.
+inline constexpr int kMinPtxVersion = 80;
 /// The PTX features of the kernel module: PTX ISA 8.0, the first with wgmma
 /// and TMA.
 inline constexpr char kDefaultFeatures[] = "+ptx80";

@@ -11,7 +11,11 @@
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/MC/MCSubtargetInfo.h"
+#include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/TargetParser/Triple.h"
 
 namespace mlir {
 namespace moe {
@@ -75,6 +79,25 @@ LogicalResult checkRoutingAt(func::FuncOp function, int64_t tokensMax) {
   return failure(result.wasInterrupted());
 }
 
+/// Whether LLVM's NVPTX back end has the subtarget feature `name`.
+bool nvptxHasFeature(StringRef name) {
+  LLVMInitializeNVPTXTargetInfo();
+  LLVMInitializeNVPTXTargetMC();
+  llvm::Triple triple("nvptx64-nvidia-cuda");
+  std::string error;
+  const llvm::Target *target =
+      llvm::TargetRegistry::lookupTarget(triple, error);
+  if (!target)
+    return false;
+  std::unique_ptr<llvm::MCSubtargetInfo> subtarget(
+      target->createMCSubtargetInfo(triple, kDefaultChip, ""));
+  return subtarget &&
+         llvm::any_of(subtarget->getAllProcessorFeatures(),
+                      [&](const llvm::SubtargetFeatureKV &feature) {
+                        return name == feature.Key;
+                      });
+}
+
 struct ConvertMoeToGPUPass
     : moe::impl::ConvertMoeToGPUBase<ConvertMoeToGPUPass> {
   using Base::Base;
@@ -89,6 +112,10 @@ struct ConvertMoeToGPUPass
       module.emitError() << "convert-moe-to-gpu: expected one layer function, "
                             "got "
                          << functions.size();
+      return signalPassFailure();
+    }
+    if (std::optional<std::string> error = checkKernelTarget(chip, features)) {
+      module.emitError() << "convert-moe-to-gpu: " << *error;
       return signalPassFailure();
     }
     for (auto [name, value, most] :
@@ -160,8 +187,38 @@ struct ConvertMoeToGPUPass
     });
     if (result.wasInterrupted())
       return signalPassFailure();
+    // A bundle must launch something (docs/BUNDLE.md).
+    if (!plan.hasLaunches()) {
+      function.emitError() << "convert-moe-to-gpu: @" << function.getName()
+                           << " has no moe op: its kernels would launch "
+                              "nothing";
+      return signalPassFailure();
+    }
     plan.finish(builder);
   }
 };
 
 } // namespace
+
+std::optional<std::string> mlir::moe::checkKernelTarget(StringRef chip,
+                                                        StringRef features) {
+  if (!llvm::is_contained(kKnownChips, chip)) {
+    std::string known;
+    for (StringRef name : kKnownChips)
+      known += (known.empty() ? "" : ", ") + name.str();
+    return ("unknown chip '" + chip + "' (the kernels are for " + known + ")")
+        .str();
+  }
+  StringRef ptx = features;
+  int version = 0;
+  if (features.empty() ||
+      (ptx.consume_front("+ptx") && !ptx.getAsInteger(10, version) &&
+       version >= kMinPtxVersion && nvptxHasFeature(features.drop_front())))
+    return std::nullopt;
+  return llvm::formatv("unsupported features '{0}': expected +ptxNN, a PTX "
+                       "ISA from {1}.{2} (+ptx{3}) that LLVM's NVPTX back "
+                       "end knows, or nothing for the chip's default",
+                       features, kMinPtxVersion / 10, kMinPtxVersion % 10,
+                       kMinPtxVersion)
+      .str();
+}

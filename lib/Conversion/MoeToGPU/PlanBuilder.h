@@ -282,6 +282,9 @@ public:
     return kernel;
   }
 
+  /// Whether a kernel was added.
+  bool hasLaunches() const { return !launches.empty(); }
+
   /// Records the launch plan: `moe.launch_plan` on the kernel module and
   /// `moe.launch` on each kernel.
   void finish(OpBuilder &builder) {

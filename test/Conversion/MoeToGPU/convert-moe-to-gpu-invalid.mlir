@@ -18,6 +18,16 @@ func.func @experts(%x: tensor<?x64xbf16>, %ids: tensor<?x2xi32>, %w: tensor<?x2x
 
 // -----
 
+// A function of no moe op has nothing to launch: a bundle of it would be
+// invalid (the moe dialect, which the plan's attributes need, is not even
+// loaded).
+// expected-error @below {{convert-moe-to-gpu: @identity has no moe op: its kernels would launch nothing}}
+func.func @identity(%x: tensor<?x16xf32>) -> tensor<?x16xf32> {
+  return %x : tensor<?x16xf32>
+}
+
+// -----
+
 func.func @gemm(%x: tensor<?x32xbf16>, %w: tensor<4x16x32xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>) -> tensor<?x16xbf16> {
   // expected-error @below {{'moe.grouped_matmul' op has no GPU lowering for block_m 8 (a multiple of 16 up to 128)}}
   %o = moe.grouped_matmul %x, %w, %s, %e, %n input(token) output(sorted) {block_m = 8, num_slots = 2}

@@ -26,6 +26,14 @@ namespace moe {
 /// The name of the kernel module convert-moe-to-gpu creates.
 constexpr llvm::StringLiteral kKernelModuleName = "moe_kernels";
 
+/// What is wrong with a kernel target, if anything: `chip` must be one of
+/// kKnownChips, and `features` empty (the back end's default PTX ISA for the
+/// chip) or `+ptxNN`, a PTX ISA that LLVM's NVPTX back end knows, at least
+/// kMinPtxVersion. Unchecked, an empty chip crashes #nvvm.target's
+/// verifier, and an older PTX ISA aborts instruction selection.
+std::optional<std::string> checkKernelTarget(llvm::StringRef chip,
+                                             llvm::StringRef features);
+
 } // namespace moe
 } // namespace mlir
 

@@ -1,6 +1,7 @@
 //===- GemmConfigDatabase.cpp - Tuned grouped-matmul configs --------------===//
 
 #include "moe/Dialect/Moe/Transforms/GemmConfigDatabase.h"
+#include "moe/Support/SourceLimits.h"
 
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
@@ -190,12 +191,13 @@ GemmConfigDatabase::parse(llvm::StringRef text, llvm::StringRef origin) {
 
 llvm::Expected<GemmConfigDatabase>
 GemmConfigDatabase::load(llvm::StringRef path) {
-  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> file =
-      llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
+  // Bounded as the tools' sources are: llvm::json's parser recurses once per
+  // nested array or object.
+  llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>> file =
+      readSourceFile(path);
   if (!file)
-    return llvm::createStringError(file.getError(),
-                                   "cannot read config database '" + path +
-                                       "': " + file.getError().message());
+    return llvm::createStringError("cannot read config database '" + path +
+                                   "': " + toString(file.takeError()));
   return parse((*file)->getBuffer(), path);
 }
 
