@@ -84,19 +84,20 @@ static std::vector<float> computeScores(Scoring scoring, const float *logits,
       scores[e] = 1.0f / (1.0f + routingExp(-logits[e]));
     return scores;
   }
-  // Unlike std::max, this max propagates NaN, so one NaN logit makes the
-  // whole row NaN rather than being skipped.
-  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // NaN logits take no part: the max skips them, they add nothing to the
+  // denominator, and their scores stay NaN.
   float max = -std::numeric_limits<float>::infinity();
   for (int64_t e = 0; e < numExperts; ++e)
-    max = (std::isnan(max) || std::isnan(logits[e])) ? nan
-                                                     : std::max(max, logits[e]);
+    if (!std::isnan(logits[e]))
+      max = std::max(max, logits[e]);
   // The denominator in its defined order: 32 strided partial sums, then
-  // added pairwise.
+  // added pairwise. x - max is 0 where x is the max, so that +inf logits
+  // (or a row of -inf) share the weight rather than scoring NaN.
   float partials[32] = {};
   for (int64_t e = 0; e < numExperts; ++e) {
-    scores[e] = routingExp(logits[e] - max);
-    partials[e % 32] += scores[e];
+    scores[e] = routingExp(logits[e] == max ? 0.0f : logits[e] - max);
+    if (!std::isnan(scores[e]))
+      partials[e % 32] += scores[e];
   }
   for (int stride = 1; stride < 32; stride *= 2)
     for (int lane = 0; lane < 32; lane += 2 * stride)

@@ -3,8 +3,9 @@
 (moe.gate + moe.route + moe.combine) runs on the GPU and must match the plain
 C++ reference exactly - ids, weights, sorted slots, block experts, padded
 count and the combined rows - on fresh random inputs that include NaN rows,
-rows of ties and duplicate maxima, with every output poisoned first, for
-T in {1, 7, 128, 4096, 16384}. Exits non-zero on any mismatch."""
+rows of ties and duplicate maxima and rows with +inf and -inf logits, with
+every output poisoned first, for T in {1, 7, 128, 4096, 16384}. Exits
+non-zero on any mismatch."""
 
 import argparse
 import sys
@@ -28,6 +29,14 @@ def make_logits(tokens, experts, dtype, generator):
         logits[2] = 0.5                          # all tied
         logits[3, 1] = logits[3, -1] = logits[3].max() + 1  # duplicate maxima
         logits[4] = -200.0                       # sigmoid scores underflow to 0
+    if tokens >= 9:
+        inf = float("inf")
+        logits[5, 3] = inf                       # one +inf takes all the weight
+        logits[6, 2] = logits[6, -1] = inf       # two +inf share it
+        logits[6, 0] = float("nan")              # ... beside a NaN and a -inf
+        logits[6, 1] = -inf
+        logits[7] = -inf                         # all -inf: 1/E each
+        logits[8, ::3] = -inf                    # some -inf, scoring 0
     return logits.to(dtype)
 
 

@@ -265,10 +265,56 @@ TEST(Gate, NaNRowsYieldDistinctIdsAndZeroWeights) {
       EXPECT_EQ(ids[s], s);
       EXPECT_EQ(weights[s], 0.0f);
     }
-    if (scoring == reference::Scoring::Sigmoid)
-      for (int64_t s = 0; s < 8; ++s)
-        EXPECT_EQ(ids[9 + s] % 2, 1) << "a NaN expert was chosen";
+    // Half the experts have a number: none of the NaN ones is chosen.
+    for (int64_t s = 0; s < 8; ++s) {
+      EXPECT_EQ(ids[9 + s] % 2, 1) << "a NaN expert was chosen";
+      EXPECT_GT(weights[9 + s], 0.0f);
+    }
   }
+}
+
+TEST(Gate, SoftmaxLeavesNaNLogitsOut) {
+  // A NaN logit changes no other score: row 0 scores as row 1, whose -inf
+  // logits score 0, and a NaN expert comes last (slot 4, weight 0).
+  const float nan = NAN, inf = INFINITY;
+  std::vector<float> logits = {1, nan,  2, nan,  3, nan,  0.5f, nan,
+                               1, -inf, 2, -inf, 3, -inf, 0.5f, -inf};
+  auto [weights, ids] =
+      checkGate({2, 8, softmaxTopK(5, false), false}, logits, {});
+  ASSERT_EQ(ids.size(), 10u);
+  EXPECT_EQ(ids, (std::vector<int32_t>{4, 2, 0, 6, 1, 4, 2, 0, 6, 1}));
+  EXPECT_EQ(std::vector<float>(weights.begin(), weights.begin() + 5),
+            std::vector<float>(weights.begin() + 5, weights.end()));
+  EXPECT_EQ(weights[4], 0.0f);
+  EXPECT_NEAR(weights[0] + weights[1] + weights[2] + weights[3], 1.0f, 1e-6);
+}
+
+TEST(Gate, SoftmaxInfiniteLogitsShareTheWholeWeight) {
+  const float nan = NAN, inf = INFINITY;
+  std::vector<float> logits = {
+      0.5f, -1,   3,    0,    7,    inf,  2,    1,    // one +inf
+      0.5f, -1,   inf,  0,    7,    1,    inf,  1,    // two +inf
+      nan,  -inf, 0.5f, inf,  7,    1,    2,    1,    // +inf, -inf and NaN
+      -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, // all -inf
+  };
+  auto [weights, ids] =
+      checkGate({4, 8, softmaxTopK(3, false), false}, logits, {});
+  ASSERT_EQ(ids.size(), 12u);
+  // The rest score 0 (ties: the lowest indices), NaN below them.
+  EXPECT_EQ(ids, (std::vector<int32_t>{5, 0, 1, 2, 6, 0, 3, 1, 2, 0, 1, 2}));
+  EXPECT_EQ(weights, (std::vector<float>{1, 0, 0, 0.5f, 0.5f, 0, 1, 0, 0,
+                                         0.125f, 0.125f, 0.125f}));
+}
+
+TEST(Gate, SigmoidOfInfiniteAndNaNLogits) {
+  reference::Router router;
+  router.scoring = reference::Scoring::Sigmoid;
+  router.topK = 5;
+  const float nan = NAN, inf = INFINITY;
+  std::vector<float> logits = {nan, -inf, inf, 0, nan, inf, -inf, nan};
+  auto [weights, ids] = checkGate({1, 8, router, false}, logits, {});
+  EXPECT_EQ(ids, (std::vector<int32_t>{2, 5, 3, 1, 6}));
+  EXPECT_EQ(weights, (std::vector<float>{1, 1, 0.5f, 0, 0}));
 }
 
 TEST(Gate, TiesGoToTheLowerIndex) {

@@ -67,6 +67,34 @@ Value mlir::moe::emitRoutingSigmoid(OpBuilder &b, Location loc, Value x) {
                                arith::AddFOp::create(b, loc, one, negExp));
 }
 
+Value mlir::moe::emitSoftmaxMaxOperand(OpBuilder &b, Location loc,
+                                       Value logit) {
+  Value isNaN =
+      arith::CmpFOp::create(b, loc, arith::CmpFPredicate::UNO, logit, logit);
+  Value negInf = arith::ConstantOp::create(
+      b, loc, b.getF32FloatAttr(-std::numeric_limits<float>::infinity()));
+  return arith::SelectOp::create(b, loc, isNaN, negInf, logit);
+}
+
+Value mlir::moe::emitSoftmaxNumerator(OpBuilder &b, Location loc, Value logit,
+                                      Value max) {
+  Value isMax =
+      arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, logit, max);
+  Value difference = arith::SelectOp::create(
+      b, loc, isMax, arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.0f)),
+      arith::SubFOp::create(b, loc, logit, max));
+  return emitRoutingExp(b, loc, difference);
+}
+
+Value mlir::moe::emitSoftmaxSummand(OpBuilder &b, Location loc,
+                                    Value numerator) {
+  Value isNaN = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::UNO,
+                                      numerator, numerator);
+  return arith::SelectOp::create(
+      b, loc, isNaN, arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.0f)),
+      numerator);
+}
+
 Value mlir::moe::emitRanksAbove(OpBuilder &b, Location loc, Value lhs,
                                 Value rhs) {
   Value larger =

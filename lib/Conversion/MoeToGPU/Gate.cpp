@@ -59,22 +59,26 @@ SmallVector<Value> emitScores(WarpBuilder &wb, Scoring scoring,
       scores[j] = emitRoutingSigmoid(b, loc, lane.logits[j]);
     return scores;
   }
+  // RoutingMath.h's softmax, the lane's experts in increasing order into its
+  // partial sum (the CPU path's partial sum e % 32).
   Value negInf = wb.f32(-std::numeric_limits<float>::infinity());
   Value max = negInf;
   for (int64_t j = 0; j < perLane; ++j)
     max = arith::MaximumFOp::create(
-        b, max, wb.select(lane.valid[j], lane.logits[j], negInf));
+        b, max,
+        wb.select(lane.valid[j], emitSoftmaxMaxOperand(b, loc, lane.logits[j]),
+                  negInf));
   max = wb.allReduce(max, [&](Value l, Value r) {
     return arith::MaximumFOp::create(b, l, r).getResult();
   });
   Value partial = wb.f32(0.0);
   SmallVector<Value> p(perLane);
   for (int64_t j = 0; j < perLane; ++j) {
-    p[j] = wb.select(
-        lane.valid[j],
-        emitRoutingExp(b, loc, arith::SubFOp::create(b, lane.logits[j], max)),
-        wb.f32(0.0));
-    partial = arith::AddFOp::create(b, partial, p[j]);
+    p[j] = wb.select(lane.valid[j],
+                     emitSoftmaxNumerator(b, loc, lane.logits[j], max),
+                     wb.f32(0.0));
+    partial =
+        arith::AddFOp::create(b, partial, emitSoftmaxSummand(b, loc, p[j]));
   }
   Value sum = wb.allReduce(partial, [&](Value l, Value r) {
     return arith::AddFOp::create(b, l, r).getResult();

@@ -174,22 +174,24 @@ struct GateToLoops : OpRewritePattern<GateOp> {
       });
       return;
     }
-    // Softmax: NaN-propagating max, exp(x - max), and the denominator summed
-    // in the order kSoftmaxSumLanes fixes, which a warp reproduces.
-    Value max = lb.loop(zeroIndex, experts,
-                        {lb.f32(-std::numeric_limits<float>::infinity())},
-                        [&](Value e, ValueRange carried) -> SmallVector<Value> {
-                          return {arith::MaximumFOp::create(
-                              b, carried[0], lb.loadF32(logits, {t, e}))};
-                        })[0];
+    // Softmax (RoutingMath.h): the max over the non-NaN logits, the
+    // numerators, and the denominator summed in the order kSoftmaxSumLanes
+    // fixes, which a warp reproduces.
+    Value max = lb.loop(
+        zeroIndex, experts, {lb.f32(-std::numeric_limits<float>::infinity())},
+        [&](Value e, ValueRange carried) -> SmallVector<Value> {
+          return {arith::MaximumFOp::create(
+              b, carried[0],
+              emitSoftmaxMaxOperand(b, loc, lb.loadF32(logits, {t, e})))};
+        })[0];
     lb.fill(partialSums, lb.f32(0.0));
     Value lanes = lb.index(kSoftmaxSumLanes);
     lb.loop(numExperts, [&](Value e) {
-      Value x = lb.loadF32(logits, {t, e});
-      Value p = emitRoutingExp(b, loc, arith::SubFOp::create(b, x, max));
+      Value p = emitSoftmaxNumerator(b, loc, lb.loadF32(logits, {t, e}), max);
       lb.store(p, scores, e);
       Value lane = arith::RemUIOp::create(b, e, lanes);
-      lb.store(arith::AddFOp::create(b, lb.load(partialSums, lane), p),
+      lb.store(arith::AddFOp::create(b, lb.load(partialSums, lane),
+                                     emitSoftmaxSummand(b, loc, p)),
                partialSums, lane);
     });
     for (int64_t stride = 1; stride < kSoftmaxSumLanes; stride *= 2) {

@@ -5,11 +5,13 @@
 // encoding, and the combine's fp32 sums.
 // RUN: moe-opt %s --convert-moe-to-loops --split-input-file | FileCheck %s
 
-// Softmax scoring: NaN-propagating max; exp(x - max) by the fixed routing
-// polynomial (clamp, round by the 1.5 * 2^23 shift, Cody-Waite and Horner fmas, 2^n from the
-// exponent bits); the denominator in 32 strided partial sums added pairwise;
-// bias added for selection only; groups scored by their two best; arg-max
-// under "larger wins, NaN loses"; renormalise, scale, shared expert.
+// Softmax scoring: the max over the non-NaN logits; exp(x - max), with
+// x - max 0 where x is the max, by the fixed routing polynomial (clamp,
+// round by the 1.5 * 2^23 shift, Cody-Waite and Horner fmas, 2^n from the
+// exponent bits); the denominator in 32 strided partial sums added pairwise,
+// NaN adding 0; bias added for selection only; groups scored by their two
+// best; arg-max under "larger wins, NaN loses"; renormalise, scale, shared
+// expert.
 // CHECK-LABEL: func @gate_softmax_groups
 // CHECK-DAG: %[[LOGITS:.*]] = bufferization.to_buffer %{{.*}} read_only : tensor<?x8xbf16> to memref<?x8xbf16>
 // CHECK-DAG: %[[BIAS:.*]] = bufferization.to_buffer %{{.*}} read_only : tensor<8xf32> to memref<8xf32>
@@ -21,10 +23,17 @@
 // CHECK: %[[GROUPS:.*]] = memref.alloc() : memref<4xf32>
 // CHECK: scf.for %[[TOKEN:.*]] =
 // CHECK:   %[[MAX:[a-z0-9_]+]] = scf.for {{.*}} -> (f32)
-// CHECK:     arith.extf %{{.*}} : bf16 to f32
-// CHECK:     arith.maximumf
+// CHECK:     %[[LOGIT:.*]] = arith.extf %{{.*}} : bf16 to f32
+// CHECK:     %[[NAN:.*]] = arith.cmpf uno, %[[LOGIT]], %[[LOGIT]]
+// CHECK:     %[[NEG_INF:.*]] = arith.constant 0xFF800000 : f32
+// CHECK:     %[[OPERAND:.*]] = arith.select %[[NAN]], %[[NEG_INF]], %[[LOGIT]]
+// CHECK:     arith.maximumf %{{.*}}, %[[OPERAND]]
 // CHECK:   scf.for
-// CHECK:     arith.subf %{{.*}}, %[[MAX]]
+// CHECK:     %[[X:.*]] = arith.extf
+// CHECK:     %[[IS_MAX:.*]] = arith.cmpf oeq, %[[X]], %[[MAX]]
+// CHECK:     %[[ZERO:.*]] = arith.constant 0.0
+// CHECK:     %[[DIFF:.*]] = arith.subf %[[X]], %[[MAX]]
+// CHECK:     arith.select %[[IS_MAX]], %[[ZERO]], %[[DIFF]]
 // CHECK:     arith.constant -8.700000e+01 : f32
 // CHECK:     arith.constant 8.800000e+01 : f32
 // CHECK:     arith.constant 1.44269502 : f32
@@ -43,7 +52,11 @@
 // CHECK:     %[[P:[a-z0-9_]+]] = arith.select
 // CHECK-NEXT: memref.store %[[P]], %[[SCORES]]
 // CHECK:     %[[LANE:[a-z0-9_]+]] = arith.remui %{{.*}}, %c32
-// CHECK:     memref.store %{{.*}}, %[[PARTIALS]][%[[LANE]]]
+// CHECK:     %[[PARTIAL:.*]] = memref.load %[[PARTIALS]][%[[LANE]]]
+// CHECK:     %[[P_NAN:.*]] = arith.cmpf uno, %[[P]], %[[P]]
+// CHECK:     %[[SUMMAND:.*]] = arith.select %[[P_NAN]], %{{.*}}, %[[P]]
+// CHECK:     %[[SUM:.*]] = arith.addf %[[PARTIAL]], %[[SUMMAND]]
+// CHECK:     memref.store %[[SUM]], %[[PARTIALS]][%[[LANE]]]
 // CHECK:   memref.load %[[PARTIALS]][%c0
 // CHECK:   memref.load %[[PARTIALS]][%c1
 // CHECK:   arith.addf

@@ -35,6 +35,25 @@ Value emitRoutingExp(OpBuilder &b, Location loc, Value x);
 /// sigmoid(x) = 1 / (1 + emitRoutingExp(-x)).
 Value emitRoutingSigmoid(OpBuilder &b, Location loc, Value x);
 
+// The softmax of one row of logits, as moe.gate defines it: a NaN logit takes
+// no part (it neither sets the max nor adds to the denominator, and its score
+// stays NaN, which ranks lowest and weighs 0), and x - max is 0 where x
+// equals the max, so that +inf logits share the whole weight equally (a row
+// of -inf, all of it) where plain x - max would give NaN. A lowering takes
+// the max of emitSoftmaxMaxOperand over the row, sums emitSoftmaxSummand of
+// each emitSoftmaxNumerator in the order kSoftmaxSumLanes fixes, and divides
+// each numerator by that sum.
+
+/// The value the row's max is taken over: `logit`, or -inf where it is NaN.
+Value emitSoftmaxMaxOperand(OpBuilder &b, Location loc, Value logit);
+
+/// emitRoutingExp(logit - max), with the difference 0 where `logit` equals
+/// `max`; NaN where `logit` is NaN.
+Value emitSoftmaxNumerator(OpBuilder &b, Location loc, Value logit, Value max);
+
+/// What `numerator` adds to the denominator: itself, or 0 where it is NaN.
+Value emitSoftmaxSummand(OpBuilder &b, Location loc, Value numerator);
+
 /// True when `lhs` ranks above `rhs` for selection: the larger wins and NaN
 /// loses; equal values do not rank above each other, so a scan in index
 /// order keeps the lower index.

@@ -161,15 +161,22 @@ def Moe_GateOp : Moe_Op<"gate"> {
        is the fixed routing polynomial (`RoutingMath.h`: Cephes expf in fmas,
        0 below -87, +inf above 88) rather than a library exp, and the softmax
        denominator adds 32 strided partial sums pairwise, so that every
-       target computes bit-identical scores and picks the same ids;
+       target computes bit-identical scores and picks the same ids. Softmax
+       is exp(x - max) / sum over the token's non-NaN logits, with x - max
+       taken as 0 where x equals the max: a NaN logit scores NaN and changes
+       no other score; n logits of +inf score 1/n each and the other
+       non-NaN ones 0; a row of -inf scores 1/E each; a row of NaN scores
+       NaN. Sigmoid scores +inf 1, -inf 0 and NaN NaN;
     2. selection scores = scores + `correction_bias` (the bias affects
        selection only);
     3. with `num_groups` G > 1, each group of E/G experts scores the sum of its
        two best selection scores; only the `topk_groups` best groups stay
        eligible;
     4. the `top_k` eligible experts with the best selection scores are chosen,
-       best first; ties go to the lower expert index; NaN ranks lowest, so a
-       row of NaNs still yields `top_k` distinct, in-range ids;
+       best first; ties go to the lower expert index; NaN ranks lowest, so an
+       expert whose selection score is NaN (a NaN logit's) is chosen only
+       when fewer than `top_k` eligible experts have a number, and a row of
+       NaNs still yields `top_k` distinct, in-range ids;
     5. a chosen expert's weight is its unbiased score (0 where it is NaN);
        with `renormalize` the weights are divided by (their sum + 1e-20); then
        multiplied by `routed_scaling_factor`;
