@@ -19,6 +19,7 @@
 
 #include "moe/Pipelines/Pipelines.h"
 #include "moe/Registration/Registration.h"
+#include "moe/Support/SourceLimits.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -65,6 +66,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   // MLIR's lexer needs a NUL after the text, as every file moe-opt reads
   // has (MemoryBuffer), and libFuzzer's input lacks.
   std::string text(reinterpret_cast<const char *>(data), size);
+  // What moe-opt refuses to parse (nesting that would overflow the
+  // parser's stack) is no finding.
+  if (llvm::Error error = moe::checkSource(text, "input")) {
+    llvm::consumeError(std::move(error));
+    return 0;
+  }
   OwningOpRef<ModuleOp> module =
       parseSourceString<ModuleOp>(text, ParserConfig(&context));
   if (!module)
