@@ -17,11 +17,15 @@
 // abort_on_error=1: a report aborts instead of exiting with status 1, which
 // a test expecting a tool to fail (`not moe-opt ...`) would take for the
 // error it expects.
+// allocator_may_return_null=1: an allocation too large for ASan's allocator
+// fails as malloc does, instead of ending the program (test/Python/errors.py
+// checks that numpy's MemoryError comes through).
 // verify_asan_link_order=0: the shared ASan runtime (CMakeLists.txt says
 // why) comes after libstdc++ in a libFuzzer program's libraries, which
 // intercepts nothing ASan needs first.
 extern "C" __attribute__((used)) const char *__asan_default_options() {
-  return "allow_user_poisoning=0:abort_on_error=1:verify_asan_link_order=0";
+  return "allow_user_poisoning=0:abort_on_error=1:allocator_may_return_null=1:"
+         "verify_asan_link_order=0";
 }
 
 extern "C" __attribute__((used)) const char *__ubsan_default_options() {

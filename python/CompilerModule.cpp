@@ -32,6 +32,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -244,15 +245,16 @@ py::array toArray(const HostTensor &tensor) {
                       : tensor.type == ElementType::F16 ? py::dtype("float16")
                                                         : py::dtype("int32");
     py::array array(dtype, shape);
-    std::memcpy(array.mutable_data(), tensor.bytes.data(), tensor.bytes.size());
+    // std::copy, not memcpy: an empty tensor's data() may be null.
+    std::copy(tensor.bytes.begin(), tensor.bytes.end(),
+              static_cast<uint8_t *>(array.mutable_data()));
     return array;
   }
   case ElementType::BF16:
   case ElementType::F8E4M3FN: {
     std::vector<float> values = tensor.toFloats();
     py::array_t<float> array(shape);
-    std::memcpy(array.mutable_data(), values.data(),
-                values.size() * sizeof(float));
+    std::copy(values.begin(), values.end(), array.mutable_data());
     return array;
   }
   }

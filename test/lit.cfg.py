@@ -59,7 +59,8 @@ if os.path.exists(interpreter_file):
     if config.sanitize:
         config.moe_python = (
             f"env LD_PRELOAD={config.asan_runtime} "
-            "ASAN_OPTIONS=allow_user_poisoning=0:abort_on_error=1:detect_leaks=0 "
+            "ASAN_OPTIONS=allow_user_poisoning=0:abort_on_error=1:"
+            "allocator_may_return_null=1:detect_leaks=0 "
             "UBSAN_OPTIONS=print_stacktrace=1:abort_on_error=1 "
             + config.moe_python
         )

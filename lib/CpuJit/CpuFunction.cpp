@@ -229,10 +229,13 @@ CpuFunction::run(const std::vector<HostTensor> &inputs) const {
     int64_t rank = results[i].shape.size();
     HostTensor output(results[i].type,
                       std::vector<int64_t>(words + 3, words + 3 + rank));
+    // An empty result (T = 0) may have null pointers, which memcpy must not
+    // be given even for no bytes.
     auto *aligned = reinterpret_cast<const uint8_t *>(words[1]);
-    std::memcpy(output.bytes.data(),
-                aligned + words[2] * elementTypeBytes(output.type),
-                output.bytes.size());
+    if (!output.bytes.empty())
+      std::memcpy(output.bytes.data(),
+                  aligned + words[2] * elementTypeBytes(output.type),
+                  output.bytes.size());
     outputs.push_back(std::move(output));
     // The result buffers are fresh allocations of the compiled code.
     std::free(reinterpret_cast<void *>(words[0]));

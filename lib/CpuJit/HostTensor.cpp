@@ -4,6 +4,7 @@
 #include "moe/Reference/Float16.h"
 #include "moe/Reference/Quantization.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cmath>
 #include <cstring>
@@ -82,7 +83,10 @@ HostTensor HostTensor::fromInts(std::vector<int64_t> shape,
                                 const std::vector<int32_t> &values) {
   HostTensor tensor(ElementType::I32, std::move(shape));
   assert(static_cast<int64_t>(values.size()) == tensor.numElements());
-  std::memcpy(tensor.bytes.data(), values.data(), tensor.bytes.size());
+  // std::copy, not memcpy: an empty vector's data() may be null.
+  std::copy(reinterpret_cast<const uint8_t *>(values.data()),
+            reinterpret_cast<const uint8_t *>(values.data() + values.size()),
+            tensor.bytes.begin());
   return tensor;
 }
 
@@ -116,7 +120,8 @@ std::vector<float> HostTensor::toFloats() const {
 std::vector<int32_t> HostTensor::toInts() const {
   assert(type == ElementType::I32 && "toInts of a float tensor");
   std::vector<int32_t> values(numElements());
-  std::memcpy(values.data(), bytes.data(), bytes.size());
+  std::copy(bytes.begin(), bytes.end(),
+            reinterpret_cast<uint8_t *>(values.data()));
   return values;
 }
 

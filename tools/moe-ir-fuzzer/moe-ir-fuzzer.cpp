@@ -1,7 +1,8 @@
 //===- moe-ir-fuzzer.cpp - Fuzz the parser, verifier and pipelines --------===//
 //
-// libFuzzer target: an input is MLIR text, parsed and verified as moe-opt
-// does, printed, and run through moe-cpu-pipeline and through the moe half
+// libFuzzer target: an input is MLIR text, checked against the source
+// limits (moe/Support/SourceLimits.h), parsed and verified as moe-opt does,
+// printed, and run through moe-cpu-pipeline and through the moe half
 // of moe-gpu-pipeline (its passes up to convert-moe-to-gpu) with its
 // defaults and for one token (decode: K splits), each on a fresh copy. The
 // upstream half that lowers the kernels to NVVM is left out: it would take
@@ -66,10 +67,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   // MLIR's lexer needs a NUL after the text, as every file moe-opt reads
   // has (MemoryBuffer), and libFuzzer's input lacks.
   std::string text(reinterpret_cast<const char *>(data), size);
-  // What moe-opt refuses to parse (nesting that would overflow the
-  // parser's stack) is no finding.
-  if (llvm::Error error = moe::checkSource(text, "input")) {
-    llvm::consumeError(std::move(error));
+  if (llvm::Error tooDeep = moe::checkSource(text, "input")) {
+    llvm::consumeError(std::move(tooDeep));
     return 0;
   }
   OwningOpRef<ModuleOp> module =
