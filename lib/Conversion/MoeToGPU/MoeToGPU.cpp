@@ -30,16 +30,21 @@ using namespace mlir::moe::detail;
 
 namespace {
 
-/// Checks that `function` takes and returns ranked tensors only: each is a
-/// buffer of the plan (a tensor map, a scalar or a memref is not).
+/// Checks that `function` takes and returns ranked tensors only, of whole
+/// bytes: each is a buffer of the plan (a tensor map, a scalar, a memref or
+/// an i22 tensor is not).
 LogicalResult checkSignature(func::FuncOp function) {
   auto check = [&](Type type, StringRef kind, unsigned index) -> LogicalResult {
-    if (isa<RankedTensorType>(type))
+    auto tensor = dyn_cast<RankedTensorType>(type);
+    Type element = tensor ? tensor.getElementType() : Type();
+    if (element && element.isIntOrFloat() &&
+        element.getIntOrFloatBitWidth() % 8 == 0)
       return success();
     return function.emitError()
            << "convert-moe-to-gpu: " << kind << " #" << index
            << " of the layer function is " << type
-           << ", not a ranked tensor (a buffer the caller passes)";
+           << ", not a ranked tensor of whole-byte elements (a buffer the "
+              "caller passes)";
   };
   for (auto [index, type] : llvm::enumerate(function.getArgumentTypes()))
     if (failed(check(type, "argument", index)))

@@ -181,7 +181,7 @@ module {
 // -----
 
 // A tensor map has no buffer: returning one crashed the plan.
-// expected-error @below {{convert-moe-to-gpu: result #0 of the layer function is '!moe.tensor_map<bf16, box = [1, 64, 64], swizzle = 128>', not a ranked tensor (a buffer the caller passes)}}
+// expected-error @below {{convert-moe-to-gpu: result #0 of the layer function is '!moe.tensor_map<bf16, box = [1, 64, 64], swizzle = 128>', not a ranked tensor of whole-byte elements (a buffer the caller passes)}}
 func.func @returns_map(%w: tensor<8x64x64xbf16>) -> !moe.tensor_map<bf16, box = [1, 64, 64], swizzle = 128> {
   %m = moe.tensor_map %w : tensor<8x64x64xbf16> -> !moe.tensor_map<bf16, box = [1, 64, 64], swizzle = 128>
   return %m : !moe.tensor_map<bf16, box = [1, 64, 64], swizzle = 128>
@@ -189,7 +189,7 @@ func.func @returns_map(%w: tensor<8x64x64xbf16>) -> !moe.tensor_map<bf16, box = 
 
 // -----
 
-// expected-error @below {{convert-moe-to-gpu: argument #1 of the layer function is 'i32', not a ranked tensor (a buffer the caller passes)}}
+// expected-error @below {{convert-moe-to-gpu: argument #1 of the layer function is 'i32', not a ranked tensor of whole-byte elements (a buffer the caller passes)}}
 func.func @scalar_argument(%l: tensor<?x8xf32>, %k: i32) -> (tensor<?x2xf32>, tensor<?x2xi32>) {
   %w, %i = moe.gate %l {router = #moe.router<scoring = softmax, top_k = 2>}
     : (tensor<?x8xf32>) -> (tensor<?x2xf32>, tensor<?x2xi32>)
@@ -203,4 +203,15 @@ func.func @rows_at_tokens_max(%ids: tensor<?x2xi32>) -> (tensor<?xi32>, tensor<?
   // expected-error @below {{'moe.route' op convert-moe-to-gpu: tokens-max = 16384: T*S + E*(block_m-1) = 16384*2 + 1024*(2097152-1) routed rows exceed 2147483647 (the kernels' slot ids and rows are i32)}}
   %s, %e, %n = moe.route %ids {num_experts = 1024, block_m = 2097152} : (tensor<?x2xi32>) -> (tensor<?xi32>, tensor<?xi32>, tensor<i32>)
   return %s, %e, %n : tensor<?xi32>, tensor<?xi32>, tensor<i32>
+}
+
+// -----
+
+// A tensor of elements that are no whole bytes is no buffer of the plan
+// (found by moe-ir-fuzzer: the plan's verifier asserted).
+// expected-error @below {{convert-moe-to-gpu: argument #1 of the layer function is 'tensor<4xi22>', not a ranked tensor of whole-byte elements (a buffer the caller passes)}}
+func.func @sub_byte_argument(%l: tensor<?x8xf32>, %x: tensor<4xi22>) -> (tensor<?x2xf32>, tensor<?x2xi32>) {
+  %w, %i = moe.gate %l {router = #moe.router<scoring = softmax, top_k = 2>}
+    : (tensor<?x8xf32>) -> (tensor<?x2xf32>, tensor<?x2xi32>)
+  return %w, %i : tensor<?x2xf32>, tensor<?x2xi32>
 }
