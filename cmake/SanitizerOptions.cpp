@@ -18,8 +18,9 @@
 // a test expecting a tool to fail (`not moe-opt ...`) would take for the
 // error it expects.
 // allocator_may_return_null=1: an allocation too large for ASan's allocator
-// fails as malloc does, instead of ending the program (test/Python/errors.py
-// checks that numpy's MemoryError comes through).
+// fails as malloc does, instead of ending the program
+// (test/Python/memory-error.py checks that numpy's MemoryError comes
+// through).
 // verify_asan_link_order=0: the shared ASan runtime (CMakeLists.txt says
 // why) comes after libstdc++ in a libFuzzer program's libraries, which
 // intercepts nothing ASan needs first.

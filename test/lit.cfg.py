@@ -39,9 +39,6 @@ if config.enable_runtime:
     config.available_features.add("runtime")
 if os.access(os.path.join(config.cuda_toolkit, "bin", "ptxas"), os.X_OK):
     config.available_features.add("ptxas")
-# Under ASan an allocation too large for memory aborts instead of failing.
-if config.sanitize:
-    config.available_features.add("sanitize")
 
 # The Python package's tests (test/Python, test/Tools) run
 # `config.moe_python`, the interpreter the package was built for, with the
