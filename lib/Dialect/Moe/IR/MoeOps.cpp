@@ -124,12 +124,12 @@ static LogicalResult verifyWeightScales(Operation *op,
                                         StringRef scalesName, Value scales) {
   Type elementType = getElementTypeOrSelf(weights.getType());
   bool fp8 = isa<Float8E4M3FNType>(elementType);
-  if (fp8 != static_cast<bool>(quantization))
+  if (fp8 && !quantization)
     return op->emitOpError()
-           << (fp8 ? "expects a quantization for its f8E4M3FN '"
-                   : "expects f8E4M3FN '")
-           << weightsName << (fp8 ? "'" : "' with a quantization, got ")
-           << (fp8 ? Type() : elementType);
+           << "expects a quantization for its f8E4M3FN '" << weightsName << "'";
+  if (!fp8 && quantization)
+    return op->emitOpError() << "expects f8E4M3FN '" << weightsName
+                             << "' with a quantization, got " << elementType;
   if (static_cast<bool>(scales) != fp8)
     return op->emitOpError()
            << "expects '" << scalesName << "' " << (fp8 ? "with" : "only with")
