@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "moe/Reference/ReferenceC.h"
 #include "moe/Reference/Float16.h"
 #include "moe/Reference/Quantization.h"
 #include "moe/Reference/Reference.h"

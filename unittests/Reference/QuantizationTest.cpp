@@ -12,6 +12,7 @@
 
 #include "moe/Reference/Quantization.h"
 #include "moe/Reference/Float16.h"
+#include "moe/Reference/ReferenceC.h"
 
 #include "gtest/gtest.h"
 
@@ -22,31 +23,6 @@
 #include <random>
 
 using namespace mlir::moe::reference;
-
-extern "C" {
-void moe_reference_to_e4m3(int64_t count, const float *values, uint8_t *codes);
-void moe_reference_from_e4m3(int64_t count, const uint8_t *codes,
-                             float *values);
-void moe_reference_quantize_e4m3(int64_t rows, int64_t k, int64_t groupSize,
-                                 const float *x, uint8_t *codes, float *scales);
-void moe_reference_fused_experts_fp8(int scaling, int64_t blockSize,
-                                     int activation, int dtype,
-                                     int64_t numTokens, int64_t hiddenSize,
-                                     int64_t numExperts, int64_t intermediate,
-                                     int64_t numSlots, const float *hidden,
-                                     const int32_t *ids, const float *weights,
-                                     const uint8_t *w13, const float *w13Scales,
-                                     const uint8_t *w2, const float *w2Scales,
-                                     float *output);
-void moe_reference_fused_moe_fp8(
-    int scoring, int64_t topK, int64_t numGroups, int64_t topkGroups,
-    int renormalize, float routedScalingFactor, int64_t numSharedExperts,
-    int scaling, int64_t blockSize, int activation, int dtype,
-    int64_t numTokens, int64_t hiddenSize, int64_t numExperts,
-    int64_t intermediate, const float *hidden, const float *logits,
-    const float *bias, const uint8_t *w13, const float *w13Scales,
-    const uint8_t *w2, const float *w2Scales, float *output);
-}
 
 namespace {
 

@@ -315,6 +315,18 @@ protected:
     ASSERT_EQ(test.ctxSynchronize(), CUDA_SUCCESS);
   }
 
+  /// Runs the bundle at T = 5 on filled tensors and expects the run refused
+  /// with `code` and `message`, having enqueued nothing: the zero fill of
+  /// tensor 6 did not happen.
+  void expectRefusedRun(Bundle &opened, std::vector<MoeTensor> &arguments,
+                        MoeStatusCode code, const std::string &message) {
+    Status status = opened.run(5, arguments.data(), kNumTensors, nullptr);
+    EXPECT_EQ(status.code(), code);
+    EXPECT_EQ(status.message(), message);
+    ASSERT_EQ(test.ctxSynchronize(), CUDA_SUCCESS);
+    EXPECT_EQ(read<uint8_t>(6, 1)[0], 0xab);
+  }
+
   /// Checks the outputs of a finished run at T = `tokens`.
   void expectResults(int64_t tokens) {
     std::vector<int64_t> dst = read<int64_t>(1, 2 * kTokensMax);
@@ -443,12 +455,9 @@ TEST_F(Gpu, ArgumentErrorsEnqueueNothing) {
   fill();
   std::vector<MoeTensor> arguments = tensors(5);
   arguments[6].dims[0] = 6;
-  Status status = opened->run(5, arguments.data(), kNumTensors, nullptr);
-  EXPECT_EQ(status.code(), MOE_ERROR_INVALID_ARGUMENT);
-  EXPECT_EQ(status.message(), "tensor 6 ('zeroed'): dims are [6, 32], "
-                              "expected [5, 32] at T=5");
-  ASSERT_EQ(test.ctxSynchronize(), CUDA_SUCCESS);
-  EXPECT_EQ(read<uint8_t>(6, 1)[0], 0xab);
+  expectRefusedRun(*opened, arguments, MOE_ERROR_INVALID_ARGUMENT,
+                   "tensor 6 ('zeroed'): dims are [6, 32], expected [5, 32] "
+                   "at T=5");
 }
 
 TEST_F(Gpu, CapturesInAGraph) {
@@ -568,19 +577,16 @@ TEST_F(Gpu, RefusesLaunchesBeyondTheDevice) {
   ASSERT_TRUE(Bundle::open(bundle.path, 0, opened).ok());
   fill();
   std::vector<MoeTensor> arguments = tensors(5);
-  Status status = opened->run(5, arguments.data(), kNumTensors, nullptr);
-  EXPECT_EQ(status.code(), MOE_ERROR_INVALID_BUNDLE);
-  EXPECT_EQ(status.message(), "launch 5 of 'mark' (line 22): block x 2048 "
-                              "exceeds the device's 1024 at T=5");
-  ASSERT_EQ(test.ctxSynchronize(), CUDA_SUCCESS);
-  EXPECT_EQ(read<uint8_t>(6, 1)[0], 0xab);
+  expectRefusedRun(*opened, arguments, MOE_ERROR_INVALID_BUNDLE,
+                   "launch 5 of 'mark' (line 22): block x 2048 exceeds the "
+                   "device's 1024 at T=5");
 
   // More shared memory than a block can have: refused when the bundle
   // opens, for the largest T.
   bundle.write("manifest.txt", manifest(computeCapability) +
                                    "launch big_smem grid 1 1 1 block 32 1 1 "
                                    "smem 1048576 args smem_out\n");
-  status = Bundle::open(bundle.path, 0, opened);
+  Status status = Bundle::open(bundle.path, 0, opened);
   EXPECT_EQ(status.code(), MOE_ERROR_INVALID_BUNDLE);
   EXPECT_NE(status.message().find("launch 5 of 'big_smem' (line 22): smem "
                                   "1048576 at T=64 and the kernel's 0 static "
@@ -597,12 +603,9 @@ TEST_F(Gpu, RefusesTensorMapBoxesBeyondTma) {
   ASSERT_TRUE(Bundle::open(bundle.path, 0, opened).ok());
   fill();
   std::vector<MoeTensor> arguments = tensors(5);
-  Status status = opened->run(5, arguments.data(), kNumTensors, nullptr);
-  EXPECT_EQ(status.code(), MOE_ERROR_INVALID_BUNDLE);
-  EXPECT_EQ(status.message(), "tensor map 'src_map': box size 1 is 300, "
-                              "outside [1, 256] at T=5");
-  ASSERT_EQ(test.ctxSynchronize(), CUDA_SUCCESS);
-  EXPECT_EQ(read<uint8_t>(6, 1)[0], 0xab);
+  expectRefusedRun(*opened, arguments, MOE_ERROR_INVALID_BUNDLE,
+                   "tensor map 'src_map': box size 1 is 300, outside [1, 256] "
+                   "at T=5");
 }
 
 TEST_F(Gpu, FallsBackToPtxFromACubinTooLargeToRead) {
