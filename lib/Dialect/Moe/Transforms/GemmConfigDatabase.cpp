@@ -125,8 +125,10 @@ public:
     std::optional<llvm::StringRef> dtype = entry->getString("dtype");
     if (!device || device->empty())
       return fail(where + ": 'device' must be a non-empty string");
-    if (!dtype || !llvm::is_contained({"bf16", "f16", "f32"}, *dtype))
-      return fail(where + ": 'dtype' must be \"bf16\", \"f16\" or \"f32\"");
+    if (!dtype ||
+        !llvm::is_contained({"bf16", "f16", "f32", "f8E4M3FN"}, *dtype))
+      return fail(where + ": 'dtype' must be \"bf16\", \"f16\", \"f32\" or "
+                          "\"f8E4M3FN\"");
     key.device = device->str();
     key.dtype = dtype->str();
     for (auto [name, target] : {std::pair{"E", &key.experts},
