@@ -1,5 +1,6 @@
-// convert-moe-to-gpu on moe.quantize: one warp per row and group of columns
-// (the last group ragged), the group's amax by NaN-propagating maxima over a
+// convert-moe-to-gpu on moe.quantize: warps striding over the (row, group
+// of columns) pairs (the last group ragged) in a grid of at most the blocks
+// 132 multiprocessors hold (132 x 8), the group's amax by NaN-propagating maxima over a
 // butterfly, scale = max(amax, 1e-10) / 448 stored by lane 0, and each value
 // divided by it and rounded by cvt.rn.satfinite to e4m3; rows(%n) bounds the
 // rows computed by the count read on the device, not T.
@@ -8,11 +9,14 @@
 // CHECK-LABEL: func.func @quantize
 // CHECK: moe.launch_plan = #moe.launch_plan<tokens_max = 16384, buffers = [<input "arg0" : bf16 ["T", "200"]>, <output "result0" : f8E4M3FN ["T", "200"]>, <output "result1" : f32 ["T", "2"]>]>
 // CHECK: gpu.func @moe_quantize_0(%[[X:.*]]: memref<16384x200xbf16>, %[[Q:.*]]: memref<16384x200xf8E4M3FN>, %[[S:.*]]: memref<16384x2xf32>, %[[T:.*]]: i32)
-// CHECK-SAME: grid = ["cdiv(T*2,8)", "1", "1"], block = [256, 1, 1]
+// CHECK-SAME: grid = ["min(cdiv(T*2,8),1056)", "1", "1"], block = [256, 1, 1]
 // CHECK: %[[ROWS:.*]] = arith.index_cast %[[T]]
+// CHECK: %[[GRID:.*]] = gpu.grid_dim x
+// CHECK: %[[WARPS:.*]] = arith.muli %[[GRID]], %c8
+// CHECK: %[[PAIRS:.*]] = arith.muli %[[ROWS]], %c2
+// CHECK: scf.for %{{.*}} = %{{.*}} to %[[PAIRS]] step %[[WARPS]]
 // CHECK: %[[C200:.*]] = arith.constant 200 : index
 // CHECK: %[[END:.*]] = arith.minui %{{.*}}, %[[C200]]
-// CHECK: scf.if
 // CHECK: scf.for %{{.*}} = %{{.*}} to %[[END]] step %c32
 // CHECK: math.absf
 // CHECK: arith.maximumf
@@ -37,10 +41,11 @@ func.func @quantize(%x: tensor<?x200xbf16>) -> (tensor<?x200xf8E4M3FN>, tensor<?
 
 // CHECK-LABEL: func.func @quantize_rows
 // CHECK: gpu.func @moe_quantize_0(%{{.*}}: memref<100x64xf32>, %[[N:.*]]: memref<i32>,
-// CHECK-SAME: grid = ["cdiv(100,8)", "1", "1"]
+// CHECK-SAME: grid = ["min(cdiv(100,8),1056)", "1", "1"]
 // CHECK: %[[COUNT:.*]] = memref.load %[[N]][]
 // CHECK: %[[LIMIT:.*]] = arith.index_cast %[[COUNT]]
-// CHECK: arith.cmpi ult, %{{.*}}, %[[LIMIT]]
+// CHECK: %[[PAIRS:.*]] = arith.muli %[[LIMIT]], %c1
+// CHECK: scf.for %{{.*}} = %{{.*}} to %[[PAIRS]] step
 func.func @quantize_rows(%x: tensor<100x64xf32>, %n: tensor<i32>) -> (tensor<100x64xf8E4M3FN>, tensor<100x1xf32>) {
   %q, %s = moe.quantize %x rows(%n) {group_size = 64}
          : (tensor<100x64xf32>, tensor<i32>) -> (tensor<100x64xf8E4M3FN>, tensor<100x1xf32>)
@@ -53,7 +58,7 @@ func.func @quantize_rows(%x: tensor<100x64xf32>, %n: tensor<i32>) -> (tensor<100
 // (sorted rows, T*S + E*(block_m-1)): the sum is parenthesized.
 // CHECK-LABEL: func.func @quantize_sorted_rows
 // CHECK: gpu.func @moe_quantize_{{[0-9]+}}(
-// CHECK-SAME: grid = ["cdiv((T*2+252)*2,8)", "1", "1"]
+// CHECK-SAME: grid = ["min(cdiv((T*2+252)*2,8),1056)", "1", "1"]
 func.func @quantize_sorted_rows(%x: tensor<?x64xf32>, %ids: tensor<?x2xi32>,
                                 %w: tensor<4x256x64xf32>) -> tensor<?x2xf32> {
   %sorted, %experts, %padded = moe.route %ids {num_experts = 4, block_m = 64}
