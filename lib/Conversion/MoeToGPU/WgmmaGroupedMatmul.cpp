@@ -97,6 +97,15 @@ struct SumScales {
   SmallVector<Value> columns;
 };
 
+/// What the K loop carries: the accumulators and, with weight blocks, the
+/// scales of the K tile to promote next (loadBlockScales), loaded one K tile
+/// ahead: loaded beside their own wgmmas, their latency stalled every
+/// promotion and held fp8 to the tensor cores' bf16 rate.
+struct Accumulation {
+  Value sums;
+  SmallVector<Value> scales;
+};
+
 /// A gathering thread's token row in each pass over the row tile, and
 /// whether it is a routed slot.
 using GatherSources = SmallVector<std::pair<Value, Value>>;
@@ -141,14 +150,17 @@ private:
   Value boxFirstRow(const Tile &tile, int64_t box);
   Value multiplyStage(const Tile &tile, Value step, Value consumer, Value sum,
                       bool overwrite);
-  Value multiplyScaled(const Tile &tile, Value step, Value consumer, Value sum,
-                       bool first);
+  Accumulation multiplyScaled(const Tile &tile, Value step, Value consumer,
+                              const Accumulation &carried, bool first);
+  Value accumulate(const Tile &tile, Value consumer,
+                   function_ref<void(Value, bool)> afterStep);
   // FP8 scales.
   void setUpScaleRows(Tile &tile);
-  SumScales loadScales(const Tile &tile, Value kBlock);
+  Value loadRowScale(const Tile &tile, int64_t half, Value kBlock);
+  SmallVector<Value> loadBlockScales(const Tile &tile, Value step);
+  SumScales blockScalesOf(ValueRange loaded);
+  SumScales loadWholeSumScales(const Tile &tile);
   Value applyScales(Value sums, Value partials, const SumScales &scales);
-  Value accumulate(const Tile &tile,
-                   function_ref<Value(Value, Value, bool)> multiplyStep);
   // The roles.
   void emitPlainLoop(const Tile &tile);
   void emitWarpSpecialized(const Tile &tile);
@@ -716,39 +728,58 @@ Value WgmmaGroupedMatmulEmitter::boxFirstRow(const Tile &tile, int64_t box) {
       wb.index(box * columns));
 }
 
-/// The wgmmas of K tile `step`, chained on `sum` (overwriting it when
-/// `first`); with weight blocks, from zero and, once done, promoted into
-/// `sum` times the K block's scales, whose loads run meanwhile.
-Value WgmmaGroupedMatmulEmitter::multiplyScaled(const Tile &tile, Value step,
-                                                Value consumer, Value sum,
-                                                bool first) {
+/// The wgmmas of K tile `step`, chained on the carried sums (overwriting
+/// them when `first`); with weight blocks, from zero and, once done,
+/// promoted into the sums times the scales carried for this K tile, while
+/// the next K tile's scales load.
+Accumulation WgmmaGroupedMatmulEmitter::multiplyScaled(
+    const Tile &tile, Value step, Value consumer, const Accumulation &carried,
+    bool first) {
   if (!blockScaled)
-    return multiplyStage(tile, step, consumer, sum, first);
-  Value partials = multiplyStage(tile, step, consumer,
-                                 LLVM::UndefOp::create(b, sum.getType()),
-                                 /*overwrite=*/true);
-  SumScales scales =
-      loadScales(tile, arith::AddIOp::create(b, tile.firstStep, step));
+    return {multiplyStage(tile, step, consumer, carried.sums, first), {}};
+  Value partials = multiplyStage(
+      tile, step, consumer, LLVM::UndefOp::create(b, carried.sums.getType()),
+      /*overwrite=*/true);
+  SmallVector<Value> next =
+      loadBlockScales(tile, arith::AddIOp::create(b, step, wb.index(1)));
   NVVM::WgmmaWaitGroupSyncOp::create(b, 0);
-  return applyScales(first ? Value() : sum, partials, scales);
+  return {applyScales(first ? Value() : carried.sums, partials,
+                      blockScalesOf(carried.scales)),
+          next};
 }
 
-/// The split's K tiles through `multiplyStep` (K tile, accumulators so far,
-/// whether they are still undefined): the first outside the loop, its first
-/// wgmma overwriting an undefined struct (scale-d 0), so that no move ever
-/// initialises the accumulators (ptxas would fence the wgmmas for it,
-/// C7519).
+/// The split's K tiles for consumer warpgroup `consumer`: per K tile, wait
+/// for its stage, multiply, then `afterStep` (K tile, whether it is the
+/// first). The first is peeled, its first wgmma overwriting an undefined
+/// struct (scale-d 0), so that no move ever initialises the accumulators
+/// (ptxas would fence the wgmmas for it, C7519).
 Value WgmmaGroupedMatmulEmitter::accumulate(
-    const Tile &tile, function_ref<Value(Value, Value, bool)> multiplyStep) {
+    const Tile &tile, Value consumer,
+    function_ref<void(Value, bool)> afterStep) {
   auto accumulatorType = LLVM::LLVMStructType::getLiteral(
       b.getContext(), SmallVector<Type>(blockN / 2, b.getF32Type()));
-  Value first =
-      multiplyStep(wb.index(0), LLVM::UndefOp::create(b, accumulatorType),
-                   /*overwrite=*/true);
-  return wb.loop(wb.index(1), tile.numSteps, {first},
-                 [&](Value step, ValueRange carried) -> SmallVector<Value> {
-                   return {multiplyStep(step, carried[0], /*overwrite=*/false)};
-                 })[0];
+  auto multiply = [&](Value step, const Accumulation &carried, bool first) {
+    waitFull(tile, step);
+    Accumulation next = multiplyScaled(tile, step, consumer, carried, first);
+    afterStep(step, first);
+    return next;
+  };
+  Accumulation start{LLVM::UndefOp::create(b, accumulatorType), {}};
+  if (blockScaled)
+    start.scales = loadBlockScales(tile, wb.index(0));
+  Accumulation first = multiply(wb.index(0), start, /*first=*/true);
+  SmallVector<Value> inits{first.sums};
+  llvm::append_range(inits, first.scales);
+  return wb.loop(
+      wb.index(1), tile.numSteps, inits,
+      [&](Value step, ValueRange carried) -> SmallVector<Value> {
+        Accumulation next =
+            multiply(step, {carried[0], llvm::to_vector(carried.drop_front())},
+                     /*first=*/false);
+        SmallVector<Value> results{next.sums};
+        llvm::append_range(results, next.scales);
+        return results;
+      })[0];
 }
 
 //===----------------------------------------------------------------------===//
@@ -775,44 +806,67 @@ void WgmmaGroupedMatmulEmitter::setUpScaleRows(Tile &tile) {
   }
 }
 
-/// The scales of the thread's accumulators: of K block `kBlock` with weight
-/// blocks (one weight scale per box: a box lies in one 128-row block), else
-/// of the whole sum (`kBlock` 0).
-SumScales WgmmaGroupedMatmulEmitter::loadScales(const Tile &tile,
-                                                Value kBlock) {
+/// The input scale of the thread's accumulator row `half` in K block
+/// `kBlock`.
+Value WgmmaGroupedMatmulEmitter::loadRowScale(const Tile &tile, int64_t half,
+                                              Value kBlock) {
+  return wb.load(inputScales, {tile.scaleRows[half], kBlock});
+}
+
+/// With weight blocks, the scales of the split's K tile `step`: the thread's
+/// two row scales, then one weight scale per box (a box lies in one 128-row
+/// block). A step past the split's last K tile (the last step's prefetch)
+/// reads the last K tile's.
+SmallVector<Value> WgmmaGroupedMatmulEmitter::loadBlockScales(const Tile &tile,
+                                                              Value step) {
+  Value kBlock =
+      arith::MinUIOp::create(b, arith::AddIOp::create(b, tile.firstStep, step),
+                             wb.index(numKTiles - 1));
+  SmallVector<Value> loaded;
+  for (int64_t half = 0; half < 2; ++half)
+    loaded.push_back(loadRowScale(tile, half, kBlock));
+  for (int64_t box = 0; box < numBoxes; ++box)
+    loaded.push_back(
+        wb.load(weightScales,
+                {tile.expert,
+                 arith::DivUIOp::create(b, boxFirstRow(tile, box),
+                                        wb.index(quantization.getBlockSize())),
+                 kBlock}));
+  return loaded;
+}
+
+/// The scale of each of the thread's accumulators from loadBlockScales'
+/// values.
+SumScales WgmmaGroupedMatmulEmitter::blockScalesOf(ValueRange loaded) {
+  SumScales scales{{loaded[0], loaded[1]}, {}};
+  for (int64_t block = 0; block < blockN / 8; ++block)
+    scales.columns.append(2, loaded[2 + block * 8 / boxRows]);
+  return scales;
+}
+
+/// With channel or tensor weight scales, the scales of the thread's whole
+/// sums.
+SumScales WgmmaGroupedMatmulEmitter::loadWholeSumScales(const Tile &tile) {
   SumScales scales;
   for (int64_t half = 0; half < 2; ++half)
-    scales.rows[half] = wb.load(inputScales, {tile.scaleRows[half], kBlock});
-  WeightScaling scaling = quantization.getWeights();
+    scales.rows[half] = loadRowScale(tile, half, wb.index(0));
+  if (quantization.getWeights() == WeightScaling::tensor) {
+    scales.columns.append(blockN / 4, wb.load(weightScales, {tile.expert}));
+    return scales;
+  }
   Value laneColumn = AccumulatorFragment::laneColumn(wb, lane);
   int64_t lastRow = (gated ? 2 * columns : columns) - 1;
-  SmallVector<Value> boxScales(numBoxes);
   for (int64_t block = 0; block < blockN / 8; ++block) {
-    int64_t box = block * 8 / boxRows;
-    Value firstRow = boxFirstRow(tile, box);
+    Value firstRow = boxFirstRow(tile, block * 8 / boxRows);
     for (int64_t i = 0; i < 2; ++i) {
-      if (scaling == WeightScaling::channel) {
-        Value row = arith::AddIOp::create(
-            b, firstRow,
-            arith::AddIOp::create(b, laneColumn,
-                                  wb.index(block * 8 % boxRows + i)));
-        // Columns past N (a ragged last tile) read the last row's scale.
-        scales.columns.push_back(wb.load(
-            weightScales,
-            {tile.expert, arith::MinUIOp::create(b, row, wb.index(lastRow))}));
-        continue;
-      }
-      if (!boxScales[box])
-        boxScales[box] =
-            scaling == WeightScaling::tensor
-                ? wb.load(weightScales, {tile.expert})
-                : wb.load(
-                      weightScales,
-                      {tile.expert,
-                       arith::DivUIOp::create(
-                           b, firstRow, wb.index(quantization.getBlockSize())),
-                       kBlock});
-      scales.columns.push_back(boxScales[box]);
+      Value row = arith::AddIOp::create(
+          b, firstRow,
+          arith::AddIOp::create(b, laneColumn,
+                                wb.index(block * 8 % boxRows + i)));
+      // Columns past N (a ragged last tile) read the last row's scale.
+      scales.columns.push_back(wb.load(
+          weightScales,
+          {tile.expert, arith::MinUIOp::create(b, row, wb.index(lastRow))}));
     }
   }
   return scales;
@@ -864,19 +918,15 @@ void WgmmaGroupedMatmulEmitter::emitPlainLoop(const Tile &tile) {
     awaitGathers(ring.stages - 2);
   gpu::BarrierOp::create(b);
   Value consumer = arith::DivUIOp::create(b, tid, wb.index(kWarpgroupThreads));
-  Value accumulators =
-      accumulate(tile, [&](Value step, Value sum, bool overwrite) -> Value {
-        waitFull(tile, step);
-        sum = multiplyScaled(tile, step, consumer, sum, overwrite);
-        // The previous step's group is done in this warp; after the barrier
-        // in all, so its stage takes K tile step + stages - 1.
-        NVVM::WgmmaWaitGroupSyncOp::create(b, 1);
-        if (tokenInput)
-          awaitGathers(ring.stages - 3);
-        gpu::BarrierOp::create(b);
-        issue(arith::AddIOp::create(b, step, wb.index(ring.stages - 1)));
-        return sum;
-      });
+  Value accumulators = accumulate(tile, consumer, [&](Value step, bool) {
+    // The previous step's group is done in this warp; after the barrier in
+    // all, so its stage takes K tile step + stages - 1.
+    NVVM::WgmmaWaitGroupSyncOp::create(b, 1);
+    if (tokenInput)
+      awaitGathers(ring.stages - 3);
+    gpu::BarrierOp::create(b);
+    issue(arith::AddIOp::create(b, step, wb.index(ring.stages - 1)));
+  });
   NVVM::WgmmaWaitGroupSyncOp::create(b, 0);
   finish(tile, accumulators);
 }
@@ -950,17 +1000,12 @@ void WgmmaGroupedMatmulEmitter::emitProducer(const Tile &tile) {
 /// A consumer waits on `full`, multiplies, and frees the stage of the
 /// previous K tile once its wgmmas are done.
 void WgmmaGroupedMatmulEmitter::emitConsumer(const Tile &tile, Value consumer) {
-  Value accumulators =
-      accumulate(tile, [&](Value step, Value sum, bool overwrite) -> Value {
-        waitFull(tile, step);
-        sum = multiplyScaled(tile, step, consumer, sum, overwrite);
-        NVVM::WgmmaWaitGroupSyncOp::create(b, 1);
-        if (!overwrite)
-          nvgpu::MBarrierArriveOp::create(
-              b, empty,
-              stageOf(tile, arith::SubIOp::create(b, step, wb.index(1))));
-        return sum;
-      });
+  Value accumulators = accumulate(tile, consumer, [&](Value step, bool first) {
+    NVVM::WgmmaWaitGroupSyncOp::create(b, 1);
+    if (!first)
+      nvgpu::MBarrierArriveOp::create(
+          b, empty, stageOf(tile, arith::SubIOp::create(b, step, wb.index(1))));
+  });
   NVVM::WgmmaWaitGroupSyncOp::create(b, 0);
   // The block's next tile goes on in the ring: free the last stage too.
   if (tile.ringBase)
@@ -982,8 +1027,7 @@ void WgmmaGroupedMatmulEmitter::finish(const Tile &tile, Value accumulators) {
   auto slotOfRow = [&](Value rowInBlock) { return slotOf(tile, rowInBlock); };
   // Channel and tensor scales apply to the whole sum.
   if (quantization && !blockScaled)
-    accumulators =
-        applyScales(Value(), accumulators, loadScales(tile, wb.index(0)));
+    accumulators = applyScales(Value(), accumulators, loadWholeSumScales(tile));
   if (reduction) {
     storePartials(wb,
                   {accumulators, laneRow, laneColumn, tile.firstRow,
