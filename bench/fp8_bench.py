@@ -1,0 +1,327 @@
+#!/usr/bin/env python3
+"""FP8 benchmark (W8A8, 128 x 128 weight blocks, activations per token and
+128 columns): our fp8 experts against our bf16 experts on the same routing,
+the torch composition in fp8 and the floor, on the H100.
+
+Two parts, all compiled here by moe-compile (--part experts, --quantization
+block; the bf16 ones without) with the tuned configs of --config-db and the
+shipped database:
+
+* gemm: one block-scaled grouped matmul of DeepGEMM's shape, 4 experts x
+  8192 rows, N = 4096, K = 7168: the first GEMM of an experts bundle of
+  E=4, H=7168, I=2048, top-1, T=32768 with uniform routing, its kernel timed
+  by the CUDA profiler (median of --iterations calls), in TFLOP/s against
+  the 1450 TFLOP/s FP8 dense count; beside it our bf16 GEMM, torch's
+  torch._scaled_grouped_mm (rowwise scales: one per row of A and per
+  output channel, no blocks) and F.grouped_mm in bf16 on the same shape.
+* layers: the DeepSeek-V3 and Kimi-K2 experts (routed and shared) at T in
+  --tokens with uniform random routing (each token's top_k distinct routed
+  experts drawn uniformly, then the shared one), CUDA-graph replays, L2
+  flushed (256 MiB zeroed) before each: ours in fp8, ours in bf16 (same
+  ids), and the torch composition in fp8 (slots sorted by expert, rows
+  gathered, quantized per row, torch._scaled_grouped_mm for both GEMMs
+  with per-channel weight scales, SiLU-and-mul, routed weights,
+  index_add_; a different recipe, timed only). Floor = max(bytes / 3.0
+  TB/s, flops / 1450 TFLOP/s), bytes = the fp8 weights and scales of the
+  experts hit plus the bf16 hidden states in and out. "vs bf16" is our fp8
+  output's distance to our bf16 layer on the dequantized weights (the
+  activations' quantization; test/GPU/fp8_test.py checks correctness).
+
+  PYTHONPATH=build-runtime/python bench/fp8_bench.py --compiler moe-compile
+"""
+
+import argparse
+import os
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from moe_mlir import Bundle
+from moe_mlir.testing.compiler import compile_bundle, list_presets
+from moe_mlir.testing.timing import BANDWIDTH, flush_buffer, graphed, time_us
+
+DEVICE = "cuda"
+FP8 = torch.float8_e4m3fn
+FP8_MATH = 1450e12  # dense fp8 tensor-core rate counted against, FLOP/s
+BLOCK = 128
+
+
+def cdiv(a, b):
+    return -(-a // b)
+
+
+def fp8_weights(experts, n, k, generator):
+    """e4m3 codes [E, N, K] and 128 x 128 block scales: codes drawn as a
+    quantized normal fills them, scales as an nn.Linear-sized weight's."""
+    codes = torch.empty(experts, n, k, dtype=FP8, device=DEVICE)
+    for expert in range(experts):  # no float copy of all experts at once
+        codes[expert] = (torch.randn(n, k, device=DEVICE, generator=generator)
+                         * 112).clamp(-448, 448).to(FP8)
+    scales = (torch.rand(experts, cdiv(n, BLOCK), cdiv(k, BLOCK),
+                         device=DEVICE, generator=generator) + 0.5) / (
+                             112 * k ** 0.5)
+    return codes, scales
+
+
+def dequantized(codes, scales):
+    """bf16 weights codes x scales, an expert at a time."""
+    _, n, k = codes.shape
+    weights = torch.empty(codes.shape, dtype=torch.bfloat16, device=DEVICE)
+    for expert in range(codes.shape[0]):
+        block = scales[expert].repeat_interleave(BLOCK, 0).repeat_interleave(
+            BLOCK, 1)[:n, :k]
+        weights[expert] = (codes[expert].float() * block).to(torch.bfloat16)
+    return weights
+
+
+def uniform_ids(tokens, routed, top_k, shared, generator):
+    """Each token's top_k distinct routed experts, uniform, then the shared
+    ones (ids routed..routed+shared-1)."""
+    ids = torch.rand(tokens, routed, device=DEVICE,
+                     generator=generator).argsort(dim=1)[:, :top_k]
+    shared_ids = torch.arange(routed, routed + shared, device=DEVICE)
+    return torch.cat([ids, shared_ids.expand(tokens, shared)],
+                     dim=1).to(torch.int32)
+
+
+def rowwise_quantized(rows):
+    """rows [M, K] as e4m3 with one scale per row (amax / 448)."""
+    scale = rows.float().abs().amax(dim=1).clamp(min=1e-10) / 448
+    return (rows.float() / scale[:, None]).to(FP8), scale
+
+
+def torch_fp8_experts(x, ids, weights, w13, w2, inter):
+    """The experts composed in torch with torch._scaled_grouped_mm: a
+    function of no arguments."""
+    experts = w13.shape[0]
+    tokens, slots = ids.shape
+    w13_t, w2_t = w13.transpose(1, 2), w2.transpose(1, 2)
+    s13 = torch.full((experts, w13.shape[1]), 1e-3, device=DEVICE)
+    s2 = torch.full((experts, w2.shape[1]), 1e-3, device=DEVICE)
+    flat_ids = ids.reshape(-1).long()
+    flat_weights = weights.reshape(-1)
+    ones = torch.ones(tokens * slots, dtype=torch.int32, device=DEVICE)
+
+    def layer():
+        order = flat_ids.argsort(stable=True)
+        counts = torch.zeros(experts, dtype=torch.int32,
+                             device=DEVICE).scatter_add_(0, flat_ids, ones)
+        offs = counts.cumsum(0, dtype=torch.int32)
+        token = order // slots
+        q, qs = rowwise_quantized(x[token])
+        h = torch._scaled_grouped_mm(q, w13_t, qs, s13, offs=offs,
+                                     out_dtype=torch.bfloat16)
+        h = F.silu(h[:, :inter]) * h[:, inter:]
+        q, qs = rowwise_quantized(h)
+        o = torch._scaled_grouped_mm(q, w2_t, qs, s2, offs=offs,
+                                     out_dtype=torch.bfloat16)
+        o = o.float() * flat_weights[order].unsqueeze(1)
+        y = torch.zeros(tokens, x.shape[1], device=DEVICE)
+        return y.index_add_(0, token, o).to(x.dtype)
+
+    return layer
+
+
+def kernel_us(function, iterations, flush):
+    """{kernel name: median µs} of `function`'s CUDA kernels, in the order
+    they first ran."""
+    function()
+    torch.cuda.synchronize()
+    times = {}
+    with torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+        for _ in range(iterations):
+            flush.zero_()
+            function()
+        torch.cuda.synchronize()
+    for event in profile.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            times.setdefault(event.name, []).append(event.device_time_total)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def compile_experts(args, name, arguments, fp8):
+    path = os.path.join(args.work, f"{name}-{'fp8' if fp8 else 'bf16'}.moeb")
+    extra = ["--quantization", "block"] if fp8 else []
+    for line in compile_bundle(args.compiler,
+                               [*arguments, "--part", "experts", *extra,
+                                "--tokens-max", str(args.tokens_max),
+                                "--token-buckets", args.buckets],
+                               path, args.config_db):
+        if "warning" in line:
+            print(f"# {name}: {line}", flush=True)
+    return path
+
+
+def gemm_part(args, flush):
+    """The DeepGEMM-shape cell."""
+    experts, hidden, inter, tokens = 4, 7168, 2048, 32768
+    sizes = (f"experts={experts},hidden={hidden},intermediate={inter},"
+             "top_k=1")
+    saved = args.tokens_max, args.buckets
+    args.tokens_max, args.buckets = tokens, "max"
+    paths = {fp8: compile_experts(args, "gemm", ["--layer-sizes", sizes], fp8)
+             for fp8 in (True, False)}
+    args.tokens_max, args.buckets = saved
+    generator = torch.Generator(DEVICE).manual_seed(args.seed)
+    flops = 2 * tokens * 2 * inter * hidden
+    x = torch.randn(tokens, hidden, dtype=torch.bfloat16, device=DEVICE,
+                    generator=generator)
+    # Exactly tokens / experts rows each: DeepGEMM's 8192 per expert.
+    ids = torch.arange(tokens, device=DEVICE, dtype=torch.int32)[:, None] % \
+        experts
+    weights = torch.ones(tokens, 1, device=DEVICE)
+    w13, s13 = fp8_weights(experts, 2 * inter, hidden, generator)
+    w2, s2 = fp8_weights(experts, hidden, inter, generator)
+    print(f"\ngrouped matmul: {experts} experts x {tokens // experts} rows, "
+          f"N={2 * inter}, K={hidden} ({flops / 1e12:.2f} TFLOP)")
+    for fp8, path in paths.items():
+        bundle = Bundle(path)
+        out = torch.empty(tokens, hidden, dtype=torch.bfloat16, device=DEVICE)
+        operands = ([x, ids, weights, w13, w2, s13, s2] if fp8 else
+                    [x, ids, weights, dequantized(w13, s13),
+                     dequantized(w2, s2)])
+        times = kernel_us(lambda: bundle.run(tokens, operands + [out]),
+                          args.iterations, flush)
+        gemm = next(name for name in times if "grouped_matmul" in name)
+        us = times[gemm]
+        print(f"  ours {'fp8 ' if fp8 else 'bf16'}             {us:9.1f} us "
+              f"{flops / us / 1e6:7.0f} TFLOP/s  ({gemm})")
+        bundle.close()
+    a, a_scales = rowwise_quantized(x)
+    b_scales = torch.full((experts, 2 * inter), 1e-3, device=DEVICE)
+    offs = torch.arange(1, experts + 1, dtype=torch.int32,
+                        device=DEVICE) * (tokens // experts)
+    peers = {
+        "torch._scaled_grouped_mm": lambda: torch._scaled_grouped_mm(
+            a, w13.transpose(1, 2), a_scales, b_scales, offs=offs,
+            out_dtype=torch.bfloat16),
+    }
+    w13_bf16 = dequantized(w13, s13)
+    peers["F.grouped_mm bf16"] = lambda: F.grouped_mm(
+        x, w13_bf16.transpose(1, 2), offs=offs)
+    for name, peer in peers.items():
+        us = time_us(peer, flush, args.iterations)
+        print(f"  {name:24} {us:9.1f} us {flops / us / 1e6:7.0f} TFLOP/s")
+    print(f"  floor (1450 TFLOP/s)     {flops / FP8_MATH * 1e6:9.1f} us")
+
+
+def experts_floor_us(ids, hidden, inter, tokens, slots):
+    """fp8 weights and scales of the experts hit, bf16 rows in and out."""
+    active = int(torch.unique(ids).numel())
+    weight_bytes = 3 * inter * hidden * (1 + 4 / BLOCK ** 2)
+    moved = active * weight_bytes + 2 * 2 * tokens * hidden
+    flops = 2 * tokens * slots * 3 * inter * hidden
+    return max(moved / BANDWIDTH, flops / FP8_MATH) * 1e6
+
+
+def layer_part(args, flush, presets):
+    print(f"\n{'experts':12} {'T':>5} {'fp8':>9} {'bf16':>9} {'fp8 gain':>8} "
+          f"{'torch fp8':>9} {'floor':>8} {'fp8/floor':>9} {'vs bf16':>8}  "
+          "(us, CUDA graphs, uniform routing)", flush=True)
+    rows = []
+    for name in args.models.split(","):
+        preset = presets[name]
+        routed, shared = preset["experts"], preset["shared"]
+        hidden, inter, top_k = (preset["hidden"], preset["intermediate"],
+                                preset["top_k"])
+        stored, slots = routed + shared, top_k + shared
+        paths = {fp8: compile_experts(args, name, ["--preset", name], fp8)
+                 for fp8 in (True, False)}
+        generator = torch.Generator(DEVICE).manual_seed(args.seed)
+        w13, s13 = fp8_weights(stored, 2 * inter, hidden, generator)
+        w2, s2 = fp8_weights(stored, hidden, inter, generator)
+        w13_b, w2_b = dequantized(w13, s13), dequantized(w2, s2)
+        bundles = {fp8: Bundle(path) for fp8, path in paths.items()}
+        for tokens in [int(t) for t in args.tokens.split(",")]:
+            x = torch.randn(tokens, hidden, dtype=torch.bfloat16,
+                            device=DEVICE, generator=generator)
+            ids = uniform_ids(tokens, routed, top_k, shared, generator)
+            weights = torch.rand(tokens, slots, device=DEVICE,
+                                 generator=generator)
+            row = {"model": name, "tokens": tokens,
+                   "floor": experts_floor_us(ids, hidden, inter, tokens,
+                                             slots)}
+            outputs = {}
+            for fp8 in (True, False):
+                operands = ([x, ids, weights, w13, w2, s13, s2] if fp8 else
+                            [x, ids, weights, w13_b, w2_b])
+                out = torch.full((tokens, hidden), float("nan"),
+                                 dtype=torch.bfloat16, device=DEVICE)
+                bundle = bundles[fp8]
+
+                def ours(bundle=bundle, operands=operands, out=out):
+                    bundle.run(tokens, operands + [out])
+                    return out
+
+                replay, _ = graphed(ours)
+                row["fp8" if fp8 else "bf16"] = time_us(replay, flush,
+                                                        args.iterations)
+                outputs[fp8] = out.double()
+            row["vs_bf16"] = ((outputs[True] - outputs[False]).norm() /
+                              outputs[False].norm()).item()
+            try:
+                replay, _ = graphed(torch_fp8_experts(x, ids, weights, w13,
+                                                      w2, inter))
+                row["torch"] = time_us(replay, flush, args.iterations)
+            except Exception as error:  # report, time ours still
+                row["torch"] = None
+                print(f"# torch fp8 composition failed: {error}")
+            rows.append(row)
+            print(format_row(row), flush=True)
+            torch.cuda.empty_cache()
+        for bundle in bundles.values():
+            bundle.close()
+        del w13, w2, s13, s2, w13_b, w2_b
+        torch.cuda.empty_cache()
+    print("\n| experts | T | ours fp8 µs | ours bf16 µs | fp8 gain | torch fp8 "
+          "µs | floor µs | fp8 / floor | vs bf16 |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for row in rows:
+        torch_us = f"{row['torch']:.1f}" if row["torch"] else "-"
+        print(f"| {row['model']} | {row['tokens']} | {row['fp8']:.1f} | "
+              f"{row['bf16']:.1f} | {row['bf16'] / row['fp8']:.2f}x | "
+              f"{torch_us} | {row['floor']:.1f} | "
+              f"{row['fp8'] / row['floor']:.2f}x | {row['vs_bf16']:.1e} |")
+    return rows
+
+
+def format_row(row):
+    torch_us = f"{row['torch']:9.1f}" if row["torch"] else f"{'-':>9}"
+    return (f"{row['model']:12} {row['tokens']:>5} {row['fp8']:9.1f} "
+            f"{row['bf16']:9.1f} {row['bf16'] / row['fp8']:7.2f}x "
+            f"{torch_us} {row['floor']:8.1f} "
+            f"{row['fp8'] / row['floor']:8.2f}x {row['vs_bf16']:8.1e}")
+
+
+def main():
+    parser = argparse.ArgumentParser(
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--compiler", default="build/bin/moe-compile")
+    parser.add_argument("--config-db", default="",
+                        help="tuned database before the shipped entries")
+    parser.add_argument("--work", default="out/fp8-bench")
+    parser.add_argument("--models", default="deepseek-v3,kimi-k2")
+    parser.add_argument("--tokens", default="1,16,64,256,1024,4096")
+    parser.add_argument("--parts", default="gemm,layers")
+    parser.add_argument("--iterations", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=2026)
+    args = parser.parse_args()
+    tokens = [int(t) for t in args.tokens.split(",")]
+    args.tokens_max = max(tokens)
+    args.buckets = args.tokens
+    os.makedirs(args.work, exist_ok=True)
+    flush = flush_buffer(DEVICE)
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    if "gemm" in args.parts:
+        gemm_part(args, flush)
+    if "layers" in args.parts:
+        layer_part(args, flush, list_presets(args.compiler))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
