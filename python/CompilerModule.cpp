@@ -704,11 +704,13 @@ the compiler moe_mlir.Error.
       [](const std::string &part, int64_t hiddenSize, int64_t intermediateSize,
          int64_t numExperts, int64_t topK, int64_t numSharedExperts,
          const std::string &router, bool correctionBias,
-         const std::string &dtype, int64_t blockM) {
+         const std::string &dtype, int64_t blockM,
+         const std::string &quantization) {
         moe::LayerDescription layer{
-            "",         hiddenSize,     intermediateSize,
-            numExperts, topK,           numSharedExperts,
-            router,     correctionBias, checkLayerDtype(dtype)};
+            "",          hiddenSize,     intermediateSize,
+            numExperts,  topK,           numSharedExperts,
+            router,      correctionBias, checkLayerDtype(dtype),
+            quantization};
         llvm::Expected<std::string> text =
             moe::getPartSource(layer, part, blockM);
         if (!text)
@@ -719,8 +721,11 @@ the compiler moe_mlir.Error.
       py::arg("intermediate_size"), py::arg("num_experts"), py::arg("top_k"),
       py::arg("num_shared_experts"), py::arg("router"),
       py::arg("correction_bias"), py::arg("dtype"), py::arg("block_m"),
+      py::arg("quantization"),
       "A part of a layer as moe-compile's --part names it: 'layer' (one "
       "moe.fused_moe), 'experts' (one moe.fused_experts), 'routing' (gate, "
       "route, combine), 'router' (gate), 'gemm1' or 'gemm2' (a grouped "
-      "matmul).");
+      "matmul); `quantization` as moe-compile's --quantization ('' for "
+      "weights in `dtype`, else 'tensor', 'channel' or 'block': fp8 weights "
+      "and their scales, after the correction bias).");
 }

@@ -22,8 +22,9 @@
 # token counts) against a bundle for each T alone; `hf-bench` times
 # transformers' MoE blocks with their experts through moe-mlir against
 # transformers' grouped_mm and batched_mm (bench/transformers_bench.py, its
-# options after the mode); `fp8` runs only the FP8 tests and their
-# sanitizer pass (also part of `tests`).
+# options after the mode); `fp8` runs only the FP8 tests (the experts
+# bundles, and FusedMoE/FusedExperts with fp8 weights) and their sanitizer
+# pass (also part of `tests`).
 #
 #   scripts/gpu-run.sh [tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench|fp8] [router benchmark options]
 set -uo pipefail
@@ -93,6 +94,7 @@ if [[ $what == variants ]]; then
 fi
 if [[ $what == tests || $what == all || $what == fp8 ]]; then
   step fp8-tests 300 python3 test/GPU/fp8_test.py
+  step fp8-torch-tests 300 python3 test/GPU/fp8_torch_test.py
   step fp8-sanitizer 300 compute-sanitizer --tool memcheck --error-exitcode 1 \
     python3 test/GPU/fp8_test.py --tokens 7,300 --only fp8-block-experts
 fi

@@ -55,6 +55,8 @@ llvm::json::Object LayerDescription::toJSON() const {
     object["router"] = router;
     object["bias"] = bias;
   }
+  if (!quantization.empty())
+    object["quantization"] = quantization;
   return object;
 }
 
@@ -73,51 +75,95 @@ std::string mlir::moe::presetNames() {
   return names;
 }
 
+/// The fp8 scale blocks of the generated layers: the checkpoints'.
+static constexpr int64_t kScaleBlock = 128;
+
+/// The type of the fp32 scales of fp8 weights [E, N, K] scaled per
+/// `scaling` in blocks of kScaleBlock (QuantizationAttr::getWeightScalesShape,
+/// which needs a context).
+static std::string weightScalesType(llvm::StringRef scaling, int64_t e,
+                                    int64_t n, int64_t k) {
+  if (scaling == "tensor")
+    return llvm::formatv("tensor<{0}xf32>", e);
+  if (scaling == "channel")
+    return llvm::formatv("tensor<{0}x{1}xf32>", e, n);
+  return llvm::formatv("tensor<{0}x{1}x{2}xf32>", e,
+                       llvm::divideCeil(n, kScaleBlock),
+                       llvm::divideCeil(k, kScaleBlock));
+}
+
 namespace {
 /// The types of a layer's hidden states [?, H] and expert weights
-/// [E+X, 2I, H] and [E+X, H, I] in the sources.
+/// [E+X, 2I, H] and [E+X, H, I] in the sources; for fp8 weights also their
+/// scales, and the text the layer op adds for them.
 struct LayerTypes {
-  LayerTypes(const Preset &preset, llvm::StringRef dtype) {
+  LayerTypes(const Preset &preset, llvm::StringRef dtype,
+             llvm::StringRef quantization) {
     int64_t h = preset.hiddenSize, i = preset.intermediate;
     int64_t stored = preset.numExperts + preset.numSharedExperts;
+    llvm::StringRef weights = quantization.empty() ? dtype : "f8E4M3FN";
     hidden = llvm::formatv("tensor<?x{0}x{1}>", h, dtype);
-    w13 = llvm::formatv("tensor<{0}x{1}x{2}x{3}>", stored, 2 * i, h, dtype);
-    w2 = llvm::formatv("tensor<{0}x{1}x{2}x{3}>", stored, h, i, dtype);
+    w13 = llvm::formatv("tensor<{0}x{1}x{2}x{3}>", stored, 2 * i, h, weights);
+    w2 = llvm::formatv("tensor<{0}x{1}x{2}x{3}>", stored, h, i, weights);
+    if (quantization.empty())
+      return;
+    std::string w13Scales = weightScalesType(quantization, stored, 2 * i, h);
+    std::string w2Scales = weightScalesType(quantization, stored, h, i);
+    scalesArgs = llvm::formatv(", %w13_scales: {0}, %w2_scales: {1}", w13Scales,
+                               w2Scales);
+    scalesUse = " scales(%w13_scales, %w2_scales)";
+    scalesTypes = ", " + w13Scales + ", " + w2Scales;
+    bool block = quantization == "block";
+    attribute = llvm::formatv(
+        "quantization = #moe.quantization<weights = {0}, activations = {1}{2}>",
+        quantization, block ? "token_group" : "token",
+        block ? llvm::formatv(", block_size = {0}", kScaleBlock).str() : "");
   }
   std::string hidden, w13, w2;
+  // Empty for weights in the layer's dtype.
+  std::string scalesArgs, scalesUse, scalesTypes, attribute;
 };
 } // namespace
 
 std::string mlir::moe::getLayerSource(const Preset &preset,
-                                      llvm::StringRef dtype) {
+                                      llvm::StringRef dtype,
+                                      llvm::StringRef quantization) {
   int64_t e = preset.numExperts;
-  LayerTypes types(preset, dtype);
+  LayerTypes types(preset, dtype, quantization);
   std::string l = llvm::formatv("tensor<?x{0}xf32>", e);
   std::string b = llvm::formatv("tensor<{0}xf32>", e);
   std::string biasArg = preset.bias ? ", %bias: " + b : "";
   std::string biasUse = preset.bias ? " bias(%bias)" : "";
   std::string biasType = preset.bias ? ", " + b : "";
+  std::string attributes =
+      "router = #moe.router<" + std::string(preset.router) + ">";
+  if (!types.attribute.empty())
+    attributes += ", " + types.attribute;
   return llvm::formatv(
-      "func.func @layer(%x: {0}, %logits: {1}, %w13: {2}, %w2: {3}{4}) -> {0} "
-      "{{\n  %y = moe.fused_moe %x, %logits, %w13, %w2{5} "
-      "activation(silu_and_mul) {{router = #moe.router<{6}>} : ({0}, {1}, "
-      "{2}, {3}{7}) -> {0}\n  return %y : {0}\n}\n",
-      types.hidden, l, types.w13, types.w2, biasArg, biasUse, preset.router,
-      biasType);
+      "func.func @layer(%x: {0}, %logits: {1}, %w13: {2}, %w2: {3}{4}{5}) -> "
+      "{0} {{\n  %y = moe.fused_moe %x, %logits, %w13, %w2{6}{7} "
+      "activation(silu_and_mul) {{{8}} : ({0}, {1}, {2}, {3}{9}{10}) -> "
+      "{0}\n  return %y : {0}\n}\n",
+      types.hidden, l, types.w13, types.w2, biasArg, types.scalesArgs, biasUse,
+      types.scalesUse, attributes, biasType, types.scalesTypes);
 }
 
 std::string mlir::moe::getExpertsSource(const Preset &preset,
-                                        llvm::StringRef dtype) {
+                                        llvm::StringRef dtype,
+                                        llvm::StringRef quantization) {
   int64_t slots = preset.topK + preset.numSharedExperts;
-  LayerTypes types(preset, dtype);
+  LayerTypes types(preset, dtype, quantization);
   std::string ids = llvm::formatv("tensor<?x{0}xi32>", slots);
   std::string w = llvm::formatv("tensor<?x{0}xf32>", slots);
+  std::string attributes =
+      types.attribute.empty() ? "" : " {" + types.attribute + "}";
   return llvm::formatv(
       "func.func @experts(%x: {0}, %ids: {1}, %weights: {2}, %w13: {3}, "
-      "%w2: {4}) -> {0} {{\n  %y = moe.fused_experts %x, %ids, %weights, "
-      "%w13, %w2 activation(silu_and_mul) : ({0}, {1}, {2}, {3}, {4}) -> "
-      "{0}\n  return %y : {0}\n}\n",
-      types.hidden, ids, w, types.w13, types.w2);
+      "%w2: {4}{5}) -> {0} {{\n  %y = moe.fused_experts %x, %ids, %weights, "
+      "%w13, %w2{6} activation(silu_and_mul){7} : ({0}, {1}, {2}, {3}, "
+      "{4}{8}) -> {0}\n  return %y : {0}\n}\n",
+      types.hidden, ids, w, types.w13, types.w2, types.scalesArgs,
+      types.scalesUse, attributes, types.scalesTypes);
 }
 
 std::string mlir::moe::getRoutingSource(const Preset &preset,
@@ -127,7 +173,7 @@ std::string mlir::moe::getRoutingSource(const Preset &preset,
   std::string l = llvm::formatv("tensor<?x{0}xf32>", e);
   std::string b = llvm::formatv("tensor<{0}xf32>", e);
   std::string rows = llvm::formatv("tensor<?x{0}x{1}x{2}>", slots, h, dtype);
-  std::string out = LayerTypes(preset, dtype).hidden;
+  std::string out = LayerTypes(preset, dtype, "").hidden;
   std::string w = llvm::formatv("tensor<?x{0}xf32>", slots);
   std::string ids = llvm::formatv("tensor<?x{0}xi32>", slots);
   std::string routing = "tensor<?xi32>, tensor<?xi32>, tensor<i32>";
@@ -169,7 +215,7 @@ std::string mlir::moe::getGroupedMatmulSource(const Preset &preset,
                                               int64_t blockM, bool second) {
   int64_t h = preset.hiddenSize, i = preset.intermediate;
   int64_t slots = preset.topK + preset.numSharedExperts;
-  LayerTypes types(preset, dtype);
+  LayerTypes types(preset, dtype, "");
   std::string routing = "tensor<?xi32>, tensor<?xi32>, tensor<i32>";
   std::string attrs = llvm::formatv(
       "{{block_m = {0} : i64, num_slots = {1} : i64}", blockM, slots);
@@ -198,6 +244,15 @@ static llvm::Error makeError(const llvm::Twine &message) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
 }
 
+/// An error unless `quantization` is empty or a #moe.quantization weight
+/// scaling.
+static llvm::Error checkQuantization(llvm::StringRef quantization) {
+  if (quantization.empty() || symbolizeWeightScaling(quantization))
+    return llvm::Error::success();
+  return makeError("unknown --quantization '" + quantization +
+                   "' (tensor, channel, block)");
+}
+
 llvm::Expected<std::string>
 mlir::moe::getPartSource(const LayerDescription &layer, llvm::StringRef part,
                          int64_t blockM) {
@@ -212,6 +267,14 @@ mlir::moe::getPartSource(const LayerDescription &layer, llvm::StringRef part,
     return makeError("--part '" + part +
                      "' needs a router, which layer sizes do not give (their "
                      "parts: experts, gemm1, gemm2)");
+  llvm::StringRef quantization = layer.quantization;
+  if (llvm::Error error = checkQuantization(quantization))
+    return std::move(error);
+  if (!quantization.empty() && (part == "gemm1" || part == "gemm2"))
+    return makeError("--part '" + part +
+                     "' of an fp8 layer: its grouped matmuls run inside one "
+                     "op, 'layer' (moe.fused_moe) or 'experts' "
+                     "(moe.fused_experts)");
   // The sources multiply sizes (2I, E+X): bound them first.
   for (auto [name, value, least] :
        {std::tuple<llvm::StringRef, int64_t, int64_t>{"hidden size",
@@ -224,9 +287,9 @@ mlir::moe::getPartSource(const LayerDescription &layer, llvm::StringRef part,
       return makeError(*bad);
   Preset preset = layer.preset();
   if (part == "layer")
-    return getLayerSource(preset, dtype);
+    return getLayerSource(preset, dtype, quantization);
   if (part == "experts")
-    return getExpertsSource(preset, dtype);
+    return getExpertsSource(preset, dtype, quantization);
   if (part == "routing")
     return getRoutingSource(preset, dtype, blockM);
   if (part == "router")
@@ -311,9 +374,20 @@ llvm::Expected<LayerDescription> mlir::moe::describeLayer(ModuleOp module) {
                      .drop_back()
                      .str();
   layer.bias = op.getCorrectionBias() != nullptr;
-  layer.dtype = dtypeName(w13.getElementType());
+  layer.dtype = dtypeName(
+      cast<ShapedType>(op.getHiddenStates().getType()).getElementType());
   if (layer.dtype.empty())
     return makeError("the layer's element type is not bf16, f16 or f32");
+  // The verifier has paired the activations' scaling with the weights'.
+  if (QuantizationAttr quantization = op.getQuantizationAttr()) {
+    if (quantization.getWeights() == WeightScaling::block &&
+        quantization.getBlockSize() != kScaleBlock)
+      return makeError("the layer's fp8 scale blocks are " +
+                       llvm::Twine(quantization.getBlockSize()) +
+                       " wide; a layer description has " +
+                       llvm::Twine(kScaleBlock));
+    layer.quantization = stringifyWeightScaling(quantization.getWeights());
+  }
   return layer;
 }
 
@@ -341,6 +415,16 @@ describeNamedLayer(const LayerSource &source) {
     return makeError("give either a layer file or --preset (see --help)");
   if (given.size() > 1)
     return makeError("give one layer, not " + llvm::join(given, " and "));
+  if (!source.quantization.empty()) {
+    if (!source.inputFile.empty())
+      return makeError("--quantization is for a preset or layer sizes; the "
+                       "file's layer has its own");
+    if (source.part != "layer" && source.part != "experts")
+      return makeError("--quantization is for --part layer or experts, not '" +
+                       source.part + "'");
+    if (llvm::Error error = checkQuantization(source.quantization))
+      return std::move(error);
+  }
   if (!source.inputFile.empty())
     return std::nullopt;
   LayerDescription layer;
@@ -357,6 +441,7 @@ describeNamedLayer(const LayerSource &source) {
     layer = std::move(*sized);
     layer.dtype = source.dtype;
   }
+  layer.quantization = source.quantization;
   // --reduced: routing unchanged.
   layer.hiddenSize /= source.shrink;
   layer.intermediate /= source.shrink;

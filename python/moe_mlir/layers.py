@@ -27,6 +27,16 @@ else:
 
 LAYER_DTYPES = ("bf16", "f16", "f32")
 
+#: How fp8 weights may be scaled (moe-compile --quantization, the
+#: ``weights`` of ``#moe.quantization``): e4m3 weights with fp32 scales per
+#: expert ("tensor"), per output row ("channel") or per SCALE_BLOCK x
+#: SCALE_BLOCK block ("block", DeepSeek-V3's ``weight_scale_inv``); the
+#: activations are then quantized at run time per token, or for "block" per
+#: token and SCALE_BLOCK columns. A quantization of None means weights in
+#: the layer's dtype.
+WEIGHT_SCALINGS = ("tensor", "channel", "block")
+SCALE_BLOCK = 128
+
 
 def require_compiler(what):
     """Raises Error unless this build of moe_mlir has its compiler part."""
@@ -55,6 +65,21 @@ def _check_count(name, value, least):
     if not least <= value <= _INT64_MAX:
         raise ValueError(f"{name} must be in [{least}, 2**63 - 1], got "
                          f"{value}")
+
+
+def _check_quantization(quantization):
+    """``quantization`` as the compiler takes it: "" for None, else one of
+    WEIGHT_SCALINGS."""
+    if quantization is None:
+        return ""
+    if not isinstance(quantization, str):
+        raise TypeError(f"quantization must be a str or None, got "
+                        f"{type(quantization).__name__}")
+    if quantization not in WEIGHT_SCALINGS:
+        raise ValueError(f"unknown quantization {quantization!r} "
+                         f"({', '.join(WEIGHT_SCALINGS)}, or None for "
+                         "weights in the layer's dtype)")
+    return quantization
 
 
 def _check_bool(name, value):
@@ -135,7 +160,10 @@ class Layer:
     Its operands: hidden states [T, H], router logits [T, E] (fp32), w13
     [E+X, 2I, H] (gate rows, then up rows), w2 [E+X, H, I], and with
     ``correction_bias`` a bias [E] (fp32) added to the scores for selection
-    only. The activation is SiLU-and-mul.
+    only; with fp8 weights (a ``quantization`` of WEIGHT_SCALINGS where a
+    method takes one) w13 and w2 are e4m3 and their fp32 scales
+    (w13_scales_shape, w2_scales_shape) follow, last. The activation is
+    SiLU-and-mul.
     """
 
     hidden_size: int
@@ -189,19 +217,47 @@ class Layer:
         return (self.num_stored_experts, self.hidden_size,
                 self.intermediate_size)
 
-    def source(self, dtype="bf16"):
-        """The layer as MLIR: ``func.func @layer(%x, %logits, %w13, %w2[,
-        %bias])`` of one moe.fused_moe, activations and weights in
-        ``dtype`` (bf16, f16, f32), logits and bias in f32, T dynamic."""
-        return self._part_source("layer", dtype)
+    def w13_scales_shape(self, quantization):
+        """The shape of w13's fp32 scales when its weights are fp8 scaled
+        per ``quantization`` (WEIGHT_SCALINGS): [E+X], [E+X, 2I] or
+        [E+X, ceil(2I/128), ceil(H/128)]."""
+        return self._scales_shape(quantization, *self.w13_shape[1:])
 
-    def experts_source(self, dtype="bf16"):
+    def w2_scales_shape(self, quantization):
+        """The shape of w2's fp32 scales (see w13_scales_shape): [E+X],
+        [E+X, H] or [E+X, ceil(H/128), ceil(I/128)]."""
+        return self._scales_shape(quantization, *self.w2_shape[1:])
+
+    def _scales_shape(self, quantization, rows, columns):
+        """QuantizationAttr::getWeightScalesShape of [E+X, rows, columns]."""
+        scaling = _check_quantization(quantization)
+        if not scaling:
+            raise ValueError("weights in the layer's dtype have no scales; "
+                             "give a quantization "
+                             f"({', '.join(WEIGHT_SCALINGS)})")
+        experts = self.num_stored_experts
+        if scaling == "tensor":
+            return (experts,)
+        if scaling == "channel":
+            return (experts, rows)
+        return (experts, -(-rows // SCALE_BLOCK), -(-columns // SCALE_BLOCK))
+
+    def source(self, dtype="bf16", quantization=None):
+        """The layer as MLIR: ``func.func @layer(%x, %logits, %w13, %w2[,
+        %bias][, %w13_scales, %w2_scales])`` of one moe.fused_moe,
+        activations in ``dtype`` (bf16, f16, f32), weights too or with a
+        ``quantization`` (WEIGHT_SCALINGS) e4m3 with their fp32 scales,
+        logits and bias in f32, T dynamic."""
+        return self._part_source("layer", dtype, quantization=quantization)
+
+    def experts_source(self, dtype="bf16", quantization=None):
         """The layer's experts given their routing, as MLIR: ``func.func
         @experts(%x [T, H], %ids [T, S] i32, %weights [T, S] f32, %w13,
-        %w2)`` of one moe.fused_experts (S = top_k + shared experts, the
-        weights of all E+X experts; ids outside [0, E+X) contribute
-        nothing), as moe-compile --part experts."""
-        return self._part_source("experts", dtype)
+        %w2[, %w13_scales, %w2_scales])`` of one moe.fused_experts (S =
+        top_k + shared experts, the weights of all E+X experts; ids outside
+        [0, E+X) contribute nothing), as moe-compile --part experts;
+        ``dtype`` and ``quantization`` as for source."""
+        return self._part_source("experts", dtype, quantization=quantization)
 
     def routing_source(self, dtype="bf16", block_m=64):
         """The layer's routing as MLIR: moe.gate, moe.route (``block_m``
@@ -212,7 +268,8 @@ class Layer:
         """The layer's router as MLIR: one moe.gate."""
         return self._part_source("router", "f32")
 
-    def _part_source(self, part, dtype, block_m=64):
+    def _part_source(self, part, dtype, block_m=64, quantization=None):
+        quantization = _check_quantization(quantization)
         compiler = require_compiler("Layer." + ("source" if part == "layer"
                                                 else part + "_source"))
         return compiler.layer_part_source(
@@ -222,7 +279,7 @@ class Layer:
             num_shared_experts=self.router.num_shared_experts,
             router=self.router.params(),
             correction_bias=self.correction_bias, dtype=dtype,
-            block_m=block_m)
+            block_m=block_m, quantization=quantization)
 
 
 def preset_names():
@@ -251,7 +308,8 @@ DEFAULT_CUDA_TOOLKIT = _default_target.CUDA_TOOLKIT
 BUNDLE_PARTS = ("layer", "experts")
 
 
-def layer_bundle(layer, dtype="bf16", *, part="layer", cache_dir=None,
+def layer_bundle(layer, dtype="bf16", *, quantization=None, part="layer",
+                 cache_dir=None,
                  tokens_max=16384, block_m=0, config_db=None,
                  device_name=DEFAULT_DEVICE_NAME, num_sms=DEFAULT_NUM_SMS,
                  chip=DEFAULT_CHIP, toolkit=DEFAULT_CUDA_TOOLKIT,
@@ -261,7 +319,9 @@ def layer_bundle(layer, dtype="bf16", *, part="layer", cache_dir=None,
     ``part`` "layer" compiles the whole layer (Layer.source: hidden states,
     router logits, w13, w2[, bias] -> output); "experts" its experts given
     routing (Layer.experts_source: hidden states, ids, weights, w13, w2 ->
-    output).
+    output). With a ``quantization`` (WEIGHT_SCALINGS) the weights are fp8
+    and their scales follow as the last inputs; ``dtype`` is then the
+    hidden states'.
 
     The bundle serves every token count up to ``tokens_max`` with a variant
     per range of token counts, each with the routing blocks, tiles and K
@@ -277,15 +337,15 @@ def layer_bundle(layer, dtype="bf16", *, part="layer", cache_dir=None,
     persistent grids fill ``num_sms`` multiprocessors.
 
     Bundles live in ``cache_dir`` (default_cache_dir() when None) under a
-    name derived from the layer, part, dtype, tokens_max, block_m, the config
-    database's contents, device_name, num_sms, chip, token_buckets and the
-    bundle format, so a cache filled on a machine with the compiler serves
-    one without it. The
-    key does not cover the compiler's own version: give a fresh cache_dir
-    (or empty it) after changing the compiler. A bundle appears atomically
-    (compiled beside it, then renamed), so concurrent processes never load
-    a partial one. Beside the runtime's files it holds layer.mlir (the
-    source) and layer.json (the key).
+    name derived from the layer, part, dtype, quantization, tokens_max,
+    block_m, the config database's contents, device_name, num_sms, chip,
+    token_buckets and the bundle format, so a cache filled on a machine
+    with the compiler serves one without it. The key does not cover the
+    compiler's own version: give a fresh cache_dir (or empty it) after
+    changing the compiler. A bundle appears atomically (compiled beside it,
+    then renamed), so concurrent processes never load a partial one. Beside
+    the runtime's files it holds layer.mlir (the source) and layer.json
+    (the key).
 
     Raises moe_mlir.Error when the layer cannot be compiled (the message
     has the compiler's diagnostics) or when no compiler is there to make a
@@ -297,19 +357,22 @@ def layer_bundle(layer, dtype="bf16", *, part="layer", cache_dir=None,
     if part not in BUNDLE_PARTS:
         raise ValueError(f"unknown bundle part {part!r} "
                          f"({', '.join(BUNDLE_PARTS)})")
+    fp8 = _check_quantization(quantization)
     database = None
     if config_db is not None:
         with open(config_db, "rb") as file:
             database = hashlib.sha256(file.read()).hexdigest()
     key = {"layer": dataclasses.asdict(layer), "part": part, "dtype": dtype,
-           "tokens_max": tokens_max, "block_m": block_m, "chip": chip,
+           "quantization": quantization, "tokens_max": tokens_max,
+           "block_m": block_m, "chip": chip,
            "config_db": database, "device_name": device_name,
            "num_sms": num_sms, "token_buckets": list(token_buckets),
            "bundle_format": 2}
     key_text = json.dumps(key, sort_keys=True, indent=1)
     digest = hashlib.sha256(key_text.encode()).hexdigest()[:16]
+    weights = f"-fp8{fp8}" if fp8 else ""
     name = (f"{part}-e{layer.num_stored_experts}-h{layer.hidden_size}-"
-            f"i{layer.intermediate_size}-{dtype}-{digest}.moeb")
+            f"i{layer.intermediate_size}-{dtype}{weights}-{digest}.moeb")
     # The default directory is this user's alone; a given one is the
     # caller's to share.
     private = cache_dir is None
@@ -320,8 +383,8 @@ def layer_bundle(layer, dtype="bf16", *, part="layer", cache_dir=None,
 
     compiler = require_compiler(f"compiling {name} (not in {cache_dir})")
     os.makedirs(cache_dir, mode=0o700 if private else 0o777, exist_ok=True)
-    source = (layer.experts_source(dtype) if part == "experts"
-              else layer.source(dtype))
+    source = (layer.experts_source(dtype, quantization) if part == "experts"
+              else layer.source(dtype, quantization))
     staging = tempfile.mkdtemp(prefix=name + ".", dir=cache_dir)
     try:
         try:
@@ -335,7 +398,8 @@ def layer_bundle(layer, dtype="bf16", *, part="layer", cache_dir=None,
             raise Error(f"cannot compile the layer (E={layer.num_experts}+"
                         f"{layer.router.num_shared_experts}, "
                         f"H={layer.hidden_size}, "
-                        f"I={layer.intermediate_size}, {dtype}) to a "
+                        f"I={layer.intermediate_size}, {dtype}"
+                        f"{', fp8 ' + fp8 + ' scales' if fp8 else ''}) to a "
                         f"bundle: {error}") from error
         with open(os.path.join(staging, "layer.mlir"), "w") as file:
             file.write(source)

@@ -1,8 +1,10 @@
 """torch glue: FusedMoE and FusedExperts, nn.Modules that run a MoE layer's
 bundle (the whole layer, or its experts routed by the caller) on CUDA
-tensors; the torch.library ops they call, ``moe_mlir::fused_moe`` and
-``moe_mlir::fused_experts``; and empty_outputs for running any bundle on
-torch tensors.
+tensors, with weights in the activations' dtype or in fp8 (e4m3) with
+their scales; the torch.library ops they call, ``moe_mlir::fused_moe`` and
+``moe_mlir::fused_experts``; quantize_fp8_weights and fuse_gate_up for
+making and loading fp8 weights; and empty_outputs for running any bundle
+on torch tensors.
 
 The modules check their arguments in Python and then call the ops, which
 torch.compile, torch.export and FX see as single opaque nodes (their fake
@@ -24,15 +26,27 @@ from ._errors import Error
 from .runtime import Bundle
 
 __all__ = ["FusedExperts", "FusedMoE", "TORCH_DTYPES", "empty_outputs",
-           "fused_experts", "fused_moe", "unload_bundles"]
+           "fuse_gate_up", "fused_experts", "fused_moe",
+           "quantize_fp8_weights", "unload_bundles"]
 
 #: torch's dtype of each bundle element type.
 TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16,
                 "f16": torch.float16, "i32": torch.int32,
-                "i64": torch.int64, "u8": torch.uint8}
+                "i64": torch.int64, "u8": torch.uint8,
+                "f8e4m3": torch.float8_e4m3fn}
 _BUNDLE_DTYPES = {dtype: name for name, dtype in TORCH_DTYPES.items()}
 _LAYER_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16",
                  torch.float32: "f32"}
+_FP8 = torch.float8_e4m3fn
+# The largest finite e4m3 value: a scale maps a block's amax to it.
+_E4M3_MAX = 448.0
+# The fp8 scales' parameter names, as the checkpoints and vLLM name them:
+# block scales `weight_scale_inv` (DeepSeek-V3's name; multipliers all the
+# same, value = e4m3 * scale), per-tensor and per-channel ones
+# `weight_scale`.
+_SCALE_NAMES = {"block": ("w13_weight_scale_inv", "w2_weight_scale_inv"),
+                "channel": ("w13_weight_scale", "w2_weight_scale"),
+                "tensor": ("w13_weight_scale", "w2_weight_scale")}
 # The expert ids FusedExperts takes: torch's integer types with full
 # support on CUDA (the unsigned 16- to 64-bit ones lack comparisons there).
 _ID_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
@@ -148,15 +162,29 @@ def _aligned(tensor):
     return tensor.clone() if tensor.data_ptr() % _ALIGNMENT else tensor
 
 
+def _scale_weights(w13_scales, w2_scales):
+    """The bundle's (name, tensor) pairs of fp8 weights' scales: both or
+    neither."""
+    if (w13_scales is None) != (w2_scales is None):
+        raise ValueError("give both w13_scales and w2_scales (fp8 weights) "
+                         "or neither")
+    if w13_scales is None:
+        return []
+    return [("w13_scales", w13_scales), ("w2_scales", w2_scales)]
+
+
 def _fused_moe(hidden_states: torch.Tensor, router_logits: torch.Tensor,
               w13: torch.Tensor, w2: torch.Tensor,
-              correction_bias: Optional[torch.Tensor],
-              bundle_path: str) -> torch.Tensor:
+              correction_bias: Optional[torch.Tensor], bundle_path: str,
+              w13_scales: Optional[torch.Tensor] = None,
+              w2_scales: Optional[torch.Tensor] = None) -> torch.Tensor:
     """One MoE layer (moe.fused_moe) by its bundle at ``bundle_path``
     (moe_mlir.layer_bundle, part "layer"): the output [T, H].
 
     The tensors are those of the bundle, on one CUDA device:
-    ``hidden_states`` [T, H] and the weights in the layer's dtype,
+    ``hidden_states`` [T, H] in the layer's activation dtype, the weights
+    in it too or, for a bundle of fp8 weights, float8_e4m3fn with their
+    float32 ``w13_scales`` and ``w2_scales`` (the bundle's last inputs),
     ``router_logits`` [T, E] and ``correction_bias`` [E] (None when the
     layer has none) in float32. FusedMoE.forward checks them and converts
     the logits; called directly, the runtime's checks raise
@@ -165,12 +193,15 @@ def _fused_moe(hidden_states: torch.Tensor, router_logits: torch.Tensor,
     weights = [("w13", w13), ("w2", w2)]
     if correction_bias is not None:
         weights.append(("correction_bias", correction_bias))
+    weights += _scale_weights(w13_scales, w2_scales)
     return _run_bundle(bundle_path, [hidden_states, router_logits], weights)
 
 
 def _fused_experts(hidden_states: torch.Tensor, topk_ids: torch.Tensor,
                   topk_weights: torch.Tensor, w13: torch.Tensor,
-                  w2: torch.Tensor, bundle_path: str) -> torch.Tensor:
+                  w2: torch.Tensor, bundle_path: str,
+                  w13_scales: Optional[torch.Tensor] = None,
+                  w2_scales: Optional[torch.Tensor] = None) -> torch.Tensor:
     """A MoE layer's experts routed by the caller (moe.fused_experts) by
     their bundle at ``bundle_path`` (moe_mlir.layer_bundle, part
     "experts"): the output [T, H].
@@ -180,15 +211,17 @@ def _fused_experts(hidden_states: torch.Tensor, topk_ids: torch.Tensor,
     (x w13[e, I:]^T)) w2[e]^T; ids outside that range (vLLM's -1 for an
     expert of another rank) add nothing, and an expert named in two slots
     of a token counts twice. ``hidden_states`` [T, H] and the weights in
-    the layer's dtype, ``topk_ids`` [T, S] int32, ``topk_weights`` [T, S]
-    float32, on one CUDA device. FusedExperts.forward checks them and
-    converts ids and weights of other types.
+    the layer's activation dtype, or fp8 weights with their scales as for
+    fused_moe; ``topk_ids`` [T, S] int32, ``topk_weights`` [T, S] float32,
+    on one CUDA device. FusedExperts.forward checks them and converts ids
+    and weights of other types.
     """
     return _run_bundle(bundle_path, [hidden_states, topk_ids, topk_weights],
-                       [("w13", w13), ("w2", w2)])
+                       [("w13", w13), ("w2", w2)]
+                       + _scale_weights(w13_scales, w2_scales))
 
 
-def _output_like_hidden_states(hidden_states, *_):
+def _output_like_hidden_states(hidden_states, *_, **__):
     """Both ops' fake implementation: the output has the hidden states'
     shape, dtype and device."""
     return hidden_states.new_empty(hidden_states.shape)
@@ -216,19 +249,122 @@ def _call(op, implementation, hidden_states, *args):
     return implementation(hidden_states, *args)
 
 
+def quantize_fp8_weights(weights, weight_scaling):
+    """(codes, scales): float ``weights`` [..., N, K] (an expert's [N, K],
+    or experts' [E, N, K]) as float8_e4m3fn codes and their float32 scales
+    per ``weight_scaling`` (moe_mlir.layers.WEIGHT_SCALINGS): [...]
+    ("tensor"), [..., N] ("channel") or [..., ceil(N/128), ceil(K/128)]
+    ("block"), each max(amax, 1e-10) / 448 of the values it scales (as
+    checkpoints are made, and as moe.quantize scales activations), each
+    code its value over its scale rounded to the nearest e4m3 value (ties
+    to even). Computes in float32 on the weights' device, with a few
+    float32 temporaries of their size: quantize a large layer an expert at
+    a time.
+    """
+    if weight_scaling not in layers.WEIGHT_SCALINGS:
+        raise ValueError(f"unknown weight_scaling {weight_scaling!r} "
+                         f"({', '.join(layers.WEIGHT_SCALINGS)})")
+    values = weights.float()
+    n, k = values.shape[-2:]
+    magnitudes = values.abs()
+    if weight_scaling == "tensor":
+        amax = magnitudes.amax(dim=(-2, -1))
+    elif weight_scaling == "channel":
+        amax = magnitudes.amax(dim=-1)
+    else:
+        block = layers.SCALE_BLOCK
+        rows, columns = -(-n // block), -(-k // block)
+        padded = torch.nn.functional.pad(
+            magnitudes, (0, columns * block - k, 0, rows * block - n))
+        amax = padded.unflatten(-1, (columns, block)).unflatten(
+            -3, (rows, block)).amax(dim=(-3, -1))
+    scales = amax.clamp(min=1e-10) / _E4M3_MAX
+    # torch's conversion rounds to nearest even but makes NaN of what is
+    # beyond 448 (Hopper's cvt.rn.satfinite saturates): clamp first.
+    codes = (values / _scale_of_each(scales, weight_scaling, n, k)).clamp(
+        -_E4M3_MAX, _E4M3_MAX).to(_FP8)
+    return codes, scales
+
+
+def _scale_of_each(scales, weight_scaling, n, k):
+    """``scales`` broadcast to the elements of the [..., N, K] weights they
+    scale."""
+    if weight_scaling == "tensor":
+        return scales[..., None, None]
+    if weight_scaling == "channel":
+        return scales[..., None]
+    block = layers.SCALE_BLOCK
+    return scales.repeat_interleave(block, -2).repeat_interleave(
+        block, -1)[..., :n, :k]
+
+
+def fuse_gate_up(gate_proj, up_proj, gate_scale, up_scale, *,
+                 weight_scaling="block"):
+    """(w13, w13 scales) of an expert from a checkpoint's fp8 gate_proj and
+    up_proj weights ([I, H] each; or stacked experts, [E, I, H]) and their
+    scales: gate rows, then up rows, as FusedMoE's w13 and its scales hold
+    an expert. With "block" scales (DeepSeek-V3's and Kimi-K2's
+    ``weight_scale_inv``, [..., I/128, ceil(H/128)] each) w13's are
+    [..., 2I/128, ceil(H/128)] and I must be a multiple of 128: otherwise
+    the block astride the seam would need one scale for rows of both; with
+    "channel" scales ([..., I] each) they are [..., 2I]. Per-tensor gate
+    and up scales cannot share w13's one scale per expert: give each as
+    channel scales (the scale repeated for its I rows) instead.
+
+    Loading a checkpoint an expert at a time copies no more than one::
+
+        for e in range(num_experts):
+            w13, scales = fuse_gate_up(gate[e], up[e], gate_inv[e], up_inv[e])
+            moe.w13[e].copy_(w13)
+            moe.w13_weight_scale_inv[e].copy_(scales)
+    """
+    if weight_scaling not in ("block", "channel"):
+        raise ValueError(f"fuse_gate_up takes 'block' or 'channel' scales, "
+                         f"got {weight_scaling!r} (per-tensor gate and up "
+                         "scales: repeat each for its rows and give them as "
+                         "channel scales)")
+    if gate_proj.dim() < 2 or gate_proj.shape != up_proj.shape:
+        raise ValueError(f"gate_proj and up_proj must have one shape "
+                         f"[..., I, H], got {list(gate_proj.shape)} and "
+                         f"{list(up_proj.shape)}")
+    *experts, intermediate, hidden = gate_proj.shape
+    if weight_scaling == "channel":
+        scales_shape = [*experts, intermediate]
+    else:
+        block = layers.SCALE_BLOCK
+        if intermediate % block:
+            raise ValueError(
+                f"fusing gate_proj and up_proj with {block} x {block} block "
+                f"scales needs I a multiple of {block}, got I = "
+                f"{intermediate}: w13's block astride the gate and up rows "
+                "would need one scale for both")
+        scales_shape = [*experts, intermediate // block, -(-hidden // block)]
+    for name, scale in (("gate_scale", gate_scale), ("up_scale", up_scale)):
+        if list(scale.shape) != scales_shape:
+            raise ValueError(f"{name} must have shape {scales_shape} "
+                             f"({weight_scaling} scales of [..., "
+                             f"{intermediate}, {hidden}] weights), got "
+                             f"{list(scale.shape)}")
+    return (torch.cat([gate_proj, up_proj], dim=-2),
+            torch.cat([gate_scale, up_scale], dim=-2 if weight_scaling ==
+                      "block" else -1).to(torch.float32))
+
+
 class _LayerModule(torch.nn.Module):
     """What FusedMoE and FusedExperts share: the layer, its bundle (the
     ``part`` of moe_mlir.layer_bundle) compiled at construction, the
-    expert weights w13 and w2, and the checks of forward's arguments."""
+    expert weights w13 and w2 and, for fp8 weights, their scales, and the
+    checks of forward's arguments."""
 
-    def __init__(self, layer, part, dtype, device, tokens_max, block_m,
-                 cache_dir, config_db, device_name, num_sms, chip, toolkit):
+    def __init__(self, layer, part, *, dtype, activation_dtype,
+                 weight_scaling, weight_block_size, device, tokens_max,
+                 block_m, cache_dir, config_db, device_name, num_sms, chip,
+                 toolkit):
         super().__init__()
         self.layer = layer
-        if dtype not in _LAYER_DTYPES:
-            raise TypeError(f"dtype must be torch.bfloat16, torch.float16 or "
-                            f"torch.float32, got {dtype}")
         self.dtype = dtype
+        self.activation_dtype, self.weight_scaling = _weight_format(
+            dtype, activation_dtype, weight_scaling, weight_block_size)
         self.tokens_max = tokens_max
         on_cuda = ((device is None or torch.device(device).type == "cuda")
                    and torch.cuda.is_available())
@@ -242,10 +378,11 @@ class _LayerModule(torch.nn.Module):
                 if on_cuda else layers.DEFAULT_NUM_SMS)
         try:
             self.bundle_path = layers.layer_bundle(
-                layer, _LAYER_DTYPES[dtype], part=part, cache_dir=cache_dir,
-                tokens_max=tokens_max, block_m=block_m, config_db=config_db,
-                device_name=device_name, num_sms=num_sms, chip=chip,
-                toolkit=toolkit)
+                layer, _LAYER_DTYPES[self.activation_dtype],
+                quantization=self.weight_scaling, part=part,
+                cache_dir=cache_dir, tokens_max=tokens_max, block_m=block_m,
+                config_db=config_db, device_name=device_name,
+                num_sms=num_sms, chip=chip, toolkit=toolkit)
         except Error as error:
             raise Error(f"{type(self).__name__} has no GPU bundle for its "
                         f"layer: {error}") from error
@@ -255,28 +392,82 @@ class _LayerModule(torch.nn.Module):
         self.w2 = torch.nn.Parameter(
             torch.empty(layer.w2_shape, dtype=dtype, device=device),
             requires_grad=False)
+        for name, shape in self._scale_shapes():
+            setattr(self, name, torch.nn.Parameter(
+                torch.empty(shape, dtype=torch.float32, device=device),
+                requires_grad=False))
+
+    def _scale_shapes(self):
+        """(parameter name, shape) of w13's and w2's fp8 scales; none for
+        weights in the activations' dtype."""
+        scaling = self.weight_scaling
+        if scaling is None:
+            return []
+        return list(zip(_SCALE_NAMES[scaling],
+                        (self.layer.w13_scales_shape(scaling),
+                         self.layer.w2_scales_shape(scaling))))
+
+    def _scales(self):
+        """The fp8 scale parameters of w13 and w2, (None, None) for weights
+        in the activations' dtype: the ops' last arguments."""
+        return tuple(getattr(self, name)
+                     for name, _ in self._scale_shapes()) or (None, None)
 
     def reset_parameters(self):
-        """Weights uniform in +-1/sqrt(fan-in), as nn.Linear's."""
+        """Weights uniform in +-1/sqrt(fan-in), as nn.Linear's; fp8 weights
+        quantized from such values, an expert at a time (no float32 copy
+        of all experts), with their scales (quantize_fp8_weights)."""
+        scales = self._scales()
         with torch.no_grad():
-            bound = 1 / math.sqrt(self.layer.hidden_size)
-            self.w13.uniform_(-bound, bound)
-            bound = 1 / math.sqrt(self.layer.intermediate_size)
-            self.w2.uniform_(-bound, bound)
+            for weight, scale, fan_in in (
+                    (self.w13, scales[0], self.layer.hidden_size),
+                    (self.w2, scales[1], self.layer.intermediate_size)):
+                bound = 1 / math.sqrt(fan_in)
+                if scale is None:
+                    weight.uniform_(-bound, bound)
+                    continue
+                for expert in range(weight.shape[0]):
+                    values = torch.empty(weight.shape[1:],
+                                         dtype=torch.float32,
+                                         device=weight.device)
+                    codes, expert_scales = quantize_fp8_weights(
+                        values.uniform_(-bound, bound), self.weight_scaling)
+                    weight[expert].copy_(codes)
+                    scale[expert].copy_(expert_scales)
 
     def _weights(self):
-        """(name, parameter, dtype) of each weight the bundle takes, in its
-        order."""
-        return [("w13", self.w13, self.dtype), ("w2", self.w2, self.dtype)]
+        """(name, parameter, dtype, shape) of each weight the bundle takes,
+        in its order: w13, w2, the router's (_router_weights), the fp8
+        scales."""
+        layer = self.layer
+        weights = [("w13", self.w13, self.dtype, layer.w13_shape),
+                   ("w2", self.w2, self.dtype, layer.w2_shape)]
+        weights += self._router_weights()
+        weights += [(name, getattr(self, name), torch.float32, shape)
+                    for name, shape in self._scale_shapes()]
+        return weights
+
+    def _router_weights(self):
+        """The router's weights in _weights' form: none for experts."""
+        return []
+
+    def _describe_weights(self):
+        """extra_repr's words for the dtypes and the fp8 scaling."""
+        if self.weight_scaling is None:
+            return f"dtype={self.dtype}"
+        return (f"dtype={self.dtype}, weight_scaling={self.weight_scaling}, "
+                f"activation_dtype={self.activation_dtype}")
 
     def _check_arguments(self, hidden_states, routing):
         """Checks forward's arguments and the parameters for what the
-        bundle takes: ``hidden_states`` [T, H] in the layer's dtype on a
-        CUDA device, each of ``routing`` ((name, tensor, width, floating))
-        [T, width] on that device, floating-point or of an integer type
-        of _ID_DTYPES as ``floating`` says, T at most tokens_max. Raises
-        TypeError for wrong types, ValueError for wrong shapes or devices.
-        Reads only tensors' metadata, so that torch.compile traces it."""
+        bundle takes: ``hidden_states`` [T, H] in the layer's activation
+        dtype on a CUDA device, each of ``routing`` ((name, tensor, width,
+        floating)) [T, width] on that device, floating-point or of an
+        integer type of _ID_DTYPES as ``floating`` says, T at most
+        tokens_max, and each weight of _weights of its dtype and shape on
+        that device. Raises TypeError for wrong types, ValueError for wrong
+        shapes or devices, naming the tensor and what it must be. Reads
+        only tensors' metadata, so that torch.compile traces it."""
         hidden_size = self.layer.hidden_size
         for name, tensor in ([("hidden_states", hidden_states)]
                              + [entry[:2] for entry in routing]):
@@ -293,9 +484,10 @@ class _LayerModule(torch.nn.Module):
                 raise ValueError(f"{name} must have shape [{tokens}, "
                                  f"{width}] (T from hidden_states), got "
                                  f"{list(tensor.shape)}")
-        if hidden_states.dtype != self.dtype:
-            raise TypeError(f"hidden_states must be {self.dtype} (the "
-                            f"layer's dtype), got {hidden_states.dtype}")
+        if hidden_states.dtype != self.activation_dtype:
+            raise TypeError(f"hidden_states must be {self.activation_dtype} "
+                            f"(the layer's activation dtype), got "
+                            f"{hidden_states.dtype}")
         for name, tensor, _, floating in routing:
             if floating and not tensor.is_floating_point():
                 raise TypeError(f"{name} must be floating-point, got "
@@ -311,13 +503,16 @@ class _LayerModule(torch.nn.Module):
             if tensor.device != device:
                 raise ValueError(f"{name} are on {tensor.device}, "
                                  f"hidden_states on {device}")
-        for name, weight, dtype in self._weights():
+        for name, weight, dtype, shape in self._weights():
             if weight.dtype != dtype:
                 raise TypeError(f"{name} is {weight.dtype}, but the bundle "
                                 f"was compiled for {dtype} (module.to(dtype) "
-                                "converts every parameter; construct "
-                                f"{type(self).__name__} with the dtype "
-                                "instead)")
+                                "converts every floating-point parameter; "
+                                f"construct {type(self).__name__} with the "
+                                "dtype instead)")
+            if not _has_shape(weight, shape):
+                raise ValueError(f"{name} must have shape {list(shape)}, got "
+                                 f"{list(weight.shape)}")
             if weight.device != device:
                 raise ValueError(f"{name} is on {weight.device} and "
                                  f"hidden_states on {device}; move the "
@@ -346,6 +541,22 @@ class FusedMoE(_LayerModule):
     ``correction_bias`` [E], added to the scores for selection only. Load
     them with load_state_dict or copy_ into them.
 
+    FP8 weights, as DeepSeek-V3's and Kimi-K2's Hugging Face checkpoints
+    ship them: ``dtype=torch.float8_e4m3fn`` with
+    ``weight_block_size=(128, 128)`` (vLLM's name) makes w13 and w2 e4m3
+    with float32 scales per 128 x 128 block, ``w13_weight_scale_inv``
+    [E+X, ceil(2I/128), ceil(H/128)] and ``w2_weight_scale_inv`` [E+X,
+    ceil(H/128), ceil(I/128)]; ``weight_scaling="channel"`` gives one scale
+    per output row instead, ``w13_weight_scale`` [E+X, 2I] and
+    ``w2_weight_scale`` [E+X, H], and ``weight_scaling="tensor"`` one per
+    expert, [E+X] each. Every weight stands for its e4m3 value times its
+    scale. The activations are quantized to e4m3 at run time, per token
+    and 128 columns with block scales, per token with the others
+    (moe.quantize); hidden states come in and go out in
+    ``activation_dtype`` (default bfloat16). fuse_gate_up makes w13 and its
+    scales from a checkpoint's gate_proj and up_proj, and
+    quantize_fp8_weights quantizes higher-precision weights.
+
     The bundle is compiled at construction (moe_mlir.layer_bundle, cached in
     ``cache_dir``; a machine without the compiler needs it there already)
     for up to ``tokens_max`` tokens, with the grouped matmuls' tile configs
@@ -368,8 +579,9 @@ class FusedMoE(_LayerModule):
                  num_groups=None, topk_groups=None, renormalize=None,
                  routed_scaling_factor=None, num_shared_experts=None,
                  correction_bias=None, preset=None, reduced=False, layer=None,
-                 dtype=torch.bfloat16, device=None, tokens_max=16384,
-                 block_m=0, cache_dir=None, config_db=None,
+                 dtype=torch.bfloat16, activation_dtype=None,
+                 weight_scaling=None, weight_block_size=None, device=None,
+                 tokens_max=16384, block_m=0, cache_dir=None, config_db=None,
                  device_name=None, num_sms=None, chip=layers.DEFAULT_CHIP,
                  toolkit=layers.DEFAULT_CUDA_TOOLKIT):
         layer = _make_layer(
@@ -381,9 +593,13 @@ class FusedMoE(_LayerModule):
                          "routed_scaling_factor": routed_scaling_factor,
                          "num_shared_experts": num_shared_experts},
             correction_bias=correction_bias)
-        super().__init__(layer, "layer", dtype, device, tokens_max, block_m,
-                         cache_dir, config_db, device_name, num_sms, chip,
-                         toolkit)
+        super().__init__(
+            layer, "layer", dtype=dtype, activation_dtype=activation_dtype,
+            weight_scaling=weight_scaling,
+            weight_block_size=weight_block_size, device=device,
+            tokens_max=tokens_max, block_m=block_m, cache_dir=cache_dir,
+            config_db=config_db, device_name=device_name, num_sms=num_sms,
+            chip=chip, toolkit=toolkit)
         if layer.correction_bias:
             self.correction_bias = torch.nn.Parameter(
                 torch.empty(layer.num_experts, dtype=torch.float32,
@@ -394,16 +610,18 @@ class FusedMoE(_LayerModule):
         self.reset_parameters()
 
     def reset_parameters(self):
-        """Weights uniform in +-1/sqrt(fan-in), as nn.Linear's; bias 0."""
+        """Weights uniform in +-1/sqrt(fan-in), as nn.Linear's (fp8 ones
+        quantized from such values); bias 0."""
         super().reset_parameters()
         if self.correction_bias is not None:
             with torch.no_grad():
                 self.correction_bias.zero_()
 
     def forward(self, hidden_states, router_logits):
-        """The layer's output [T, H] in the layer's dtype.
+        """The layer's output [T, H] in the layer's activation dtype.
 
-        ``hidden_states`` [T, H] in the layer's dtype and ``router_logits``
+        ``hidden_states`` [T, H] in the layer's activation dtype (its dtype
+        unless the weights are fp8) and ``router_logits``
         [T, E] (any float dtype; routing computes in float32, so they are
         converted) on the parameters' CUDA device. Wrong types raise
         TypeError, wrong shapes or devices ValueError.
@@ -412,7 +630,7 @@ class FusedMoE(_LayerModule):
             ("router_logits", router_logits, self.layer.num_experts, True)])
         return _call(torch.ops.moe_mlir.fused_moe, _fused_moe, hidden_states,
                      router_logits.to(torch.float32), self.w13, self.w2,
-                     self.correction_bias, self.bundle_path)
+                     self.correction_bias, self.bundle_path, *self._scales())
 
     def extra_repr(self):
         layer, router = self.layer, self.layer.router
@@ -421,14 +639,14 @@ class FusedMoE(_LayerModule):
                 f"hidden_size={layer.hidden_size}, "
                 f"intermediate_size={layer.intermediate_size}, "
                 f"router=<{router.params()}>, "
-                f"correction_bias={layer.correction_bias}, dtype={self.dtype}")
+                f"correction_bias={layer.correction_bias}, "
+                f"{self._describe_weights()}")
 
-    def _weights(self):
-        weights = super()._weights()
-        if self.correction_bias is not None:
-            weights.append(("correction_bias", self.correction_bias,
-                            torch.float32))
-        return weights
+    def _router_weights(self):
+        if self.correction_bias is None:
+            return []
+        return [("correction_bias", self.correction_bias, torch.float32,
+                 (self.layer.num_experts,))]
 
 
 class FusedExperts(_LayerModule):
@@ -447,9 +665,11 @@ class FusedExperts(_LayerModule):
 
     Each token has S = top_k + num_shared_experts slots: the caller's ids
     name the shared experts (E..E+X-1) as well, with their weights.
-    Parameters, the bundle and its keywords (dtype, device, tokens_max,
-    block_m, cache_dir, config_db, device_name, num_sms, chip, toolkit) are
-    those of FusedMoE, without the correction bias; forward calls the op
+    Parameters, the bundle and its keywords (dtype, activation_dtype,
+    weight_scaling, weight_block_size, device, tokens_max, block_m,
+    cache_dir, config_db, device_name, num_sms, chip, toolkit) are those of
+    FusedMoE, fp8 weights and their scales included, without the
+    correction bias; forward calls the op
     ``torch.ops.moe_mlir.fused_experts``, with FusedMoE's rules for
     torch.compile, torch.export, CUDA graphs and streams.
     """
@@ -457,7 +677,8 @@ class FusedExperts(_LayerModule):
     def __init__(self, num_experts=None, hidden_size=None,
                  intermediate_size=None, top_k=None, *,
                  num_shared_experts=None, preset=None, reduced=False,
-                 layer=None, dtype=torch.bfloat16, device=None,
+                 layer=None, dtype=torch.bfloat16, activation_dtype=None,
+                 weight_scaling=None, weight_block_size=None, device=None,
                  tokens_max=16384, block_m=0, cache_dir=None, config_db=None,
                  device_name=None, num_sms=None, chip=layers.DEFAULT_CHIP,
                  toolkit=layers.DEFAULT_CUDA_TOOLKIT):
@@ -466,15 +687,20 @@ class FusedExperts(_LayerModule):
             sizes=(num_experts, hidden_size, intermediate_size, top_k),
             router_args={"num_shared_experts": num_shared_experts},
             correction_bias=None)
-        super().__init__(layer, "experts", dtype, device, tokens_max,
-                         block_m, cache_dir, config_db, device_name, num_sms,
-                         chip, toolkit)
+        super().__init__(
+            layer, "experts", dtype=dtype, activation_dtype=activation_dtype,
+            weight_scaling=weight_scaling,
+            weight_block_size=weight_block_size, device=device,
+            tokens_max=tokens_max, block_m=block_m, cache_dir=cache_dir,
+            config_db=config_db, device_name=device_name, num_sms=num_sms,
+            chip=chip, toolkit=toolkit)
         self.reset_parameters()
 
     def forward(self, hidden_states, topk_ids, topk_weights):
-        """The experts' output [T, H] in the layer's dtype.
+        """The experts' output [T, H] in the layer's activation dtype.
 
-        ``hidden_states`` [T, H] in the layer's dtype; ``topk_ids`` [T, S]
+        ``hidden_states`` [T, H] in the layer's activation dtype (its dtype
+        unless the weights are fp8); ``topk_ids`` [T, S]
         of an integer type (torch.topk's int64 is converted to int32 on the
         device, ids outside [0, E+X) becoming -1 first so that none beyond
         int32's range wraps into a valid one; such ids add nothing) and
@@ -491,7 +717,7 @@ class FusedExperts(_LayerModule):
                      hidden_states,
                      _int32_ids(topk_ids, layer.num_stored_experts),
                      topk_weights.to(torch.float32), self.w13, self.w2,
-                     self.bundle_path)
+                     self.bundle_path, *self._scales())
 
     def extra_repr(self):
         layer = self.layer
@@ -499,7 +725,7 @@ class FusedExperts(_LayerModule):
                 f"{layer.router.num_shared_experts}, "
                 f"hidden_size={layer.hidden_size}, "
                 f"intermediate_size={layer.intermediate_size}, "
-                f"top_k={layer.router.top_k}, dtype={self.dtype}")
+                f"top_k={layer.router.top_k}, {self._describe_weights()}")
 
 
 def _has_shape(tensor, shape):
@@ -524,6 +750,53 @@ def _int32_ids(topk_ids, num_stored_experts):
     if topk_ids.dtype == torch.int64:
         topk_ids = topk_ids.clamp(-1, num_stored_experts)
     return topk_ids.to(torch.int32)
+
+
+def _weight_format(dtype, activation_dtype, weight_scaling,
+                   weight_block_size):
+    """(activation dtype, weight scaling or None) of a module's dtype
+    arguments: fp8 weights (``dtype`` float8_e4m3fn) take their scaling
+    from ``weight_block_size`` (128, 128) or ``weight_scaling``, and their
+    activations default to bfloat16; other weights are in the activations'
+    dtype and have no scaling."""
+    if dtype != _FP8:
+        if dtype not in _LAYER_DTYPES:
+            raise TypeError(f"dtype must be torch.bfloat16, torch.float16, "
+                            f"torch.float32 or torch.float8_e4m3fn, got "
+                            f"{dtype}")
+        if weight_scaling is not None or weight_block_size is not None:
+            raise ValueError("weight_scaling and weight_block_size are for "
+                             "fp8 weights (dtype=torch.float8_e4m3fn)")
+        if activation_dtype is not None and activation_dtype != dtype:
+            raise ValueError(f"activation_dtype ({activation_dtype}) differs "
+                             f"from dtype ({dtype}) only with fp8 weights")
+        return dtype, None
+    if weight_block_size is not None:
+        block = layers.SCALE_BLOCK
+        if (not isinstance(weight_block_size, (tuple, list))
+                or list(weight_block_size) != [block, block]):
+            raise ValueError(f"weight_block_size must be ({block}, {block}) "
+                             f"(the checkpoints' scale blocks), got "
+                             f"{weight_block_size!r}")
+        if weight_scaling not in (None, "block"):
+            raise ValueError(f"weight_block_size is for block scales, not "
+                             f"weight_scaling={weight_scaling!r}")
+        weight_scaling = "block"
+    if weight_scaling is None:
+        raise ValueError("fp8 weights need their scaling: "
+                         "weight_block_size=(128, 128) for 128 x 128 block "
+                         "scales (DeepSeek-V3, Kimi-K2), or "
+                         "weight_scaling='channel' or 'tensor'")
+    if weight_scaling not in layers.WEIGHT_SCALINGS:
+        raise ValueError(f"unknown weight_scaling {weight_scaling!r} "
+                         f"({', '.join(layers.WEIGHT_SCALINGS)})")
+    if activation_dtype is None:
+        activation_dtype = torch.bfloat16
+    if activation_dtype not in _LAYER_DTYPES:
+        raise TypeError(f"activation_dtype must be torch.bfloat16, "
+                        f"torch.float16 or torch.float32, got "
+                        f"{activation_dtype}")
+    return activation_dtype, weight_scaling
 
 
 def _make_layer(preset, reduced, layer, sizes, router_args, correction_bias):

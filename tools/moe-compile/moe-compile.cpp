@@ -53,10 +53,16 @@ static cl::opt<std::string> layerSizes(
     cl::init(""), cl::cat(moeCompileCategory));
 static cl::opt<bool>
     describe("describe",
-             cl::desc("Print the layer's sizes, router and dtype as JSON (a "
-                      "--list-presets object with \"dtype\") instead of "
-                      "compiling it"),
+             cl::desc("Print the layer's sizes, router, dtype and "
+                      "quantization as JSON (a --list-presets object with "
+                      "\"dtype\", and \"quantization\" for fp8 weights) "
+                      "instead of compiling it"),
              cl::init(false), cl::cat(moeCompileCategory));
+static cl::opt<bool> printSource(
+    "print-source",
+    cl::desc("Print the layer's MLIR (a preset's or sizes' part as "
+             "generated, a file's as parsed) instead of compiling it"),
+    cl::init(false), cl::cat(moeCompileCategory));
 static cl::opt<std::string>
     part("part",
          cl::desc("Of the layer: 'layer' (moe.fused_moe), 'experts' "
@@ -72,9 +78,18 @@ static cl::opt<bool> reduced("reduced",
                              cl::init(false), cl::cat(moeCompileCategory));
 static cl::opt<std::string> dtype("dtype",
                                   cl::desc("Element type of a preset or "
-                                           "sizes: bf16, f16 or f32"),
+                                           "sizes: bf16, f16 or f32 (with "
+                                           "--quantization, of the hidden "
+                                           "states)"),
                                   cl::init("bf16"),
                                   cl::cat(moeCompileCategory));
+static cl::opt<std::string> quantization(
+    "quantization",
+    cl::desc("FP8 (e4m3) weights of a preset or sizes, for --part layer or "
+             "experts, with fp32 scales per 'tensor' (expert), 'channel' "
+             "(output row) or 'block' (128 x 128; the activations then "
+             "scaled per token and 128 columns, else per token)"),
+    cl::init(""), cl::cat(moeCompileCategory));
 static cl::opt<int64_t> tokensMax("tokens-max",
                                   cl::desc("Largest token count to size for"),
                                   cl::init(16384), cl::cat(moeCompileCategory));
@@ -198,11 +213,11 @@ int main(int argc, char **argv) {
   registerMoePasses();
   llvm::SourceMgr sourceMgr;
   SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
-  LayerSource source{inputFile,        presetName, part,      dtype,
-                     reduced ? 32 : 1, blockM,     layerSizes};
+  LayerSource source{inputFile,        presetName, part,       dtype,
+                     reduced ? 32 : 1, blockM,     layerSizes, quantization};
   if (describe)
     return printLayer(source, context, sourceMgr);
-  if (output.empty())
+  if (output.empty() && !printSource)
     return fail("no bundle directory: give -o <dir>");
   for (auto [name, value, least, most] :
        {std::tuple<StringRef, int64_t, int64_t, int64_t>{
@@ -228,6 +243,10 @@ int main(int argc, char **argv) {
       parseLayerSource(source, context, sourceMgr, error);
   if (!module)
     return fail(error);
+  if (printSource) {
+    module->print(llvm::outs());
+    return 0;
+  }
 
   BundleOptions options;
   options.pipeline.tokensMax = tokensMax;

@@ -65,8 +65,16 @@ static cl::opt<bool>
 static cl::opt<int64_t> tokens("tokens", cl::desc("Token count T"),
                                cl::init(16), cl::cat(moeRunCategory));
 static cl::opt<std::string>
-    dtypeName("dtype", cl::desc("Preset element type: bf16, f16 or f32"),
+    dtypeName("dtype",
+              cl::desc("Preset element type: bf16, f16 or f32 (with "
+                       "--quantization, of the hidden states)"),
               cl::init("bf16"), cl::cat(moeRunCategory));
+static cl::opt<std::string> quantization(
+    "quantization",
+    cl::desc("FP8 (e4m3) weights of the preset with fp32 scales per "
+             "'tensor', 'channel' or 'block' (128 x 128), as moe-compile "
+             "--quantization"),
+    cl::init(""), cl::cat(moeRunCategory));
 static cl::opt<unsigned> seed("seed", cl::desc("Random seed of the inputs"),
                               cl::init(0), cl::cat(moeRunCategory));
 static cl::opt<std::string>
@@ -571,9 +579,9 @@ int main(int argc, char **argv) {
     return fail("unknown --device '" + deviceName + "' (cpu, gpu, auto)");
   llvm::SourceMgr sourceMgr;
   SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
-  LayerSource source{inputFile,        presetName,       part,
-                     dtypeName,        reduced ? 32 : 1, /*blockM=*/64,
-                     /*layerSizes=*/""};
+  LayerSource source{inputFile,         presetName,       part,
+                     dtypeName,         reduced ? 32 : 1, /*blockM=*/64,
+                     /*layerSizes=*/"", quantization};
   std::string label = source.label(), error;
   OwningOpRef<ModuleOp> module =
       parseLayerSource(source, context, sourceMgr, error);

@@ -33,15 +33,20 @@ struct LayerDescription {
   int64_t hiddenSize, intermediate, numExperts, topK, numSharedExperts;
   std::string router; // #moe.router parameters; empty when there is none
   bool bias = false;
-  std::string dtype = "bf16"; // of the activations and weights
+  std::string dtype = "bf16"; // of the activations, and of unquantized weights
+  /// Empty for weights in `dtype`; else f8E4M3FN weights with fp32 scales
+  /// per "tensor", "channel" or "block" (128 x 128), the activations scaled
+  /// per token (tensor, channel) or per token and 128 columns (block):
+  /// #moe.quantization's `weights`, paired as checkpoints pair them.
+  std::string quantization;
 
   /// The description of `preset` with element type `dtype`.
   static LayerDescription of(const Preset &preset, llvm::StringRef dtype);
   /// A Preset that points into this description (valid while it lives).
   Preset preset() const;
   /// {"experts", "hidden", "intermediate", "top_k", "shared"} and the name,
-  /// router and bias where there are: what --list-presets prints of a
-  /// preset.
+  /// router, bias and quantization where there are: what --list-presets
+  /// prints of a preset.
   llvm::json::Object toJSON() const;
 };
 
@@ -53,13 +58,20 @@ const Preset *findPreset(llvm::StringRef name);
 std::string presetNames();
 
 /// The layer as a function of a moe.fused_moe: (hidden [T,H], logits [T,E],
-/// w13, w2[, bias]) -> [T,H], element type `dtype`.
-std::string getLayerSource(const Preset &preset, llvm::StringRef dtype);
+/// w13, w2[, bias][, w13 scales, w2 scales]) -> [T,H], the arguments in the
+/// op's operand order. Element type `dtype`; with a `quantization` (see
+/// LayerDescription) the weights are f8E4M3FN and their fp32 scales follow,
+/// shaped as QuantizationAttr::getWeightScalesShape says.
+std::string getLayerSource(const Preset &preset, llvm::StringRef dtype,
+                           llvm::StringRef quantization);
 
 /// The layer's experts without its router, as a function of one
 /// moe.fused_experts: (hidden [T,H], ids [T,S] i32, weights [T,S] f32, w13,
-/// w2) -> [T,H], S = top_k + shared experts, the weights of all E+X experts.
-std::string getExpertsSource(const Preset &preset, llvm::StringRef dtype);
+/// w2[, w13 scales, w2 scales]) -> [T,H], S = top_k + shared experts, the
+/// weights of all E+X experts; `dtype` and `quantization` as for
+/// getLayerSource.
+std::string getExpertsSource(const Preset &preset, llvm::StringRef dtype,
+                             llvm::StringRef quantization);
 
 /// The routing of the layer as a function of moe.gate, moe.route (block_m
 /// rows) and moe.combine: (logits [T,E][, bias], rows [T,S,H]) ->
@@ -80,10 +92,12 @@ std::string getGroupedMatmulSource(const Preset &preset, llvm::StringRef dtype,
                                    int64_t blockM, bool second);
 
 /// The source of `part` ("layer", "experts", "routing", "router", "gemm1" or
-/// "gemm2") of
-/// `layer` with element type `layer.dtype` (bf16, f16, f32) and routing blocks
-/// of `blockM` rows; an error names the valid choices, and the parts that
-/// need a router are refused for a layer without one.
+/// "gemm2") of `layer` with element type `layer.dtype` (bf16, f16, f32),
+/// its `quantization` ("", "tensor", "channel", "block") and routing blocks
+/// of `blockM` rows; an error names the valid choices, the parts that need a
+/// router are refused for a layer without one, and the grouped matmuls for
+/// an fp8 layer (they run inside its one op; its router and routing are any
+/// layer's).
 llvm::Expected<std::string> getPartSource(const LayerDescription &layer,
                                           llvm::StringRef part, int64_t blockM);
 
@@ -92,8 +106,10 @@ llvm::Expected<std::string> getPartSource(const LayerDescription &layer,
 /// says what is wrong with the text.
 llvm::Expected<LayerDescription> parseLayerSizes(llvm::StringRef text);
 
-/// The layer of the one moe.fused_moe of `module`: its sizes, router, bias
-/// and element type; an error when there is none or more than one.
+/// The layer of the one moe.fused_moe of `module`: its sizes, router, bias,
+/// element type (of the hidden states) and quantization; an error when there
+/// is none or more than one, or when it has fp8 scale blocks other than
+/// the 128 a description implies.
 llvm::Expected<LayerDescription> describeLayer(ModuleOp module);
 
 /// What a tool parses: `part` of the preset `presetName` or of the layer of
@@ -102,6 +118,10 @@ struct LayerSource {
   std::string inputFile, presetName, part = "layer", dtype = "bf16";
   int64_t shrink = 1, blockM = 64;
   std::string layerSizes; // parseLayerSizes' text
+  /// --quantization of a preset's or the sizes' layer or experts
+  /// (LayerDescription::quantization); refused with a file, whose layer says
+  /// its own, and with other parts.
+  std::string quantization;
 
   /// "deepseek-v3 (reduced)", "sizes experts=..." or the file name, for
   /// messages.
@@ -116,9 +136,9 @@ OwningOpRef<ModuleOp> parseLayerSource(const LayerSource &source,
                                        std::string &error);
 
 /// The layer of `source`: a preset's or the sizes' with hidden and
-/// intermediate sizes divided by `source.shrink` and element type
-/// `source.dtype`, or the file's (parsed, then describeLayer); an error says
-/// why there is none.
+/// intermediate sizes divided by `source.shrink`, element type
+/// `source.dtype` and `source.quantization`, or the file's (parsed, then
+/// describeLayer); an error says why there is none.
 llvm::Expected<LayerDescription>
 describeLayerSource(const LayerSource &source, MLIRContext &context,
                     llvm::SourceMgr &sourceMgr);

@@ -1,0 +1,473 @@
+#!/usr/bin/env python3
+"""GPU test of moe_mlir.torch's FusedMoE and FusedExperts with fp8 (e4m3)
+weights and their fp32 scales.
+
+- FusedMoE of DeepSeek-V3 and Kimi-K2 with 128 x 128 block scales, reduced
+  32x (H = 224: a whole block and a ragged one; I = 64) at each of
+  TOKEN_COUNTS and at full size (H = 7168, I = 2048; 11 and 17 GB of e4m3
+  weights) at each of FULL_TOKEN_COUNTS, and reduced DeepSeek-V3 with
+  channel and tensor scales: the module's own weights (reset_parameters:
+  random values quantized an expert at a time on the GPU), fresh random
+  hidden states, logits and correction bias for each T. The output the
+  module allocates lands where a NaN-filled block of its size was just
+  freed (torch's caching allocator hands that block on), so an unwritten
+  element shows; it must be finite and within ||error|| / ||reference|| <=
+  1.5e-2 and max |error| / max |reference| <= 6e-2 of a float64 reference
+  on the GPU from the same quantized operands, as test/GPU/fp8_test.py
+  argues the tolerance (one e4m3 step of an element, or of a group's
+  scale, where a last-bit difference of the bf16 intermediate flips a
+  rounding). The reference routes with the plain C++ reference's gate
+  (bit-identical to the GPU's), then for each expert hit: the weights
+  dequantized (e4m3 value x scale, exact in float64), the hidden states
+  quantized per token and 128 columns (block) or per token (tensor,
+  channel) as moe.quantize defines it (scale max(amax, 1e-10) / 448 in
+  float32, the quotient rounded to the nearest e4m3 value, ties to even,
+  saturating), GEMM1, SiLU-and-mul, the intermediate rounded to bf16 and
+  quantized the same way, GEMM2, times the routed weight, rounded to bf16
+  as the slot rows are stored, summed. Also printed: the reference's
+  distance to the same layer with the activations left unquantized (the
+  bf16 layer on the dequantized weights: what fp8 activations cost), and
+  the reference's largest value (a fresh module gives O(1) outputs, which
+  is checked).
+- FusedExperts of reduced DeepSeek-V3 with block scales on routing from
+  the caller with out-of-range and repeated ids, the same way.
+- quantize_fp8_weights gives the plain C++ reference's e4m3 codes and
+  scales bit for bit (ragged blocks, all three scalings); fuse_gate_up
+  rebuilds a full-size expert's w13 and block scales from its gate and up
+  halves and refuses I = 64 (not whole blocks).
+- torch.compile(fullgraph=True) of the fp8 FusedMoE equals eager bit for
+  bit; torch.library.opcheck passes on moe_mlir::fused_moe with scales.
+- Argument errors: scales or weights of a wrong shape or dtype raise
+  ValueError or TypeError naming the tensor and what it must be, as do
+  hidden states not in the activation dtype, one scale without the other,
+  and the constructor's fp8 arguments.
+
+The GPU machine has no compiler, so the bundles come from here:
+    /usr/bin/python3 test/GPU/fp8_torch_test.py --prepare   # here, with MLIR
+    PYTHONPATH=build-runtime/python python3 test/GPU/fp8_torch_test.py  # there
+(scripts/gpu-run.sh fp8 runs the second). Exits non-zero on any failure.
+"""
+
+import sys
+import time
+
+import moe_mlir
+from moe_mlir.testing.results import module_test_main
+
+try:
+    import torch
+except ImportError:  # --prepare runs where MLIR is, which has no torch.
+    torch = None
+
+# The presets' layers, written out: the GPU machine's moe_mlir has no
+# compiler to read the presets from (--prepare checks they agree).
+PRESETS = {
+    "deepseek-v3": moe_mlir.Layer(
+        7168, 2048, 256,
+        moe_mlir.Router("sigmoid", 8, num_groups=8, topk_groups=4,
+                        renormalize=True, routed_scaling_factor=2.5,
+                        num_shared_experts=1), correction_bias=True),
+    "kimi-k2": moe_mlir.Layer(
+        7168, 2048, 384,
+        moe_mlir.Router("sigmoid", 8, renormalize=True,
+                        routed_scaling_factor=2.827, num_shared_experts=1),
+        correction_bias=True),
+}
+TOKENS_MAX = 4096
+TOKEN_COUNTS = (1, 7, 64, 1000, 4096)
+FULL_TOKEN_COUNTS = (1, 64, 4096)
+# (preset, reduced, weight scaling, token counts) of the FusedMoE cases.
+CASES = [
+    ("deepseek-v3", True, "block", TOKEN_COUNTS),
+    ("kimi-k2", True, "block", TOKEN_COUNTS),
+    ("deepseek-v3", True, "channel", TOKEN_COUNTS),
+    ("deepseek-v3", True, "tensor", TOKEN_COUNTS),
+    ("deepseek-v3", False, "block", FULL_TOKEN_COUNTS),
+    ("kimi-k2", False, "block", FULL_TOKEN_COUNTS),
+]
+EXPERTS_TOKEN_COUNTS = (7, 300)
+# The scales' parameter names, as FusedMoE documents them.
+SCALE_NAMES = {"block": ("w13_weight_scale_inv", "w2_weight_scale_inv"),
+               "channel": ("w13_weight_scale", "w2_weight_scale"),
+               "tensor": ("w13_weight_scale", "w2_weight_scale")}
+BLOCK = 128
+# A fresh module's outputs are O(1): the reference's largest value lies in
+# this range.
+OUTPUT_RANGE = (1e-2, 1e2)
+
+
+def case_layer(preset, reduced):
+    layer = PRESETS[preset]
+    return layer.shrunk(32) if reduced else layer
+
+
+def prepare(cache_dir):
+    """Compiles the bundles the modules will look for (no torch needed)."""
+    for name, layer in PRESETS.items():
+        assert layer == moe_mlir.Layer.preset(name), name
+    bundles = {(preset, reduced, scaling, "layer")
+               for preset, reduced, scaling, _ in CASES}
+    bundles.add(("deepseek-v3", True, "block", "experts"))
+    for preset, reduced, scaling, part in sorted(bundles):
+        path = moe_mlir.layer_bundle(case_layer(preset, reduced), "bf16",
+                                     quantization=scaling, part=part,
+                                     cache_dir=cache_dir,
+                                     tokens_max=TOKENS_MAX)
+        print(f"{preset}{' reduced' if reduced else ''} {scaling} {part}: "
+              f"{path}")
+
+
+def module_kwargs(scaling, args):
+    """The fp8 keywords of FusedMoE and FusedExperts: block scales as vLLM
+    asks for them (weight_block_size), the others by name."""
+    fp8 = ({"weight_block_size": (BLOCK, BLOCK)} if scaling == "block"
+           else {"weight_scaling": scaling})
+    return {"dtype": torch.float8_e4m3fn, "device": "cuda",
+            "cache_dir": args.cache, "tokens_max": TOKENS_MAX, **fp8}
+
+
+def scales_of(module):
+    """The module's w13 and w2 scale parameters, by their documented
+    names."""
+    return [getattr(module, name)
+            for name in SCALE_NAMES[module.weight_scaling]]
+
+
+def quantized(values, group):
+    """What moe.quantize makes of the rows of ``values`` (exact in float32),
+    as float64: per row and group of ``group`` columns (the last one
+    ragged), scale = max(amax, 1e-10) / 448 and code = e4m3(value / scale)
+    in float32, rounded to the nearest e4m3 value (ties to even) after
+    saturating to +-448; the value is code x scale."""
+    rows, columns = values.shape
+    groups = -(-columns // group)
+    padded = torch.nn.functional.pad(values.float(),
+                                     (0, groups * group - columns))
+    padded = padded.view(rows, groups, group)
+    scales = padded.abs().amax(dim=2, keepdim=True).clamp(min=1e-10) / 448.0
+    codes = (padded / scales).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+    values = codes.float().double() * scales.double()
+    return values.view(rows, -1)[:, :columns]
+
+
+def dequantized(codes, scales, scaling):
+    """An expert's e4m3 ``codes`` [N, K] times their ``scales``, exactly
+    (float64)."""
+    from fp8_test import expanded
+
+    n, k = codes.shape
+    return (codes.float().double()
+            * expanded(scales[None].double(), scaling, BLOCK, n, k))[0]
+
+
+def reference_experts(module, hidden, ids, weights):
+    """(fp8, unquantized): the experts' output [T, H] in float64 on the
+    GPU for routing ``ids`` and ``weights`` [T, S] (ids outside [0, E+X)
+    adding nothing) — on the module's quantized operands as the layer
+    computes it (see the module docstring), and with the activations left
+    unquantized (the bf16 layer on the dequantized weights)."""
+    layer, scaling = module.layer, module.weight_scaling
+    intermediate = layer.intermediate_size
+
+    def group(columns):
+        return min(BLOCK, columns) if scaling == "block" else columns
+
+    rows = {"fp8": quantized(hidden, group(layer.hidden_size)),
+            "unquantized": hidden.double()}
+    outputs = {kind: torch.zeros(hidden.shape, dtype=torch.float64,
+                                 device=hidden.device) for kind in rows}
+    ids, weights = ids.long(), weights.double()
+    w13_scales, w2_scales = scales_of(module)
+    valid = (ids >= 0) & (ids < layer.num_stored_experts)
+    for expert in ids[valid].unique().tolist():
+        token, slot = (ids == expert).nonzero(as_tuple=True)
+        w13 = dequantized(module.w13[expert], w13_scales[expert], scaling)
+        w2 = dequantized(module.w2[expert], w2_scales[expert], scaling)
+        for kind, x in rows.items():
+            h = x[token] @ w13.T
+            activated = (torch.nn.functional.silu(h[:, :intermediate])
+                         * h[:, intermediate:]).to(torch.bfloat16).float()
+            activated = (quantized(activated, group(intermediate))
+                         if kind == "fp8" else activated.double())
+            slot_rows = (activated @ w2.T) * weights[token, slot, None]
+            outputs[kind].index_add_(
+                0, token, slot_rows.to(torch.bfloat16).double())
+    return outputs["fp8"], outputs["unquantized"]
+
+
+def router_spec(router):
+    """The plain C++ reference's gate parameters of ``router``."""
+    return {"scoring": router.scoring, "top_k": router.top_k,
+            "groups": router.num_groups, "topk_groups": router.topk_groups,
+            "renormalize": router.renormalize,
+            "scale": router.routed_scaling_factor,
+            "shared": router.num_shared_experts}
+
+
+def on_poison(module, *arguments):
+    """``module(*arguments)`` with a NaN-filled tensor of the output's size
+    freed just before, so that the caching allocator hands its block to the
+    output; returns the output and whether it got that block."""
+    from moe_mlir.testing.tensors import poisoned
+
+    hidden = arguments[0]
+    poison = poisoned(tuple(hidden.shape), module.activation_dtype)
+    address = poison.data_ptr()
+    del poison
+    output = module(*arguments)
+    return output, output.data_ptr() == address
+
+
+def check_output(results, label, output, on_poisoned_block, expected,
+                 unquantized):
+    """The output against the fp8 reference, with the errors printed."""
+    from fp8_test import MAX_TOLERANCE, NORM_TOLERANCE
+    from moe_mlir.testing.tensors import relative_errors
+
+    largest = expected.abs().max().item()
+    to_bf16 = relative_errors(expected, unquantized)[1]
+    detail = (f"max |reference| {largest:.3g}, distance of the bf16 layer on "
+              f"the dequantized weights {to_bf16:.2e}"
+              + ("" if on_poisoned_block
+                 else " (the output missed the poisoned block)"))
+    if not torch.isfinite(output).all():
+        results.check(label, False, f"output not finite; {detail}")
+        return
+    error, norm = relative_errors(output, expected)
+    passed = (error <= MAX_TOLERANCE and norm <= NORM_TOLERANCE
+              and OUTPUT_RANGE[0] <= largest <= OUTPUT_RANGE[1])
+    results.check(label, passed, f"error max {error:.2e} norm {norm:.2e}, "
+                  f"{detail}")
+
+
+def test_fused_moe(results, args, reference, generator, preset, reduced,
+                   scaling, token_counts):
+    """FusedMoE of one case against the reference at each token count;
+    returns the module (None for a full-size one, freed here)."""
+    from moe_mlir.testing.tensors import uniform
+    from moe_mlir.torch import FusedMoE
+
+    layer = case_layer(preset, reduced)
+    label = f"FusedMoE {preset}{' reduced' if reduced else ''} {scaling}"
+    start = time.time()
+    moe = FusedMoE(layer=layer, **module_kwargs(scaling, args))
+    built = time.time() - start
+    for tokens in token_counts:
+        hidden = uniform(generator, tokens, layer.hidden_size).to(
+            torch.bfloat16).cuda()
+        logits = uniform(generator, tokens, layer.num_experts,
+                         scale=2.0).cuda()
+        with torch.no_grad():
+            moe.correction_bias.copy_(uniform(generator, layer.num_experts,
+                                              scale=0.1))
+        output, on_poisoned_block = on_poison(moe, hidden, logits)
+        weights, ids = reference.gate(router_spec(layer.router), logits,
+                                      moe.correction_bias)
+        expected, unquantized = reference_experts(moe, hidden, ids.cuda(),
+                                                  weights.cuda())
+        check_output(results, f"{label} T={tokens}", output.double(),
+                     on_poisoned_block, expected, unquantized)
+    print(f"{label}: built in {built:.1f} s, checked in "
+          f"{time.time() - start - built:.1f} s", flush=True)
+    if not reduced:
+        test_fuse_gate_up(results, moe)
+        return None
+    return moe
+
+
+def test_fused_experts(results, args, generator):
+    """FusedExperts of reduced DeepSeek-V3 with block scales on routing from
+    the caller, ids out of range and repeated included."""
+    from moe_mlir.torch import FusedExperts
+    from torch_test import routed_inputs, with_special_ids
+
+    layer = case_layer("deepseek-v3", True)
+    experts = FusedExperts(layer=layer, **module_kwargs("block", args))
+    for tokens in EXPERTS_TOKEN_COUNTS:
+        hidden, ids, weights = routed_inputs(layer, torch.bfloat16, tokens,
+                                             generator)
+        # int32 ids and float32 weights, which forward does not convert:
+        # no allocation of its own comes before the output's.
+        ids, _ = with_special_ids(ids.int(), [-1, layer.num_stored_experts,
+                                              2 ** 31 - 1])
+        output, on_poisoned_block = on_poison(experts, hidden, ids, weights)
+        expected, unquantized = reference_experts(experts, hidden, ids,
+                                                  weights)
+        check_output(results, f"FusedExperts deepseek-v3 reduced block "
+                     f"T={tokens}", output.double(), on_poisoned_block,
+                     expected, unquantized)
+
+
+def test_quantize(results, reference, generator):
+    """quantize_fp8_weights against the plain C++ reference's quantization
+    (fp8_test.quantize_weights), bit for bit."""
+    from fp8_test import quantize_weights
+    from moe_mlir.testing.tensors import uniform
+    from moe_mlir.torch import quantize_fp8_weights
+
+    # Ragged blocks both ways; one expert's values 1000x larger, one's all
+    # zero (the 1e-10 floor of the scale).
+    weights = uniform(generator, 3, 200, 300, scale=0.05)
+    weights[1] *= 1000
+    weights[2] = 0
+    for scaling in moe_mlir.layers.WEIGHT_SCALINGS:
+        codes, scales = quantize_fp8_weights(weights.cuda(), scaling)
+        expected_codes, expected_scales = quantize_weights(
+            reference, weights, scaling, BLOCK)
+        same = (torch.equal(codes.view(torch.uint8).cpu(), expected_codes)
+                and torch.equal(scales.cpu(), expected_scales))
+        results.check(f"quantize_fp8_weights {scaling}: the C++ reference's "
+                      "codes and scales", same,
+                      f"scales {list(scales.shape)}")
+
+
+def test_fuse_gate_up(results, moe):
+    """fuse_gate_up rebuilds a full-size expert's w13 and block scales from
+    its gate and up halves."""
+    from moe_mlir.torch import fuse_gate_up
+
+    intermediate = moe.layer.intermediate_size
+    w13, scales = moe.w13[0], moe.w13_weight_scale_inv[0]
+    rows = intermediate // BLOCK
+    fused, fused_scales = fuse_gate_up(
+        w13[:intermediate], w13[intermediate:], scales[:rows], scales[rows:])
+    results.check("fuse_gate_up: a full-size expert's w13 and block scales",
+                  torch.equal(fused.view(torch.uint8), w13.view(torch.uint8))
+                  and torch.equal(fused_scales, scales))
+
+
+def test_compile(results, moe, generator):
+    """torch.compile of the fp8 module, and opcheck of its op."""
+    from moe_mlir.testing.tensors import bits, uniform
+
+    layer = moe.layer
+    hidden = uniform(generator, 7, layer.hidden_size).to(
+        torch.bfloat16).cuda()
+    logits = uniform(generator, 7, layer.num_experts, scale=2.0).cuda()
+    try:
+        compiled = torch.compile(moe, fullgraph=True)(hidden, logits)
+        results.check("torch.compile(fullgraph=True) of the fp8 FusedMoE "
+                      "equals eager",
+                      torch.equal(bits(compiled), bits(moe(hidden, logits))))
+    except Exception as error:  # noqa: BLE001 - reported as a failure
+        results.check("torch.compile of the fp8 FusedMoE", False,
+                      f"raised {type(error).__name__}: {error}")
+    arguments = (hidden, logits, moe.w13.detach(), moe.w2.detach(),
+                 moe.correction_bias.detach(), moe.bundle_path,
+                 *(scale.detach() for scale in scales_of(moe)))
+    try:
+        torch.library.opcheck(torch.ops.moe_mlir.fused_moe.default,
+                              arguments)
+        results.check("torch.library.opcheck(moe_mlir::fused_moe) with "
+                      "scales", True)
+    except Exception as error:  # noqa: BLE001 - reported as a failure
+        results.check("torch.library.opcheck(moe_mlir::fused_moe) with "
+                      "scales", False,
+                      f"raised {type(error).__name__}: {error}")
+
+
+def test_errors(results, moe, args, generator):
+    """The fp8 argument checks, on reduced DeepSeek-V3 with block scales."""
+    from moe_mlir.testing.tensors import uniform
+    from moe_mlir.torch import FusedMoE, fuse_gate_up
+
+    layer = moe.layer
+    hidden = uniform(generator, 5, layer.hidden_size).to(
+        torch.bfloat16).cuda()
+    logits = uniform(generator, 5, layer.num_experts).cuda()
+
+    def with_data(name, data, kind):
+        parameter = getattr(moe, name)
+        kept = parameter.data
+        parameter.data = data
+        try:
+            results.raises(f"fp8 FusedMoE: {name} {list(data.shape)} "
+                           f"{data.dtype}", kind,
+                           lambda: moe(hidden, logits))
+        finally:
+            parameter.data = kept
+
+    stored = layer.num_stored_experts
+    with_data("w13_weight_scale_inv",
+              torch.ones(stored, 2, 2, device="cuda"), ValueError)
+    with_data("w2_weight_scale_inv",
+              torch.ones(stored, 2, device="cuda"), ValueError)
+    with_data("w2_weight_scale_inv", moe.w2_weight_scale_inv.data.double(),
+              TypeError)
+    with_data("w13", moe.w13.data.to(torch.bfloat16), TypeError)
+    results.raises("fp8 FusedMoE: float32 hidden_states", TypeError,
+                   lambda: moe(hidden.float(), logits))
+    results.raises("moe_mlir::fused_moe: one scale without the other",
+                   ValueError,
+                   lambda: torch.ops.moe_mlir.fused_moe(
+                       hidden, logits, moe.w13, moe.w2, moe.correction_bias,
+                       moe.bundle_path, moe.w13_weight_scale_inv, None))
+
+    def build(**options):
+        return FusedMoE(layer=layer, device="cuda", cache_dir=args.cache,
+                        tokens_max=TOKENS_MAX, **options)
+
+    fp8 = torch.float8_e4m3fn
+    for case, kind, options in (
+            ("no scaling", ValueError, {"dtype": fp8}),
+            ("64 x 64 blocks", ValueError,
+             {"dtype": fp8, "weight_block_size": (64, 64)}),
+            ("unknown scaling", ValueError,
+             {"dtype": fp8, "weight_scaling": "row"}),
+            ("blocks and channel scaling", ValueError,
+             {"dtype": fp8, "weight_block_size": (128, 128),
+              "weight_scaling": "channel"}),
+            ("scaling of bf16 weights", ValueError,
+             {"weight_scaling": "block"}),
+            ("activation_dtype of bf16 weights", ValueError,
+             {"activation_dtype": torch.float16}),
+            ("fp8 activations", TypeError,
+             {"dtype": fp8, "weight_scaling": "block",
+              "activation_dtype": fp8})):
+        results.raises(f"FusedMoE: {case}", kind,
+                       lambda options=options: build(**options))
+
+    gate = moe.w13[0, :layer.intermediate_size]
+    scale = moe.w13_weight_scale_inv[0]
+    results.raises("fuse_gate_up: I not whole blocks", ValueError,
+                   lambda: fuse_gate_up(gate, gate, scale, scale))
+    results.raises("fuse_gate_up: per-tensor scales", ValueError,
+                   lambda: fuse_gate_up(gate, gate, scale, scale,
+                                        weight_scaling="tensor"))
+    results.raises("fuse_gate_up: gate and up of different shapes",
+                   ValueError, lambda: fuse_gate_up(gate, gate[1:], scale,
+                                                    scale))
+
+
+def run(results, args):
+    """The checks on the GPU."""
+    from moe_mlir.testing.reference import Reference
+    from moe_mlir.torch import unload_bundles
+
+    print(f"fp8_torch_test: seed {args.seed}, torch {torch.__version__}",
+          flush=True)
+    torch.manual_seed(args.seed)  # reset_parameters' weights
+    generator = torch.Generator().manual_seed(args.seed)
+    reference = Reference(args.build)
+    test_quantize(results, reference, generator)
+    for preset, reduced, scaling, token_counts in CASES:
+        moe = test_fused_moe(results, args, reference, generator, preset,
+                             reduced, scaling, token_counts)
+        if (preset, reduced, scaling) == ("deepseek-v3", True, "block"):
+            test_compile(results, moe, generator)
+            test_errors(results, moe, args, generator)
+        del moe
+        unload_bundles()
+        torch.cuda.empty_cache()
+    test_fused_experts(results, args, generator)
+
+
+def main():
+    return module_test_main(
+        "fp8_torch_test", __doc__, "out/gpu-bundles/fp8-torch", prepare, run,
+        lambda parser: parser.add_argument("--build",
+                                           default="build-runtime"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
