@@ -24,15 +24,16 @@
 # transformers' grouped_mm and batched_mm (bench/transformers_bench.py, its
 # options after the mode); `fp8` runs only the FP8 tests (the experts
 # bundles, and FusedMoE/FusedExperts with fp8 weights) and their sanitizer
-# pass (also part of `tests`).
+# pass (also part of `tests`); `fp8-bench` the FP8 benchmark
+# (bench/fp8_bench.py, its options after the mode).
 #
-#   scripts/gpu-run.sh [tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench|fp8] [router benchmark options]
+#   scripts/gpu-run.sh [tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench|fp8|fp8-bench] [router benchmark options]
 set -uo pipefail
 what=${1:-all}
 shift || true
 case $what in
-  tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench|fp8) ;;
-  *) echo "usage: $0 [tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench|fp8] [router benchmark options]" >&2
+  tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench|fp8|fp8-bench) ;;
+  *) echo "usage: $0 [tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench|fp8|fp8-bench] [router benchmark options]" >&2
      exit 2 ;;
 esac
 cd "$(dirname "$0")/.."
@@ -62,7 +63,7 @@ if [[ $what == hf-bench ]]; then
   exit $status
 fi
 if [[ $what == tune || $what == gemm-tuned || $what == layer ||
-      $what == variants ]]; then
+      $what == variants || $what == fp8-bench ]]; then
   compiler=/tmp/moe-compile
   python3 -c "import lzma, shutil; shutil.copyfileobj(
     lzma.open('out/tools/moe-compile.xz'), open('$compiler', 'wb'))"
@@ -85,6 +86,11 @@ fi
 if [[ $what == layer ]]; then
   step layer-bench 500 python3 bench/layer_bench.py --compiler $compiler \
     "${db[@]}" --json "$OUT/layer-bench.json" "$@"
+  exit $status
+fi
+if [[ $what == fp8-bench ]]; then
+  step fp8-bench 560 python3 bench/fp8_bench.py --compiler $compiler \
+    "${db[@]}" "$@"
   exit $status
 fi
 if [[ $what == variants ]]; then
