@@ -278,7 +278,9 @@ def quantize_fp8_weights(weights, weight_scaling):
             magnitudes, (0, columns * block - k, 0, rows * block - n))
         amax = padded.unflatten(-1, (columns, block)).unflatten(
             -3, (rows, block)).amax(dim=(-3, -1))
-    scales = amax.clamp(min=1e-10) / _E4M3_MAX
+    # A true division: torch divides a CUDA tensor by a Python number as a
+    # multiplication by its inverse, a different float now and then.
+    scales = amax.clamp(min=1e-10) / torch.full_like(amax, _E4M3_MAX)
     # torch's conversion rounds to nearest even but makes NaN of what is
     # beyond 448 (Hopper's cvt.rn.satfinite saturates): clamp first.
     codes = (values / _scale_of_each(scales, weight_scaling, n, k)).clamp(
