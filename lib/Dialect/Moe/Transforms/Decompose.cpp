@@ -54,7 +54,7 @@ GemmInput quantizeRows(PatternRewriter &rewriter, Location loc, Value rows,
       RankedTensorType::get(
           {type.getDimSize(0), llvm::divideCeilSigned(k, groupSize)},
           rewriter.getF32Type()),
-      rows, numRows, groupSize);
+      rows, /*scale=*/Value(), numRows, groupSize);
   return {quantize.getOutput(), quantize.getScales()};
 }
 
