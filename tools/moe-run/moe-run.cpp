@@ -426,7 +426,7 @@ std::vector<float> referenceOutput(const Layer &layer,
       toReference(layer.quantization), activation, numTokens, layer.hiddenSize,
       storedExperts, layer.intermediate, layer.numSlots, hidden.data(),
       slotIds.data(), slotWeights.data(), inputs[layer.w13].bytes.data(),
-      w13Scales.data(), inputs[layer.w2].bytes.data(), w2Scales.data(),
+      w13Scales.data(), inputs[layer.w2].bytes.data(), w2Scales.data(), nullptr,
       expected.data(), round);
   return expected;
 }

@@ -956,7 +956,7 @@ void checkFusedMoeFp8(const reference::Fp8Scheme &scheme, ElementType type) {
   reference::fusedMoeFp8(
       router, scheme, reference::Activation::SiluAndMul, t, h, e, intermediate,
       hiddenValues.data(), logits.data(), bias.data(), experts.w13.bytes.data(),
-      w13Scales.data(), experts.w2.bytes.data(), w2Scales.data(),
+      w13Scales.data(), experts.w2.bytes.data(), w2Scales.data(), nullptr,
       expected.data(), [&](float value) { return roundTo(type, value); });
   expectSameBits(output, expected);
 }
@@ -994,7 +994,7 @@ void checkFusedExpertsFp8(const reference::Fp8Scheme &scheme,
   reference::fusedExpertsFp8(
       scheme, reference::Activation::GeluAndMul, t, h, e, intermediate, s,
       hiddenValues.data(), ids.data(), weights.data(), experts.w13.bytes.data(),
-      w13Scales.data(), experts.w2.bytes.data(), w2Scales.data(),
+      w13Scales.data(), experts.w2.bytes.data(), w2Scales.data(), nullptr,
       expected.data(), [&](float value) { return roundTo(type, value); });
   expectSameBits(output, expected);
 }
