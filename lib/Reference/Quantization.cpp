@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -196,6 +197,41 @@ static void quantizeInput(const Fp8Scheme &scheme, const float *staticScale,
     quantizeE4M3(rows, k, scheme.groupSize(k), x, q, scales);
 }
 
+/// The hidden rows [T, H] of a layer rounded by `round`.
+static std::vector<float> roundedRows(int64_t numTokens, int64_t hiddenSize,
+                                      const float *hidden,
+                                      const RoundFn &round) {
+  std::vector<float> rounded(numTokens * hiddenSize);
+  for (int64_t i = 0; i < numTokens * hiddenSize; ++i)
+    rounded[i] = round(hidden[i]);
+  return rounded;
+}
+
+/// The first products of a layer's experts on e4m3 weights w13: a token's
+/// hidden row, rounded by `round` and quantized (by `staticScale` when
+/// given), times w13[expert]^T scaled per `scheme`. Quantization is row by
+/// row, so every token's row is quantized once, up front, as it would be
+/// alone.
+static std::function<void(int64_t, int64_t, float *)>
+scaledUpProducts(const Fp8Scheme &scheme, const float *staticScale,
+                 int64_t numTokens, int64_t hiddenSize, int64_t intermediate,
+                 const float *hidden, const uint8_t *w13,
+                 const float *w13Scales, const RoundFn &round) {
+  std::vector<float> rounded =
+      roundedRows(numTokens, hiddenSize, hidden, round);
+  int64_t groups = scheme.numGroups(hiddenSize);
+  std::vector<uint8_t> codes(numTokens * hiddenSize);
+  std::vector<float> scales(numTokens * groups);
+  quantizeInput(scheme, staticScale, numTokens, hiddenSize, rounded.data(),
+                codes.data(), scales.data());
+  return [=, codes = std::move(codes),
+          scales = std::move(scales)](int64_t token, int64_t expert, float *h) {
+    scaledRowTimesWeights(scheme, codes.data() + token * hiddenSize,
+                          scales.data() + token * groups, w13, w13Scales,
+                          expert, 2 * intermediate, hiddenSize, h);
+  };
+}
+
 void mlir::moe::reference::fusedExpertsFp8(
     const Fp8Scheme &scheme, Activation activation, int64_t numTokens,
     int64_t hiddenSize, int64_t numExperts, int64_t intermediate,
@@ -203,25 +239,12 @@ void mlir::moe::reference::fusedExpertsFp8(
     const float *slotWeights, const uint8_t *w13, const float *w13Scales,
     const uint8_t *w2, const float *w2Scales,
     const StaticInputScales *inputScales, float *output, const RoundFn &round) {
-  // Quantization is row by row, so every token's row is quantized once, up
-  // front, as it would be alone.
-  std::vector<float> rounded(numTokens * hiddenSize);
-  for (int64_t i = 0; i < numTokens * hiddenSize; ++i)
-    rounded[i] = round(hidden[i]);
-  int64_t hiddenGroups = scheme.numGroups(hiddenSize);
-  std::vector<uint8_t> xq(numTokens * hiddenSize);
-  std::vector<float> xs(numTokens * hiddenGroups);
-  quantizeInput(scheme, inputScales ? &inputScales->w13 : nullptr, numTokens,
-                hiddenSize, rounded.data(), xq.data(), xs.data());
-
   std::vector<uint8_t> aq(intermediate);
   std::vector<float> as(scheme.numGroups(intermediate));
   ExpertProducts products;
-  products.up = [&](int64_t token, int64_t expert, float *h) {
-    scaledRowTimesWeights(scheme, xq.data() + token * hiddenSize,
-                          xs.data() + token * hiddenGroups, w13, w13Scales,
-                          expert, 2 * intermediate, hiddenSize, h);
-  };
+  products.up = scaledUpProducts(
+      scheme, inputScales ? &inputScales->w13 : nullptr, numTokens, hiddenSize,
+      intermediate, hidden, w13, w13Scales, round);
   products.down = [&](int64_t expert, const float *a, float *y) {
     quantizeInput(scheme, inputScales ? &inputScales->w2 : nullptr, 1,
                   intermediate, a, aq.data(), as.data());
@@ -230,6 +253,34 @@ void mlir::moe::reference::fusedExpertsFp8(
   };
   fusedExperts(activation, numTokens, hiddenSize, numExperts, intermediate,
                numSlots, ids, slotWeights, products, output, round);
+}
+
+StaticInputScales mlir::moe::reference::calibrateInputScales(
+    const Fp8Scheme &scheme, Activation activation, int64_t numTokens,
+    int64_t hiddenSize, int64_t numExperts, int64_t intermediate,
+    int64_t numSlots, const float *hidden, const int32_t *ids,
+    const uint8_t *w13, const float *w13Scales, const RoundFn &round) {
+  auto scaleOf = [](float amax) { return maxOrNan(amax, 1e-10f) / kE4M3Max; };
+  float hiddenAmax = 0.0f, activationAmax = 0.0f;
+  for (float value : roundedRows(numTokens, hiddenSize, hidden, round))
+    hiddenAmax = maxOrNan(hiddenAmax, std::fabs(value));
+  // The experts' loop with the second products replaced by the amax of
+  // their inputs.
+  ExpertProducts products;
+  products.up =
+      scaledUpProducts(scheme, /*staticScale=*/nullptr, numTokens, hiddenSize,
+                       intermediate, hidden, w13, w13Scales, round);
+  products.down = [&](int64_t, const float *a, float *y) {
+    for (int64_t i = 0; i < intermediate; ++i)
+      activationAmax = maxOrNan(activationAmax, std::fabs(a[i]));
+    std::fill(y, y + hiddenSize, 0.0f);
+  };
+  std::vector<float> slotWeights(numTokens * numSlots, 1.0f),
+      output(numTokens * hiddenSize);
+  fusedExperts(activation, numTokens, hiddenSize, numExperts, intermediate,
+               numSlots, ids, slotWeights.data(), products, output.data(),
+               round);
+  return {scaleOf(hiddenAmax), scaleOf(activationAmax)};
 }
 
 void mlir::moe::reference::fusedMoeFp8(

@@ -186,6 +186,24 @@ void moe_reference_fused_experts_fp8(int scaling, int64_t blockSize,
                   roundingTo(dtype));
 }
 
+/// calibrateInputScales: the static input scales of the experts of
+/// moe_reference_fused_experts_fp8 calibrated on `hidden`, stored in
+/// `inputScales` [2] (w13's, w2's).
+void moe_reference_calibrate_fp8(int scaling, int64_t blockSize, int activation,
+                                 int dtype, int64_t numTokens,
+                                 int64_t hiddenSize, int64_t numExperts,
+                                 int64_t intermediate, int64_t numSlots,
+                                 const float *hidden, const int32_t *ids,
+                                 const uint8_t *w13, const float *w13Scales,
+                                 float *inputScales) {
+  StaticInputScales scales = calibrateInputScales(
+      makeFp8Scheme(scaling, blockSize), gatedActivation(activation), numTokens,
+      hiddenSize, numExperts, intermediate, numSlots, hidden, ids, w13,
+      w13Scales, roundingTo(dtype));
+  inputScales[0] = scales.w13;
+  inputScales[1] = scales.w2;
+}
+
 /// fusedMoeFp8: moe_reference_fused_moe on e4m3 weights (codes) and their
 /// scales, scaled and quantized as moe_reference_fused_experts_fp8.
 void moe_reference_fused_moe_fp8(

@@ -562,28 +562,20 @@ std::vector<Fp8Scheme> randomSchemes() {
           {Fp8Scaling::Tensor, 0}};
 }
 
-/// `c` with static input scales as a calibration on its own tokens finds
-/// them, but at 3/4 of each input's amax / 448, so that the largest values
-/// saturate: the hidden rows', and those of the activations the first GEMM
-/// computes from the rows quantized dynamically.
+/// The static input scales calibrateInputScales finds for `c`'s experts on
+/// its own tokens.
+StaticInputScales calibrated(const ExpertsCase &c, const RoundFn &round) {
+  return calibrateInputScales(c.scheme, Activation::SiluAndMul, c.numTokens,
+                              c.hiddenSize, c.numExperts, c.intermediate,
+                              c.numSlots, c.hidden.data(), c.ids.data(),
+                              c.w13.codes.data(), c.w13.scales.data(), round);
+}
+
+/// `c` with static input scales at 3/4 of the calibrated ones, so that the
+/// largest values of each input saturate.
 ExpertsCase withStaticScales(ExpertsCase c) {
-  int64_t t = c.numTokens, hs = c.hiddenSize, is = c.intermediate,
-          s = c.numSlots, blockM = 4;
-  Routing routing = route(t, s, c.ids.data(), c.numExperts, blockM);
-  Quantized xq = quantize(t, hs, c.scheme.groupSize(hs), c.hidden);
-  std::vector<float> a(routeCapacity(t, s, c.numExperts, blockM) * is, 0.0f);
-  scaledGroupedMatmul(c.scheme, routing, t, s, blockM, 2 * is, hs,
-                      xq.codes.data(), xq.scales.data(), /*tokenOrder=*/true,
-                      c.w13.codes.data(), c.w13.scales.data(), nullptr,
-                      Activation::SiluAndMul, /*sortedOutput=*/true, a.data(),
-                      kExact);
-  auto calibrated = [](const std::vector<float> &values) {
-    float amax = 0.0f;
-    for (float value : values)
-      amax = std::max(amax, std::fabs(value));
-    return 0.75f * amax / kE4M3Max;
-  };
-  c.inputScales = StaticInputScales{calibrated(c.hidden), calibrated(a)};
+  StaticInputScales scales = calibrated(c, kExact);
+  c.inputScales = StaticInputScales{0.75f * scales.w13, 0.75f * scales.w2};
   return c;
 }
 
@@ -702,6 +694,38 @@ TEST(FusedExpertsFp8, MatchesFloat64OnTheDequantizedOperands) {
     for (uint32_t seed : {21, 22, 23})
       EXPECT_LT(relativeErrorToFloat64(ExpertsCase(scheme, seed), kExact), 5e-3)
           << "scheme " << int(scheme.scaling) << ", seed " << seed;
+}
+
+TEST(FusedExpertsFp8, CalibrationScalesEachInputToItsAmax) {
+  // The hidden rows' amax / 448, and that of the activations of the routed
+  // slots as the first GEMM over route computes them from the rows
+  // quantized dynamically, unrounded and rounded to bf16.
+  for (const Fp8Scheme &scheme : randomSchemes())
+    for (const RoundFn &round : {kExact, kBf16}) {
+      ExpertsCase c(scheme, 41);
+      int64_t t = c.numTokens, hs = c.hiddenSize, is = c.intermediate,
+              s = c.numSlots, blockM = 4;
+      Routing routing = route(t, s, c.ids.data(), c.numExperts, blockM);
+      std::vector<float> x(c.hidden);
+      for (float &value : x)
+        value = round(value);
+      Quantized xq = quantize(t, hs, scheme.groupSize(hs), x);
+      std::vector<float> a(routeCapacity(t, s, c.numExperts, blockM) * is,
+                           0.0f);
+      scaledGroupedMatmul(scheme, routing, t, s, blockM, 2 * is, hs,
+                          xq.codes.data(), xq.scales.data(),
+                          /*tokenOrder=*/true, c.w13.codes.data(),
+                          c.w13.scales.data(), nullptr, Activation::SiluAndMul,
+                          /*sortedOutput=*/true, a.data(), round);
+      auto scaleOf = [](const std::vector<float> &values) {
+        float amax = 0.0f;
+        for (float value : values)
+          amax = std::max(amax, std::fabs(value));
+        return amax / kE4M3Max;
+      };
+      StaticInputScales scales = calibrated(c, round);
+      expectSameBits({scales.w13, scales.w2}, {scaleOf(x), scaleOf(a)});
+    }
 }
 
 TEST(FusedExpertsFp8, StaticScalesMatchFloat64OnTheDequantizedOperands) {
@@ -838,6 +862,17 @@ TEST(ReferenceC, Quantizes) {
   moe_reference_quantize_e4m3(2, 3, 2, x.data(), codes.data(), scales.data());
   EXPECT_EQ(codes, expected.codes);
   expectSameBits(scales, expected.scales);
+}
+
+TEST(ReferenceC, Calibrates) {
+  ExpertsCase c({Fp8Scaling::Channel, 0}, 43);
+  StaticInputScales expected = calibrated(c, kBf16);
+  std::vector<float> scales(2, kNan);
+  moe_reference_calibrate_fp8(
+      int(Fp8Scaling::Channel), 0, /*activation=*/1, /*dtype=*/1, c.numTokens,
+      c.hiddenSize, c.numExperts, c.intermediate, c.numSlots, c.hidden.data(),
+      c.ids.data(), c.w13.codes.data(), c.w13.scales.data(), scales.data());
+  expectSameBits(scales, {expected.w13, expected.w2});
 }
 
 TEST(ReferenceC, RunsTheExpertsAndTheLayer) {

@@ -158,6 +158,18 @@ void fusedExpertsFp8(const Fp8Scheme &scheme, Activation activation,
                      const StaticInputScales *inputScales, float *output,
                      const RoundFn &round);
 
+/// The static input scales a calibration of the experts of fusedExpertsFp8
+/// on `hidden` finds, as checkpoints' input_scale are made: for each GEMM
+/// input, the dynamic per-tensor scale max(amax, 1e-10) / 448 of its values
+/// over all tokens (amax NaN if any value is), the hidden rows rounded by
+/// `round`, and the activations a of every slot whose id is in range, which
+/// the first GEMM computes from the rows quantized dynamically.
+StaticInputScales calibrateInputScales(
+    const Fp8Scheme &scheme, Activation activation, int64_t numTokens,
+    int64_t hiddenSize, int64_t numExperts, int64_t intermediate,
+    int64_t numSlots, const float *hidden, const int32_t *ids,
+    const uint8_t *w13, const float *w13Scales, const RoundFn &round);
+
 /// The whole layer on e4m3 weights, as fusedMoe: gate, then fusedExpertsFp8
 /// over the E+X stored experts. hidden [T, H], logits [T, E], bias [E] or
 /// nullptr, w13 [E+X, 2I, H] and w2 [E+X, H, I] codes with their scales,

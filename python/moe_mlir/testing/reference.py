@@ -55,6 +55,10 @@ class Reference:
             ctypes.c_int, ctypes.c_int64, ctypes.c_int, ctypes.c_int,
             ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
             ctypes.c_int64] + [pointer] * 9
+        self.lib.moe_reference_calibrate_fp8.argtypes = [
+            ctypes.c_int, ctypes.c_int64, ctypes.c_int, ctypes.c_int,
+            ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+            ctypes.c_int64] + [pointer] * 5
 
     def gate(self, router, logits, bias):
         tokens, experts = logits.shape
@@ -148,6 +152,22 @@ class Reference:
         self.lib.moe_reference_from_e4m3(codes.numel(), codes.data_ptr(),
                                          values.data_ptr())
         return values
+
+    def calibrate_fp8(self, scaling, block, activation, dtype, hidden, ids,
+                      w13, w13_scales):
+        """The static input scales (w13's, w2's: a float32 tensor of 2) that
+        a calibration of the experts of fused_experts_fp8 on `hidden` and
+        `ids` finds: each GEMM input's amax / 448 over the tokens."""
+        tokens, hidden_size = hidden.shape
+        hidden, w13_scales = _host(hidden), _host(w13_scales)
+        w13, ids = _host(w13, torch.uint8), _host(ids, torch.int32)
+        scales = torch.empty(2)
+        self.lib.moe_reference_calibrate_fp8(
+            self._SCALING[scaling], block, 2 if activation == "gelu" else 1,
+            _ROUNDING[dtype], tokens, hidden_size, w13.shape[0],
+            w13.shape[1] // 2, ids.shape[1], hidden.data_ptr(), ids.data_ptr(), w13.data_ptr(),
+            w13_scales.data_ptr(), scales.data_ptr())
+        return scales
 
     def fused_experts_fp8(self, scaling, block, activation, dtype, hidden, ids,
                           weights, w13, w13_scales, w2, w2_scales,
