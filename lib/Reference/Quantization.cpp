@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -72,24 +73,44 @@ static float maxOrNan(float a, float b) {
   return std::max(a, b);
 }
 
-void mlir::moe::reference::quantizeE4M3(int64_t rows, int64_t k,
-                                        int64_t groupSize, const float *x,
-                                        uint8_t *q, float *scales) {
+/// Quantizes each group [begin, end) of each row of x [rows, k] by the
+/// scale `scaleOf(row, begin, end)` gives it, stored in `scales`.
+template <typename ScaleFn>
+static void quantizeGroups(int64_t rows, int64_t k, int64_t groupSize,
+                           const float *x, uint8_t *q, float *scales,
+                           ScaleFn scaleOf) {
   int64_t numGroups = (k + groupSize - 1) / groupSize;
   for (int64_t m = 0; m < rows; ++m) {
     for (int64_t g = 0; g < numGroups; ++g) {
       int64_t begin = g * groupSize, end = std::min(begin + groupSize, k);
-      float amax = 0.0f;
-      for (int64_t c = begin; c < end; ++c)
-        amax = maxOrNan(amax, std::fabs(x[m * k + c]));
-      // The floor keeps an all-zero group's scale nonzero, so that its
-      // quotients are 0 rather than 0/0.
-      float scale = maxOrNan(amax, 1e-10f) / kE4M3Max;
+      float scale = scaleOf(x + m * k, begin, end);
       scales[m * numGroups + g] = scale;
       for (int64_t c = begin; c < end; ++c)
         q[m * k + c] = toE4M3(x[m * k + c] / scale);
     }
   }
+}
+
+void mlir::moe::reference::quantizeE4M3(int64_t rows, int64_t k,
+                                        int64_t groupSize, const float *x,
+                                        uint8_t *q, float *scales) {
+  quantizeGroups(rows, k, groupSize, x, q, scales,
+                 [](const float *row, int64_t begin, int64_t end) {
+                   float amax = 0.0f;
+                   for (int64_t c = begin; c < end; ++c)
+                     amax = maxOrNan(amax, std::fabs(row[c]));
+                   // The floor keeps an all-zero group's scale nonzero, so
+                   // that its quotients are 0 rather than 0/0.
+                   return maxOrNan(amax, 1e-10f) / kE4M3Max;
+                 });
+}
+
+void mlir::moe::reference::quantizeE4M3Static(int64_t rows, int64_t k,
+                                              int64_t groupSize, float scale,
+                                              const float *x, uint8_t *q,
+                                              float *scales) {
+  quantizeGroups(rows, k, groupSize, x, q, scales,
+                 [&](const float *, int64_t, int64_t) { return scale; });
 }
 
 int64_t Fp8Scheme::groupSize(int64_t k) const {
@@ -164,35 +185,69 @@ void mlir::moe::reference::scaledGroupedMatmul(
       routedWeights, activation, sortedOutput, output, round);
 }
 
+/// Quantizes the rows of x [rows, k] as an input of a GEMM scaled per
+/// `scheme`: by `staticScale` when given, else dynamically.
+static void quantizeInput(const Fp8Scheme &scheme, const float *staticScale,
+                          int64_t rows, int64_t k, const float *x, uint8_t *q,
+                          float *scales) {
+  if (staticScale)
+    quantizeE4M3Static(rows, k, scheme.groupSize(k), *staticScale, x, q,
+                       scales);
+  else
+    quantizeE4M3(rows, k, scheme.groupSize(k), x, q, scales);
+}
+
+/// The hidden rows [T, H] of a layer rounded by `round`.
+static std::vector<float> roundedRows(int64_t numTokens, int64_t hiddenSize,
+                                      const float *hidden,
+                                      const RoundFn &round) {
+  std::vector<float> rounded(numTokens * hiddenSize);
+  for (int64_t i = 0; i < numTokens * hiddenSize; ++i)
+    rounded[i] = round(hidden[i]);
+  return rounded;
+}
+
+/// The first products of a layer's experts on e4m3 weights w13: a token's
+/// hidden row, rounded by `round` and quantized (by `staticScale` when
+/// given), times w13[expert]^T scaled per `scheme`. Quantization is row by
+/// row, so every token's row is quantized once, up front, as it would be
+/// alone.
+static std::function<void(int64_t, int64_t, float *)>
+scaledUpProducts(const Fp8Scheme &scheme, const float *staticScale,
+                 int64_t numTokens, int64_t hiddenSize, int64_t intermediate,
+                 const float *hidden, const uint8_t *w13,
+                 const float *w13Scales, const RoundFn &round) {
+  std::vector<float> rounded =
+      roundedRows(numTokens, hiddenSize, hidden, round);
+  int64_t groups = scheme.numGroups(hiddenSize);
+  std::vector<uint8_t> codes(numTokens * hiddenSize);
+  std::vector<float> scales(numTokens * groups);
+  quantizeInput(scheme, staticScale, numTokens, hiddenSize, rounded.data(),
+                codes.data(), scales.data());
+  return [=, codes = std::move(codes),
+          scales = std::move(scales)](int64_t token, int64_t expert, float *h) {
+    scaledRowTimesWeights(scheme, codes.data() + token * hiddenSize,
+                          scales.data() + token * groups, w13, w13Scales,
+                          expert, 2 * intermediate, hiddenSize, h);
+  };
+}
+
 void mlir::moe::reference::fusedExpertsFp8(
     const Fp8Scheme &scheme, Activation activation, int64_t numTokens,
     int64_t hiddenSize, int64_t numExperts, int64_t intermediate,
     int64_t numSlots, const float *hidden, const int32_t *ids,
     const float *slotWeights, const uint8_t *w13, const float *w13Scales,
-    const uint8_t *w2, const float *w2Scales, float *output,
-    const RoundFn &round) {
-  // Quantization is row by row, so every token's row is quantized once, up
-  // front, as it would be alone.
-  std::vector<float> rounded(numTokens * hiddenSize);
-  for (int64_t i = 0; i < numTokens * hiddenSize; ++i)
-    rounded[i] = round(hidden[i]);
-  int64_t hiddenGroups = scheme.numGroups(hiddenSize);
-  std::vector<uint8_t> xq(numTokens * hiddenSize);
-  std::vector<float> xs(numTokens * hiddenGroups);
-  quantizeE4M3(numTokens, hiddenSize, scheme.groupSize(hiddenSize),
-               rounded.data(), xq.data(), xs.data());
-
+    const uint8_t *w2, const float *w2Scales,
+    const StaticInputScales *inputScales, float *output, const RoundFn &round) {
   std::vector<uint8_t> aq(intermediate);
   std::vector<float> as(scheme.numGroups(intermediate));
   ExpertProducts products;
-  products.up = [&](int64_t token, int64_t expert, float *h) {
-    scaledRowTimesWeights(scheme, xq.data() + token * hiddenSize,
-                          xs.data() + token * hiddenGroups, w13, w13Scales,
-                          expert, 2 * intermediate, hiddenSize, h);
-  };
+  products.up = scaledUpProducts(
+      scheme, inputScales ? &inputScales->w13 : nullptr, numTokens, hiddenSize,
+      intermediate, hidden, w13, w13Scales, round);
   products.down = [&](int64_t expert, const float *a, float *y) {
-    quantizeE4M3(1, intermediate, scheme.groupSize(intermediate), a, aq.data(),
-                 as.data());
+    quantizeInput(scheme, inputScales ? &inputScales->w2 : nullptr, 1,
+                  intermediate, a, aq.data(), as.data());
     scaledRowTimesWeights(scheme, aq.data(), as.data(), w2, w2Scales, expert,
                           hiddenSize, intermediate, y);
   };
@@ -200,13 +255,41 @@ void mlir::moe::reference::fusedExpertsFp8(
                numSlots, ids, slotWeights, products, output, round);
 }
 
+StaticInputScales mlir::moe::reference::calibrateInputScales(
+    const Fp8Scheme &scheme, Activation activation, int64_t numTokens,
+    int64_t hiddenSize, int64_t numExperts, int64_t intermediate,
+    int64_t numSlots, const float *hidden, const int32_t *ids,
+    const uint8_t *w13, const float *w13Scales, const RoundFn &round) {
+  auto scaleOf = [](float amax) { return maxOrNan(amax, 1e-10f) / kE4M3Max; };
+  float hiddenAmax = 0.0f, activationAmax = 0.0f;
+  for (float value : roundedRows(numTokens, hiddenSize, hidden, round))
+    hiddenAmax = maxOrNan(hiddenAmax, std::fabs(value));
+  // The experts' loop with the second products replaced by the amax of
+  // their inputs.
+  ExpertProducts products;
+  products.up =
+      scaledUpProducts(scheme, /*staticScale=*/nullptr, numTokens, hiddenSize,
+                       intermediate, hidden, w13, w13Scales, round);
+  products.down = [&](int64_t, const float *a, float *y) {
+    for (int64_t i = 0; i < intermediate; ++i)
+      activationAmax = maxOrNan(activationAmax, std::fabs(a[i]));
+    std::fill(y, y + hiddenSize, 0.0f);
+  };
+  std::vector<float> slotWeights(numTokens * numSlots, 1.0f),
+      output(numTokens * hiddenSize);
+  fusedExperts(activation, numTokens, hiddenSize, numExperts, intermediate,
+               numSlots, ids, slotWeights.data(), products, output.data(),
+               round);
+  return {scaleOf(hiddenAmax), scaleOf(activationAmax)};
+}
+
 void mlir::moe::reference::fusedMoeFp8(
     const Router &router, const Fp8Scheme &scheme, Activation activation,
     int64_t numTokens, int64_t hiddenSize, int64_t numExperts,
     int64_t intermediate, const float *hidden, const float *logits,
     const float *bias, const uint8_t *w13, const float *w13Scales,
-    const uint8_t *w2, const float *w2Scales, float *output,
-    const RoundFn &round) {
+    const uint8_t *w2, const float *w2Scales,
+    const StaticInputScales *inputScales, float *output, const RoundFn &round) {
   int64_t numSlots = router.numSlots();
   std::vector<float> slotWeights(numTokens * numSlots);
   std::vector<int32_t> slotIds(numTokens * numSlots);
@@ -215,5 +298,5 @@ void mlir::moe::reference::fusedMoeFp8(
   fusedExpertsFp8(scheme, activation, numTokens, hiddenSize,
                   numExperts + router.numSharedExperts, intermediate, numSlots,
                   hidden, slotIds.data(), slotWeights.data(), w13, w13Scales,
-                  w2, w2Scales, output, round);
+                  w2, w2Scales, inputScales, output, round);
 }

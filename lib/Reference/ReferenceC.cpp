@@ -12,6 +12,7 @@
 #include "moe/Reference/Reference.h"
 
 #include <cstring>
+#include <optional>
 
 using namespace mlir::moe::reference;
 
@@ -132,6 +133,15 @@ static Fp8Scheme makeFp8Scheme(int scaling, int64_t blockSize) {
   return scheme;
 }
 
+/// The static input scales of the C entry points' `inputScales` (w13's and
+/// w2's), none for dynamic quantization when it is null.
+static std::optional<StaticInputScales>
+makeStaticInputScales(const float *inputScales) {
+  if (!inputScales)
+    return std::nullopt;
+  return StaticInputScales{inputScales[0], inputScales[1]};
+}
+
 extern "C" {
 
 /// toE4M3 over `count` floats.
@@ -156,7 +166,9 @@ void moe_reference_quantize_e4m3(int64_t rows, int64_t k, int64_t groupSize,
 }
 
 /// fusedExpertsFp8: moe_reference_fused_experts on e4m3 weights (codes) and
-/// their scales, `scaling` 0 tensor, 1 channel, 2 block (of `blockSize`).
+/// their scales, `scaling` 0 tensor, 1 channel, 2 block (of `blockSize`);
+/// `inputScales` [2] the static scales of the w13 and w2 inputs, or null
+/// for dynamic quantization.
 void moe_reference_fused_experts_fp8(int scaling, int64_t blockSize,
                                      int activation, int dtype,
                                      int64_t numTokens, int64_t hiddenSize,
@@ -165,15 +177,35 @@ void moe_reference_fused_experts_fp8(int scaling, int64_t blockSize,
                                      const int32_t *ids, const float *weights,
                                      const uint8_t *w13, const float *w13Scales,
                                      const uint8_t *w2, const float *w2Scales,
-                                     float *output) {
+                                     const float *inputScales, float *output) {
+  std::optional<StaticInputScales> scales = makeStaticInputScales(inputScales);
   fusedExpertsFp8(makeFp8Scheme(scaling, blockSize),
                   gatedActivation(activation), numTokens, hiddenSize,
                   numExperts, intermediate, numSlots, hidden, ids, weights, w13,
-                  w13Scales, w2, w2Scales, output, roundingTo(dtype));
+                  w13Scales, w2, w2Scales, scales ? &*scales : nullptr, output,
+                  roundingTo(dtype));
+}
+
+/// calibrateInputScales: the static input scales of the experts of
+/// moe_reference_fused_experts_fp8 calibrated on `hidden`, stored in
+/// `inputScales` [2] (w13's, w2's).
+void moe_reference_calibrate_fp8(int scaling, int64_t blockSize, int activation,
+                                 int dtype, int64_t numTokens,
+                                 int64_t hiddenSize, int64_t numExperts,
+                                 int64_t intermediate, int64_t numSlots,
+                                 const float *hidden, const int32_t *ids,
+                                 const uint8_t *w13, const float *w13Scales,
+                                 float *inputScales) {
+  StaticInputScales scales = calibrateInputScales(
+      makeFp8Scheme(scaling, blockSize), gatedActivation(activation), numTokens,
+      hiddenSize, numExperts, intermediate, numSlots, hidden, ids, w13,
+      w13Scales, roundingTo(dtype));
+  inputScales[0] = scales.w13;
+  inputScales[1] = scales.w2;
 }
 
 /// fusedMoeFp8: moe_reference_fused_moe on e4m3 weights (codes) and their
-/// scales, scaled as moe_reference_fused_experts_fp8.
+/// scales, scaled and quantized as moe_reference_fused_experts_fp8.
 void moe_reference_fused_moe_fp8(
     int scoring, int64_t topK, int64_t numGroups, int64_t topkGroups,
     int renormalize, float routedScalingFactor, int64_t numSharedExperts,
@@ -181,13 +213,15 @@ void moe_reference_fused_moe_fp8(
     int64_t numTokens, int64_t hiddenSize, int64_t numExperts,
     int64_t intermediate, const float *hidden, const float *logits,
     const float *bias, const uint8_t *w13, const float *w13Scales,
-    const uint8_t *w2, const float *w2Scales, float *output) {
+    const uint8_t *w2, const float *w2Scales, const float *inputScales,
+    float *output) {
   Router router = makeRouter(scoring, topK, numGroups, topkGroups, renormalize,
                              routedScalingFactor, numSharedExperts);
+  std::optional<StaticInputScales> scales = makeStaticInputScales(inputScales);
   fusedMoeFp8(router, makeFp8Scheme(scaling, blockSize),
               gatedActivation(activation), numTokens, hiddenSize, numExperts,
               intermediate, hidden, logits, bias, w13, w13Scales, w2, w2Scales,
-              output, roundingTo(dtype));
+              scales ? &*scales : nullptr, output, roundingTo(dtype));
 }
 
 } // extern "C"

@@ -4,16 +4,21 @@
 128 x 128 block scales) runs on the GPU on fresh random inputs, output
 poisoned first, and must match the plain C++ reference of the same layer on
 the same quantized weights (lib/Reference/Quantization.cpp: the activations
-quantized per token or per 128-column group, as moe.quantize defines) within
-||error|| / ||reference|| <= 1.5e-2 and max |error| / max |reference| <=
-6e-2: the first GEMM reads bit-identical operands, but a last-bit
-difference in the bf16 intermediate (fp32 summation order, the tensor
-cores' fp8 sums, exp and erf) can flip its e4m3 rounding, one e4m3 step
-(6 %) of that element, or its group's amax and so every element of the
-group (measured on the H100: norm 1e-3 to 8e-3, max 2e-3 to 2e-2). Ids are random with
-about one slot in 8 out of range. Also prints how far the layer is from the
-bf16 layer on the dequantized weights (the quantization of the activations).
-Exits non-zero on any mismatch."""
+quantized per token or per 128-column group, as moe.quantize defines, or
+with "activations": "static_tensor" by two static scales that the
+reference calibrates on a fresh draw of 16 other tokens, as checkpoints'
+input_scale are made, so that the tested tokens now and then exceed them
+and saturate) within ||error|| / ||reference|| <= 1.5e-2 and max |error| /
+max |reference| <= 6e-2: the first GEMM reads bit-identical operands, but a
+last-bit difference in the bf16 intermediate (fp32 summation order, the
+tensor cores' fp8 sums, exp and erf) can flip its e4m3 rounding, one e4m3
+step (6 %) of that element, or with dynamic scales its group's amax and so
+every element of the group; a static scale moves with no intermediate, so
+such a difference flips one element at most (measured on the H100, dynamic
+scales: norm 1e-3 to 8e-3, max 2e-3 to 2e-2). Ids are random with about one
+slot in 8 out of range. Also prints how far the layer is from the bf16 layer
+on the dequantized weights (the quantization of the activations). Exits
+non-zero on any mismatch."""
 
 import argparse
 import sys
@@ -29,6 +34,8 @@ from moe_mlir.testing.tensors import poisoned, relative_errors, uniform
 from layer_test import given_routing
 
 NORM_TOLERANCE, MAX_TOLERANCE = 1.5e-2, 6e-2
+# Tokens of the draw static activation scales are calibrated on.
+CALIBRATION_TOKENS = 16
 
 
 def block_view(weights, rows, columns):
@@ -85,15 +92,26 @@ def check(bundle, spec, reference, tokens, generator):
     w13_codes, w13_scales = quantize_weights(reference, w13, scaling, block)
     w2_codes, w2_scales = quantize_weights(reference, w2, scaling, block)
     ids, weights = given_routing(generator, tokens, spec["slots"], experts)
+    input_scales = None
+    if spec.get("activations") == "static_tensor":
+        calibration = uniform(generator, CALIBRATION_TOKENS, hidden_size)
+        calibration_ids, _ = given_routing(generator, CALIBRATION_TOKENS,
+                                           spec["slots"], experts)
+        input_scales = reference.calibrate_fp8(
+            scaling, block, spec["activation"], "bf16", calibration,
+            calibration_ids, w13_codes, w13_scales)
     output = poisoned((tokens, hidden_size), torch.bfloat16)
     fp8 = [codes.cuda().view(torch.float8_e4m3fn)
            for codes in (w13_codes, w2_codes)]
+    statics = ([] if input_scales is None
+               else [scale.reshape(1).cuda() for scale in input_scales])
     bundle.run(tokens, [hidden.cuda(), ids.cuda(), weights.cuda(), fp8[0],
-                        fp8[1], w13_scales.cuda(), w2_scales.cuda(), output])
+                        fp8[1], w13_scales.cuda(), w2_scales.cuda(), *statics,
+                        output])
     torch.cuda.synchronize()
     expected = reference.fused_experts_fp8(
         scaling, block, spec["activation"], "bf16", hidden, ids, weights,
-        w13_codes, w13_scales, w2_codes, w2_scales)
+        w13_codes, w13_scales, w2_codes, w2_scales, input_scales)
     bf16 = reference.fused_experts(
         spec["activation"], "bf16", hidden, ids, weights,
         dequantize(reference, w13_codes, w13_scales, scaling, block),

@@ -168,3 +168,61 @@ func.func @fused_experts_fp8_channel(%x: tensor<?x256xf16>, %ids: tensor<?x2xi32
           tensor<8x64xf32>, tensor<8x256xf32>) -> tensor<?x256xf16>
   return %y : tensor<?x256xf16>
 }
+
+// -----
+
+// FP8, static activation scales: each quantize takes its GEMM input's given
+// scale (%a13 the hidden states', %a2 the activation's output's) and still
+// yields [rows, 1] scales, which the GEMMs read as per-token ones.
+// CHECK-LABEL: func @fused_moe_fp8_static
+// CHECK-SAME: %[[S13:[a-z0-9]+]]: tensor<8xf32>, %[[S2:[a-z0-9]+]]: tensor<8xf32>, %[[A13:[a-z0-9]+]]: tensor<1xf32>, %[[A2:[a-z0-9]+]]: tensor<1xf32>)
+// CHECK-NEXT: moe.gate
+// CHECK-NEXT: %[[SORTED:.*]], %[[EXPERTS:.*]], %[[COUNT:.*]] = moe.route
+// CHECK-NEXT: %[[XQ:.*]], %[[XS:.*]] = moe.quantize %{{.*}} scale(%[[A13]]) {group_size = 256 : i64}
+// CHECK-SAME: (tensor<?x256xbf16>, tensor<1xf32>) -> (tensor<?x256xf8E4M3FN>, tensor<?x1xf32>)
+// CHECK-NEXT: %[[H:.*]] = moe.grouped_matmul %[[XQ]], %{{.*}} scales(%[[XS]], %[[S13]]) input(token) output(sorted)
+// CHECK-SAME: quantization = #moe.quantization<weights = tensor, activations = static_tensor>
+// CHECK-NEXT: %[[HQ:.*]], %[[HS:.*]] = moe.quantize %[[H]] scale(%[[A2]]) rows(%[[COUNT]]) {group_size = 96 : i64}
+// CHECK-SAME: (tensor<?x96xbf16>, tensor<1xf32>, tensor<i32>) -> (tensor<?x96xf8E4M3FN>, tensor<?x1xf32>)
+// CHECK-NEXT: moe.grouped_matmul %[[HQ]], %{{.*}} routed_weights(%{{.*}}) scales(%[[HS]], %[[S2]]) input(sorted) output(slot)
+// CHECK-SAME: quantization = #moe.quantization<weights = tensor, activations = static_tensor>
+// CHECK-NEXT: moe.combine
+func.func @fused_moe_fp8_static(%x: tensor<?x256xbf16>, %logits: tensor<?x8xf32>,
+                                %w13: tensor<8x192x256xf8E4M3FN>,
+                                %w2: tensor<8x256x96xf8E4M3FN>,
+                                %s13: tensor<8xf32>, %s2: tensor<8xf32>,
+                                %a13: tensor<1xf32>, %a2: tensor<1xf32>)
+    -> tensor<?x256xbf16> {
+  %y = moe.fused_moe %x, %logits, %w13, %w2 scales(%s13, %s2)
+         input_scales(%a13, %a2) activation(silu_and_mul) {
+         router = #moe.router<scoring = softmax, top_k = 2>,
+         quantization = #moe.quantization<weights = tensor, activations = static_tensor>}
+       : (tensor<?x256xbf16>, tensor<?x8xf32>, tensor<8x192x256xf8E4M3FN>,
+          tensor<8x256x96xf8E4M3FN>, tensor<8xf32>, tensor<8xf32>,
+          tensor<1xf32>, tensor<1xf32>) -> tensor<?x256xbf16>
+  return %y : tensor<?x256xbf16>
+}
+
+// -----
+
+// The experts given routing: the same quantizes by the given scales.
+// CHECK-LABEL: func @fused_experts_fp8_static
+// CHECK-SAME: %[[A13:[a-z0-9]+]]: tensor<1xf32>, %[[A2:[a-z0-9]+]]: tensor<1xf32>)
+// CHECK: moe.quantize %{{.*}} scale(%[[A13]]) {group_size = 256 : i64}
+// CHECK: moe.quantize %{{.*}} scale(%[[A2]]) rows(%{{.*}}) {group_size = 32 : i64}
+func.func @fused_experts_fp8_static(%x: tensor<?x256xf16>, %ids: tensor<?x2xi32>,
+                                    %w: tensor<?x2xf32>,
+                                    %w13: tensor<8x64x256xf8E4M3FN>,
+                                    %w2: tensor<8x256x32xf8E4M3FN>,
+                                    %s13: tensor<8x64xf32>, %s2: tensor<8x256xf32>,
+                                    %a13: tensor<1xf32>, %a2: tensor<1xf32>)
+    -> tensor<?x256xf16> {
+  %y = moe.fused_experts %x, %ids, %w, %w13, %w2 scales(%s13, %s2)
+         input_scales(%a13, %a2) activation(silu_and_mul) {
+         quantization = #moe.quantization<weights = channel, activations = static_tensor>}
+       : (tensor<?x256xf16>, tensor<?x2xi32>, tensor<?x2xf32>,
+          tensor<8x64x256xf8E4M3FN>, tensor<8x256x32xf8E4M3FN>,
+          tensor<8x64xf32>, tensor<8x256xf32>, tensor<1xf32>, tensor<1xf32>)
+       -> tensor<?x256xf16>
+  return %y : tensor<?x256xf16>
+}

@@ -8,10 +8,11 @@
 // routing) or from a named model preset. Inputs are seeded random data (an
 // experts layer's ids include out-of-range ones, which must contribute
 // nothing; an fp8 layer's weights are random values quantized per its
-// #moe.quantization, with their scales, as checkpoints are made); the output
-// is compared against the plain C++ reference, and the path, the routing
-// statistics and the times are printed. Exits non-zero on any error or
-// mismatch.
+// #moe.quantization, with their scales, and static activation scales are
+// calibrated on a draw of tokens apart from the inputs, as checkpoints are
+// made); the output is compared against the plain C++ reference, and the
+// path, the routing statistics and the times are printed. Exits non-zero on
+// any error or mismatch.
 //
 //===----------------------------------------------------------------------===//
 
@@ -40,6 +41,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <random>
 #include <unistd.h>
 
@@ -100,8 +102,9 @@ struct Layer {
   Activation activation = Activation::none;
   int hidden = -1, logits = -1, w13 = -1, w2 = -1, bias = -1;
   int ids = -1, slotWeights = -1; // experts given their routing
-  // FP8 weights: their scales and how they scale (else -1 and null).
-  int w13Scales = -1, w2Scales = -1;
+  // FP8 weights: their scales and how they scale (else -1 and null), and
+  // with static_tensor activations the static scales of the GEMM inputs.
+  int w13Scales = -1, w2Scales = -1, w13InputScale = -1, w2InputScale = -1;
   QuantizationAttr quantization;
   // numExperts: routed experts E with a router, stored experts without.
   int64_t hiddenSize = 0, numExperts = 0, intermediate = 0, numSlots = 0;
@@ -112,6 +115,10 @@ struct Layer {
   /// Experts the ids may name: shared experts included.
   int64_t storedExperts() const {
     return numExperts + (router ? router.getNumSharedExperts() : 0);
+  }
+  /// Whether the caller gives the GEMM inputs' scales.
+  bool hasStaticInputScales() const {
+    return quantization && quantization.hasStaticActivations();
   }
 };
 
@@ -138,6 +145,10 @@ void readExpertWeights(func::FuncOp function, LayerOp op, Layer &layer) {
   if (layer.quantization) {
     layer.w13Scales = argumentIndex(function, op.getW13Scales());
     layer.w2Scales = argumentIndex(function, op.getW2Scales());
+  }
+  if (layer.hasStaticInputScales()) {
+    layer.w13InputScale = argumentIndex(function, op.getW13InputScale());
+    layer.w2InputScale = argumentIndex(function, op.getW2InputScale());
   }
 }
 
@@ -214,12 +225,15 @@ FailureOr<Layer> findLayer(func::FuncOp function, std::string &error) {
   }
   bool routed = static_cast<bool>(layer.router);
   bool fp8 = static_cast<bool>(layer.quantization);
+  bool staticInputs = layer.hasStaticInputScales();
+  // A routed layer's operands with a bias.
+  unsigned withBias = 5 + (fp8 ? 2 : 0) + (staticInputs ? 2 : 0);
   if (layer.hidden < 0 || layer.w13 < 0 || layer.w2 < 0 ||
       (fp8 && (layer.w13Scales < 0 || layer.w2Scales < 0)) ||
-      (routed
-           ? layer.logits < 0 || (layer.bias < 0 &&
-                                  function.getNumArguments() == (fp8 ? 7u : 5u))
-           : layer.ids < 0 || layer.slotWeights < 0)) {
+      (staticInputs && (layer.w13InputScale < 0 || layer.w2InputScale < 0)) ||
+      (routed ? layer.logits < 0 ||
+                    (layer.bias < 0 && function.getNumArguments() == withBias)
+              : layer.ids < 0 || layer.slotWeights < 0)) {
     error = "the layer's operands must be the function's arguments";
     return failure();
   }
@@ -272,6 +286,12 @@ HostTensor randomIds(const std::vector<int64_t> &shape, int64_t numExperts,
     id = eighth(generator) ? expert(generator)
                            : (eighth(generator) < 4 ? -1 : numExperts);
   return HostTensor::fromInts(shape, ids);
+}
+
+reference::Activation toReference(Activation activation) {
+  return activation == Activation::silu_and_mul
+             ? reference::Activation::SiluAndMul
+             : reference::Activation::GeluAndMul;
 }
 
 reference::Fp8Scheme toReference(QuantizationAttr quantization) {
@@ -327,6 +347,53 @@ void quantizeWeights(const reference::Fp8Scheme &scheme,
   scales = HostTensor::fromFloats(ElementType::F32, scalesShape, amax);
 }
 
+/// Tokens of the draw that static activation scales are calibrated on.
+constexpr int64_t kCalibrationTokens = 16;
+
+/// The static input scales of `layer` as a checkpoint's are made: each GEMM
+/// input's amax / 448 (reference::calibrateInputScales) over a draw of
+/// kCalibrationTokens tokens apart from the inputs, hidden states and
+/// routing (the gate on logits with the inputs' bias, or random ids) drawn
+/// as makeInputs draws them. The inputs exceed that amax now and then, and
+/// saturate as served layers do.
+void calibrateInputScales(const Layer &layer, std::vector<HostTensor> &inputs,
+                          std::mt19937 &generator) {
+  const int64_t tokens = kCalibrationTokens;
+  auto draw = [&](int64_t count, float high) {
+    std::uniform_real_distribution<float> uniform(-high, high);
+    std::vector<float> values(count);
+    for (float &value : values)
+      value = uniform(generator);
+    return values;
+  };
+  ElementType hiddenType = inputs[layer.hidden].type;
+  std::vector<float> hidden = draw(tokens * layer.hiddenSize, 1.0f);
+  std::vector<int32_t> ids(tokens * layer.numSlots);
+  if (layer.router) {
+    std::vector<float> logits = draw(tokens * layer.numExperts, 2.0f);
+    std::vector<float> bias =
+        layer.bias >= 0 ? inputs[layer.bias].toFloats() : std::vector<float>();
+    std::vector<float> slotWeights(ids.size());
+    reference::gate(toReference(layer.router), tokens, layer.numExperts,
+                    logits.data(), layer.bias >= 0 ? bias.data() : nullptr,
+                    slotWeights.data(), ids.data());
+  } else {
+    ids = randomIds({tokens, layer.numSlots}, layer.numExperts, generator)
+              .toInts();
+  }
+  std::vector<float> w13Scales = inputs[layer.w13Scales].toFloats();
+  reference::StaticInputScales scales = reference::calibrateInputScales(
+      toReference(layer.quantization), toReference(layer.activation), tokens,
+      layer.hiddenSize, layer.storedExperts(), layer.intermediate,
+      layer.numSlots, hidden.data(), ids.data(), inputs[layer.w13].bytes.data(),
+      w13Scales.data(),
+      [&](float value) { return roundTo(hiddenType, value); });
+  inputs[layer.w13InputScale] =
+      HostTensor::fromFloats(ElementType::F32, {1}, {scales.w13});
+  inputs[layer.w2InputScale] =
+      HostTensor::fromFloats(ElementType::F32, {1}, {scales.w2});
+}
+
 /// Seeded inputs of `function`'s arguments, shaped by `shapeOf`:
 /// activations and logits of unit scale, weights scaled by 1/sqrt(fan-in) so
 /// that outputs stay O(1) in every precision (fp8 weights quantized from
@@ -344,8 +411,9 @@ bool makeInputs(func::FuncOp function, const Layer &layer,
       inputs[index] = randomIds(shape, layer.numExperts, generator);
       continue;
     }
-    // Made with their weights.
-    if (index == layer.w13Scales || index == layer.w2Scales)
+    // Made with their weights, or calibrated once they are made.
+    if (index == layer.w13Scales || index == layer.w2Scales ||
+        index == layer.w13InputScale || index == layer.w2InputScale)
       continue;
     FailureOr<ElementType> type = getHostElementType(
         cast<RankedTensorType>(argument.getType()).getElementType());
@@ -378,6 +446,8 @@ bool makeInputs(func::FuncOp function, const Layer &layer,
     quantizeWeights(toReference(layer.quantization), shape, data,
                     shapeOf(scalesIndex), inputs[index], inputs[scalesIndex]);
   }
+  if (layer.hasStaticInputScales())
+    calibrateInputScales(layer, inputs, generator);
   return true;
 }
 
@@ -407,10 +477,7 @@ std::vector<float> referenceOutput(const Layer &layer,
     slotWeights = floats(layer.slotWeights);
   }
   std::vector<float> expected(numTokens * layer.hiddenSize);
-  reference::Activation activation =
-      layer.activation == Activation::silu_and_mul
-          ? reference::Activation::SiluAndMul
-          : reference::Activation::GeluAndMul;
+  reference::Activation activation = toReference(layer.activation);
   auto round = [&](float value) { return roundTo(outputType, value); };
   if (!layer.quantization) {
     std::vector<float> w13 = floats(layer.w13), w2 = floats(layer.w2);
@@ -422,12 +489,16 @@ std::vector<float> referenceOutput(const Layer &layer,
   }
   std::vector<float> w13Scales = floats(layer.w13Scales),
                      w2Scales = floats(layer.w2Scales);
+  std::optional<reference::StaticInputScales> inputScales;
+  if (layer.hasStaticInputScales())
+    inputScales = reference::StaticInputScales{floats(layer.w13InputScale)[0],
+                                               floats(layer.w2InputScale)[0]};
   reference::fusedExpertsFp8(
       toReference(layer.quantization), activation, numTokens, layer.hiddenSize,
       storedExperts, layer.intermediate, layer.numSlots, hidden.data(),
       slotIds.data(), slotWeights.data(), inputs[layer.w13].bytes.data(),
       w13Scales.data(), inputs[layer.w2].bytes.data(), w2Scales.data(),
-      expected.data(), round);
+      inputScales ? &*inputScales : nullptr, expected.data(), round);
   return expected;
 }
 
@@ -729,6 +800,12 @@ int main(int argc, char **argv) {
   llvm::outs() << llvm::formatv(
       "  {0} path{1}: compile {2:F2} s, run {3:F3} ms\n", path, note,
       compileTime, runTime * 1e3);
+  if (layer->hasStaticInputScales())
+    llvm::outs() << llvm::formatv(
+        "  static input scales, calibrated on {0} other tokens: w13 {1:E2}, "
+        "w2 {2:E2}\n",
+        kCalibrationTokens, inputs[layer->w13InputScale].toFloats()[0],
+        inputs[layer->w2InputScale].toFloats()[0]);
   int64_t idle = llvm::count(perExpert, 0);
   auto [least, most] = std::minmax_element(perExpert.begin(), perExpert.end());
   llvm::outs() << llvm::formatv(

@@ -438,16 +438,21 @@ void expectSameBits(const std::vector<float> &actual,
           << "element " << i << ": " << actual[i] << " vs " << expected[i];
 }
 
-/// The #moe.quantization of `scheme`.
-std::string quantizationText(const reference::Fp8Scheme &scheme) {
+/// The #moe.quantization of `scheme`, with static_tensor activations when
+/// `staticInputs`.
+std::string quantizationText(const reference::Fp8Scheme &scheme,
+                             bool staticInputs = false) {
   bool block = scheme.scaling == reference::Fp8Scaling::Block;
   const char *weights = block ? "block"
                         : scheme.scaling == reference::Fp8Scaling::Channel
                             ? "channel"
                             : "tensor";
+  const char *activations = staticInputs ? "static_tensor"
+                            : block      ? "token_group"
+                                         : "token";
   return llvm::formatv(
       "#moe.quantization<weights = {0}, activations = {1}, block_size = {2}>",
-      weights, block ? "token_group" : "token", scheme.blockSize);
+      weights, activations, scheme.blockSize);
 }
 
 /// The shape of the scales of e4m3 weights [e, n, k] under `scheme`.
@@ -780,27 +785,39 @@ TEST(Fp8, DecodesEveryCodeExactly) {
 }
 
 /// Runs moe.quantize on `x` [rows, k] of `type` (rows(%n) when `numRows` is
-/// set) and expects the reference's codes and scales bit for bit in the rows
-/// it computes.
+/// set, scale(%s) when `staticScale` is) and expects the reference's codes
+/// and scales bit for bit in the rows it computes.
 void checkQuantize(ElementType type, int64_t rows, int64_t k, int64_t groupSize,
                    const std::vector<float> &x,
-                   std::optional<int32_t> numRows = std::nullopt) {
+                   std::optional<int32_t> numRows = std::nullopt,
+                   std::optional<float> staticScale = std::nullopt) {
   int64_t groups = (k + groupSize - 1) / groupSize;
-  std::string inputType = llvm::formatv("tensor<?x{0}x{1}>", k, name(type));
+  std::vector<HostTensor> inputs = {HostTensor::fromFloats(type, {rows, k}, x)};
+  std::string arguments = llvm::formatv("%x: tensor<?x{0}x{1}>", k, name(type));
+  std::string types = inputs[0].typeString(), operands;
+  types = "tensor<?" + types.substr(types.find('x'));
+  if (staticScale) {
+    inputs.push_back(
+        HostTensor::fromFloats(ElementType::F32, {1}, {*staticScale}));
+    arguments += ", %s: tensor<1xf32>";
+    types += ", tensor<1xf32>";
+    operands += " scale(%s)";
+  }
+  if (numRows) {
+    inputs.push_back(HostTensor::fromInts({}, {*numRows}));
+    arguments += ", %n: tensor<i32>";
+    types += ", tensor<i32>";
+    operands += " rows(%n)";
+  }
   std::string results =
-      llvm::formatv("(tensor<?x{0}xf8E4M3FN>, tensor<?x{1}xf32>)", k, groups);
+      llvm::formatv("tensor<?x{0}xf8E4M3FN>, tensor<?x{1}xf32>", k, groups);
   std::string source = llvm::formatv(
-      "func.func @quantize(%x: {0}{1}) -> {2} {{\n"
-      "  %q, %s = moe.quantize %x{3} {{group_size = {4}} : ({0}{5}) -> {2}\n"
-      "  return %q, %s : tensor<?x{6}xf8E4M3FN>, tensor<?x{7}xf32>\n}\n",
-      inputType, numRows ? ", %n: tensor<i32>" : "", results,
-      numRows ? " rows(%n)" : "", groupSize, numRows ? ", tensor<i32>" : "", k,
-      groups);
+      "func.func @quantize({0}) -> ({1}) {{\n"
+      "  %q, %scales = moe.quantize %x{2} {{group_size = {3}} : ({4}) -> "
+      "({1})\n  return %q, %scales : {1}\n}\n",
+      arguments, results, operands, groupSize, types);
   std::unique_ptr<CpuFunction> function = compile(source);
   ASSERT_TRUE(function);
-  std::vector<HostTensor> inputs = {HostTensor::fromFloats(type, {rows, k}, x)};
-  if (numRows)
-    inputs.push_back(HostTensor::fromInts({}, {*numRows}));
   std::vector<HostTensor> outputs = run(*function, inputs);
   ASSERT_EQ(outputs.size(), 2u);
 
@@ -808,8 +825,12 @@ void checkQuantize(ElementType type, int64_t rows, int64_t k, int64_t groupSize,
   std::vector<uint8_t> codes(computed * k);
   std::vector<float> scales(computed * groups);
   std::vector<float> stored = inputs[0].toFloats();
-  reference::quantizeE4M3(computed, k, groupSize, stored.data(), codes.data(),
-                          scales.data());
+  if (staticScale)
+    reference::quantizeE4M3Static(computed, k, groupSize, *staticScale,
+                                  stored.data(), codes.data(), scales.data());
+  else
+    reference::quantizeE4M3(computed, k, groupSize, stored.data(), codes.data(),
+                            scales.data());
   EXPECT_EQ(std::vector<uint8_t>(outputs[0].bytes.begin(),
                                  outputs[0].bytes.begin() + computed * k),
             codes);
@@ -866,6 +887,27 @@ TEST(Quantize, RowsStopAtTheCountClampedToTheRows) {
   }
 }
 
+TEST(Quantize, StaticScaleBitExact) {
+  // The edge rows by scales that saturate their larger values (2^-6, and
+  // 0.0071, whose quotients are inexact), keep them all in range (2^4),
+  // and by the degenerate ones used as given: 0, infinity, NaN.
+  const int64_t k = 200;
+  const float inf = std::numeric_limits<float>::infinity();
+  for (ElementType type :
+       {ElementType::F32, ElementType::BF16, ElementType::F16})
+    for (float scale : {0x1p-6f, 0.0071f, 16.0f, 0.0f, inf,
+                        std::numeric_limits<float>::quiet_NaN()})
+      for (int64_t groupSize : {200, 128}) {
+        SCOPED_TRACE(llvm::formatv("{0} scale={1} group_size={2}", name(type),
+                                   scale, groupSize)
+                         .str());
+        checkQuantize(type, 7, k, groupSize, quantizeEdgeRows(k, groupSize),
+                      std::nullopt, scale);
+      }
+  checkQuantize(ElementType::BF16, 7, k, 200, quantizeEdgeRows(k, 200), 4,
+                0.0071f);
+}
+
 //===----------------------------------------------------------------------===//
 // FP8 layers: moe.fused_moe and moe.fused_experts through moe-cpu-pipeline
 //===----------------------------------------------------------------------===//
@@ -886,6 +928,35 @@ struct Fp8Experts {
             randomScales(generator, weightScalesShape(scheme, stored, hidden,
                                                       intermediate))) {}
 };
+
+/// Static input scales for fp8 experts on `hidden` (as stored) routed by
+/// `ids`, at 3/4 of those the reference's calibration finds, so that the
+/// largest values of both GEMM inputs saturate.
+reference::StaticInputScales
+saturatingInputScales(const reference::Fp8Scheme &scheme,
+                      reference::Activation activation,
+                      const HostTensor &hidden, const std::vector<int32_t> &ids,
+                      const Fp8Experts &experts) {
+  std::vector<float> values = hidden.toFloats(),
+                     w13Scales = experts.w13Scales.toFloats();
+  int64_t t = hidden.shape[0], h = hidden.shape[1];
+  reference::StaticInputScales scales = reference::calibrateInputScales(
+      scheme, activation, t, h, experts.w13.shape[0], experts.w2.shape[2],
+      ids.size() / t, values.data(), ids.data(), experts.w13.bytes.data(),
+      w13Scales.data(),
+      [&](float value) { return roundTo(hidden.type, value); });
+  return {0.75f * scales.w13, 0.75f * scales.w2};
+}
+
+/// Appends `scales` to `inputs` as the [1] tensors of `input_scales(...)`,
+/// and returns that text.
+std::string appendInputScales(const reference::StaticInputScales &scales,
+                              std::vector<HostTensor> &inputs) {
+  size_t first = inputs.size();
+  for (float scale : {scales.w13, scales.w2})
+    inputs.push_back(HostTensor::fromFloats(ElementType::F32, {1}, {scale}));
+  return llvm::formatv(" input_scales(%a{0}, %a{1})", first, first + 1);
+}
 
 /// `func.func @layer(%a0: ..., %a1: ...) -> result` returning the one op
 /// `op`, which names its operands %a0, %a1... in the order of `inputs`; the
@@ -925,8 +996,10 @@ std::vector<float> runLayer(const std::vector<HostTensor> &inputs,
 /// A whole fp8 layer with hidden states of `type`, H = 200 and I = 72
 /// (ragged against 128-wide blocks), DeepSeek-like routing with a shared
 /// expert, through moe-cpu-pipeline against fusedMoeFp8; bit for bit, as
-/// both round in the same order.
-void checkFusedMoeFp8(const reference::Fp8Scheme &scheme, ElementType type) {
+/// both round in the same order. With `staticInputs`, static activation
+/// scales that saturate the largest values.
+void checkFusedMoeFp8(const reference::Fp8Scheme &scheme, ElementType type,
+                      bool staticInputs = false) {
   const int64_t t = 9, h = 200, intermediate = 72, e = 16;
   reference::Router router = deepseekRouter();
   router.topK = 4;
@@ -938,16 +1011,32 @@ void checkFusedMoeFp8(const reference::Fp8Scheme &scheme, ElementType type) {
   std::vector<float> logits = uniform(generator, t * e, 3.0f);
   std::vector<float> bias = uniform(generator, e, 0.5f);
   Fp8Experts experts(generator, scheme, e + 1, h, intermediate);
+  std::vector<HostTensor> inputs = {
+      hidden,
+      HostTensor::fromFloats(ElementType::F32, {t, e}, logits),
+      experts.w13,
+      experts.w2,
+      HostTensor::fromFloats(ElementType::F32, {e}, bias),
+      experts.w13Scales,
+      experts.w2Scales};
+  std::optional<reference::StaticInputScales> inputScales;
+  std::string inputScalesText;
+  if (staticInputs) {
+    std::vector<float> slotWeights(t * router.numSlots());
+    std::vector<int32_t> ids(t * router.numSlots());
+    reference::gate(router, t, e, logits.data(), bias.data(),
+                    slotWeights.data(), ids.data());
+    inputScales = saturatingInputScales(
+        scheme, reference::Activation::SiluAndMul, hidden, ids, experts);
+    inputScalesText = appendInputScales(*inputScales, inputs);
+  }
   std::vector<float> output = runLayer(
-      {hidden, HostTensor::fromFloats(ElementType::F32, {t, e}, logits),
-       experts.w13, experts.w2,
-       HostTensor::fromFloats(ElementType::F32, {e}, bias), experts.w13Scales,
-       experts.w2Scales},
-      2,
+      inputs, 2,
       llvm::formatv("moe.fused_moe %a0, %a1, %a2, %a3 bias(%a4) scales(%a5, "
-                    "%a6) activation(silu_and_mul) {{router = {0}, "
-                    "quantization = {1}}",
-                    routerText(router), quantizationText(scheme)));
+                    "%a6){0} activation(silu_and_mul) {{router = {1}, "
+                    "quantization = {2}}",
+                    inputScalesText, routerText(router),
+                    quantizationText(scheme, staticInputs)));
 
   std::vector<float> expected(t * h);
   std::vector<float> hiddenValues = hidden.toFloats(),
@@ -957,14 +1046,17 @@ void checkFusedMoeFp8(const reference::Fp8Scheme &scheme, ElementType type) {
       router, scheme, reference::Activation::SiluAndMul, t, h, e, intermediate,
       hiddenValues.data(), logits.data(), bias.data(), experts.w13.bytes.data(),
       w13Scales.data(), experts.w2.bytes.data(), w2Scales.data(),
-      expected.data(), [&](float value) { return roundTo(type, value); });
+      inputScales ? &*inputScales : nullptr, expected.data(),
+      [&](float value) { return roundTo(type, value); });
   expectSameBits(output, expected);
 }
 
 /// The experts of an fp8 layer given routing, ids out of range (-1, E) and
-/// an expert named twice by one token, against fusedExpertsFp8 bit for bit.
-void checkFusedExpertsFp8(const reference::Fp8Scheme &scheme,
-                          ElementType type) {
+/// an expert named twice by one token, against fusedExpertsFp8 bit for bit;
+/// with `staticInputs`, static activation scales that saturate the largest
+/// values.
+void checkFusedExpertsFp8(const reference::Fp8Scheme &scheme, ElementType type,
+                          bool staticInputs = false) {
   const int64_t t = 9, s = 3, h = 200, intermediate = 72, e = 8;
   std::mt19937 generator(23);
   HostTensor hidden =
@@ -978,14 +1070,26 @@ void checkFusedExpertsFp8(const reference::Fp8Scheme &scheme,
   ids[7] = ids[6];
   std::vector<float> weights = uniform(generator, t * s, 1.0f);
   Fp8Experts experts(generator, scheme, e, h, intermediate);
+  std::vector<HostTensor> inputs = {
+      hidden,
+      HostTensor::fromInts({t, s}, ids),
+      HostTensor::fromFloats(ElementType::F32, {t, s}, weights),
+      experts.w13,
+      experts.w2,
+      experts.w13Scales,
+      experts.w2Scales};
+  std::optional<reference::StaticInputScales> inputScales;
+  std::string inputScalesText;
+  if (staticInputs) {
+    inputScales = saturatingInputScales(
+        scheme, reference::Activation::GeluAndMul, hidden, ids, experts);
+    inputScalesText = appendInputScales(*inputScales, inputs);
+  }
   std::vector<float> output = runLayer(
-      {hidden, HostTensor::fromInts({t, s}, ids),
-       HostTensor::fromFloats(ElementType::F32, {t, s}, weights), experts.w13,
-       experts.w2, experts.w13Scales, experts.w2Scales},
-      3,
+      inputs, 3,
       llvm::formatv("moe.fused_experts %a0, %a1, %a2, %a3, %a4 scales(%a5, "
-                    "%a6) activation(gelu_and_mul) {{quantization = {0}}",
-                    quantizationText(scheme)));
+                    "%a6){0} activation(gelu_and_mul) {{quantization = {1}}",
+                    inputScalesText, quantizationText(scheme, staticInputs)));
 
   std::vector<float> expected(t * h);
   std::vector<float> hiddenValues = hidden.toFloats(),
@@ -995,7 +1099,8 @@ void checkFusedExpertsFp8(const reference::Fp8Scheme &scheme,
       scheme, reference::Activation::GeluAndMul, t, h, e, intermediate, s,
       hiddenValues.data(), ids.data(), weights.data(), experts.w13.bytes.data(),
       w13Scales.data(), experts.w2.bytes.data(), w2Scales.data(),
-      expected.data(), [&](float value) { return roundTo(type, value); });
+      inputScales ? &*inputScales : nullptr, expected.data(),
+      [&](float value) { return roundTo(type, value); });
   expectSameBits(output, expected);
 }
 
@@ -1018,6 +1123,23 @@ TEST(FusedExpertsFp8, EverySchemeBitExact) {
       checkFusedExpertsFp8(scheme, type);
     }
   }
+}
+
+TEST(FusedExpertsFp8, StaticInputScalesBitExact) {
+  using reference::Fp8Scaling;
+  for (reference::Fp8Scheme scheme :
+       {reference::Fp8Scheme{Fp8Scaling::Channel, 128},
+        reference::Fp8Scheme{Fp8Scaling::Tensor, 128}}) {
+    for (ElementType type : {ElementType::BF16, ElementType::F32}) {
+      SCOPED_TRACE(quantizationText(scheme, true) + " " + name(type));
+      checkFusedExpertsFp8(scheme, type, /*staticInputs=*/true);
+    }
+  }
+}
+
+TEST(FusedMoeFp8, StaticInputScalesBitExact) {
+  checkFusedMoeFp8({reference::Fp8Scaling::Tensor, 128}, ElementType::BF16,
+                   /*staticInputs=*/true);
 }
 
 //===----------------------------------------------------------------------===//

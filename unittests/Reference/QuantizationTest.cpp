@@ -3,10 +3,12 @@
 // Pins down the FP8 reference (Quantization.h) that the CPU path and the GPU
 // kernels are checked against: e4m3 decoding and rounding at every edge, and
 // agreeing with a bit-manipulation encoder; the quantization recipe (NaN,
-// all-zero and outlier groups, ragged tails); each scaling scheme on
-// hand-computed cases, in its rounding order; the experts against a float64
-// computation on the dequantized operands and against the grouped matmuls
-// composed over `route`; and the C entry points.
+// all-zero and outlier groups, ragged tails) and the quantization by a given
+// scale (saturation, NaN, division); each scaling scheme on hand-computed
+// cases, in its rounding order; the experts, with dynamic or static
+// activation scales, against a float64 computation on the dequantized
+// operands and against the grouped matmuls composed over `route`; and the C
+// entry points.
 //
 //===----------------------------------------------------------------------===//
 
@@ -20,6 +22,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 
 using namespace mlir::moe::reference;
@@ -269,6 +272,77 @@ TEST(QuantizeE4M3, PerTokenIsOneGroupPerRow) {
 }
 
 //===----------------------------------------------------------------------===//
+// quantizeE4M3Static
+//===----------------------------------------------------------------------===//
+
+Quantized quantizeStatic(int64_t rows, int64_t k, int64_t groupSize,
+                         float scale, const std::vector<float> &x) {
+  Quantized q;
+  q.codes.assign(rows * k, 0xAA);
+  q.scales.assign(rows * ((k + groupSize - 1) / groupSize), -1.0f);
+  quantizeE4M3Static(rows, k, groupSize, scale, x.data(), q.codes.data(),
+                     q.scales.data());
+  return q;
+}
+
+/// quantize, or quantizeStatic by `*staticScale` when given.
+Quantized quantizeInput(int64_t rows, int64_t k, int64_t groupSize,
+                        const std::vector<float> &x, const float *staticScale) {
+  return staticScale ? quantizeStatic(rows, k, groupSize, *staticScale, x)
+                     : quantize(rows, k, groupSize, x);
+}
+
+std::vector<float> dequantizedCodes(const std::vector<uint8_t> &codes) {
+  std::vector<float> values;
+  for (uint8_t code : codes)
+    values.push_back(fromE4M3(code));
+  return values;
+}
+
+TEST(QuantizeE4M3Static, DividesEveryGroupByTheGivenScale) {
+  // Scale 2^-4, so every quotient is exact: no row or group is stretched to
+  // its amax (the small first row stays small), and every scale of the
+  // [2, 3] scales is the given one.
+  Quantized q = quantizeStatic(2, 5, 2, 0x1p-4f,
+                               {1, -2, 0.5f, 0x1p-8f, 3, //
+                                0, -0.0f, 26, -0.375f, 0.0625f});
+  expectSameBits(q.scales, std::vector<float>(6, 0x1p-4f));
+  expectSameBits(dequantizedCodes(q.codes),
+                 {16, -32, 8, 0.0625f, 48, 0, -0.0f, 416, -6, 1});
+}
+
+TEST(QuantizeE4M3Static, SaturatesQuotientsBeyond448) {
+  // With scale 1/4: 112 is 448 exactly; 116 (464, the tie past 448), 1e30
+  // and infinities saturate to +-448, keeping their sign.
+  Quantized q =
+      quantizeStatic(1, 6, 6, 0.25f, {112, 116, -116, 1e30f, kInf, -kInf});
+  EXPECT_EQ(q.codes,
+            (std::vector<uint8_t>{0x7E, 0x7E, 0xFE, 0x7E, 0x7E, 0xFE}));
+  expectSameBits(q.scales, {0.25f});
+}
+
+TEST(QuantizeE4M3Static, ANanStaysInItsElement) {
+  // Unlike a dynamic group's amax, a NaN value makes only its own code NaN.
+  Quantized q = quantizeStatic(1, 3, 3, 0.5f, {1, kNan, -1});
+  EXPECT_EQ(q.codes, (std::vector<uint8_t>{toE4M3(2), 0x7F, toE4M3(-2)}));
+  // The scale is used as given: a NaN one makes every code NaN; 0 saturates
+  // nonzero values and makes 0 / 0 NaN.
+  q = quantizeStatic(1, 2, 2, kNan, {1, 0});
+  EXPECT_EQ(q.codes, (std::vector<uint8_t>{0x7F, 0x7F}));
+  EXPECT_TRUE(std::isnan(q.scales[0]));
+  q = quantizeStatic(1, 3, 3, 0.0f, {1, -1, 0});
+  EXPECT_EQ(q.codes, (std::vector<uint8_t>{0x7E, 0xFE, 0x7F}));
+}
+
+TEST(QuantizeE4M3Static, DividesRatherThanMultipliesByTheInverse) {
+  // 12.6875 / 7 = 1.8125 exactly, the tie of 1.75 and 1.875, to the even
+  // 1.75; 12.6875 * fl(1/7) lands just above the tie, on 1.875.
+  ASSERT_EQ(fromE4M3(toE4M3(12.6875f * (1.0f / 7.0f))), 1.875f);
+  Quantized q = quantizeStatic(1, 1, 1, 7.0f, {12.6875f});
+  EXPECT_EQ(fromE4M3(q.codes[0]), 1.75f);
+}
+
+//===----------------------------------------------------------------------===//
 // scaledGroupedMatmul on hand-computed cases
 //===----------------------------------------------------------------------===//
 
@@ -441,6 +515,8 @@ struct ExpertsCase {
   std::vector<float> hidden, slotWeights;
   std::vector<int32_t> ids;
   Fp8Weights w13, w2;
+  /// Static activation scales (else dynamic).
+  std::optional<StaticInputScales> inputScales;
 
   ExpertsCase(const Fp8Scheme &scheme, uint32_t seed) : scheme(scheme) {
     std::mt19937 generator(seed);
@@ -463,8 +539,17 @@ struct ExpertsCase {
                     numExperts, intermediate, numSlots, hidden.data(),
                     ids.data(), slotWeights.data(), w13.codes.data(),
                     w13.scales.data(), w2.codes.data(), w2.scales.data(),
-                    output.data(), round);
+                    staticScales(), output.data(), round);
     return output;
+  }
+
+  const StaticInputScales *staticScales() const {
+    return inputScales ? &*inputScales : nullptr;
+  }
+  /// The static scale of the w13 (first) or w2 input, or null.
+  const float *staticScale(bool first) const {
+    return inputScales ? (first ? &inputScales->w13 : &inputScales->w2)
+                       : nullptr;
   }
 };
 
@@ -475,6 +560,28 @@ std::vector<Fp8Scheme> randomSchemes() {
           {Fp8Scaling::Block, 64},
           {Fp8Scaling::Channel, 0},
           {Fp8Scaling::Tensor, 0}};
+}
+
+/// The static input scales calibrateInputScales finds for `c`'s experts on
+/// its own tokens.
+StaticInputScales calibrated(const ExpertsCase &c, const RoundFn &round) {
+  return calibrateInputScales(c.scheme, Activation::SiluAndMul, c.numTokens,
+                              c.hiddenSize, c.numExperts, c.intermediate,
+                              c.numSlots, c.hidden.data(), c.ids.data(),
+                              c.w13.codes.data(), c.w13.scales.data(), round);
+}
+
+/// `c` with static input scales at 3/4 of the calibrated ones, so that the
+/// largest values of each input saturate.
+ExpertsCase withStaticScales(ExpertsCase c) {
+  StaticInputScales scales = calibrated(c, kExact);
+  c.inputScales = StaticInputScales{0.75f * scales.w13, 0.75f * scales.w2};
+  return c;
+}
+
+/// The schemes whose weights pair with static activation scales.
+std::vector<Fp8Scheme> staticSchemes() {
+  return {{Fp8Scaling::Channel, 0}, {Fp8Scaling::Tensor, 0}};
 }
 
 TEST(ScaledGroupedMatmul, MatchesFloat64OnTheDequantizedOperands) {
@@ -520,8 +627,9 @@ std::vector<double> fusedExpertsFloat64(const ExpertsCase &c,
                                         const RoundFn &round) {
   int64_t hs = c.hiddenSize, is = c.intermediate;
   std::vector<double> output(c.numTokens * hs, 0.0);
-  auto dequantizedRow = [&](const std::vector<float> &row, int64_t k) {
-    Quantized q = quantize(1, k, c.scheme.groupSize(k), row);
+  auto dequantizedRow = [&](const std::vector<float> &row, int64_t k,
+                            const float *staticScale) {
+    Quantized q = quantizeInput(1, k, c.scheme.groupSize(k), row, staticScale);
     std::vector<double> values(k);
     for (int64_t i = 0; i < k; ++i)
       values[i] =
@@ -532,7 +640,8 @@ std::vector<double> fusedExpertsFloat64(const ExpertsCase &c,
     std::vector<float> x(hs);
     for (int64_t i = 0; i < hs; ++i)
       x[i] = round(c.hidden[t * hs + i]);
-    std::vector<double> xd = dequantizedRow(x, hs);
+    std::vector<double> xd =
+        dequantizedRow(x, hs, c.staticScale(/*first=*/true));
     for (int64_t s = 0; s < c.numSlots; ++s) {
       int32_t e = c.ids[t * c.numSlots + s];
       if (e < 0 || e >= c.numExperts)
@@ -544,7 +653,8 @@ std::vector<double> fusedExpertsFloat64(const ExpertsCase &c,
       std::vector<float> a(is);
       for (int64_t j = 0; j < is; ++j)
         a[j] = round(float(h[j] / (1.0 + std::exp(-h[j])) * h[j + is]));
-      std::vector<double> ad = dequantizedRow(a, is);
+      std::vector<double> ad =
+          dequantizedRow(a, is, c.staticScale(/*first=*/false));
       for (int64_t i = 0; i < hs; ++i) {
         double dot = 0.0;
         for (int64_t j = 0; j < is; ++j)
@@ -586,6 +696,49 @@ TEST(FusedExpertsFp8, MatchesFloat64OnTheDequantizedOperands) {
           << "scheme " << int(scheme.scaling) << ", seed " << seed;
 }
 
+TEST(FusedExpertsFp8, CalibrationScalesEachInputToItsAmax) {
+  // The hidden rows' amax / 448, and that of the activations of the routed
+  // slots as the first GEMM over route computes them from the rows
+  // quantized dynamically, unrounded and rounded to bf16.
+  for (const Fp8Scheme &scheme : randomSchemes())
+    for (const RoundFn &round : {kExact, kBf16}) {
+      ExpertsCase c(scheme, 41);
+      int64_t t = c.numTokens, hs = c.hiddenSize, is = c.intermediate,
+              s = c.numSlots, blockM = 4;
+      Routing routing = route(t, s, c.ids.data(), c.numExperts, blockM);
+      std::vector<float> x(c.hidden);
+      for (float &value : x)
+        value = round(value);
+      Quantized xq = quantize(t, hs, scheme.groupSize(hs), x);
+      std::vector<float> a(routeCapacity(t, s, c.numExperts, blockM) * is,
+                           0.0f);
+      scaledGroupedMatmul(scheme, routing, t, s, blockM, 2 * is, hs,
+                          xq.codes.data(), xq.scales.data(),
+                          /*tokenOrder=*/true, c.w13.codes.data(),
+                          c.w13.scales.data(), nullptr, Activation::SiluAndMul,
+                          /*sortedOutput=*/true, a.data(), round);
+      auto scaleOf = [](const std::vector<float> &values) {
+        float amax = 0.0f;
+        for (float value : values)
+          amax = std::max(amax, std::fabs(value));
+        return amax / kE4M3Max;
+      };
+      StaticInputScales scales = calibrated(c, round);
+      expectSameBits({scales.w13, scales.w2}, {scaleOf(x), scaleOf(a)});
+    }
+}
+
+TEST(FusedExpertsFp8, StaticScalesMatchFloat64OnTheDequantizedOperands) {
+  // The same bound with each input quantized by its given scale, the
+  // largest values saturating: float64 quantizes them so too.
+  for (const Fp8Scheme &scheme : staticSchemes())
+    for (uint32_t seed : {21, 22, 23}) {
+      ExpertsCase c = withStaticScales(ExpertsCase(scheme, seed));
+      EXPECT_LT(relativeErrorToFloat64(c, kExact), 5e-3)
+          << "scheme " << int(scheme.scaling) << ", seed " << seed;
+    }
+}
+
 TEST(FusedExpertsFp8, QuantizesTheRoundedHiddenRow) {
   ExpertsCase c({Fp8Scaling::Block, 32}, 5);
   std::vector<float> output = c.run(kBf16);
@@ -594,38 +747,52 @@ TEST(FusedExpertsFp8, QuantizesTheRoundedHiddenRow) {
   expectSameBits(output, c.run(kBf16));
 }
 
-TEST(FusedExpertsFp8, EqualsTheScaledGroupedMatmulsOverRoute) {
-  // The layer as the primitives compute it: the token rows quantized, the
-  // w13 matmul (gated, sorted rows), the rows quantized, the w2 matmul
-  // (routed weights, slot order), and the slots summed. Bit for bit.
-  for (const Fp8Scheme &scheme : randomSchemes()) {
-    ExpertsCase c(scheme, 34);
-    int64_t t = c.numTokens, hs = c.hiddenSize, is = c.intermediate;
-    int64_t s = c.numSlots, blockM = 4;
-    Routing routing = route(t, s, c.ids.data(), c.numExperts, blockM);
-    int64_t capacity = routeCapacity(t, s, c.numExperts, blockM);
+/// Expects the layer of `c` as the primitives compute it: the token rows
+/// quantized, the w13 matmul (gated, sorted rows), the rows quantized, the
+/// w2 matmul (routed weights, slot order), and the slots summed. Bit for
+/// bit.
+void expectTheScaledGroupedMatmulsOverRoute(const ExpertsCase &c) {
+  const Fp8Scheme &scheme = c.scheme;
+  int64_t t = c.numTokens, hs = c.hiddenSize, is = c.intermediate;
+  int64_t s = c.numSlots, blockM = 4;
+  Routing routing = route(t, s, c.ids.data(), c.numExperts, blockM);
+  int64_t capacity = routeCapacity(t, s, c.numExperts, blockM);
 
-    std::vector<float> x(c.hidden);
-    for (float &value : x)
-      value = bf16(value);
-    Quantized xq = quantize(t, hs, scheme.groupSize(hs), x);
-    std::vector<float> a(capacity * is, 0.0f);
-    scaledGroupedMatmul(scheme, routing, t, s, blockM, 2 * is, hs,
-                        xq.codes.data(), xq.scales.data(), /*tokenOrder=*/true,
-                        c.w13.codes.data(), c.w13.scales.data(), nullptr,
-                        Activation::SiluAndMul, /*sortedOutput=*/true, a.data(),
-                        kBf16);
-    Quantized aq = quantize(capacity, is, scheme.groupSize(is), a);
-    std::vector<float> rows(t * s * hs, 0.0f);
-    scaledGroupedMatmul(scheme, routing, t, s, blockM, hs, is, aq.codes.data(),
-                        aq.scales.data(), /*tokenOrder=*/false,
-                        c.w2.codes.data(), c.w2.scales.data(),
-                        c.slotWeights.data(), Activation::None,
-                        /*sortedOutput=*/false, rows.data(), kBf16);
-    std::vector<float> output(t * hs);
-    combine(t, s, hs, rows.data(), nullptr, output.data(), kBf16);
-    expectSameBits(output, c.run(kBf16));
-  }
+  std::vector<float> x(c.hidden);
+  for (float &value : x)
+    value = bf16(value);
+  Quantized xq = quantizeInput(t, hs, scheme.groupSize(hs), x,
+                               c.staticScale(/*first=*/true));
+  std::vector<float> a(capacity * is, 0.0f);
+  scaledGroupedMatmul(scheme, routing, t, s, blockM, 2 * is, hs,
+                      xq.codes.data(), xq.scales.data(), /*tokenOrder=*/true,
+                      c.w13.codes.data(), c.w13.scales.data(), nullptr,
+                      Activation::SiluAndMul, /*sortedOutput=*/true, a.data(),
+                      kBf16);
+  Quantized aq = quantizeInput(capacity, is, scheme.groupSize(is), a,
+                               c.staticScale(/*first=*/false));
+  std::vector<float> rows(t * s * hs, 0.0f);
+  scaledGroupedMatmul(scheme, routing, t, s, blockM, hs, is, aq.codes.data(),
+                      aq.scales.data(), /*tokenOrder=*/false, c.w2.codes.data(),
+                      c.w2.scales.data(), c.slotWeights.data(),
+                      Activation::None, /*sortedOutput=*/false, rows.data(),
+                      kBf16);
+  std::vector<float> output(t * hs);
+  combine(t, s, hs, rows.data(), nullptr, output.data(), kBf16);
+  expectSameBits(output, c.run(kBf16));
+}
+
+TEST(FusedExpertsFp8, EqualsTheScaledGroupedMatmulsOverRoute) {
+  for (const Fp8Scheme &scheme : randomSchemes())
+    expectTheScaledGroupedMatmulsOverRoute(ExpertsCase(scheme, 34));
+}
+
+TEST(FusedExpertsFp8, StaticScalesEqualTheScaledGroupedMatmulsOverRoute) {
+  // Each input quantized by its given scale into [rows, 1] scales, which the
+  // matmuls read as per-token ones.
+  for (const Fp8Scheme &scheme : staticSchemes())
+    expectTheScaledGroupedMatmulsOverRoute(
+        withStaticScales(ExpertsCase(scheme, 34)));
 }
 
 Router sigmoidRouter() {
@@ -640,9 +807,9 @@ Router sigmoidRouter() {
   return router;
 }
 
-TEST(FusedMoeFp8, IsTheGateThenTheExpertsWithSharedOnes) {
-  // Four routed experts and one shared one: the case's five.
-  ExpertsCase c({Fp8Scaling::Block, 32}, 55);
+/// Expects fusedMoeFp8 on `c`'s experts, four routed ones and one shared
+/// one, to be the gate, then the experts.
+void expectTheGateThenTheExperts(ExpertsCase c) {
   Router router = sigmoidRouter();
   std::mt19937 generator(3);
   std::uniform_real_distribution<float> values(-3.0f, 3.0f);
@@ -656,13 +823,20 @@ TEST(FusedMoeFp8, IsTheGateThenTheExpertsWithSharedOnes) {
   fusedMoeFp8(router, c.scheme, Activation::SiluAndMul, c.numTokens,
               c.hiddenSize, 4, c.intermediate, c.hidden.data(), logits.data(),
               bias.data(), c.w13.codes.data(), c.w13.scales.data(),
-              c.w2.codes.data(), c.w2.scales.data(), output.data(), kBf16);
+              c.w2.codes.data(), c.w2.scales.data(), c.staticScales(),
+              output.data(), kBf16);
   c.numSlots = router.numSlots();
   c.ids.resize(c.numTokens * c.numSlots);
   c.slotWeights.resize(c.numTokens * c.numSlots);
   gate(router, c.numTokens, 4, logits.data(), bias.data(), c.slotWeights.data(),
        c.ids.data());
   expectSameBits(output, c.run(kBf16));
+}
+
+TEST(FusedMoeFp8, IsTheGateThenTheExpertsWithSharedOnes) {
+  expectTheGateThenTheExperts(ExpertsCase({Fp8Scaling::Block, 32}, 55));
+  expectTheGateThenTheExperts(
+      withStaticScales(ExpertsCase({Fp8Scaling::Tensor, 0}, 55)));
 }
 
 //===----------------------------------------------------------------------===//
@@ -690,16 +864,36 @@ TEST(ReferenceC, Quantizes) {
   expectSameBits(scales, expected.scales);
 }
 
+TEST(ReferenceC, Calibrates) {
+  ExpertsCase c({Fp8Scaling::Channel, 0}, 43);
+  StaticInputScales expected = calibrated(c, kBf16);
+  std::vector<float> scales(2, kNan);
+  moe_reference_calibrate_fp8(
+      int(Fp8Scaling::Channel), 0, /*activation=*/1, /*dtype=*/1, c.numTokens,
+      c.hiddenSize, c.numExperts, c.intermediate, c.numSlots, c.hidden.data(),
+      c.ids.data(), c.w13.codes.data(), c.w13.scales.data(), scales.data());
+  expectSameBits(scales, {expected.w13, expected.w2});
+}
+
 TEST(ReferenceC, RunsTheExpertsAndTheLayer) {
-  for (const Fp8Scheme &scheme : randomSchemes()) {
-    ExpertsCase c(scheme, 89);
+  std::vector<ExpertsCase> cases;
+  for (const Fp8Scheme &scheme : randomSchemes())
+    cases.emplace_back(scheme, 89);
+  for (const Fp8Scheme &scheme : staticSchemes())
+    cases.push_back(withStaticScales(ExpertsCase(scheme, 89)));
+  for (const ExpertsCase &c : cases) {
+    const Fp8Scheme &scheme = c.scheme;
     int scaling = int(scheme.scaling);
+    std::vector<float> statics;
+    if (c.inputScales)
+      statics = {c.inputScales->w13, c.inputScales->w2};
+    const float *inputScales = c.inputScales ? statics.data() : nullptr;
     std::vector<float> output(c.numTokens * c.hiddenSize);
     moe_reference_fused_experts_fp8(
         scaling, scheme.blockSize, /*activation=*/1, /*dtype=*/1, c.numTokens,
         c.hiddenSize, c.numExperts, c.intermediate, c.numSlots, c.hidden.data(),
         c.ids.data(), c.slotWeights.data(), c.w13.codes.data(),
-        c.w13.scales.data(), c.w2.codes.data(), c.w2.scales.data(),
+        c.w13.scales.data(), c.w2.codes.data(), c.w2.scales.data(), inputScales,
         output.data());
     expectSameBits(output, c.run(kBf16));
 
@@ -710,14 +904,15 @@ TEST(ReferenceC, RunsTheExpertsAndTheLayer) {
     fusedMoeFp8(router, scheme, Activation::SiluAndMul, c.numTokens,
                 c.hiddenSize, 4, c.intermediate, c.hidden.data(), logits.data(),
                 nullptr, c.w13.codes.data(), c.w13.scales.data(),
-                c.w2.codes.data(), c.w2.scales.data(), expected.data(), kBf16);
+                c.w2.codes.data(), c.w2.scales.data(), c.staticScales(),
+                expected.data(), kBf16);
     moe_reference_fused_moe_fp8(
         /*scoring=*/1, router.topK, router.numGroups, router.topkGroups,
         /*renormalize=*/1, router.routedScalingFactor, router.numSharedExperts,
         scaling, scheme.blockSize, /*activation=*/1,
         /*dtype=*/1, c.numTokens, c.hiddenSize, 4, c.intermediate,
         c.hidden.data(), logits.data(), nullptr, c.w13.codes.data(),
-        c.w13.scales.data(), c.w2.codes.data(), c.w2.scales.data(),
+        c.w13.scales.data(), c.w2.codes.data(), c.w2.scales.data(), inputScales,
         output.data());
     expectSameBits(output, expected);
   }

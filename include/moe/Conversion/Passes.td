@@ -31,8 +31,8 @@ def ConvertMoeToLoops : Pass<"convert-moe-to-loops"> {
       block's partial sum (block scales) or the whole sum (channel, tensor)
       is multiplied by its two scales as the op defines, a multiply then an
       add, never fused.
-    * `moe.quantize` takes each group's amax and scale and encodes x / scale
-      to e4m3. LLVM has no f8 type (it stores `f8E4M3FN` as i8), so e4m3
+    * `moe.quantize` takes each group's amax and scale (or the given static
+      scale, loaded once) and encodes x / scale to e4m3. LLVM has no f8 type (it stores `f8E4M3FN` as i8), so e4m3
       elements are loaded and stored through `arith.bitcast` to i8 and
       converted by integer and f32 arith ops (`MoeCommon/Fp8Math.h`).
     * `moe.combine` sums slot rows in fp32.

@@ -3,8 +3,9 @@
 //
 // The FP8 (W8A8) semantics of the moe ops, written apart from the MLIR
 // lowering so that each checks the other: the e4m3 format and its rounding,
-// the dynamic quantization of activations, and the grouped matmul and experts
-// on e4m3 operands with per-block, per-channel or per-tensor scales. Values
+// the dynamic and static quantization of activations, and the grouped matmul
+// and experts on e4m3 operands with per-block, per-channel or per-tensor
+// scales. Values
 // are fp32 as in Reference.h; e4m3 values are their uint8 codes.
 //
 // Every fp32 operation below is a single rounded operation (the library is
@@ -63,6 +64,27 @@ void quantizeE4M3(int64_t rows, int64_t k, int64_t groupSize, const float *x,
                   uint8_t *q, float *scales);
 
 //===----------------------------------------------------------------------===//
+// Static quantization
+//===----------------------------------------------------------------------===//
+
+/// Quantizes the rows of `x` [rows, k] to e4m3 by a given `scale` (a
+/// checkpoint's static per-tensor input scale), as moe.quantize with
+/// scale(%s): q[m][c] = toE4M3(x[m][c] / scale), the division correctly
+/// rounded, without an amax or a floor (quotients beyond +-448 saturate; a
+/// NaN x, or 0 / 0 when the scale is 0, gives 0x7F), and every scale of
+/// `scales` [rows, ceil(k / groupSize)] is `scale`.
+void quantizeE4M3Static(int64_t rows, int64_t k, int64_t groupSize, float scale,
+                        const float *x, uint8_t *q, float *scales);
+
+/// The static scales of a layer's two GEMM inputs (#moe.quantization's
+/// static_tensor activations; checkpoints' w13_input_scale and
+/// w2_input_scale): the hidden rows are quantized by `w13`, the activations
+/// by `w2`, with quantizeE4M3Static.
+struct StaticInputScales {
+  float w13, w2;
+};
+
+//===----------------------------------------------------------------------===//
 // Scaled matmuls
 //===----------------------------------------------------------------------===//
 
@@ -72,6 +94,8 @@ void quantizeE4M3(int64_t rows, int64_t k, int64_t groupSize, const float *x,
 ///     [E, ceil(N/B), ceil(K/B)], activation scales [rows, ceil(K/B)];
 ///   - Channel: weight scales [E, N], activation scales [rows, 1];
 ///   - Tensor: weight scales [E], activation scales [rows, 1].
+/// Activation scales are dynamic, or with Channel and Tensor static
+/// (StaticInputScales), the same [rows, 1] layout holding the given scale.
 /// Numbered as #moe.quantization's `weights` (and the C entry points'
 /// `scaling`).
 enum class Fp8Scaling { Tensor = 0, Channel = 1, Block = 2 };
@@ -118,28 +142,45 @@ void scaledGroupedMatmul(const Fp8Scheme &scheme, const Routing &routing,
 /// for each slot whose id e is in [0, numExperts), h = the scaled product of
 /// that row with w13[e], a[j] = round(act(h[j]) * h[j + I]), a is quantized
 /// (group size scheme.groupSize(I)), and y += round(weight * (the scaled
-/// product of a with w2[e])); the output is round(y). hidden [T, H], ids and
-/// slotWeights [T, numSlots], w13 [numExperts, 2I, H] codes, w2
-/// [numExperts, H, I] codes, their scales shaped as Fp8Scaling says (N = 2I,
-/// K = H for w13; N = H, K = I for w2), output [T, H].
+/// product of a with w2[e])); the output is round(y). With `inputScales`
+/// the two quantizations are quantizeE4M3Static by its scales instead
+/// (nullptr: dynamic). hidden [T, H], ids and slotWeights [T, numSlots], w13
+/// [numExperts, 2I, H] codes, w2 [numExperts, H, I] codes, their scales
+/// shaped as Fp8Scaling says (N = 2I, K = H for w13; N = H, K = I for w2),
+/// output [T, H].
 void fusedExpertsFp8(const Fp8Scheme &scheme, Activation activation,
                      int64_t numTokens, int64_t hiddenSize, int64_t numExperts,
                      int64_t intermediate, int64_t numSlots,
                      const float *hidden, const int32_t *ids,
                      const float *slotWeights, const uint8_t *w13,
                      const float *w13Scales, const uint8_t *w2,
-                     const float *w2Scales, float *output,
+                     const float *w2Scales,
+                     const StaticInputScales *inputScales, float *output,
                      const RoundFn &round);
+
+/// The static input scales a calibration of the experts of fusedExpertsFp8
+/// on `hidden` finds, as checkpoints' input_scale are made: for each GEMM
+/// input, the dynamic per-tensor scale max(amax, 1e-10) / 448 of its values
+/// over all tokens (amax NaN if any value is), the hidden rows rounded by
+/// `round`, and the activations a of every slot whose id is in range, which
+/// the first GEMM computes from the rows quantized dynamically.
+StaticInputScales calibrateInputScales(
+    const Fp8Scheme &scheme, Activation activation, int64_t numTokens,
+    int64_t hiddenSize, int64_t numExperts, int64_t intermediate,
+    int64_t numSlots, const float *hidden, const int32_t *ids,
+    const uint8_t *w13, const float *w13Scales, const RoundFn &round);
 
 /// The whole layer on e4m3 weights, as fusedMoe: gate, then fusedExpertsFp8
 /// over the E+X stored experts. hidden [T, H], logits [T, E], bias [E] or
-/// nullptr, w13 [E+X, 2I, H] and w2 [E+X, H, I] codes with their scales.
+/// nullptr, w13 [E+X, 2I, H] and w2 [E+X, H, I] codes with their scales,
+/// `inputScales` the static input scales or nullptr.
 void fusedMoeFp8(const Router &router, const Fp8Scheme &scheme,
                  Activation activation, int64_t numTokens, int64_t hiddenSize,
                  int64_t numExperts, int64_t intermediate, const float *hidden,
                  const float *logits, const float *bias, const uint8_t *w13,
                  const float *w13Scales, const uint8_t *w2,
-                 const float *w2Scales, float *output, const RoundFn &round);
+                 const float *w2Scales, const StaticInputScales *inputScales,
+                 float *output, const RoundFn &round);
 
 } // namespace reference
 } // namespace moe

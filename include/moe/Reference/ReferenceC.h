@@ -55,7 +55,14 @@ void moe_reference_fused_experts_fp8(int scaling, int64_t blockSize,
                                      const int32_t *ids, const float *weights,
                                      const uint8_t *w13, const float *w13Scales,
                                      const uint8_t *w2, const float *w2Scales,
-                                     float *output);
+                                     const float *inputScales, float *output);
+void moe_reference_calibrate_fp8(int scaling, int64_t blockSize, int activation,
+                                 int dtype, int64_t numTokens,
+                                 int64_t hiddenSize, int64_t numExperts,
+                                 int64_t intermediate, int64_t numSlots,
+                                 const float *hidden, const int32_t *ids,
+                                 const uint8_t *w13, const float *w13Scales,
+                                 float *inputScales);
 void moe_reference_fused_moe_fp8(
     int scoring, int64_t topK, int64_t numGroups, int64_t topkGroups,
     int renormalize, float routedScalingFactor, int64_t numSharedExperts,
@@ -63,7 +70,8 @@ void moe_reference_fused_moe_fp8(
     int64_t numTokens, int64_t hiddenSize, int64_t numExperts,
     int64_t intermediate, const float *hidden, const float *logits,
     const float *bias, const uint8_t *w13, const float *w13Scales,
-    const uint8_t *w2, const float *w2Scales, float *output);
+    const uint8_t *w2, const float *w2Scales, const float *inputScales,
+    float *output);
 
 } // extern "C"
 

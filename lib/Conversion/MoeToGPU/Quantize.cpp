@@ -1,13 +1,13 @@
 //===- Quantize.cpp - moe.quantize to a GPU kernel ------------------------===//
 //
 // One warp per (row, group of columns): the group's amax by a butterfly of
-// NaN-propagating maxima, its scale, then each element divided by the scale
-// and rounded to e4m3 by `cvt.rn.satfinite`, exactly as the op defines. The
-// warps stride over the (row, group) pairs of the rows computed, in a grid
-// of at most the blocks the multiprocessors hold at once: sized for the
-// buffer's rows (a layer's routing capacity), one warp per pair launched
-// some 30,000 blocks at T = 1 whose work was to exit (23 us of a 235 us
-// DeepSeek-V3 decode step).
+// NaN-propagating maxima and its scale, or the given static scale read once
+// per warp, then each element divided by the scale and rounded to e4m3 by
+// `cvt.rn.satfinite`, exactly as the op defines. The warps stride over the
+// (row, group) pairs of the rows computed, in a grid of at most the blocks
+// the multiprocessors hold at once: sized for the buffer's rows (a layer's
+// routing capacity), one warp per pair launched some 30,000 blocks at T = 1
+// whose work was to exit (23 us of a 235 us DeepSeek-V3 decode step).
 //
 //===----------------------------------------------------------------------===//
 
@@ -53,6 +53,9 @@ void mlir::moe::detail::emitQuantize(PlanBuilder &plan, OpBuilder &builder,
   KernelArgList args;
   unsigned inputArg = args.add(plan.use(op.getInput()));
   SizeExpr rows = plan.dimOf(args.get().back().index, 0);
+  std::optional<unsigned> scaleArg =
+      args.addIf(static_cast<bool>(op.getScale()),
+                 [&] { return plan.use(op.getScale()); });
   std::optional<unsigned> numRowsArg =
       args.addIf(static_cast<bool>(op.getNumRows()),
                  [&] { return plan.use(op.getNumRows()); });
@@ -88,6 +91,9 @@ void mlir::moe::detail::emitQuantize(PlanBuilder &plan, OpBuilder &builder,
   Value numWarps =
       arith::MulIOp::create(b, gpu::GridDimOp::create(b, gpu::Dimension::x),
                             wb.index(kQuantizeWarps));
+  Value staticScale =
+      scaleArg ? wb.load(kernel.getArgument(*scaleArg), {wb.index(0)})
+               : Value();
   // Each warp's loop is uniform in the warp, so its shuffles see every lane.
   auto pairs = scf::ForOp::create(
       b, warpIndex, arith::MulIOp::create(b, rowLimit, wb.index(groups)),
@@ -109,16 +115,19 @@ void mlir::moe::detail::emitQuantize(PlanBuilder &plan, OpBuilder &builder,
         },
         kWarpSize)[0];
   };
-  Value laneAmax = overGroup(wb.f32(0.0), [&](Value column, Value amax) {
-    Value value = math::AbsFOp::create(b, wb.loadF32(input, {row, column}));
-    return arith::MaximumFOp::create(b, amax, value).getResult();
-  });
-  Value amax = wb.allReduce(laneAmax, [&](Value x, Value y) -> Value {
-    return arith::MaximumFOp::create(b, x, y);
-  });
-  Value scale = arith::DivFOp::create(
-      b, arith::MaximumFOp::create(b, amax, wb.f32(kMinAmax)),
-      wb.f32(kE4M3Max));
+  auto amaxScale = [&]() -> Value {
+    Value laneAmax = overGroup(wb.f32(0.0), [&](Value column, Value amax) {
+      Value value = math::AbsFOp::create(b, wb.loadF32(input, {row, column}));
+      return arith::MaximumFOp::create(b, amax, value).getResult();
+    });
+    Value amax = wb.allReduce(laneAmax, [&](Value x, Value y) -> Value {
+      return arith::MaximumFOp::create(b, x, y);
+    });
+    return arith::DivFOp::create(
+        b, arith::MaximumFOp::create(b, amax, wb.f32(kMinAmax)),
+        wb.f32(kE4M3Max));
+  };
+  Value scale = staticScale ? staticScale : amaxScale();
   wb.ifThen(wb.cmpi(arith::CmpIPredicate::eq, wb.lane, wb.index(0)),
             [&] { wb.store(scale, scales, {row, group}); });
   overGroup(wb.f32(0.0), [&](Value column, Value unused) {

@@ -476,9 +476,9 @@ struct GroupedMatmulToLoops : OpRewritePattern<GroupedMatmulOp> {
 // moe.quantize
 //===----------------------------------------------------------------------===//
 
-/// Pattern: moe.quantize(x, n) => for each row below n (all without n) and
-/// group of columns: the group's amax, its scale, and each x / scale
-/// encoded to e4m3.
+/// Pattern: moe.quantize(x, s, n) => for each row below n (all without n)
+/// and group of columns: its scale (the given s[0], else from the group's
+/// amax), and each x / scale encoded to e4m3.
 struct QuantizeToLoops : OpRewritePattern<QuantizeOp> {
   using OpRewritePattern::OpRewritePattern;
 
@@ -499,6 +499,9 @@ struct QuantizeToLoops : OpRewritePattern<QuantizeOp> {
     if (op.getNumRows())
       rows = arith::MinUIOp::create(
           b, lb.toIndex(lb.load(lb.toBuffer(op.getNumRows()), {})), numRows);
+    Value staticScale;
+    if (op.getScale())
+      staticScale = lb.load(lb.toBuffer(op.getScale()), {lb.index(0)});
 
     int64_t groupSize = op.getGroupSize();
     Value k = lb.index(outputType.getDimSize(1));
@@ -509,7 +512,9 @@ struct QuantizeToLoops : OpRewritePattern<QuantizeOp> {
             Value end = arith::MinUIOp::create(
                 b, arith::AddIOp::create(b, begin, lb.index(groupSize)), k);
             Value group = arith::DivUIOp::create(b, begin, lb.index(groupSize));
-            Value scale = emitGroupScale(lb, input, m, begin, end);
+            Value scale = staticScale
+                              ? staticScale
+                              : emitGroupScale(lb, input, m, begin, end);
             lb.store(scale, scales, {m, group});
             lb.loop(begin, end, [&](Value kk) {
               Value x = lb.loadF32(input, {m, kk});

@@ -54,7 +54,11 @@ class Reference:
         self.lib.moe_reference_fused_experts_fp8.argtypes = [
             ctypes.c_int, ctypes.c_int64, ctypes.c_int, ctypes.c_int,
             ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
-            ctypes.c_int64] + [pointer] * 8
+            ctypes.c_int64] + [pointer] * 9
+        self.lib.moe_reference_calibrate_fp8.argtypes = [
+            ctypes.c_int, ctypes.c_int64, ctypes.c_int, ctypes.c_int,
+            ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+            ctypes.c_int64] + [pointer] * 5
 
     def gate(self, router, logits, bias):
         tokens, experts = logits.shape
@@ -149,22 +153,46 @@ class Reference:
                                          values.data_ptr())
         return values
 
+    def calibrate_fp8(self, scaling, block, activation, dtype, hidden, ids,
+                      w13, w13_scales):
+        """The static input scales (w13's, w2's: a float32 tensor of 2) that
+        a calibration of the experts of fused_experts_fp8 on `hidden` and
+        `ids` finds: each GEMM input's amax / 448 over the tokens."""
+        tokens, hidden_size = hidden.shape
+        hidden, w13_scales = _host(hidden), _host(w13_scales)
+        w13, ids = _host(w13, torch.uint8), _host(ids, torch.int32)
+        scales = torch.empty(2)
+        self.lib.moe_reference_calibrate_fp8(
+            self._SCALING[scaling], block, 2 if activation == "gelu" else 1,
+            _ROUNDING[dtype], tokens, hidden_size, w13.shape[0],
+            w13.shape[1] // 2, ids.shape[1], hidden.data_ptr(), ids.data_ptr(), w13.data_ptr(),
+            w13_scales.data_ptr(), scales.data_ptr())
+        return scales
+
     def fused_experts_fp8(self, scaling, block, activation, dtype, hidden, ids,
-                          weights, w13, w13_scales, w2, w2_scales):
+                          weights, w13, w13_scales, w2, w2_scales,
+                          input_scales=None):
         """moe.fused_experts with e4m3 weight codes (uint8) and their fp32
         scales under #moe.quantization `scaling` (tensor, channel, block of
-        `block`), intermediates rounded to `dtype`."""
+        `block`), intermediates rounded to `dtype`; the activations
+        quantized dynamically, or with `input_scales` (the w13 and w2
+        inputs' static scales, activations = static_tensor: two floats or
+        one-element tensors) by those."""
         tokens, hidden_size = hidden.shape
         experts, intermediate = w2.shape[0], w2.shape[2]
         slots = ids.shape[1]
         floats = [_host(t) for t in (hidden, weights, w13_scales, w2_scales)]
         codes = [_host(t, torch.uint8) for t in (w13, w2)]
         ids = _host(ids, torch.int32)
+        statics = (torch.tensor([float(scale) for scale in input_scales])
+                   if input_scales is not None else None)
         output = torch.empty(tokens, hidden_size)
         self.lib.moe_reference_fused_experts_fp8(
             self._SCALING[scaling], block, 2 if activation == "gelu" else 1,
             _ROUNDING[dtype], tokens, hidden_size, experts, intermediate,
             slots, floats[0].data_ptr(), ids.data_ptr(), floats[1].data_ptr(),
             codes[0].data_ptr(), floats[2].data_ptr(), codes[1].data_ptr(),
-            floats[3].data_ptr(), output.data_ptr())
+            floats[3].data_ptr(),
+            statics.data_ptr() if statics is not None else None,
+            output.data_ptr())
         return output

@@ -3,7 +3,9 @@
 // 132 multiprocessors hold (132 x 8), the group's amax by NaN-propagating maxima over a
 // butterfly, scale = max(amax, 1e-10) / 448 stored by lane 0, and each value
 // divided by it and rounded by cvt.rn.satfinite to e4m3; rows(%n) bounds the
-// rows computed by the count read on the device, not T.
+// rows computed by the count read on the device, not T; a static scale(%s)
+// is a caller tensor of one element that each warp reads once instead of
+// taking the amax.
 // RUN: moe-opt %s --split-input-file --convert-moe-to-gpu | FileCheck %s
 
 // CHECK-LABEL: func.func @quantize
@@ -70,4 +72,30 @@ func.func @quantize_sorted_rows(%x: tensor<?x64xf32>, %ids: tensor<?x2xi32>,
   %q, %s = moe.quantize %h rows(%padded) {group_size = 128}
          : (tensor<?x256xf32>, tensor<i32>) -> (tensor<?x256xf8E4M3FN>, tensor<?x2xf32>)
   return %s : tensor<?x2xf32>
+}
+
+// -----
+
+// A static scale: the kernel takes the [1] caller tensor after the input,
+// reads it once before its loop over (row, group) pairs, takes no amax (no
+// shuffles), stores the scale as each group's and divides each value by it.
+// CHECK-LABEL: func.func @quantize_static
+// CHECK: moe.launch_plan = #moe.launch_plan<tokens_max = 16384, buffers = [<input "arg0" : bf16 ["T", "200"]>, <input "arg1" : f32 ["1"]>, <output "result0" : f8E4M3FN ["T", "200"]>, <output "result1" : f32 ["T", "2"]>]>
+// CHECK: gpu.func @moe_quantize_0(%[[X:.*]]: memref<16384x200xbf16>, %[[A:.*]]: memref<1xf32>, %[[Q:.*]]: memref<16384x200xf8E4M3FN>, %[[S:.*]]: memref<16384x2xf32>, %{{.*}}: i32)
+// CHECK-SAME: args = ["arg0", "arg1", "result0", "result1", i32 "T"]
+// CHECK: %[[ZERO:.*]] = arith.constant 0 : index
+// CHECK-NEXT: %[[SCALE:.*]] = memref.load %[[A]][%[[ZERO]]] : memref<1xf32>
+// CHECK-NOT: gpu.shuffle
+// CHECK: scf.for
+// CHECK-NOT: gpu.shuffle
+// CHECK: memref.store %[[SCALE]], %[[S]]
+// CHECK-NOT: gpu.shuffle
+// CHECK: %[[SCALED:.*]] = arith.divf %{{.*}}, %[[SCALE]] : f32
+// CHECK: nvvm.convert.f32x2.to.f8x2 %{{.*}}, %[[SCALED]] {rnd = #nvvm.fp_rnd_mode<rn>, sat = #nvvm.sat_mode<satfinite>}
+// CHECK-NOT: gpu.shuffle
+// CHECK: gpu.return
+func.func @quantize_static(%x: tensor<?x200xbf16>, %s: tensor<1xf32>) -> (tensor<?x200xf8E4M3FN>, tensor<?x2xf32>) {
+  %q, %scales = moe.quantize %x scale(%s) {group_size = 128}
+         : (tensor<?x200xbf16>, tensor<1xf32>) -> (tensor<?x200xf8E4M3FN>, tensor<?x2xf32>)
+  return %q, %scales : tensor<?x200xf8E4M3FN>, tensor<?x2xf32>
 }

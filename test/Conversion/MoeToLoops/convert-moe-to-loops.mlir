@@ -1,8 +1,8 @@
 // convert-moe-to-loops lowers each primitive moe op to scf loops over buffers:
 // the gate's fp32 scoring and arg-max selection, the route's counting sort,
 // the grouped matmul's guarded rows with fp32 dots (fp8: scaled per K block,
-// channel or tensor) and epilogues, the quantize's amax, scale and e4m3
-// encoding, and the combine's fp32 sums.
+// channel or tensor) and epilogues, the quantize's amax and scale (or the
+// given scale) and e4m3 encoding, and the combine's fp32 sums.
 // RUN: moe-opt %s --convert-moe-to-loops --split-input-file | FileCheck %s
 
 // Softmax scoring: the max over the non-NaN logits; exp(x - max), with
@@ -403,4 +403,25 @@ func.func @quantize_rows(%x: tensor<?x200xbf16>, %n: tensor<i32>) -> (tensor<?x2
   %q, %s = moe.quantize %x rows(%n) {group_size = 128}
     : (tensor<?x200xbf16>, tensor<i32>) -> (tensor<?x200xf8E4M3FN>, tensor<?x2xf32>)
   return %q, %s : tensor<?x200xf8E4M3FN>, tensor<?x2xf32>
+}
+
+// -----
+
+// moe.quantize with a static scale(%s): s[0] is loaded once, before the
+// loops, and no amax is taken: each group stores s[0] as its scale right
+// away and divides each x by it.
+// CHECK-LABEL: func @quantize_static
+// CHECK: %[[S:.*]] = memref.alloc(%{{.*}}) : memref<?x1xf32>
+// CHECK: %[[SBUF:.*]] = bufferization.to_buffer %{{.*}} : tensor<1xf32> to memref<1xf32>
+// CHECK: %[[SCALE:.*]] = memref.load %[[SBUF]][%{{.*}}] : memref<1xf32>
+// CHECK: scf.for %[[ROW:[a-z0-9_]+]] =
+// CHECK:   scf.for %[[BEGIN:[a-z0-9_]+]] =
+// CHECK:     %[[GROUP:.*]] = arith.divui %[[BEGIN]]
+// CHECK-NEXT: memref.store %[[SCALE]], %[[S]][%[[ROW]], %[[GROUP]]]
+// CHECK:     scf.for
+// CHECK:       arith.divf %{{.*}}, %[[SCALE]] : f32
+func.func @quantize_static(%x: tensor<?x64xf16>, %s: tensor<1xf32>) -> (tensor<?x64xf8E4M3FN>, tensor<?x1xf32>) {
+  %q, %scales = moe.quantize %x scale(%s) {group_size = 64}
+    : (tensor<?x64xf16>, tensor<1xf32>) -> (tensor<?x64xf8E4M3FN>, tensor<?x1xf32>)
+  return %q, %scales : tensor<?x64xf8E4M3FN>, tensor<?x1xf32>
 }

@@ -928,6 +928,20 @@ func.func @quantization_pairing() attributes {q = #moe.quantization<weights = bl
 
 // -----
 
+// expected-error @below {{weights = block pairs with activations = token_group, got static_tensor}}
+func.func @quantization_static_block() attributes {q = #moe.quantization<weights = block, activations = static_tensor>} {
+  return
+}
+
+// -----
+
+// expected-error @below {{weights = channel pairs with activations = token or static_tensor, got token_group}}
+func.func @quantization_channel_groups() attributes {q = #moe.quantization<weights = channel, activations = token_group>} {
+  return
+}
+
+// -----
+
 func.func @fp8_weights_without_quantization(%x: tensor<4x256xbf16>, %ids: tensor<4x2xi32>, %w: tensor<4x2xf32>, %w13: tensor<8x64x256xf8E4M3FN>, %w2: tensor<8x256x32xf8E4M3FN>) {
   // expected-error @below {{'moe.fused_experts' op expects a quantization for its f8E4M3FN 'w13'}}
   %y = moe.fused_experts %x, %ids, %w, %w13, %w2 activation(silu_and_mul) : (tensor<4x256xbf16>, tensor<4x2xi32>, tensor<4x2xf32>, tensor<8x64x256xf8E4M3FN>, tensor<8x256x32xf8E4M3FN>) -> tensor<4x256xbf16>
@@ -955,6 +969,58 @@ func.func @fp8_block_scales_ragged(%x: tensor<?x256xbf16>, %logits: tensor<?x8xf
 func.func @fp8_channel_scales(%x: tensor<?x256xbf16>, %logits: tensor<?x8xf32>, %w13: tensor<8x192x256xf8E4M3FN>, %w2: tensor<8x256x96xf8E4M3FN>, %s13: tensor<8x192xf32>, %s2: tensor<8x96xf32>) {
   // expected-error @below {{'moe.fused_moe' op expects 'w2_scales' of shape channel scales of 'w2' = [8, 256], got 'tensor<8x96xf32>'}}
   %y = moe.fused_moe %x, %logits, %w13, %w2 scales(%s13, %s2) activation(silu_and_mul) {router = #moe.router<scoring = softmax, top_k = 2>, quantization = #moe.quantization<weights = channel, activations = token>} : (tensor<?x256xbf16>, tensor<?x8xf32>, tensor<8x192x256xf8E4M3FN>, tensor<8x256x96xf8E4M3FN>, tensor<8x192xf32>, tensor<8x96xf32>) -> tensor<?x256xbf16>
+  return
+}
+
+// -----
+
+func.func @static_without_input_scales(%x: tensor<?x256xbf16>, %ids: tensor<?x2xi32>, %w: tensor<?x2xf32>, %w13: tensor<8x64x256xf8E4M3FN>, %w2: tensor<8x256x32xf8E4M3FN>, %s13: tensor<8xf32>, %s2: tensor<8xf32>) {
+  // expected-error @below {{'moe.fused_experts' op expects 'input_scales' (the w13 and w2 inputs' given scales) with activations = static_tensor}}
+  %y = moe.fused_experts %x, %ids, %w, %w13, %w2 scales(%s13, %s2) activation(silu_and_mul) {quantization = #moe.quantization<weights = tensor, activations = static_tensor>} : (tensor<?x256xbf16>, tensor<?x2xi32>, tensor<?x2xf32>, tensor<8x64x256xf8E4M3FN>, tensor<8x256x32xf8E4M3FN>, tensor<8xf32>, tensor<8xf32>) -> tensor<?x256xbf16>
+  return
+}
+
+// -----
+
+func.func @input_scales_with_dynamic_activations(%x: tensor<?x256xbf16>, %logits: tensor<?x8xf32>, %w13: tensor<8x192x256xf8E4M3FN>, %w2: tensor<8x256x96xf8E4M3FN>, %s13: tensor<8x192xf32>, %s2: tensor<8x256xf32>, %a13: tensor<1xf32>, %a2: tensor<1xf32>) {
+  // expected-error @below {{'moe.fused_moe' op expects 'input_scales' (the w13 and w2 inputs' given scales) only with activations = static_tensor}}
+  %y = moe.fused_moe %x, %logits, %w13, %w2 scales(%s13, %s2) input_scales(%a13, %a2) activation(silu_and_mul) {router = #moe.router<scoring = softmax, top_k = 2>, quantization = #moe.quantization<weights = channel, activations = token>} : (tensor<?x256xbf16>, tensor<?x8xf32>, tensor<8x192x256xf8E4M3FN>, tensor<8x256x96xf8E4M3FN>, tensor<8x192xf32>, tensor<8x256xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<?x256xbf16>
+  return
+}
+
+// -----
+
+func.func @input_scales_without_quantization(%x: tensor<?x256xbf16>, %ids: tensor<?x2xi32>, %w: tensor<?x2xf32>, %w13: tensor<8x64x256xbf16>, %w2: tensor<8x256x32xbf16>, %a13: tensor<1xf32>, %a2: tensor<1xf32>) {
+  // expected-error @below {{'moe.fused_experts' op expects 'input_scales' (the w13 and w2 inputs' given scales) only with activations = static_tensor}}
+  %y = moe.fused_experts %x, %ids, %w, %w13, %w2 input_scales(%a13, %a2) activation(silu_and_mul) : (tensor<?x256xbf16>, tensor<?x2xi32>, tensor<?x2xf32>, tensor<8x64x256xbf16>, tensor<8x256x32xbf16>, tensor<1xf32>, tensor<1xf32>) -> tensor<?x256xbf16>
+  return
+}
+
+// -----
+
+func.func @input_scale_per_expert(%x: tensor<?x256xbf16>, %ids: tensor<?x2xi32>, %w: tensor<?x2xf32>, %w13: tensor<8x64x256xf8E4M3FN>, %w2: tensor<8x256x32xf8E4M3FN>, %s13: tensor<8xf32>, %s2: tensor<8xf32>, %a13: tensor<1xf32>, %a2: tensor<8xf32>) {
+  // expected-error @below {{'moe.fused_experts' op expects 'w2_input_scale' to hold one scale (shape [1]), got 'tensor<8xf32>'}}
+  %y = moe.fused_experts %x, %ids, %w, %w13, %w2 scales(%s13, %s2) input_scales(%a13, %a2) activation(silu_and_mul) {quantization = #moe.quantization<weights = tensor, activations = static_tensor>} : (tensor<?x256xbf16>, tensor<?x2xi32>, tensor<?x2xf32>, tensor<8x64x256xf8E4M3FN>, tensor<8x256x32xf8E4M3FN>, tensor<8xf32>, tensor<8xf32>, tensor<1xf32>, tensor<8xf32>) -> tensor<?x256xbf16>
+  return
+}
+
+// -----
+
+func.func @input_scale_dynamic(%x: tensor<?x256xbf16>, %logits: tensor<?x8xf32>, %w13: tensor<8x192x256xf8E4M3FN>, %w2: tensor<8x256x96xf8E4M3FN>, %s13: tensor<8xf32>, %s2: tensor<8xf32>, %a13: tensor<?xf32>, %a2: tensor<1xf32>) {
+  // expected-error @below {{'moe.fused_moe' op expects 'w13_input_scale' to hold one scale (shape [1]), got 'tensor<?xf32>'}}
+  %y = moe.fused_moe %x, %logits, %w13, %w2 scales(%s13, %s2) input_scales(%a13, %a2) activation(silu_and_mul) {router = #moe.router<scoring = softmax, top_k = 2>, quantization = #moe.quantization<weights = tensor, activations = static_tensor>} : (tensor<?x256xbf16>, tensor<?x8xf32>, tensor<8x192x256xf8E4M3FN>, tensor<8x256x96xf8E4M3FN>, tensor<8xf32>, tensor<8xf32>, tensor<?xf32>, tensor<1xf32>) -> tensor<?x256xbf16>
+  return
+}
+
+// -----
+
+// A static scale reaches the GEMM broadcast per row by moe.quantize, not as
+// the [1] operand of the layer.
+func.func @fp8_gemm_static_input_scales(%x: tensor<?x256xf8E4M3FN>, %xs: tensor<1xf32>, %w: tensor<4x64x256xf8E4M3FN>, %ws: tensor<4xf32>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>) {
+  // expected-error @below {{'moe.grouped_matmul' op expects 'input_scales' of shape [rows, ceil(K / group)] = [?, 1], got 'tensor<1xf32>'}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n scales(%xs, %ws) input(token) output(sorted)
+      {block_m = 64, num_slots = 2, quantization = #moe.quantization<weights = tensor, activations = static_tensor>}
+    : (tensor<?x256xf8E4M3FN>, tensor<4x64x256xf8E4M3FN>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, tensor<1xf32>, tensor<4xf32>) -> tensor<?x64xbf16>
   return
 }
 
@@ -991,6 +1057,14 @@ func.func @quantize_group_size(%x: tensor<?x64xbf16>) {
 func.func @quantize_scales(%x: tensor<?x200xbf16>) {
   // expected-error @below {{'moe.quantize' op expects 'scales' of shape [M, ceil(K / group_size)] = [?, 2], got 'tensor<?x1xf32>'}}
   %q, %s = moe.quantize %x {group_size = 128} : (tensor<?x200xbf16>) -> (tensor<?x200xf8E4M3FN>, tensor<?x1xf32>)
+  return
+}
+
+// -----
+
+func.func @quantize_scale_per_row(%x: tensor<?x64xbf16>, %a: tensor<?x1xf32>) {
+  // expected-error @below {{'moe.quantize' op expects 'scale' to hold one scale (shape [1]), got 'tensor<?x1xf32>'}}
+  %q, %s = moe.quantize %x scale(%a) {group_size = 64} : (tensor<?x64xbf16>, tensor<?x1xf32>) -> (tensor<?x64xf8E4M3FN>, tensor<?x1xf32>)
   return
 }
 

@@ -201,6 +201,68 @@ func.func @fused_experts_fp8_channel(%x: tensor<?x256xf16>, %ids: tensor<?x2xi32
   return %y : tensor<?x256xf16>
 }
 
+// CHECK-LABEL: func @fused_moe_fp8_static
+// CHECK: moe.fused_moe %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} scales(%{{.*}}, %{{.*}}) input_scales(%{{.*}}, %{{.*}}) activation(silu_and_mul)
+// CHECK-SAME: quantization = #moe.quantization<weights = tensor, activations = static_tensor>
+// CHECK-SAME: tensor<8xf32>, tensor<8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<?x256xbf16>
+func.func @fused_moe_fp8_static(%x: tensor<?x256xbf16>, %logits: tensor<?x8xf32>,
+                                %w13: tensor<8x192x256xf8E4M3FN>,
+                                %w2: tensor<8x256x96xf8E4M3FN>,
+                                %s13: tensor<8xf32>, %s2: tensor<8xf32>,
+                                %a13: tensor<1xf32>, %a2: tensor<1xf32>)
+    -> tensor<?x256xbf16> {
+  %y = moe.fused_moe %x, %logits, %w13, %w2 scales(%s13, %s2)
+         input_scales(%a13, %a2) activation(silu_and_mul) {
+         router = #moe.router<scoring = softmax, top_k = 2, renormalize = true>,
+         quantization = #moe.quantization<weights = tensor, activations = static_tensor>}
+       : (tensor<?x256xbf16>, tensor<?x8xf32>, tensor<8x192x256xf8E4M3FN>,
+          tensor<8x256x96xf8E4M3FN>, tensor<8xf32>, tensor<8xf32>,
+          tensor<1xf32>, tensor<1xf32>) -> tensor<?x256xbf16>
+  return %y : tensor<?x256xbf16>
+}
+
+// CHECK-LABEL: func @fused_experts_fp8_static
+// CHECK: moe.fused_experts %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} scales(%{{.*}}, %{{.*}}) input_scales(%{{.*}}, %{{.*}}) activation(gelu_and_mul)
+// CHECK-SAME: quantization = #moe.quantization<weights = channel, activations = static_tensor>
+func.func @fused_experts_fp8_static(%x: tensor<?x256xf16>, %ids: tensor<?x2xi32>,
+                                    %w: tensor<?x2xf32>,
+                                    %w13: tensor<8x64x256xf8E4M3FN>,
+                                    %w2: tensor<8x256x32xf8E4M3FN>,
+                                    %s13: tensor<8x64xf32>, %s2: tensor<8x256xf32>,
+                                    %a13: tensor<1xf32>, %a2: tensor<1xf32>)
+    -> tensor<?x256xf16> {
+  %y = moe.fused_experts %x, %ids, %w, %w13, %w2 scales(%s13, %s2)
+         input_scales(%a13, %a2) activation(gelu_and_mul) {
+         quantization = #moe.quantization<weights = channel, activations = static_tensor>}
+       : (tensor<?x256xf16>, tensor<?x2xi32>, tensor<?x2xf32>,
+          tensor<8x64x256xf8E4M3FN>, tensor<8x256x32xf8E4M3FN>,
+          tensor<8x64xf32>, tensor<8x256xf32>, tensor<1xf32>, tensor<1xf32>)
+       -> tensor<?x256xf16>
+  return %y : tensor<?x256xf16>
+}
+
+// CHECK-LABEL: func @quantize_static
+// CHECK: %[[Q:.*]], %[[S:.*]] = moe.quantize %{{.*}} scale(%{{.*}}) rows(%{{.*}}) {group_size = 256 : i64}
+// CHECK-SAME: (tensor<?x256xbf16>, tensor<1xf32>, tensor<i32>) -> (tensor<?x256xf8E4M3FN>, tensor<?x1xf32>)
+// CHECK: moe.grouped_matmul %[[Q]], %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} scales(%[[S]], %{{.*}}) input(sorted) output(sorted)
+// CHECK-SAME: quantization = #moe.quantization<weights = tensor, activations = static_tensor>
+func.func @quantize_static(%h: tensor<?x256xbf16>, %a: tensor<1xf32>,
+                           %w: tensor<4x64x256xf8E4M3FN>, %ws: tensor<4xf32>,
+                           %sorted: tensor<?xi32>, %experts: tensor<?xi32>,
+                           %n: tensor<i32>) -> tensor<?x64xbf16> {
+  %q, %s = moe.quantize %h scale(%a) rows(%n) {group_size = 256}
+         : (tensor<?x256xbf16>, tensor<1xf32>, tensor<i32>)
+           -> (tensor<?x256xf8E4M3FN>, tensor<?x1xf32>)
+  %o = moe.grouped_matmul %q, %w, %sorted, %experts, %n scales(%s, %ws)
+         input(sorted) output(sorted)
+         {block_m = 64, num_slots = 2,
+          quantization = #moe.quantization<weights = tensor, activations = static_tensor>}
+       : (tensor<?x256xf8E4M3FN>, tensor<4x64x256xf8E4M3FN>, tensor<?xi32>,
+          tensor<?xi32>, tensor<i32>, tensor<?x1xf32>, tensor<4xf32>)
+       -> tensor<?x64xbf16>
+  return %o : tensor<?x64xbf16>
+}
+
 // CHECK-LABEL: func @grouped_matmul_fp8
 // CHECK: moe.quantize %{{.*}} rows(%{{.*}}) {group_size = 128 : i64}
 // CHECK-SAME: (tensor<?x256xbf16>, tensor<i32>) -> (tensor<?x256xf8E4M3FN>, tensor<?x2xf32>)

@@ -27,3 +27,18 @@ func.func @block(%x: tensor<?x80xf32>, %l: tensor<?x8xf32>,
        -> tensor<?x80xf32>
   return %y : tensor<?x80xf32>
 }
+
+// @static: the layer with static activation scales, one per GEMM input.
+func.func @static(%x: tensor<?x80xf32>, %l: tensor<?x8xf32>,
+                  %w13: tensor<8x96x80xf8E4M3FN>, %w2: tensor<8x80x48xf8E4M3FN>,
+                  %s13: tensor<8xf32>, %s2: tensor<8xf32>,
+                  %a13: tensor<1xf32>, %a2: tensor<1xf32>) -> tensor<?x80xf32> {
+  %y = moe.fused_moe %x, %l, %w13, %w2 scales(%s13, %s2) input_scales(%a13, %a2)
+         activation(gelu_and_mul)
+         {router = #moe.router<scoring = softmax, top_k = 2, renormalize = true>,
+          quantization = #moe.quantization<weights = tensor, activations = static_tensor>}
+       : (tensor<?x80xf32>, tensor<?x8xf32>, tensor<8x96x80xf8E4M3FN>,
+          tensor<8x80x48xf8E4M3FN>, tensor<8xf32>, tensor<8xf32>,
+          tensor<1xf32>, tensor<1xf32>) -> tensor<?x80xf32>
+  return %y : tensor<?x80xf32>
+}

@@ -114,8 +114,9 @@ QuantizationAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   if (blockWeights != groupActivations)
     return emitError() << "weights = " << stringifyWeightScaling(weights)
                        << " pairs with activations = "
-                       << (blockWeights ? "token_group" : "token") << ", got "
-                       << stringifyActivationScaling(activations);
+                       << (blockWeights ? "token_group"
+                                        : "token or static_tensor")
+                       << ", got " << stringifyActivationScaling(activations);
   return success();
 }
 

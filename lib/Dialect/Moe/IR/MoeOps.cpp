@@ -144,11 +144,41 @@ static LogicalResult verifyWeightScales(Operation *op,
                          " scales of '" + weightsName.str() + "'");
 }
 
-/// The weights of a layer's expert MLP and their fp8 scales.
+/// Checks that `name` holds one per-tensor scale: a static [1].
+static LogicalResult verifyPerTensorScale(Operation *op, StringRef name,
+                                          Value value) {
+  auto type = cast<RankedTensorType>(value.getType());
+  if (type.getShape() != ArrayRef<int64_t>{1})
+    return op->emitOpError() << "expects '" << name
+                             << "' to hold one scale (shape [1]), got " << type;
+  return success();
+}
+
+/// The weights of a layer's expert MLP, their fp8 scales and the static
+/// scales of the two GEMMs' inputs.
 struct ExpertWeights {
-  Value w13, w2, w13Scales, w2Scales;
+  Value w13, w2, w13Scales, w2Scales, w13InputScale, w2InputScale;
   QuantizationAttr quantization;
 };
+
+/// Checks that the inputs' static scales come exactly with static_tensor
+/// activations, one scale each.
+static LogicalResult verifyInputScales(Operation *op,
+                                       const ExpertWeights &experts) {
+  bool isStatic =
+      experts.quantization && experts.quantization.hasStaticActivations();
+  if (static_cast<bool>(experts.w13InputScale) != isStatic)
+    return op->emitOpError()
+           << "expects 'input_scales' (the w13 and w2 inputs' given scales) "
+           << (isStatic ? "with" : "only with")
+           << " activations = static_tensor";
+  if (!isStatic)
+    return success();
+  if (failed(
+          verifyPerTensorScale(op, "w13_input_scale", experts.w13InputScale)))
+    return failure();
+  return verifyPerTensorScale(op, "w2_input_scale", experts.w2InputScale);
+}
 
 /// Checks the expert MLP of a layer: `w13` [stored, 2I, H] holding gate and
 /// up rows, `w2` [stored, H, I], both in the element type of `hidden` [T, H]
@@ -179,6 +209,7 @@ static LogicalResult verifyExpertWeights(Operation *op, Value hidden,
                                 "w13_scales", experts.w13Scales)) ||
       failed(verifyWeightScales(op, experts.quantization, "w2", w2, "w2_scales",
                                 experts.w2Scales)) ||
+      failed(verifyInputScales(op, experts)) ||
       failed(
           verifyShape(op, "output", output, {numTokens, hiddenSize}, "[T, H]")))
     return failure();
@@ -242,8 +273,8 @@ LogicalResult FusedMoeOp::verify() {
     return failure();
   if (failed(verifyExpertWeights(
           op, hidden,
-          {getW13(), getW2(), getW13Scales(), getW2Scales(),
-           getQuantizationAttr()},
+          {getW13(), getW2(), getW13Scales(), getW2Scales(), getW13InputScale(),
+           getW2InputScale(), getQuantizationAttr()},
           getOutput(), numExperts + router.getNumSharedExperts(), "E+X")))
     return failure();
   if (Value bias = getCorrectionBias())
@@ -273,10 +304,11 @@ LogicalResult FusedExpertsOp::verify() {
       failed(verifyGatedActivation(op, getActivation())) ||
       failed(verifyRank(op, "w13", getW13(), 3, "[E, 2I, H]")))
     return failure();
-  return verifyExpertWeights(
-      op, hidden,
-      {getW13(), getW2(), getW13Scales(), getW2Scales(), getQuantizationAttr()},
-      getOutput(), dimOf(getW13(), 0), "E");
+  return verifyExpertWeights(op, hidden,
+                             {getW13(), getW2(), getW13Scales(), getW2Scales(),
+                              getW13InputScale(), getW2InputScale(),
+                              getQuantizationAttr()},
+                             getOutput(), dimOf(getW13(), 0), "E");
 }
 
 //===----------------------------------------------------------------------===//
@@ -515,6 +547,9 @@ LogicalResult QuantizeOp::verify() {
                          << k << "), got " << groupSize;
   if (failed(verifyShape(op, "output", getOutput(), {rows, k}, "[M, K]")))
     return failure();
+  if (Value scale = getScale())
+    if (failed(verifyPerTensorScale(op, "scale", scale)))
+      return failure();
   return verifyShape(op, "scales", getScales(),
                      {rows, llvm::divideCeilSigned(k, groupSize)},
                      "[M, ceil(K / group_size)]");

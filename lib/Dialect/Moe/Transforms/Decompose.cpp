@@ -23,8 +23,9 @@ namespace {
 /// The operands of a layer's experts once routing is known.
 struct ExpertsOperands {
   Value hidden, ids, weights, w13, w2;
-  /// FP8 weights: their scales and the quantization (else null).
-  Value w13Scales, w2Scales;
+  /// FP8 weights: their scales, the static scales of the two GEMMs' inputs
+  /// (static_tensor activations) and the quantization (else null).
+  Value w13Scales, w2Scales, w13InputScale, w2InputScale;
   QuantizationAttr quantization;
   Activation activation;
   /// Whether ids may lie outside [0, E) (given by the caller, not a gate),
@@ -39,9 +40,10 @@ struct GemmInput {
 
 /// The input rows [M, K] of a GEMM: as they are, or quantized as
 /// `quantization` says for fp8 weights (only the first `numRows` rows when
-/// given).
+/// given), by the given `staticScale` for static_tensor activations.
 GemmInput quantizeRows(PatternRewriter &rewriter, Location loc, Value rows,
-                       Value numRows, QuantizationAttr quantization) {
+                       Value numRows, Value staticScale,
+                       QuantizationAttr quantization) {
   if (!quantization)
     return {rows, Value()};
   auto type = cast<RankedTensorType>(rows.getType());
@@ -54,7 +56,7 @@ GemmInput quantizeRows(PatternRewriter &rewriter, Location loc, Value rows,
       RankedTensorType::get(
           {type.getDimSize(0), llvm::divideCeilSigned(k, groupSize)},
           rewriter.getF32Type()),
-      rows, numRows, groupSize);
+      rows, staticScale, numRows, groupSize);
   return {quantize.getOutput(), quantize.getScales()};
 }
 
@@ -109,8 +111,9 @@ Value buildExperts(PatternRewriter &rewriter, Location loc,
   // FP8: the hidden states, and the activation's output as the first GEMM
   // stores it (padded rows only), quantized for the GEMM that reads them.
   QuantizationAttr quantization = experts.quantization;
-  GemmInput hidden = quantizeRows(rewriter, loc, experts.hidden,
-                                  /*numRows=*/Value(), quantization);
+  GemmInput hidden =
+      quantizeRows(rewriter, loc, experts.hidden, /*numRows=*/Value(),
+                   experts.w13InputScale, quantization);
   auto gateUp = GroupedMatmulOp::create(
       rewriter, loc,
       RankedTensorType::get({capacity, intermediate}, elementType), hidden.rows,
@@ -119,8 +122,9 @@ Value buildExperts(PatternRewriter &rewriter, Location loc,
       experts.w13Scales, /*input_map=*/Value(), /*weights_map=*/Value(), blockM,
       numSlots, RowOrder::token, RowOrder::sorted, experts.activation,
       /*config=*/GemmConfigAttr(), quantization);
-  GemmInput activated = quantizeRows(rewriter, loc, gateUp.getOutput(),
-                                     route.getNumPadded(), quantization);
+  GemmInput activated =
+      quantizeRows(rewriter, loc, gateUp.getOutput(), route.getNumPadded(),
+                   experts.w2InputScale, quantization);
   auto down = GroupedMatmulOp::create(
       rewriter, loc,
       RankedTensorType::get({numTokens, numSlots, hiddenSize}, elementType),
@@ -156,6 +160,8 @@ ExpertsOperands getExperts(FusedMoeOp op, PatternRewriter &rewriter) {
           op.getW2(),
           op.getW13Scales(),
           op.getW2Scales(),
+          op.getW13InputScale(),
+          op.getW2InputScale(),
           op.getQuantizationAttr(),
           op.getActivation(),
           /*idsMayBeOutOfRange=*/false};
@@ -171,6 +177,8 @@ ExpertsOperands getExperts(FusedExpertsOp op, PatternRewriter &) {
           op.getW2(),
           op.getW13Scales(),
           op.getW2Scales(),
+          op.getW13InputScale(),
+          op.getW2InputScale(),
           op.getQuantizationAttr(),
           op.getActivation(),
           /*idsMayBeOutOfRange=*/true};

@@ -76,11 +76,15 @@ def Moe_WeightScalingAttr : I32EnumAttr<"WeightScaling",
 }
 
 def Moe_ActivationScalingAttr : I32EnumAttr<"ActivationScaling",
-    "the granularity of the dynamic fp32 scales of fp8 activations", [
-    // One scale per row: [M, 1].
+    "how the fp32 scales of fp8 activations are found", [
+    // Dynamic, one scale per row: [M, 1].
     I32EnumAttrCase<"token", 0>,
-    // One scale per row and group of block_size columns: [M, ceil(K / B)].
-    I32EnumAttrCase<"token_group", 1>
+    // Dynamic, one scale per row and group of block_size columns:
+    // [M, ceil(K / B)].
+    I32EnumAttrCase<"token_group", 1>,
+    // Static, one scale per GEMM input given by the caller (a checkpoint's
+    // `input_scale`): a [1] operand, broadcast to [M, 1] by moe.quantize.
+    I32EnumAttrCase<"static_tensor", 2>
   ]> {
   let cppNamespace = "::mlir::moe";
 }
@@ -164,16 +168,25 @@ def Moe_QuantizationAttr : Moe_Attr<"Quantization", "quantization"> {
     The scaling recipe of a grouped matmul whose weights and input rows are
     `f8E4M3FN`: every stored value stands for value x scale, with fp32
     scales at the granularity of `weights` (`tensor`, `channel` or `block`
-    of `block_size` x `block_size`) and of `activations` (`token`, or
-    `token_group` of `block_size` columns), quantized at run time by
-    `moe.quantize`. The recipes that checkpoints use pair `block` weights
-    with `token_group` activations (DeepSeek-V3, Kimi-K2, Qwen3-FP8), and
-    `tensor` or `channel` weights with `token` activations.
+    of `block_size` x `block_size`) and of `activations`, quantized at run
+    time by `moe.quantize`: dynamically per `token`, or per `token_group` of
+    `block_size` columns, from each row's or group's amax; or with one scale
+    per tensor that the caller gives (`static_tensor`, the checkpoints'
+    `input_scale` of `activation_scheme: static`). The recipes that
+    checkpoints use pair `block` weights with `token_group` activations
+    (DeepSeek-V3, Kimi-K2, Qwen3-FP8), and `tensor` or `channel` weights
+    with `token` or `static_tensor` activations (FP8 Mixtral and Qwen
+    checkpoints served by vLLM, TensorRT-LLM's FP8 MoE).
+
+    `static_tensor` names both what is static and at what granularity: a
+    dynamic per-tensor scale (one amax over the whole input) is a different
+    recipe, which the name keeps free.
 
     Example:
 
     ```mlir
     #moe.quantization<weights = block, activations = token_group, block_size = 128>
+    #moe.quantization<weights = tensor, activations = static_tensor>
     ```
   }];
   let parameters = (ins
@@ -184,6 +197,10 @@ def Moe_QuantizationAttr : Moe_Attr<"Quantization", "quantization"> {
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
   let extraClassDeclaration = [{
+    /// Whether the caller gives each GEMM input's scale (static_tensor).
+    bool hasStaticActivations() const {
+      return getActivations() == ActivationScaling::static_tensor;
+    }
     /// Columns per activation scale of rows of `k` columns (all k when
     /// they are fewer than a block, as moe.quantize's group_size must be).
     int64_t getActivationGroupSize(int64_t k) const {

@@ -63,14 +63,30 @@ def Moe_FusedMoeOp : Moe_Op<"fused_moe", [AttrSizedOperandSegments]> {
     `[E+X, ceil(H/B), ceil(I/B)]`), and each GEMM's input rows are quantized
     at run time as `moe.quantize` defines: the hidden states, and the
     activation's output after it is stored in the hidden states' type.
+    With `activations = static_tensor`, `input_scales(%a13, %a2)` gives the
+    two inputs' scales (`tensor<1xf32>` each: the checkpoints'
+    `w13_input_scale` and `w2_input_scale`, one per GEMM, vLLM taking the
+    largest over the experts), and each input is quantized by its given
+    scale, without an amax; `input_scales` comes with that scheme only.
+    Either way each GEMM's fp32 sum is multiplied once by input scale x
+    weight scale, for static scales and tensor weights the per-expert
+    factor that TensorRT-LLM calls alpha.
 
-    Example:
+    Examples (Mixtral 8x7B in bf16, and FP8 with static activation scales):
 
     ```mlir
     %y = moe.fused_moe %x, %logits, %w13, %w2 activation(silu_and_mul)
            {router = #moe.router<scoring = softmax, top_k = 2, renormalize = true>}
          : (tensor<?x4096xbf16>, tensor<?x8xf32>, tensor<8x28672x4096xbf16>,
             tensor<8x4096x14336xbf16>) -> tensor<?x4096xbf16>
+    %z = moe.fused_moe %x, %logits, %q13, %q2 scales(%s13, %s2)
+           input_scales(%a13, %a2) activation(silu_and_mul)
+           {router = #moe.router<scoring = softmax, top_k = 2, renormalize = true>,
+            quantization = #moe.quantization<weights = tensor,
+                                             activations = static_tensor>}
+         : (tensor<?x4096xbf16>, tensor<?x8xf32>, tensor<8x28672x4096xf8E4M3FN>,
+            tensor<8x4096x14336xf8E4M3FN>, tensor<8xf32>, tensor<8xf32>,
+            tensor<1xf32>, tensor<1xf32>) -> tensor<?x4096xbf16>
     ```
   }];
   let arguments = (ins
@@ -81,6 +97,8 @@ def Moe_FusedMoeOp : Moe_Op<"fused_moe", [AttrSizedOperandSegments]> {
     Optional<Moe_F32Tensor>:$correction_bias,
     Optional<Moe_F32Tensor>:$w13_scales,
     Optional<Moe_F32Tensor>:$w2_scales,
+    Optional<Moe_F32Tensor>:$w13_input_scale,
+    Optional<Moe_F32Tensor>:$w2_input_scale,
     Moe_RouterAttr:$router,
     Moe_ActivationAttr:$activation,
     OptionalAttr<Moe_QuantizationAttr>:$quantization
@@ -90,6 +108,7 @@ def Moe_FusedMoeOp : Moe_Op<"fused_moe", [AttrSizedOperandSegments]> {
     $hidden_states `,` $router_logits `,` $w13 `,` $w2
     (`bias` `(` $correction_bias^ `)`)?
     (`scales` `(` $w13_scales^ `,` $w2_scales `)`)?
+    (`input_scales` `(` $w13_input_scale^ `,` $w2_input_scale `)`)?
     `activation` `(` $activation `)`
     attr-dict `:` functional-type(operands, results)
   }];
@@ -116,15 +135,25 @@ def Moe_FusedExpertsOp : Moe_Op<"fused_experts",
     an expert named by several slots of a token runs once per slot. The
     result has the type of `hidden_states`. `moe-decompose` rewrites this op
     into `moe.route`, two `moe.grouped_matmul`s and `moe.combine`. FP8
-    weights take `scales(...)` and a `quantization` as in `moe.fused_moe`.
+    weights take `scales(...)`, a `quantization` and, for static activation
+    scales, `input_scales(...)` as in `moe.fused_moe`.
 
-    Example:
+    Examples (Qwen3-30B-A3B's experts in bf16, and in FP8 with channel
+    weight scales and static activation scales):
 
     ```mlir
     %y = moe.fused_experts %x, %ids, %w, %w13, %w2 activation(silu_and_mul)
          : (tensor<?x2048xbf16>, tensor<?x8xi32>, tensor<?x8xf32>,
             tensor<128x1536x2048xbf16>, tensor<128x2048x768xbf16>)
            -> tensor<?x2048xbf16>
+    %z = moe.fused_experts %x, %ids, %w, %q13, %q2 scales(%s13, %s2)
+           input_scales(%a13, %a2) activation(silu_and_mul)
+           {quantization = #moe.quantization<weights = channel,
+                                             activations = static_tensor>}
+         : (tensor<?x2048xbf16>, tensor<?x8xi32>, tensor<?x8xf32>,
+            tensor<128x1536x2048xf8E4M3FN>, tensor<128x2048x768xf8E4M3FN>,
+            tensor<128x1536xf32>, tensor<128x2048xf32>, tensor<1xf32>,
+            tensor<1xf32>) -> tensor<?x2048xbf16>
     ```
   }];
   let arguments = (ins
@@ -135,6 +164,8 @@ def Moe_FusedExpertsOp : Moe_Op<"fused_experts",
     Moe_GemmTensor:$w2,
     Optional<Moe_F32Tensor>:$w13_scales,
     Optional<Moe_F32Tensor>:$w2_scales,
+    Optional<Moe_F32Tensor>:$w13_input_scale,
+    Optional<Moe_F32Tensor>:$w2_input_scale,
     Moe_ActivationAttr:$activation,
     OptionalAttr<Moe_QuantizationAttr>:$quantization
   );
@@ -142,6 +173,7 @@ def Moe_FusedExpertsOp : Moe_Op<"fused_experts",
   let assemblyFormat = [{
     $hidden_states `,` $ids `,` $weights `,` $w13 `,` $w2
     (`scales` `(` $w13_scales^ `,` $w2_scales `)`)?
+    (`input_scales` `(` $w13_input_scale^ `,` $w2_input_scale `)`)?
     `activation` `(` $activation `)` attr-dict `:`
     functional-type(operands, results)
   }];
@@ -280,8 +312,10 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
 
     FP8: with a `quantization`, A and `weights` are `f8E4M3FN` and
     `scales(%input_scales, %weight_scales)` are their fp32 scales: input
-    scales `[rows, G]` (G = ceil(K/B) for `token_group`, 1 for `token`),
-    weight scales as the quantization gives. The sum becomes, for `block`:
+    scales `[rows, G]` (G = ceil(K/B) for `token_group`, 1 for `token` and
+    `static_tensor`: `moe.quantize` broadcasts a static scale to every row,
+    so that the kernels read one layout), weight scales as the quantization
+    gives. The sum becomes, for `block`:
 
     ```
     h[n] = sum over K blocks b, in order, of
@@ -291,7 +325,9 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
 
     and for `channel` (`tensor`) the whole fp32 sum times
     `input_scales[src(r), 0] * weight_scales[e, n]` (`[e]`), before the
-    activation. An optional `config` fixes the
+    activation: one multiplication by the combined factor, which for
+    static activation scales and tensor weights is the same for all rows
+    of an expert (TensorRT-LLM's alpha). An optional `config` fixes the
     tiling that `moe-tile` uses; `input_map` and `weights_map` are the
     `moe.tensor_map`s of the input and the weights through which the config's
     TMA loads go (`moe-tma` adds them): tiles of block_k elements of K, one
@@ -358,17 +394,17 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
   }];
 }
 
-def Moe_QuantizeOp : Moe_Op<"quantize"> {
-  let summary = "Dynamic fp8 (e4m3) quantization of rows, per group of columns";
+def Moe_QuantizeOp : Moe_Op<"quantize", [AttrSizedOperandSegments]> {
+  let summary = "fp8 (e4m3) quantization of rows, per group of columns";
   let description = [{
     Quantizes each row of `input` `[M, K]` per group of `group_size`
     columns (the last group may be shorter; `group_size` = K scales whole
-    rows): with amax the largest |x| of the group in fp32 (NaN when any x is
-    NaN),
+    rows), dynamically: with amax the largest |x| of the group in fp32 (NaN
+    when any x is NaN),
 
     ```
     scales[m, g] = max(amax, 1e-10) / 448          // NaN stays NaN
-    output[m, k] = e4m3(input[m, k] / scales[m, g / group_size])
+    output[m, k] = e4m3(input[m, k] / scales[m, k / group_size])
     ```
 
     where e4m3 rounds to the nearest `f8E4M3FN` value, ties to even,
@@ -378,22 +414,41 @@ def Moe_QuantizeOp : Moe_Op<"quantize"> {
     computed (their contents are unspecified): the padded rows of a routing
     count a layer's sorted rows.
 
-    Example (DeepSeek-V3's activations, one scale per 128 columns):
+    With `scale(%s)` (`tensor<1xf32>`, a static per-tensor scale) there is no
+    amax: every scale is the given one,
+
+    ```
+    scales[m, g] = s[0]
+    output[m, k] = e4m3(input[m, k] / s[0])   // saturating: no clipping before
+    ```
+
+    so that the grouped matmuls read static scales as they read dynamic
+    ones, `[M, 1]` per row: no kernel has a second layout, and M scales are
+    little beside M x K codes. The scale is used as given, without the
+    floor: a scale of 0 quantizes nonzero values to +-448 and zeros to NaN,
+    a NaN scale every value to NaN.
+
+    Examples (DeepSeek-V3's activations, one scale per 128 columns, and a
+    static scale from a checkpoint):
 
     ```mlir
     %q, %s = moe.quantize %x {group_size = 128}
            : (tensor<?x7168xbf16>) -> (tensor<?x7168xf8E4M3FN>, tensor<?x56xf32>)
+    %p, %t = moe.quantize %x scale(%a) {group_size = 7168}
+           : (tensor<?x7168xbf16>, tensor<1xf32>)
+             -> (tensor<?x7168xf8E4M3FN>, tensor<?x1xf32>)
     ```
   }];
   let arguments = (ins
     Moe_FloatTensor:$input,
+    Optional<Moe_F32Tensor>:$scale,
     Optional<Moe_CountTensor>:$num_rows,
     Moe_SizeAttr:$group_size
   );
   let results = (outs Moe_Fp8Tensor:$output, Moe_F32Tensor:$scales);
   let assemblyFormat = [{
-    $input (`rows` `(` $num_rows^ `)`)? attr-dict `:`
-    functional-type(operands, results)
+    $input (`scale` `(` $scale^ `)`)? (`rows` `(` $num_rows^ `)`)? attr-dict
+    `:` functional-type(operands, results)
   }];
 }
 

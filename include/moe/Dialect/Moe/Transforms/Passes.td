@@ -46,6 +46,13 @@ def MoeDecompose : Pass<"moe-decompose"> {
     weights feed `moe.route` and the second GEMM, and the combine takes the
     ids (`ids(%ids) {num_experts = E}`) to skip the slots whose ids are out
     of range, which the routing gave no row.
+
+    A layer with a `#moe.quantization` (fp8 weights) gets a `moe.quantize`
+    before each GEMM: of the hidden states, and of the activation's output
+    over the padded rows (`rows(%count)`), each with one scale per
+    `token_group` of `block_size` columns or per row; static activation
+    scales (`input_scales(%a13, %a2)`) become the quantizes' `scale(%a13)`
+    and `scale(%a2)`. The scales ride to the GEMMs as their `scales(...)`.
   }];
   let dependentDialects = ["::mlir::moe::MoeDialect"];
   let options = [
