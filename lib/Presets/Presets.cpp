@@ -378,8 +378,15 @@ llvm::Expected<LayerDescription> mlir::moe::describeLayer(ModuleOp module) {
       cast<ShapedType>(op.getHiddenStates().getType()).getElementType());
   if (layer.dtype.empty())
     return makeError("the layer's element type is not bf16, f16 or f32");
-  // The verifier has paired the activations' scaling with the weights'.
+  // A description's activation scaling follows from its weights' (the
+  // verifier has paired them), except static scales, which it has no
+  // operands for.
   if (QuantizationAttr quantization = op.getQuantizationAttr()) {
+    if (quantization.getActivations() == ActivationScaling::static_tensor)
+      return makeError("the layer's activations have static per-tensor "
+                       "scales, which a layer description (dynamic "
+                       "activation scales) does not carry; compile the "
+                       "layer itself");
     if (quantization.getWeights() == WeightScaling::block &&
         quantization.getBlockSize() != kScaleBlock)
       return makeError("the layer's fp8 scale blocks are " +
