@@ -217,64 +217,65 @@ def experts_floor_us(ids, hidden, inter, tokens, slots):
     return max(moved / BANDWIDTH, flops / FP8_MATH) * 1e6
 
 
+def model_rows(args, flush, name, preset):
+    """The rows of one model's experts at each T of --tokens (a function
+    of its own, so that its weights, bundles and graphs go with it)."""
+    routed, shared = preset["experts"], preset["shared"]
+    hidden, inter, top_k = (preset["hidden"], preset["intermediate"],
+                            preset["top_k"])
+    stored, slots = routed + shared, top_k + shared
+    paths = {fp8: compile_experts(args, name, ["--preset", name], fp8)
+             for fp8 in (True, False)}
+    generator = torch.Generator(DEVICE).manual_seed(args.seed)
+    w13, s13 = fp8_weights(stored, 2 * inter, hidden, generator)
+    w2, s2 = fp8_weights(stored, hidden, inter, generator)
+    bf16_weights = [dequantized(w13, s13), dequantized(w2, s2)]
+    operands_of = {True: lambda: [w13, w2, s13, s2],
+                   False: lambda: bf16_weights}
+    rows = []
+    for tokens in [int(t) for t in args.tokens.split(",")]:
+        x = torch.randn(tokens, hidden, dtype=torch.bfloat16, device=DEVICE,
+                        generator=generator)
+        ids = uniform_ids(tokens, routed, top_k, shared, generator)
+        weights = torch.rand(tokens, slots, device=DEVICE,
+                             generator=generator)
+        row = {"model": name, "tokens": tokens,
+               "floor": experts_floor_us(ids, hidden, inter, tokens, slots)}
+        outputs = {}
+        for fp8, path in paths.items():
+            bundle = Bundle(path)
+            tensors = [x, ids, weights, *operands_of[fp8](),
+                       torch.full((tokens, hidden), float("nan"),
+                                  dtype=torch.bfloat16, device=DEVICE)]
+            replay, _ = graphed(
+                lambda: bundle.run(tokens, tensors) or tensors[-1])
+            row["fp8" if fp8 else "bf16"] = time_us(replay, flush,
+                                                    args.iterations)
+            outputs[fp8] = tensors[-1].double()
+            del replay
+            bundle.close()
+        row["vs_bf16"] = ((outputs[True] - outputs[False]).norm() /
+                          outputs[False].norm()).item()
+        try:
+            replay, _ = graphed(torch_fp8_experts(x, ids, weights, w13, w2,
+                                                  inter))
+            row["torch"] = time_us(replay, flush, args.iterations)
+            del replay
+        except Exception as error:  # report, time ours still
+            row["torch"] = None
+            print(f"# torch fp8 composition failed: {error}")
+        rows.append(row)
+        print(format_row(row), flush=True)
+    return rows
+
+
 def layer_part(args, flush, presets):
     print(f"\n{'experts':12} {'T':>5} {'fp8':>9} {'bf16':>9} {'fp8 gain':>8} "
           f"{'torch fp8':>9} {'floor':>8} {'fp8/floor':>9} {'vs bf16':>8}  "
           "(us, CUDA graphs, uniform routing)", flush=True)
     rows = []
     for name in args.models.split(","):
-        preset = presets[name]
-        routed, shared = preset["experts"], preset["shared"]
-        hidden, inter, top_k = (preset["hidden"], preset["intermediate"],
-                                preset["top_k"])
-        stored, slots = routed + shared, top_k + shared
-        paths = {fp8: compile_experts(args, name, ["--preset", name], fp8)
-                 for fp8 in (True, False)}
-        generator = torch.Generator(DEVICE).manual_seed(args.seed)
-        w13, s13 = fp8_weights(stored, 2 * inter, hidden, generator)
-        w2, s2 = fp8_weights(stored, hidden, inter, generator)
-        w13_b, w2_b = dequantized(w13, s13), dequantized(w2, s2)
-        bundles = {fp8: Bundle(path) for fp8, path in paths.items()}
-        for tokens in [int(t) for t in args.tokens.split(",")]:
-            x = torch.randn(tokens, hidden, dtype=torch.bfloat16,
-                            device=DEVICE, generator=generator)
-            ids = uniform_ids(tokens, routed, top_k, shared, generator)
-            weights = torch.rand(tokens, slots, device=DEVICE,
-                                 generator=generator)
-            row = {"model": name, "tokens": tokens,
-                   "floor": experts_floor_us(ids, hidden, inter, tokens,
-                                             slots)}
-            outputs = {}
-            for fp8 in (True, False):
-                operands = ([x, ids, weights, w13, w2, s13, s2] if fp8 else
-                            [x, ids, weights, w13_b, w2_b])
-                out = torch.full((tokens, hidden), float("nan"),
-                                 dtype=torch.bfloat16, device=DEVICE)
-                bundle = bundles[fp8]
-
-                def ours(bundle=bundle, operands=operands, out=out):
-                    bundle.run(tokens, operands + [out])
-                    return out
-
-                replay, _ = graphed(ours)
-                row["fp8" if fp8 else "bf16"] = time_us(replay, flush,
-                                                        args.iterations)
-                outputs[fp8] = out.double()
-            row["vs_bf16"] = ((outputs[True] - outputs[False]).norm() /
-                              outputs[False].norm()).item()
-            try:
-                replay, _ = graphed(torch_fp8_experts(x, ids, weights, w13,
-                                                      w2, inter))
-                row["torch"] = time_us(replay, flush, args.iterations)
-            except Exception as error:  # report, time ours still
-                row["torch"] = None
-                print(f"# torch fp8 composition failed: {error}")
-            rows.append(row)
-            print(format_row(row), flush=True)
-            torch.cuda.empty_cache()
-        for bundle in bundles.values():
-            bundle.close()
-        del w13, w2, s13, s2, w13_b, w2_b
+        rows += model_rows(args, flush, name, presets[name])
         torch.cuda.empty_cache()
     print("\n| experts | T | ours fp8 µs | ours bf16 µs | fp8 gain | torch fp8 "
           "µs | floor µs | fp8 / floor | vs bf16 |")
