@@ -93,6 +93,13 @@ static std::string weightScalesType(llvm::StringRef scaling, int64_t e,
 }
 
 namespace {
+/// Scales in a source: the function's arguments, the op's scales(...) and
+/// their types in the op's signature; empty for weights in the layer's
+/// dtype.
+struct ScalesText {
+  std::string args, use, types;
+};
+
 /// The types of a layer's hidden states [?, H] and expert weights
 /// [E+X, 2I, H] and [E+X, H, I] in the sources; for fp8 weights also their
 /// scales, and the text the layer op adds for them.
@@ -107,21 +114,41 @@ struct LayerTypes {
     w2 = llvm::formatv("tensor<{0}x{1}x{2}x{3}>", stored, h, i, weights);
     if (quantization.empty())
       return;
-    std::string w13Scales = weightScalesType(quantization, stored, 2 * i, h);
-    std::string w2Scales = weightScalesType(quantization, stored, h, i);
-    scalesArgs = llvm::formatv(", %w13_scales: {0}, %w2_scales: {1}", w13Scales,
-                               w2Scales);
-    scalesUse = " scales(%w13_scales, %w2_scales)";
-    scalesTypes = ", " + w13Scales + ", " + w2Scales;
-    bool block = quantization == "block";
+    w13Scales = weightScalesType(quantization, stored, 2 * i, h);
+    w2Scales = weightScalesType(quantization, stored, h, i);
+    scales = {llvm::formatv(", %w13_scales: {0}, %w2_scales: {1}", w13Scales,
+                            w2Scales),
+              " scales(%w13_scales, %w2_scales)",
+              ", " + w13Scales + ", " + w2Scales};
+    block = quantization == "block";
     attribute = llvm::formatv(
         "quantization = #moe.quantization<weights = {0}, activations = {1}{2}>",
         quantization, block ? "token_group" : "token",
         block ? llvm::formatv(", block_size = {0}", kScaleBlock).str() : "");
   }
+
+  /// The scales of a grouped matmul of these weights (scales
+  /// `weightScales`) on quantized activations %`name` [?, k], scaled as the
+  /// weights' quantization pairs them (per token and kScaleBlock columns for
+  /// block, else per token), after the op's other operands.
+  ScalesText gemmScales(llvm::StringRef name, int64_t k,
+                        llvm::StringRef weightScales) const {
+    if (attribute.empty())
+      return {};
+    std::string type = llvm::formatv(
+        "tensor<?x{0}xf32>", block ? llvm::divideCeil(k, kScaleBlock) : 1);
+    return {llvm::formatv(", %{0}_scales: {1}, %w_scales: {2}", name, type,
+                          weightScales),
+            llvm::formatv(" scales(%{0}_scales, %w_scales)", name),
+            ", " + type + ", " + weightScales.str()};
+  }
+
   std::string hidden, w13, w2;
   // Empty for weights in the layer's dtype.
-  std::string scalesArgs, scalesUse, scalesTypes, attribute;
+  std::string w13Scales, w2Scales, attribute;
+  // The layer op's: both weights' scales.
+  ScalesText scales;
+  bool block = false;
 };
 } // namespace
 
@@ -144,8 +171,8 @@ std::string mlir::moe::getLayerSource(const Preset &preset,
       "{0} {{\n  %y = moe.fused_moe %x, %logits, %w13, %w2{6}{7} "
       "activation(silu_and_mul) {{{8}} : ({0}, {1}, {2}, {3}{9}{10}) -> "
       "{0}\n  return %y : {0}\n}\n",
-      types.hidden, l, types.w13, types.w2, biasArg, types.scalesArgs, biasUse,
-      types.scalesUse, attributes, biasType, types.scalesTypes);
+      types.hidden, l, types.w13, types.w2, biasArg, types.scales.args, biasUse,
+      types.scales.use, attributes, biasType, types.scales.types);
 }
 
 std::string mlir::moe::getExpertsSource(const Preset &preset,
@@ -162,8 +189,8 @@ std::string mlir::moe::getExpertsSource(const Preset &preset,
       "%w2: {4}{5}) -> {0} {{\n  %y = moe.fused_experts %x, %ids, %weights, "
       "%w13, %w2{6} activation(silu_and_mul){7} : ({0}, {1}, {2}, {3}, "
       "{4}{8}) -> {0}\n  return %y : {0}\n}\n",
-      types.hidden, ids, w, types.w13, types.w2, types.scalesArgs,
-      types.scalesUse, attributes, types.scalesTypes);
+      types.hidden, ids, w, types.w13, types.w2, types.scales.args,
+      types.scales.use, attributes, types.scales.types);
 }
 
 std::string mlir::moe::getRoutingSource(const Preset &preset,
@@ -212,32 +239,43 @@ std::string mlir::moe::getRouterSource(const Preset &preset) {
 
 std::string mlir::moe::getGroupedMatmulSource(const Preset &preset,
                                               llvm::StringRef dtype,
+                                              llvm::StringRef quantization,
                                               int64_t blockM, bool second) {
   int64_t h = preset.hiddenSize, i = preset.intermediate;
   int64_t slots = preset.topK + preset.numSharedExperts;
-  LayerTypes types(preset, dtype, "");
+  LayerTypes types(preset, dtype, quantization);
+  // fp8: quantized rows in, with their scales; the output in `dtype`.
+  llvm::StringRef input = quantization.empty() ? dtype : "f8E4M3FN";
   std::string routing = "tensor<?xi32>, tensor<?xi32>, tensor<i32>";
   std::string attrs = llvm::formatv(
-      "{{block_m = {0} : i64, num_slots = {1} : i64}", blockM, slots);
+      "block_m = {0} : i64, num_slots = {1} : "
+      "i64{2}{3}",
+      blockM, slots, types.attribute.empty() ? "" : ", ", types.attribute);
+  std::string rows = llvm::formatv("tensor<?x{0}x{1}>", i, input);
   std::string sorted = llvm::formatv("tensor<?x{0}x{1}>", i, dtype);
   if (!second) {
+    std::string x = llvm::formatv("tensor<?x{0}x{1}>", h, input);
+    ScalesText scales = types.gemmScales("x", h, types.w13Scales);
     return llvm::formatv(
         "func.func @gemm1(%x: {0}, %w13: {1}, %sorted: tensor<?xi32>, "
-        "%experts: tensor<?xi32>, %count: tensor<i32>) -> {2} {{\n"
-        "  %h = moe.grouped_matmul %x, %w13, %sorted, %experts, %count "
-        "input(token) output(sorted) activation(silu_and_mul) {3} : ({0}, "
-        "{1}, {4}) -> {2}\n  return %h : {2}\n}\n",
-        types.hidden, types.w13, sorted, attrs, routing);
+        "%experts: tensor<?xi32>, %count: tensor<i32>{5}) -> {2} {{\n"
+        "  %h = moe.grouped_matmul %x, %w13, %sorted, %experts, %count{6} "
+        "input(token) output(sorted) activation(silu_and_mul) {{{3}} : ({0}, "
+        "{1}, {4}{7}) -> {2}\n  return %h : {2}\n}\n",
+        x, types.w13, sorted, attrs, routing, scales.args, scales.use,
+        scales.types);
   }
   std::string w = llvm::formatv("tensor<?x{0}xf32>", slots);
   std::string y = llvm::formatv("tensor<?x{0}x{1}x{2}>", slots, h, dtype);
+  ScalesText scales = types.gemmScales("h", i, types.w2Scales);
   return llvm::formatv(
       "func.func @gemm2(%h: {0}, %w2: {1}, %sorted: tensor<?xi32>, "
-      "%experts: tensor<?xi32>, %count: tensor<i32>, %weights: {2}) -> {3} "
+      "%experts: tensor<?xi32>, %count: tensor<i32>, %weights: {2}{6}) -> {3} "
       "{{\n  %y = moe.grouped_matmul %h, %w2, %sorted, %experts, %count "
-      "routed_weights(%weights) input(sorted) output(slot) {4} : ({0}, {1}, "
-      "{5}, {2}) -> {3}\n  return %y : {3}\n}\n",
-      sorted, types.w2, w, y, attrs, routing);
+      "routed_weights(%weights){7} input(sorted) output(slot) {{{4}} : ({0}, "
+      "{1}, {5}, {2}{8}) -> {3}\n  return %y : {3}\n}\n",
+      rows, types.w2, w, y, attrs, routing, scales.args, scales.use,
+      scales.types);
 }
 
 static llvm::Error makeError(const llvm::Twine &message) {
@@ -270,11 +308,6 @@ mlir::moe::getPartSource(const LayerDescription &layer, llvm::StringRef part,
   llvm::StringRef quantization = layer.quantization;
   if (llvm::Error error = checkQuantization(quantization))
     return std::move(error);
-  if (!quantization.empty() && (part == "gemm1" || part == "gemm2"))
-    return makeError("--part '" + part +
-                     "' of an fp8 layer: its grouped matmuls run inside one "
-                     "op, 'layer' (moe.fused_moe) or 'experts' "
-                     "(moe.fused_experts)");
   // The sources multiply sizes (2I, E+X): bound them first.
   for (auto [name, value, least] :
        {std::tuple<llvm::StringRef, int64_t, int64_t>{"hidden size",
@@ -294,7 +327,8 @@ mlir::moe::getPartSource(const LayerDescription &layer, llvm::StringRef part,
     return getRoutingSource(preset, dtype, blockM);
   if (part == "router")
     return getRouterSource(preset);
-  return getGroupedMatmulSource(preset, dtype, blockM, part == "gemm2");
+  return getGroupedMatmulSource(preset, dtype, quantization, blockM,
+                                part == "gemm2");
 }
 
 llvm::Expected<LayerDescription>
@@ -426,8 +460,10 @@ describeNamedLayer(const LayerSource &source) {
     if (!source.inputFile.empty())
       return makeError("--quantization is for a preset or layer sizes; the "
                        "file's layer has its own");
-    if (source.part != "layer" && source.part != "experts")
-      return makeError("--quantization is for --part layer or experts, not '" +
+    if (!llvm::is_contained({"layer", "experts", "gemm1", "gemm2"},
+                            source.part))
+      return makeError("--quantization is for --part layer, experts, gemm1 "
+                       "or gemm2, not '" +
                        source.part + "'");
     if (llvm::Error error = checkQuantization(source.quantization))
       return std::move(error);

@@ -85,10 +85,11 @@ static cl::opt<std::string> dtype("dtype",
                                   cl::cat(moeCompileCategory));
 static cl::opt<std::string> quantization(
     "quantization",
-    cl::desc("FP8 (e4m3) weights of a preset or sizes, for --part layer or "
-             "experts, with fp32 scales per 'tensor' (expert), 'channel' "
-             "(output row) or 'block' (128 x 128; the activations then "
-             "scaled per token and 128 columns, else per token)"),
+    cl::desc("FP8 (e4m3) weights of a preset or sizes, for --part layer, "
+             "experts, gemm1 or gemm2 (whose rows in are e4m3 too), with "
+             "fp32 scales per 'tensor' (expert), 'channel' (output row) or "
+             "'block' (128 x 128; the activations then scaled per token and "
+             "128 columns, else per token)"),
     cl::init(""), cl::cat(moeCompileCategory));
 static cl::opt<int64_t> tokensMax("tokens-max",
                                   cl::desc("Largest token count to size for"),

@@ -87,17 +87,24 @@ std::string getRouterSource(const Preset &preset);
 /// first (`second` false) as a function (hidden [T,H], w13, sorted ids,
 /// expert ids, padded count) -> SiLU-and-mul rows [C,I] in sorted order; the
 /// second as (rows [C,I], w2, sorted ids, expert ids, padded count, routed
-/// weights [T,S]) -> [T,S,H] in slot order.
+/// weights [T,S]) -> [T,S,H] in slot order. With a `quantization` (see
+/// LayerDescription) the hidden states or rows and the weights are
+/// f8E4M3FN, and the function takes, last as the op does, the fp32 scales
+/// of the rows ([T, ceil(H/128)] or [C, ceil(I/128)] per token and 128
+/// columns for block, [T, 1] or [C, 1] per token otherwise) and then the
+/// weights' (as for getLayerSource): gemm1 (x, w13, sorted ids, expert ids,
+/// count, x scales, w13 scales), gemm2 (rows, w2, sorted ids, expert ids,
+/// count, routed weights, row scales, w2 scales); the result stays `dtype`.
 std::string getGroupedMatmulSource(const Preset &preset, llvm::StringRef dtype,
-                                   int64_t blockM, bool second);
+                                   llvm::StringRef quantization, int64_t blockM,
+                                   bool second);
 
 /// The source of `part` ("layer", "experts", "routing", "router", "gemm1" or
 /// "gemm2") of `layer` with element type `layer.dtype` (bf16, f16, f32),
 /// its `quantization` ("", "tensor", "channel", "block") and routing blocks
-/// of `blockM` rows; an error names the valid choices, the parts that need a
-/// router are refused for a layer without one, and the grouped matmuls for
-/// an fp8 layer (they run inside its one op; its router and routing are any
-/// layer's).
+/// of `blockM` rows; an error names the valid choices, and the parts that
+/// need a router are refused for a layer without one (an fp8 layer's router
+/// and routing are any layer's).
 llvm::Expected<std::string> getPartSource(const LayerDescription &layer,
                                           llvm::StringRef part, int64_t blockM);
 
@@ -118,9 +125,9 @@ struct LayerSource {
   std::string inputFile, presetName, part = "layer", dtype = "bf16";
   int64_t shrink = 1, blockM = 64;
   std::string layerSizes; // parseLayerSizes' text
-  /// --quantization of a preset's or the sizes' layer or experts
-  /// (LayerDescription::quantization); refused with a file, whose layer says
-  /// its own, and with other parts.
+  /// --quantization of a preset's or the sizes' layer, experts or grouped
+  /// matmuls (LayerDescription::quantization); refused with a file, whose
+  /// layer says its own, and with other parts.
   std::string quantization;
 
   /// "deepseek-v3 (reduced)", "sizes experts=..." or the file name, for
