@@ -33,16 +33,24 @@ GemmShapeKey GemmShapeKey::of(GroupedMatmulOp op, llvm::StringRef device) {
   ShapedType weights = op.getWeightsType();
   std::string dtype;
   llvm::raw_string_ostream(dtype) << weights.getElementType();
-  return {weights.getDimSize(0), weights.getDimSize(1),
-          weights.getDimSize(2), dtype,
-          device.str(),          static_cast<int64_t>(op.getBlockM())};
+  QuantizationAttr quantization = op.getQuantizationAttr();
+  return {weights.getDimSize(0),
+          weights.getDimSize(1),
+          weights.getDimSize(2),
+          dtype,
+          quantization ? stringifyWeightScaling(quantization.getWeights()).str()
+                       : "",
+          device.str(),
+          static_cast<int64_t>(op.getBlockM())};
 }
 
 std::string GemmShapeKey::str() const {
+  std::string scaling =
+      quantization.empty() ? "" : " quantization=" + quantization;
   std::string routing =
       blockM ? llvm::formatv(" block_m={0}", blockM).str() : "";
-  return llvm::formatv("E={0} N={1} K={2} {3}{4} on '{5}'", experts, n, k,
-                       dtype, routing, device);
+  return llvm::formatv("E={0} N={1} K={2} {3}{4}{5} on '{6}'", experts, n, k,
+                       dtype, scaling, routing, device);
 }
 
 namespace {
@@ -109,6 +117,28 @@ public:
     return llvm::Error::success();
   }
 
+  /// An fp8 entry's weight scaling: required, since the schemes' kernels
+  /// take different configs; other types have none.
+  llvm::Error readQuantization(const json::Object &entry, GemmShapeKey &key,
+                               const llvm::Twine &where) const {
+    bool fp8 = key.dtype == "f8E4M3FN";
+    if (!entry.get("quantization")) {
+      if (fp8)
+        return fail(where + ": an f8E4M3FN entry needs 'quantization' "
+                            "(\"tensor\", \"channel\" or \"block\")");
+      return llvm::Error::success();
+    }
+    if (!fp8)
+      return fail(where + ": 'quantization' is for f8E4M3FN entries, not " +
+                  key.dtype);
+    std::optional<llvm::StringRef> scaling = entry.getString("quantization");
+    if (!scaling || !symbolizeWeightScaling(*scaling))
+      return fail(where + ": 'quantization' must be \"tensor\", \"channel\" "
+                          "or \"block\"");
+    key.quantization = scaling->str();
+    return llvm::Error::success();
+  }
+
   llvm::Error readEntry(const json::Value &value, size_t index,
                         GemmShapeKey &key, TunedGemmConfig &tuned) const {
     std::string where = llvm::formatv("entry {0}", index);
@@ -117,8 +147,8 @@ public:
       return fail(where + ": not an object");
     if (llvm::Error error =
             checkKeys(*entry,
-                      {"device", "dtype", "E", "N", "K", "block_m", "tokens",
-                       "config", "measured"},
+                      {"device", "dtype", "quantization", "E", "N", "K",
+                       "block_m", "tokens", "config", "measured"},
                       where))
       return error;
     std::optional<llvm::StringRef> device = entry->getString("device");
@@ -131,6 +161,8 @@ public:
                           "\"f8E4M3FN\"");
     key.device = device->str();
     key.dtype = dtype->str();
+    if (llvm::Error error = readQuantization(*entry, key, where))
+      return error;
     for (auto [name, target] : {std::pair{"E", &key.experts},
                                 {"N", &key.n},
                                 {"K", &key.k},

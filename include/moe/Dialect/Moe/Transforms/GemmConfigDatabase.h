@@ -2,9 +2,10 @@
 //
 // The database moe-tune writes and moe-tile reads: for a grouped matmul shape
 // (stored experts E, output rows N and reduction K of the weights, element
-// type, CUDA device name) and a token bucket, the #moe.gemm_config fields
-// that measured fastest. The format is docs/CONFIG-DATABASE.md; the entries
-// shipped with moe-mlir (configs/gemm-configs.json) are compiled in.
+// type and fp8 scaling, CUDA device name) and a token bucket, the
+// #moe.gemm_config fields that measured fastest. The format is
+// docs/CONFIG-DATABASE.md; the entries shipped with moe-mlir
+// (configs/gemm-configs.json) are compiled in.
 //
 //===----------------------------------------------------------------------===//
 
@@ -42,22 +43,28 @@ struct GemmShapeKey {
   int64_t experts;
   int64_t n;
   int64_t k;
-  /// "bf16", "f16" or "f32".
+  /// "bf16", "f16", "f32" or "f8E4M3FN".
   std::string dtype;
+  /// How f8E4M3FN weights are scaled ("tensor", "channel", "block": the
+  /// #moe.quantization's weights); empty for other types. Block scales
+  /// allow fewer configs (block_k the scale block, block_n <= 128), so the
+  /// schemes have entries of their own.
+  std::string quantization;
   /// The CUDA device name, e.g. "NVIDIA H100 80GB HBM3".
   std::string device;
   /// Rows per routing block the entry was tuned with; 0: any.
   int64_t blockM = 0;
 
-  /// The key of `op` (E, N, K and element type of its weights, its routing
-  /// block_m) on `device`.
+  /// The key of `op` (E, N, K, element type and quantization of its
+  /// weights, its routing block_m) on `device`.
   static GemmShapeKey of(GroupedMatmulOp op, llvm::StringRef device);
-  /// "E=8 N=28672 K=4096 bf16 block_m=64 on 'NVIDIA H100 80GB HBM3'".
+  /// "E=8 N=28672 K=4096 bf16 block_m=64 on 'NVIDIA H100 80GB HBM3'", with
+  /// " quantization=block" after an fp8 dtype.
   std::string str() const;
   bool operator<(const GemmShapeKey &other) const {
-    return std::tie(experts, n, k, dtype, device, blockM) <
-           std::tie(other.experts, other.n, other.k, other.dtype, other.device,
-                    other.blockM);
+    return std::tie(experts, n, k, dtype, quantization, device, blockM) <
+           std::tie(other.experts, other.n, other.k, other.dtype,
+                    other.quantization, other.device, other.blockM);
   }
 };
 
