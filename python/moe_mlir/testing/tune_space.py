@@ -33,6 +33,28 @@ DEFAULT_TOKENS = (1, 16, 64, 256, 1024, 4096)
 # A device name no database has: compiling for it gives moe-tile's heuristic.
 HEURISTIC_DEVICE = "moe-tune: no device (the heuristic)"
 
+# FP8 (e4m3) weights, by the rules of convert-moe-to-gpu rather than by
+# brute force. block_k is 128 elements: the 128-byte swizzle, and the scale
+# block that block scales require. Block scales allow block_n up to 128 (the
+# promotion holds a second set of accumulators) with weight boxes that tile
+# the 128-row scale blocks (block_n / 2 rows for gemm1's gate and up halves,
+# block_n for gemm2): 64 and 128 (32 and below tile them too, but halve the
+# wgmma again); channel and tensor scales allow 256 as well.
+FP8 = "f8E4M3FN"
+FP8_BLOCK_K = 128
+FP8_BLOCK_N = {"block": (64, 128), "channel": (64, 128, 256),
+               "tensor": (64, 128, 256)}
+# A stage holds block_m + block_n rows of 128 bytes: rings of 3 to 8 stages
+# are four blocks per multiprocessor down to one deep ring (one warpgroup);
+# rings over a block's 227 KiB are not tried.
+FP8_STAGES = (3, 4, 6, 8)
+# K splits (the weights' K tiles: 56 for H = 7168, 16 for I = 2048) for
+# when the tiles cannot fill the GPU, at the shallow rings that let several
+# blocks share a multiprocessor.
+FP8_SPLITS = (2, 3, 4)
+FP8_SPLIT_STAGES = (3, 4)
+SHARED_MEMORY_BYTES = 227 * 1024
+
 
 def layer_sizes(layer):
     """moe-compile --layer-sizes' text for `layer` (a --list-presets or
@@ -49,13 +71,15 @@ def sizes_name(layer):
     return name + (f"-shared{layer['shared']}" if layer["shared"] else "")
 
 
-def resolve_layer(compiler, layer, dtype="bf16"):
+def resolve_layer(compiler, layer, dtype="bf16", quantization=None):
     """The layer to tune as moe-compile --describe gives it, with a "name":
     `layer` is a moe_mlir.Layer (its sizes), a path to an MLIR file with one
     moe.fused_moe (an os.PathLike, or a str that ends in .mlir or names a
-    file; named after the file, in the file's own dtype), a --layer-sizes
-    text ("experts=256,hidden=7168,intermediate=2048,top_k=8") or a preset
-    name. Presets and sizes take `dtype`. Raises CompileError with
+    file; named after the file, in the file's own dtype and quantization), a
+    --layer-sizes text ("experts=256,hidden=7168,intermediate=2048,top_k=8")
+    or a preset name. Presets and sizes take `dtype` and `quantization`
+    (None, or fp8 weights scaled per "tensor", "channel" or "block", which
+    the result then names as "quantization"). Raises CompileError with
     moe-compile's message when it names no layer."""
     if isinstance(layer, Layer):
         text = layer_sizes({"experts": layer.num_experts,
@@ -63,25 +87,31 @@ def resolve_layer(compiler, layer, dtype="bf16"):
                             "intermediate": layer.intermediate_size,
                             "top_k": layer.router.top_k,
                             "shared": layer.router.num_shared_experts})
-        return resolve_layer(compiler, text, dtype)
+        return resolve_layer(compiler, text, dtype, quantization)
     text = os.fspath(layer)
     if (isinstance(layer, os.PathLike) or text.endswith(".mlir") or
             os.path.isfile(text)):
         described = describe_layer(compiler, [text])
         stem = os.path.splitext(os.path.basename(text))[0]
         return dict(described, name=stem)
-    source = ["--layer-sizes" if "=" in text else "--preset", text]
-    described = describe_layer(compiler, [*source, "--dtype", dtype])
+    source = ["--layer-sizes" if "=" in text else "--preset", text,
+              "--dtype", dtype]
+    if quantization:
+        source += ["--quantization", quantization]
+    described = describe_layer(compiler, source)
     return dict(described, name=described.get("name") or sizes_name(described))
 
 
-def gemms(layer, dtype="bf16", block_m=64):
+def gemms(layer, dtype="bf16", block_m=64, quantization=None):
     """The two grouped matmuls of a layer (a moe-compile --list-presets or
     resolve_layer object) as dicts: the key fields of the database (E, N,
-    K, dtype), the sizes the benchmark's and the tuner's cases take
-    (gemm.py), and the layer's --layer-sizes text that compiles them."""
+    K; dtype, the activations', and quantization, None or the fp8 weights'
+    scaling, which give the key's dtype: weight_dtype), the sizes the
+    benchmark's and the tuner's cases take (gemm.py), and the layer's
+    --layer-sizes text that compiles them."""
     shared = layer["shared"]
-    common = {"model": layer["name"], "dtype": dtype, "block_m": block_m,
+    common = {"model": layer["name"], "dtype": dtype,
+              "quantization": quantization, "block_m": block_m,
               "experts": layer["experts"] + shared,
               "slots": layer["top_k"] + shared, "shared": shared,
               "hidden": layer["hidden"],
@@ -92,19 +122,41 @@ def gemms(layer, dtype="bf16", block_m=64):
             dict(common, part="gemm2", N=hidden, K=inter)]
 
 
-def candidates(block_m=64):
+def _grid(block_n, stages, splits, split_block_n, split_stages):
+    """Unsplit configs of each block_n and ring depth, then split ones."""
+    result = [{"block_n": n, "num_stages": s, "split_k": 1}
+              for n, s in itertools.product(block_n, stages)]
+    return result + [{"block_n": n, "num_stages": s, "split_k": k}
+                     for k, n, s in itertools.product(splits, split_block_n,
+                                                      split_stages)]
+
+
+def weight_dtype(gemm):
+    """The database's dtype of a gemms() dict: its weights' element type."""
+    return FP8 if gemm["quantization"] else gemm["dtype"]
+
+
+def candidates(block_m=64, quantization=None):
     """The config fields tried for one grouped matmul routed in blocks of
     `block_m` rows, unsplit first; from 128 rows each also with two
     warpgroups (128-row tiles); each with and without a producer warpgroup
-    (warp_specialized); the unsplit ones last again as persistent grids."""
-    result = [{"block_n": n, "num_stages": s, "split_k": 1}
-              for n, s in itertools.product(BLOCK_N, STAGES)]
-    result += [{"block_n": n, "num_stages": s, "split_k": k}
-               for k, n, s in itertools.product(SPLITS, SPLIT_BLOCK_N,
-                                                SPLIT_STAGES)]
+    (warp_specialized); the unsplit ones last again as persistent grids.
+    With fp8 weights scaled per `quantization`, the FP8_* fields (block_k
+    128), rings that fit a block's shared memory only."""
+    if quantization:
+        block_n = FP8_BLOCK_N[quantization]
+        result = [dict(config, block_k=FP8_BLOCK_K) for config in _grid(
+            block_n, FP8_STAGES, FP8_SPLITS, block_n, FP8_SPLIT_STAGES)]
+    else:
+        result = _grid(BLOCK_N, STAGES, SPLITS, SPLIT_BLOCK_N, SPLIT_STAGES)
     if block_m >= 128:
         result = [dict(config, num_warpgroups=warpgroups)
                   for warpgroups in (1, 2) for config in result]
+    if quantization:
+        # fp8 tiles are one byte per element: block_k bytes per row.
+        result = [config for config in result
+                  if config["num_stages"] * (block_m + config["block_n"]) *
+                  FP8_BLOCK_K <= SHARED_MEMORY_BYTES]
     result = [dict(config, warp_specialized=specialized)
               for specialized in (False, True) for config in result]
     return result + [dict(config, persistent=True) for config in result
@@ -130,18 +182,21 @@ def timed_at(config, tokens):
 
 def entry(gemm, device, tokens, config, measured=None):
     """One database entry for `gemm` on `device` at the `tokens` bucket."""
-    result = {"device": device, "dtype": gemm["dtype"],
-              "E": gemm["experts"], "N": gemm["N"], "K": gemm["K"],
-              "block_m": gemm["block_m"], "tokens": tokens,
-              "config": dict(config)}
+    result = {"device": device, "dtype": weight_dtype(gemm)}
+    if gemm["quantization"]:
+        result["quantization"] = gemm["quantization"]
+    result.update({"E": gemm["experts"], "N": gemm["N"], "K": gemm["K"],
+                   "block_m": gemm["block_m"], "tokens": tokens,
+                   "config": dict(config)})
     if measured is not None:
         result["measured"] = measured
     return result
 
 
 def entry_key(item):
-    return (item["device"], item["dtype"], item["E"], item["N"], item["K"],
-            item.get("block_m", 0), item["tokens"])
+    return (item["device"], item["dtype"], item.get("quantization", ""),
+            item["E"], item["N"], item["K"], item.get("block_m", 0),
+            item["tokens"])
 
 
 def merge(old_entries, new_entries):
@@ -153,7 +208,7 @@ def merge(old_entries, new_entries):
 
 
 COMMENT = ("Tuned #moe.gemm_config fields per grouped matmul (E, N, K, dtype, "
-           "device) and token bucket, written by tools/moe-tune "
+           "fp8 quantization, device) and token bucket, written by tools/moe-tune "
            "(docs/CONFIG-DATABASE.md); compiled into moe-tile.")
 
 
@@ -193,6 +248,8 @@ class Compiler:
                      "--dtype", gemm["dtype"], "--block-m",
                      str(gemm["block_m"]), "--tokens-max", str(tokens_max),
                      "--token-buckets", "max"]
+        if gemm["quantization"]:
+            arguments += ["--quantization", gemm["quantization"]]
         database, device = "", HEURISTIC_DEVICE
         if config is not None:
             database = os.path.join(self.work, name + ".json")
@@ -223,7 +280,7 @@ def compile_all(compiler, gemms_list, tokens_list, jobs):
         plan = plans.setdefault(plan_key(gemm), {"candidates": [],
                                                  "heuristic": {},
                                                  "rejected": []})
-        for config in candidates(gemm["block_m"]):
+        for config in candidates(gemm["block_m"], gemm["quantization"]):
             tokens_max = (max(tokens_list) if config["split_k"] == 1 else
                           min(max(tokens_list), SPLIT_MAX_TOKENS))
             work.append((plan, (gemm, config_name(gemm, config), tokens_max,
@@ -254,10 +311,11 @@ def compile_all(compiler, gemms_list, tokens_list, jobs):
 
 def entry_gemms(compiler, entries, presets):
     """([(gemm, entry)], [entries matching none]): the grouped matmul (a
-    gemms() dict at the entry's dtype and block_m) whose database key each
-    of `entries` has, from the layer its "measured" records (moe-tune writes
-    the layer's --layer-sizes text there) or else from `presets` (a
-    list_presets() dict)."""
+    gemms() dict at the entry's dtype, quantization and block_m; an fp8
+    entry's with bf16 activations, which its key does not name) whose
+    database key each of `entries` has, from the layer its "measured"
+    records (moe-tune writes the layer's --layer-sizes text there) or else
+    from `presets` (a list_presets() dict)."""
     described = {}  # --layer-sizes text -> resolve_layer object
 
     def layers_of(item):
@@ -273,8 +331,11 @@ def entry_gemms(compiler, entries, presets):
 
     matched, unmatched = [], []
     for item in entries:
+        quantization = item.get("quantization")
+        dtype = "bf16" if quantization else item["dtype"]
         found = [gemm for layer in layers_of(item) if "block_m" in item
-                 for gemm in gemms(layer, item["dtype"], item["block_m"])
+                 for gemm in gemms(layer, dtype, item["block_m"],
+                                   quantization)
                  if entry_key(entry(gemm, item["device"], item["tokens"],
                                     {})) == entry_key(item)]
         if found:
@@ -285,11 +346,12 @@ def entry_gemms(compiler, entries, presets):
 
 
 def gemm_pair(gemm):
-    """{part: gemm} of both grouped matmuls of `gemm`'s layer, at its dtype
-    and block_m (what model_cases takes)."""
+    """{part: gemm} of both grouped matmuls of `gemm`'s layer, at its dtype,
+    quantization and block_m (what model_cases takes)."""
     shared = gemm["shared"]
     layer = {"name": gemm["model"], "experts": gemm["experts"] - shared,
              "top_k": gemm["slots"] - shared, "shared": shared,
              "hidden": gemm["hidden"], "intermediate": gemm["intermediate"]}
     return {pair["part"]: pair
-            for pair in gemms(layer, gemm["dtype"], gemm["block_m"])}
+            for pair in gemms(layer, gemm["dtype"], gemm["block_m"],
+                              gemm["quantization"])}
