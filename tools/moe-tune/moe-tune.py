@@ -5,14 +5,22 @@ given layers on this machine's GPU and writes the config database
 moe_mlir.testing.tuner.tune_layers, whose description says how.
 
 A layer is a preset (--presets), an MLIR file with one moe.fused_moe
-(--layer, in the file's dtype) or sizes (--sizes, moe-compile's
---layer-sizes text); without any, the presets moe-compile knows. Each is
-tuned at every token bucket of --tokens for each routing block size of
---block-m; the database is written after each bucket.
+(--layer, in the file's dtype and quantization) or sizes (--sizes,
+moe-compile's --layer-sizes text); without any, the presets moe-compile
+knows. Each is tuned at every token bucket of --tokens for each routing
+block size of --block-m; the database is written after each bucket.
+
+With --quantization tensor|channel|block, presets and sizes have fp8
+(e4m3) weights scaled so, as moe-compile --quantization makes them (--dtype
+stays the hidden states'): their fp8 grouped matmuls are searched over the
+fp8 candidates (block_k 128; for block scales block_n 64 or 128) and
+checked against a float32 reference on the dequantized operands; entries
+are keyed "f8E4M3FN" with their "quantization".
 
   tools/moe-tune/moe-tune.py --compiler moe-compile --output configs/gemm-configs.json
   tools/moe-tune/moe-tune.py --layer bench/Inputs/e256-top8-no-shared.mlir --block-m 64,128
   tools/moe-tune/moe-tune.py --sizes experts=64,hidden=2048,intermediate=1408,top_k=6,shared=2
+  tools/moe-tune/moe-tune.py --presets deepseek-v3,kimi-k2 --quantization block
 """
 
 import argparse
@@ -79,7 +87,13 @@ def main():
     parser.add_argument("--tokens", type=int_list,
                         default=list(tune_space.DEFAULT_TOKENS))
     parser.add_argument("--dtype", default="bf16", choices=("bf16", "f16"),
-                        help="of presets and sizes (a file has its own)")
+                        help="of presets and sizes (a file has its own); "
+                             "with --quantization, of their hidden states")
+    parser.add_argument("--quantization", default=None,
+                        choices=("tensor", "channel", "block"),
+                        help="fp8 weights of presets and sizes, scaled per "
+                             "expert, output row or 128 x 128 block (a file "
+                             "has its own)")
     parser.add_argument("--block-m", type=block_sizes, default=[64],
                         help="rows per routing block the GEMMs are tuned "
                              "for: 64, 128 or 64,128 (entries record it)")
@@ -109,8 +123,8 @@ def main():
         entries = tune_layers(
             presets + args.layer + args.sizes, compiler=args.compiler,
             output=args.output, tokens=args.tokens, dtype=args.dtype,
-            block_m=args.block_m, work=args.work, jobs=args.jobs,
-            build=args.build, seed=args.seed,
+            quantization=args.quantization, block_m=args.block_m,
+            work=args.work, jobs=args.jobs, build=args.build, seed=args.seed,
             budget=Budget(args.iterations, args.case_budget_s,
                           args.final_budget_s),
             time_limit_s=args.time_limit_s)

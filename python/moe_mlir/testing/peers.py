@@ -1,5 +1,6 @@
 """What the benchmarks and the tuner time ours against: the router composed
-in torch as serving engines write it, and torch's grouped matmul."""
+in torch as serving engines write it, and torch's grouped matmuls (bf16 and
+f16, and fp8)."""
 
 import torch
 import torch.nn.functional as F
@@ -51,3 +52,13 @@ def grouped_mm(mat_a, mat_b, offs):
     group times its [K, N] matrix of `mat_b`."""
     function = getattr(F, "grouped_mm", None) or torch._grouped_mm
     return function(mat_a, mat_b, offs=offs)
+
+
+def scaled_grouped_mm(mat_a, mat_b, scale_a, scale_b, offs, out_dtype):
+    """torch._scaled_grouped_mm (torch 2.11 has it for the H100): e4m3 rows
+    of `mat_a` [M, K] grouped by the cumulative counts `offs`, each group
+    times its e4m3 [K, N] matrix of `mat_b` (column-major: [G, N, K]
+    transposed), scaled per row (`scale_a` [M]) and per column of each
+    matrix (`scale_b` [G, N]), in `out_dtype`."""
+    return torch._scaled_grouped_mm(mat_a, mat_b, scale_a, scale_b,
+                                    offs=offs, out_dtype=out_dtype)

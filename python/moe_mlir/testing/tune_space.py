@@ -208,8 +208,9 @@ def merge(old_entries, new_entries):
 
 
 COMMENT = ("Tuned #moe.gemm_config fields per grouped matmul (E, N, K, dtype, "
-           "fp8 quantization, device) and token bucket, written by tools/moe-tune "
-           "(docs/CONFIG-DATABASE.md); compiled into moe-tile.")
+           "fp8 quantization, device) and token bucket, written by "
+           "tools/moe-tune (docs/CONFIG-DATABASE.md); compiled into "
+           "moe-tile.")
 
 
 def read_database(path):

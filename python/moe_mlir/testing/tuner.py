@@ -1,7 +1,7 @@
 """The tuner (tools/moe-tune) as a Python call: tune_layer searches the
 #moe.gemm_config of both grouped matmuls of any layer — a preset, an MLIR
-file or sizes — on this machine's GPU and writes the config database
-(docs/CONFIG-DATABASE.md) that moe-tile reads.
+file or sizes, in bf16, f16 or with fp8 weights — on this machine's GPU and
+writes the config database (docs/CONFIG-DATABASE.md) that moe-tile reads.
 
 For each grouped matmul (gemm1: w13 with SiLU-and-mul, token rows gathered;
 gemm2: w2 with routed weights, sorted rows) and routing block size it
@@ -16,8 +16,19 @@ warm-up call, then the median of up to `iterations` calls, L2 flushed before
 each); the three fastest are timed again for longer (`final_budget_s`), and
 the fastest of those becomes the entry for (E, N, K, dtype, device name,
 block_m, T). Each entry records what was measured: the winner's and the
-heuristic's µs, grouped_mm's, how many candidates were timed and rejected,
+heuristic's µs, the peer's, how many candidates were timed and rejected,
 and the layer's sizes (its routing: top_k and shared experts).
+
+FP8 layers (a `quantization`, or a file's fp8 layer) get the fp8
+candidates (tune_space.candidates) and entries keyed f8E4M3FN with their
+scaling. Their weights are random values quantized per the scheme as
+checkpoints are, the rows of both grouped matmuls quantized as
+moe.quantize does (per token and 128 columns for block scales, per token
+otherwise), and each candidate is checked against a float32 reference per
+expert on the dequantized operands (the same e4m3 values: only the order of
+summation differs), within the same 1e-2. The peer timed for the record is
+torch._scaled_grouped_mm on the same e4m3 operands with rowwise scales (it
+has no block scales), where this torch has it.
 
     from moe_mlir.testing.tuner import tune_layer
     tune_layer("bench/Inputs/e256-top8-no-shared.mlir",
@@ -33,7 +44,7 @@ import torch
 
 from .. import Bundle, Error
 from . import tune_space
-from .gemm import model_cases, random_weights
+from .gemm import model_cases, random_inputs
 from .reference import Reference
 from .timing import flush_buffer, time_us
 
@@ -93,8 +104,9 @@ def _measure_loaded(bundle, case, flush, budget, budget_s):
 
 
 def _tune_case(case, plan, flush, budget):
-    """(best µs, best config, heuristic µs, grouped_mm+epilogue µs, timed,
-    rejected) of one grouped matmul at one T."""
+    """(best µs, best config, heuristic µs, the peer's µs with the epilogue
+    (None when it failed), timed, rejected) of one grouped matmul at one
+    T."""
     label = f"{case.spec['model']} {case.part} m{case.spec['block_m']} " \
             f"T={case.tokens}"
     # moe-tile's heuristic config, compiled for this T.
@@ -102,7 +114,12 @@ def _tune_case(case, plan, flush, budget):
                                 budget)
     if heuristic_us is None:
         raise RuntimeError(f"{label}: the heuristic's bundle {why}")
-    peer_us = time_us(case.peer_epilogue, flush, budget.iterations)
+    try:
+        peer_us = time_us(case.peer_epilogue, flush, budget.iterations)
+    except (AttributeError, RuntimeError) as error:  # a torch without it
+        print(f"  {label}: {case.peer_name} failed, not timed: {error}",
+              flush=True)
+        peer_us = None
     timed, rejected = [], len(plan["rejected"])
     for config, path in plan["candidates"]:
         if not tune_space.timed_at(config, case.tokens):
@@ -141,30 +158,21 @@ def _tune_tokens(pair, tokens, plans, weights, reference, flush, budget,
         best_us, best, heuristic_us, peer_us, timed, rejected = _tune_case(
             case, plans[tune_space.plan_key(gemm)], flush, budget)
         measured = {"us": round(best_us, 1),
-                    "heuristic_us": round(heuristic_us, 1),
-                    "grouped_mm_epilogue_us": round(peer_us, 1),
-                    "timed": timed, "rejected": rejected,
-                    "layer": gemm["sizes"],
-                    "date": datetime.date.today().isoformat()}
+                    "heuristic_us": round(heuristic_us, 1)}
+        if peer_us is not None:
+            measured[f"{case.peer_name}_epilogue_us"] = round(peer_us, 1)
+        measured.update({"timed": timed, "rejected": rejected,
+                         "layer": gemm["sizes"],
+                         "date": datetime.date.today().isoformat()})
         entries.append(tune_space.entry(gemm, device, tokens, best,
                                         measured))
+        peer = "-" if peer_us is None else f"{peer_us:9.1f}"
         print(f"{gemm['model']:14} {part} m{gemm['block_m']:<3} "
               f"T={tokens:<5} best {best_us:9.1f} us {best}  heuristic "
               f"{heuristic_us:9.1f} us ({heuristic_us / best_us:.2f}x)  "
-              f"grouped_mm+epilogue {peer_us:9.1f} us  [{timed} timed, "
+              f"{case.peer_name}+epilogue {peer} us  [{timed} timed, "
               f"{rejected} rejected]", flush=True)
     return entries
-
-
-def _weights(layer, tokens_max):
-    """(hidden states [tokens_max, H], w13, w2) of `layer`, random, on the
-    GPU in the layer's dtype."""
-    dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[layer["dtype"]]
-    w13, w2 = random_weights(layer["experts"] + layer["shared"],
-                             layer["hidden"], layer["intermediate"], dtype)
-    x_all = torch.randn(tokens_max, layer["hidden"], dtype=dtype,
-                        device=DEVICE)
-    return x_all, w13, w2
 
 
 def _write(output, entries):
@@ -176,7 +184,7 @@ def _write(output, entries):
 
 def tune_layers(layers, *, compiler, output=None,
                 tokens=tune_space.DEFAULT_TOKENS, dtype="bf16",
-                block_m=(64,), work="out/tune", jobs=None,
+                quantization=None, block_m=(64,), work="out/tune", jobs=None,
                 build="build-runtime", budget=None, seed=2026,
                 time_limit_s=None):
     """Tunes both grouped matmuls of each of `layers` at each of `tokens`
@@ -187,9 +195,10 @@ def tune_layers(layers, *, compiler, output=None,
 
     A layer is a moe_mlir.Layer, an MLIR file of one moe.fused_moe, a
     moe-compile --layer-sizes text or a preset name (tune_space.
-    resolve_layer; `dtype` is that of presets and sizes, a file has its
-    own). `compiler` is moe-compile; candidates' bundles go to `work`,
-    compiled in `jobs` threads; `build` is the build directory with
+    resolve_layer; `dtype` and `quantization`, None or fp8 weights scaled
+    per "tensor", "channel" or "block", are those of presets and sizes, a
+    file has its own). `compiler` is moe-compile; candidates' bundles go to
+    `work`, compiled in `jobs` threads; `build` is the build directory with
     libmoe_reference.so (the routing); `budget` a Budget. With
     `time_limit_s`, buckets that would end past that many seconds from the
     call are left out, and said so. Raises CompileError when a layer is not
@@ -201,7 +210,8 @@ def tune_layers(layers, *, compiler, output=None,
     budget = budget or Budget()
     tokens_list = sorted(tokens)
     device = torch.cuda.get_device_name()
-    resolved = [tune_space.resolve_layer(compiler, layer, dtype)
+    resolved = [tune_space.resolve_layer(compiler, layer, dtype,
+                                         quantization)
                 for layer in layers]
     names = [layer["name"] for layer in resolved]
     if len(set(names)) != len(names):
@@ -210,12 +220,16 @@ def tune_layers(layers, *, compiler, output=None,
         if layer["dtype"] not in ("bf16", "f16"):
             raise ValueError(f"{layer['name']}: moe-tune tunes bf16 and f16 "
                              f"layers, not {layer['dtype']}")
+    described = [layer["name"] + (f" (fp8, {layer['quantization']} scales)"
+                                  if layer.get("quantization") else "")
+                 for layer in resolved]
     print(f"moe-tune: {device}, torch {torch.__version__}, T {tokens_list}, "
-          f"block_m {list(block_m)}, layers {names}", flush=True)
+          f"block_m {list(block_m)}, layers {described}", flush=True)
     os.makedirs(work, exist_ok=True)
     pairs = {(layer["name"], rows): {gemm["part"]: gemm for gemm in
-                                     tune_space.gemms(layer, layer["dtype"],
-                                                      rows)}
+                                     tune_space.gemms(
+                                         layer, layer["dtype"], rows,
+                                         layer.get("quantization"))}
              for layer in resolved for rows in block_m}
     plans = tune_space.compile_all(
         tune_space.Compiler(compiler, work, device),
@@ -234,7 +248,8 @@ def tune_layers(layers, *, compiler, output=None,
                     skipped.append(f"{layer['name']} m{rows} T={tokens}")
                     continue
                 # Allocated once per layer (DeepSeek-V3's w13 is 15 GB).
-                weights = weights or _weights(layer, max(tokens_list))
+                weights = weights or random_inputs(
+                    pairs[(layer["name"], rows)]["gemm1"], max(tokens_list))
                 bucket_started = time.time()
                 new = _tune_tokens(pairs[(layer["name"], rows)], tokens,
                                    plans, weights, reference, flush, budget,
