@@ -19,8 +19,10 @@ With --check-heuristic (and --compiler) it checks moe-tile's heuristic
 against the tuned database instead: for every entry of --check-db (the
 shipped configs/gemm-configs.json) for this GPU, at the entry's bucket and
 routing block size, the entry's config against the heuristic's (compiled
-for a device no database has), both checked against grouped_mm like
-moe-tune's candidates and timed twice, alternately (the lower median of
+for a device no database has), both checked like moe-tune's candidates
+(against grouped_mm; fp8 entries, compiled with --quantization of the
+entry's scaling and bf16 hidden states, against the float32 reference on
+the dequantized operands) and timed twice, alternately (the lower median of
 each counts). Prints heuristic / tuned per entry and the worst ratio;
 --models, --tokens and --block-m pick entries."""
 
@@ -38,7 +40,7 @@ from moe_mlir import Bundle
 from moe_mlir.testing import tune_space
 from moe_mlir.testing.bundles import bundle_path, load_specs
 from moe_mlir.testing.compiler import compile_bundle, list_presets
-from moe_mlir.testing.gemm import model_cases, random_weights
+from moe_mlir.testing.gemm import model_cases, random_inputs, random_weights
 from moe_mlir.testing.reference import Reference
 from moe_mlir.testing.timing import flush_buffer, floor_us, time_us
 from moe_mlir.testing.tuner import Budget, measure
@@ -122,7 +124,8 @@ def compile_checks(args, checks, device):
     with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool:
         futures = {}
         for index, (gemm, item) in enumerate(checks):
-            name = (f"check-{gemm['model']}-{gemm['part']}-{gemm['dtype']}-"
+            name = (f"check-{gemm['model']}-{gemm['part']}-"
+                    f"{weights_label(gemm).replace(' ', '-')}-"
                     f"m{gemm['block_m']}-t{item['tokens']}")
             for kind, config in (("tuned", item["config"]),
                                  ("heuristic", None)):
@@ -188,17 +191,14 @@ def check_heuristic(args, tokens_list, flush, reference, generator):
           "| heuristic µs | heuristic / tuned | moe-tune's |")
     print("|---|---:|---:|---|---:|---|---:|---:|---:|", flush=True)
     rows, failed = [], 0
-    layers = sorted({(gemm["model"], gemm["dtype"]) for gemm, _ in checks})
-    for model, dtype in layers:
+    layers = sorted({(gemm["model"], weights_label(gemm))
+                     for gemm, _ in checks})
+    for model, label in layers:
         mine = [(index, gemm, item) for index, (gemm, item)
-                in enumerate(checks) if (gemm["model"], gemm["dtype"]) ==
-                (model, dtype)]
-        gemm = mine[0][1]
-        torch_dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
-        w13, w2 = random_weights(gemm["experts"], gemm["hidden"],
-                                 gemm["intermediate"], torch_dtype)
-        x_all = torch.randn(max(item["tokens"] for _, _, item in mine),
-                            gemm["hidden"], dtype=torch_dtype, device=DEVICE)
+                in enumerate(checks) if (gemm["model"], weights_label(gemm))
+                == (model, label)]
+        x_all, w13, w2 = random_inputs(
+            mine[0][1], max(item["tokens"] for _, _, item in mine))
         for block_m, tokens in sorted({(gemm["block_m"], item["tokens"])
                                        for _, gemm, item in mine}):
             here = sorted(((index, gemm, item) for index, gemm, item in mine
@@ -212,7 +212,7 @@ def check_heuristic(args, tokens_list, flush, reference, generator):
                          for kind in ("tuned", "heuristic")}
                 result = time_pair(paths, cases[gemm["part"]][0], flush,
                                    budget)
-                row = {"name": f"{model} {gemm['part']} {dtype}",
+                row = {"name": f"{model} {gemm['part']} {label}",
                        "block_m": block_m,
                        "tokens": tokens, "entry": item, "result": result,
                        "heuristic": heuristic_config(
@@ -235,6 +235,12 @@ def check_heuristic(args, tokens_list, flush, reference, generator):
     print(f"gemm_bench: {failed} failed check(s)" if failed else
           "gemm_bench: all outputs matched")
     return 1 if failed else 0
+
+
+def weights_label(gemm):
+    """"bf16", or "f8E4M3FN block" for fp8 weights and their scaling."""
+    return " ".join(filter(None, (tune_space.weight_dtype(gemm),
+                                  gemm["quantization"])))
 
 
 def check_ratio(row):

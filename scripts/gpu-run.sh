@@ -9,14 +9,15 @@
 # timeout, since a lost wait hangs forever. `gemm` runs only
 # the grouped-matmul test, its sanitizer pass and its benchmark. `tune` runs
 # moe-tune (the four presets at 64-row routing blocks unless told: --presets,
-# --layer FILE, --sizes, --block-m 64,128, --tokens; the static moe-compile
+# --layer FILE, --sizes, --block-m 64,128, --tokens, --quantization
+# tensor|channel|block for fp8 weights; the static moe-compile
 # carried packed in out/tools, scripts/pack-compiler.sh) into
 # $OUT/gemm-configs.json, merged over configs/gemm-configs.json, leaving out
 # (and naming) the buckets its 470 s would not hold: tune the rest in another
 # call, with that file copied over configs/gemm-configs.json first;
 # `gemm-tuned` runs the grouped-matmul benchmark with one bundle per T (with
-# --check-heuristic: each tuned entry of configs/gemm-configs.json against
-# moe-tile's heuristic) and `layer` the whole-layer benchmark, both
+# --check-heuristic: each tuned entry of configs/gemm-configs.json, fp8 ones
+# too, against moe-tile's heuristic) and `layer` the whole-layer benchmark, both
 # compiled there against $CONFIG_DB when set (else the shipped configs);
 # `variants` times the default bundle of a layer (a variant per range of
 # token counts) against a bundle for each T alone; `hf-bench` times
