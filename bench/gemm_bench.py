@@ -24,7 +24,7 @@ for a device no database has), both checked like moe-tune's candidates
 entry's scaling and bf16 hidden states, against the float32 reference on
 the dequantized operands) and timed twice, alternately (the lower median of
 each counts). Prints heuristic / tuned per entry and the worst ratio;
---models, --tokens and --block-m pick entries."""
+--models, --tokens, --block-m and --dtype pick entries."""
 
 import argparse
 import concurrent.futures
@@ -174,7 +174,8 @@ def check_heuristic(args, tokens_list, flush, reference, generator):
     device = torch.cuda.get_device_name()
     entries = [item for item in tune_space.read_database(args.check_db)
                if item["device"] == device and item["tokens"] in tokens_list
-               and (not args.block_m or item.get("block_m") == args.block_m)]
+               and (not args.block_m or item.get("block_m") == args.block_m)
+               and (not args.dtype or item["dtype"] == args.dtype)]
     checks, unmatched = tune_space.entry_gemms(
         args.compiler, entries, list_presets(args.compiler))
     for item in unmatched:
@@ -285,6 +286,10 @@ def main():
     parser.add_argument("--check-heuristic", action="store_true",
                         help="with --compiler: time each tuned entry of "
                              "--check-db against moe-tile's heuristic")
+    parser.add_argument("--dtype", default="",
+                        choices=("", "bf16", "f16", tune_space.FP8),
+                        help="with --check-heuristic: the entries of this "
+                             "weight type only")
     parser.add_argument("--check-db", default=os.path.join(
                             os.path.dirname(os.path.abspath(__file__)), "..",
                             "configs", "gemm-configs.json"),
