@@ -1,12 +1,15 @@
 // moe-tile gives each grouped matmul without a config the heuristic
 // #moe.gemm_config: the routing block_m, 256 accumulator columns from 256
 // tokens on (128 below), K tiles of 128 bytes (64 bf16/f16), four stages,
-// TMA on A exactly for sorted rows; block-n and num-stages override the
+// TMA on A exactly for sorted rows (fp8: K tiles of 128, at most 128
+// columns, three stages while the tokens give each expert about a row);
+// block-n and num-stages override the
 // heuristic; a config already present (by hand or from the tuner) is kept;
 // an op the tensor-core kernel cannot run (f32) is left to the SIMT kernel,
 // untiled.
 // RUN: moe-opt %s --moe-tile | FileCheck %s
 // RUN: moe-opt %s --moe-tile="tokens=16" | FileCheck %s --check-prefix=DECODE
+// RUN: moe-opt %s --moe-tile="tokens=2" | FileCheck %s --check-prefix=FP8-DECODE
 // RUN: moe-opt %s --moe-tile="block-n=64 num-stages=6" | FileCheck %s --check-prefix=OVERRIDE
 // RUN: not moe-opt %s --moe-tile="block-n=72" 2>&1 | FileCheck %s --check-prefix=BAD-N
 // RUN: not moe-opt %s --moe-tile="tokens=0" 2>&1 | FileCheck %s --check-prefix=BAD
@@ -20,6 +23,18 @@
 // DECODE: config = #moe.gemm_config<block_m = 16, block_n = 64, block_k = 64, num_stages = 3, tma_a = true>
 // OVERRIDE: config = #moe.gemm_config<block_m = 16, block_n = 64, block_k = 64, num_stages = 6>
 // OVERRIDE: config = #moe.gemm_config<block_m = 16, block_n = 64, block_k = 64, num_stages = 3, tma_a = true>
+
+// CHECK-LABEL: func.func @fp8_gemm
+// CHECK: config = #moe.gemm_config<block_m = 16, block_n = 128, block_k = 128, num_stages = 4, tma_a = true>
+// FP8-DECODE-LABEL: func.func @fp8_gemm
+// FP8-DECODE: config = #moe.gemm_config<block_m = 16, block_n = 128, block_k = 128, num_stages = 3, tma_a = true>
+func.func @fp8_gemm(%q: tensor<?x256xf8E4M3FN>, %w: tensor<4x128x256xf8E4M3FN>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>,
+                    %qs: tensor<?x2xf32>, %ws: tensor<4x1x2xf32>) -> tensor<?x128xbf16> {
+  %f = moe.grouped_matmul %q, %w, %s, %e, %n scales(%qs, %ws) input(sorted) output(sorted)
+    {block_m = 16, num_slots = 2, quantization = #moe.quantization<weights = block, activations = token_group>}
+    : (tensor<?x256xf8E4M3FN>, tensor<4x128x256xf8E4M3FN>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, tensor<?x2xf32>, tensor<4x1x2xf32>) -> tensor<?x128xbf16>
+  return %f : tensor<?x128xbf16>
+}
 
 // CHECK-LABEL: func.func @gemms
 // CHECK: moe.grouped_matmul {{.*}} input(token) output(sorted) activation(silu_and_mul) {block_m = 16 : i64, config = #moe.gemm_config<block_m = 16, block_n = 256, block_k = 64, num_stages = 4>, num_slots = 2 : i64}
