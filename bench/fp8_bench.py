@@ -40,56 +40,28 @@ import torch.nn.functional as F
 
 from moe_mlir import Bundle
 from moe_mlir.testing.compiler import compile_bundle, list_presets
+from moe_mlir.testing.gemm import Fp8Rows, random_fp8_weights, random_ids
+from moe_mlir.testing.peers import scaled_grouped_mm
 from moe_mlir.testing.timing import BANDWIDTH, flush_buffer, graphed, time_us
 
 DEVICE = "cuda"
-FP8 = torch.float8_e4m3fn
 FP8_MATH = 1450e12  # dense fp8 tensor-core rate counted against, FLOP/s
 BLOCK = 128
 
 
-def cdiv(a, b):
-    return -(-a // b)
-
-
-def fp8_weights(experts, n, k, generator):
-    """e4m3 codes [E, N, K] and 128 x 128 block scales: codes drawn as a
-    quantized normal fills them, scales as an nn.Linear-sized weight's."""
-    codes = torch.empty(experts, n, k, dtype=FP8, device=DEVICE)
-    for expert in range(experts):  # no float copy of all experts at once
-        codes[expert] = (torch.randn(n, k, device=DEVICE, generator=generator)
-                         * 112).clamp(-448, 448).to(FP8)
-    scales = (torch.rand(experts, cdiv(n, BLOCK), cdiv(k, BLOCK),
-                         device=DEVICE, generator=generator) + 0.5) / (
-                             112 * k ** 0.5)
-    return codes, scales
-
-
-def dequantized(codes, scales):
-    """bf16 weights codes x scales, an expert at a time."""
-    _, n, k = codes.shape
-    weights = torch.empty(codes.shape, dtype=torch.bfloat16, device=DEVICE)
-    for expert in range(codes.shape[0]):
-        block = scales[expert].repeat_interleave(BLOCK, 0).repeat_interleave(
-            BLOCK, 1)[:n, :k]
-        weights[expert] = (codes[expert].float() * block).to(torch.bfloat16)
-    return weights
-
-
-def uniform_ids(tokens, routed, top_k, shared, generator):
-    """Each token's top_k distinct routed experts, uniform, then the shared
-    ones (ids routed..routed+shared-1)."""
-    ids = torch.rand(tokens, routed, device=DEVICE,
-                     generator=generator).argsort(dim=1)[:, :top_k]
-    shared_ids = torch.arange(routed, routed + shared, device=DEVICE)
-    return torch.cat([ids, shared_ids.expand(tokens, shared)],
-                     dim=1).to(torch.int32)
+def dequantized(weights):
+    """bf16 values of Fp8Weights, an expert at a time (no float32 copy of
+    all experts)."""
+    values = torch.empty(weights.shape, dtype=torch.bfloat16, device=DEVICE)
+    for expert in range(weights.shape[0]):
+        values[expert] = weights[expert].to(torch.bfloat16)
+    return values
 
 
 def rowwise_quantized(rows):
-    """rows [M, K] as e4m3 with one scale per row (amax / 448)."""
-    scale = rows.float().abs().amax(dim=1).clamp(min=1e-10) / 448
-    return (rows.float() / scale[:, None]).to(FP8), scale
+    """rows [M, K] as e4m3 with one scale [M] per row (amax / 448)."""
+    quantized = Fp8Rows(rows, "channel")
+    return quantized.codes, quantized.scales[:, 0]
 
 
 def torch_fp8_experts(x, ids, weights, w13, w2, inter):
@@ -111,12 +83,10 @@ def torch_fp8_experts(x, ids, weights, w13, w2, inter):
         offs = counts.cumsum(0, dtype=torch.int32)
         token = order // slots
         q, qs = rowwise_quantized(x[token])
-        h = torch._scaled_grouped_mm(q, w13_t, qs, s13, offs=offs,
-                                     out_dtype=torch.bfloat16)
+        h = scaled_grouped_mm(q, w13_t, qs, s13, offs, torch.bfloat16)
         h = F.silu(h[:, :inter]) * h[:, inter:]
         q, qs = rowwise_quantized(h)
-        o = torch._scaled_grouped_mm(q, w2_t, qs, s2, offs=offs,
-                                     out_dtype=torch.bfloat16)
+        o = scaled_grouped_mm(q, w2_t, qs, s2, offs, torch.bfloat16)
         o = o.float() * flat_weights[order].unsqueeze(1)
         y = torch.zeros(tokens, x.shape[1], device=DEVICE)
         return y.index_add_(0, token, o).to(x.dtype)
@@ -173,16 +143,15 @@ def gemm_part(args, flush):
     ids = torch.arange(tokens, device=DEVICE, dtype=torch.int32)[:, None] % \
         experts
     weights = torch.ones(tokens, 1, device=DEVICE)
-    w13, s13 = fp8_weights(experts, 2 * inter, hidden, generator)
-    w2, s2 = fp8_weights(experts, hidden, inter, generator)
+    w13, w2 = random_fp8_weights(experts, hidden, inter, "block")
     print(f"\ngrouped matmul: {experts} experts x {tokens // experts} rows, "
           f"N={2 * inter}, K={hidden} ({flops / 1e12:.2f} TFLOP)")
     for fp8, path in paths.items():
         bundle = Bundle(path)
         out = torch.empty(tokens, hidden, dtype=torch.bfloat16, device=DEVICE)
-        operands = ([x, ids, weights, w13, w2, s13, s2] if fp8 else
-                    [x, ids, weights, dequantized(w13, s13),
-                     dequantized(w2, s2)])
+        operands = ([x, ids, weights, w13.codes, w2.codes, w13.scales,
+                     w2.scales] if fp8 else
+                    [x, ids, weights, dequantized(w13), dequantized(w2)])
         times = kernel_us(lambda: bundle.run(tokens, operands + [out]),
                           args.iterations, flush)
         gemm = next(name for name in times if "grouped_matmul" in name)
@@ -195,11 +164,11 @@ def gemm_part(args, flush):
     offs = torch.arange(1, experts + 1, dtype=torch.int32,
                         device=DEVICE) * (tokens // experts)
     peers = {
-        "torch._scaled_grouped_mm": lambda: torch._scaled_grouped_mm(
-            a, w13.transpose(1, 2), a_scales, b_scales, offs=offs,
-            out_dtype=torch.bfloat16),
+        "torch._scaled_grouped_mm": lambda: scaled_grouped_mm(
+            a, w13.codes.transpose(1, 2), a_scales, b_scales, offs,
+            torch.bfloat16),
     }
-    w13_bf16 = dequantized(w13, s13)
+    w13_bf16 = dequantized(w13)
     peers["F.grouped_mm bf16"] = lambda: F.grouped_mm(
         x, w13_bf16.transpose(1, 2), offs=offs)
     for name, peer in peers.items():
@@ -227,16 +196,16 @@ def model_rows(args, flush, name, preset):
     paths = {fp8: compile_experts(args, name, ["--preset", name], fp8)
              for fp8 in (True, False)}
     generator = torch.Generator(DEVICE).manual_seed(args.seed)
-    w13, s13 = fp8_weights(stored, 2 * inter, hidden, generator)
-    w2, s2 = fp8_weights(stored, hidden, inter, generator)
-    bf16_weights = [dequantized(w13, s13), dequantized(w2, s2)]
-    operands_of = {True: lambda: [w13, w2, s13, s2],
-                   False: lambda: bf16_weights}
+    id_generator = torch.Generator().manual_seed(args.seed)
+    routing = {"experts": stored, "shared": shared, "slots": slots}
+    w13, w2 = random_fp8_weights(stored, hidden, inter, "block")
+    operands_of = {True: [w13.codes, w2.codes, w13.scales, w2.scales],
+                   False: [dequantized(w13), dequantized(w2)]}
     rows = []
     for tokens in [int(t) for t in args.tokens.split(",")]:
         x = torch.randn(tokens, hidden, dtype=torch.bfloat16, device=DEVICE,
                         generator=generator)
-        ids = uniform_ids(tokens, routed, top_k, shared, generator)
+        ids = random_ids(tokens, routing, id_generator).to(DEVICE)
         weights = torch.rand(tokens, slots, device=DEVICE,
                              generator=generator)
         row = {"model": name, "tokens": tokens,
@@ -244,7 +213,7 @@ def model_rows(args, flush, name, preset):
         outputs = {}
         for fp8, path in paths.items():
             bundle = Bundle(path)
-            tensors = [x, ids, weights, *operands_of[fp8](),
+            tensors = [x, ids, weights, *operands_of[fp8],
                        torch.full((tokens, hidden), float("nan"),
                                   dtype=torch.bfloat16, device=DEVICE)]
             replay, _ = graphed(
@@ -257,8 +226,8 @@ def model_rows(args, flush, name, preset):
         row["vs_bf16"] = ((outputs[True] - outputs[False]).norm() /
                           outputs[False].norm()).item()
         try:
-            replay, _ = graphed(torch_fp8_experts(x, ids, weights, w13, w2,
-                                                  inter))
+            replay, _ = graphed(torch_fp8_experts(x, ids, weights, w13.codes,
+                                                  w2.codes, inter))
             row["torch"] = time_us(replay, flush, args.iterations)
             del replay
         except Exception as error:  # report, time ours still
@@ -316,6 +285,7 @@ def main():
     args.buckets = args.tokens
     os.makedirs(args.work, exist_ok=True)
     flush = flush_buffer(DEVICE)
+    torch.manual_seed(args.seed)  # random_fp8_weights draws from it
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     if "gemm" in args.parts:
         gemm_part(args, flush)
