@@ -111,3 +111,12 @@ Value mlir::moe::emitF32FromE4M3(OpBuilder &b, Location loc, Value code) {
   Value sign = bb.shli(bb.andi(bits, 0x80), 24);
   return bb.toFloat(bb.ori(magnitude, sign));
 }
+
+Value mlir::moe::emitQuantizationScale(OpBuilder &b, Location loc, Value amax) {
+  auto f32 = [&](float value) -> Value {
+    return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(value));
+  };
+  // maximumf keeps a NaN amax NaN.
+  Value floor = arith::MaximumFOp::create(b, loc, amax, f32(1e-10f));
+  return arith::DivFOp::create(b, loc, floor, f32(448.0f));
+}

@@ -132,6 +132,29 @@ LogicalResult checkTensorMaps(GroupedMatmulOp op, GemmConfigAttr config) {
 
 } // namespace
 
+QuantizeOp mlir::moe::detail::getEpilogueQuantize(GroupedMatmulOp op) {
+  GemmConfigAttr config = op.getConfigAttr();
+  if (!config || !op->hasOneUse() || !hasTensorCoreKernel(op) ||
+      op.getOutputOrder() != RowOrder::sorted || op.getRoutedWeights() ||
+      config.getSplitK() != 1 || op.getOutputColumns() % 2 != 0)
+    return {};
+  auto quantize = dyn_cast<QuantizeOp>(*op->user_begin());
+  if (!quantize || quantize.getInput() != op.getOutput() ||
+      quantize.getNumRows() != op.getNumPadded())
+    return {};
+  if (quantize.getScale())
+    return quantize;
+  // A group is columns of whole column tiles held one after another, or a
+  // tile holds whole groups of 8-column fragment blocks.
+  int64_t group = quantize.getGroupSize();
+  int64_t tileColumns =
+      op.isGated() ? config.getBlockN() / 2 : config.getBlockN();
+  bool groupSpansTiles = group % tileColumns == 0 &&
+                         group / tileColumns <= kMaxQuantizedColumnTiles;
+  bool tileSpansGroups = tileColumns % group == 0 && group % 8 == 0;
+  return groupSpansTiles || tileSpansGroups ? quantize : QuantizeOp();
+}
+
 LogicalResult mlir::moe::detail::emitGroupedMatmul(PlanBuilder &plan,
                                                    OpBuilder &builder,
                                                    GroupedMatmulOp op) {
@@ -152,7 +175,7 @@ LogicalResult mlir::moe::detail::emitGroupedMatmul(PlanBuilder &plan,
     if (failed(checkWgmmaConfig(op, config)) ||
         failed(checkTensorMaps(op, config)))
       return failure();
-    emitWgmmaGroupedMatmul(plan, builder, op, config);
+    emitWgmmaGroupedMatmul(plan, builder, op, config, getEpilogueQuantize(op));
     return success();
   }
   return op.emitOpError()

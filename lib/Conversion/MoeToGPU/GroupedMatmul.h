@@ -58,9 +58,11 @@ unsigned defineOutput(PlanBuilder &plan, GroupedMatmulOp op);
 LogicalResult emitSimtGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
                                     GroupedMatmulOp op);
 
-/// The tensor-core kernel of `config`, which checkWgmmaConfig accepted.
+/// The tensor-core kernel of `config`, which checkWgmmaConfig accepted; it
+/// computes `epilogueQuantize` (getEpilogueQuantize) when given.
 void emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
-                            GroupedMatmulOp op, GemmConfigAttr config);
+                            GroupedMatmulOp op, GemmConfigAttr config,
+                            QuantizeOp epilogueQuantize);
 
 /// The workspaces of a split-K grouped matmul: fp32 partial sums [splits,
 /// T*S, N] per routed slot, and each slot's sorted row [T*S].

@@ -32,6 +32,20 @@ void emitQuantize(PlanBuilder &plan, OpBuilder &builder, QuantizeOp op);
 LogicalResult emitGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
                                 GroupedMatmulOp op);
 
+/// The most column tiles a block holds the values of (rounded, in
+/// registers) for one fused quantization group: 3 x 16 registers of 64
+/// bf16 columns, or 3 x 8 of 32.
+constexpr int64_t kMaxQuantizedColumnTiles = 4;
+
+/// The moe.quantize of `op`'s output that `op`'s epilogue computes in place
+/// of a quantize kernel (and of the output's round trip through memory), or
+/// null: the only use of a sorted output, over the padded rows, by a
+/// tensor-core kernel without K splits or routed weights, of even columns,
+/// with a static scale or groups of columns that a block's tile can span
+/// (at most kMaxQuantizedColumnTiles column tiles per group, or whole
+/// groups in one tile).
+QuantizeOp getEpilogueQuantize(GroupedMatmulOp op);
+
 } // namespace detail
 } // namespace moe
 } // namespace mlir

@@ -163,7 +163,11 @@ struct ConvertMoeToGPUPass
                 return success();
               })
               .Case([&](QuantizeOp quantize) -> LogicalResult {
-                emitQuantize(plan, builder, quantize);
+                // Quantized by the epilogue of the GEMM it follows.
+                auto gemm =
+                    quantize.getInput().getDefiningOp<GroupedMatmulOp>();
+                if (!gemm || getEpilogueQuantize(gemm) != quantize)
+                  emitQuantize(plan, builder, quantize);
                 return success();
               })
               .Case([&](TensorMapOp map) -> LogicalResult {

@@ -14,6 +14,8 @@
 #include "Lowerings.h"
 #include "WarpBuilder.h"
 
+#include "moe/Conversion/MoeCommon/Fp8Math.h"
+
 #include "mlir/Dialect/Math/IR/Math.h"
 
 using namespace mlir;
@@ -25,8 +27,6 @@ namespace {
 constexpr int64_t kQuantizeWarps = 8;
 /// Blocks of kQuantizeWarps warps one multiprocessor holds (2048 threads).
 constexpr int64_t kResidentQuantizeBlocks = 2048 / (kQuantizeWarps * kWarpSize);
-/// The largest finite e4m3 value, and the floor of a group's amax.
-constexpr double kE4M3Max = 448.0, kMinAmax = 1e-10;
 
 /// `value` (f32) rounded to e4m3 as Hopper converts: nearest, ties to even,
 /// saturating to +-448, NaN kept.
@@ -123,9 +123,7 @@ void mlir::moe::detail::emitQuantize(PlanBuilder &plan, OpBuilder &builder,
     Value amax = wb.allReduce(laneAmax, [&](Value x, Value y) -> Value {
       return arith::MaximumFOp::create(b, x, y);
     });
-    return arith::DivFOp::create(
-        b, arith::MaximumFOp::create(b, amax, wb.f32(kMinAmax)),
-        wb.f32(kE4M3Max));
+    return emitQuantizationScale(b, b.getLoc(), amax);
   };
   Value scale = staticScale ? staticScale : amaxScale();
   wb.ifThen(wb.cmpi(arith::CmpIPredicate::eq, wb.lane, wb.index(0)),

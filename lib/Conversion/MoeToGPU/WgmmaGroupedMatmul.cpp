@@ -32,6 +32,19 @@
 //   padded rows (counted on the device); the ring's count runs on across
 //   tiles, so stages and barrier phases continue where the last tile left.
 //
+// A grouped matmul whose output a moe.quantize takes (the first GEMM of an
+// fp8 layer) quantizes in its epilogue instead (getEpilogueQuantize): a
+// block's tile then spans a quantization group of columns, computed as
+// `group / block columns` column tiles one after another in the ring, the
+// activation's values of each held in registers, rounded as the unfused
+// epilogue would store them, until the last gives each row's group its
+// amax:
+//
+//     for column tile c of the block's tile:   // the loops above, per c
+//       accumulate ; hold act(gate) * up, rounded to the output type
+//     amax over the held values of each row (the lanes of a quad)
+//     store e4m3(value / scale) and the scale
+//
 // Tiles are rasterized in groups of 16 row blocks, row block fastest, so the
 // blocks resident at once share weight tiles; the splits of a tile are
 // neighbours. Weights load by TMA through one 3-D map over [E, N, K]; sorted
@@ -54,10 +67,12 @@
 #include "GroupedMatmul.h"
 #include "Hopper.h"
 
+#include "moe/Conversion/MoeCommon/Fp8Math.h"
 #include "moe/Conversion/MoeCommon/RoutingMath.h"
 #include "moe/Dialect/Moe/Transforms/GemmHeuristic.h"
 
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 
@@ -110,11 +125,26 @@ struct Accumulation {
 /// whether it is a routed slot.
 using GatherSources = SmallVector<std::pair<Value, Value>>;
 
+/// Fused quantization: where the thread's value pair `position` of a block
+/// tile lies, in the order the column tiles and then their fragment blocks
+/// and row halves produce them (HeldValues): its row half, the first
+/// column of its fragment block in the tile (the thread's column is
+/// 2 (lane % 4) more), and its quantization group within the tile.
+struct HeldPosition {
+  int64_t half, blockColumn, group;
+};
+
+/// Fused quantization: the thread's value pairs of a block tile's column
+/// tiles (vector<2 x output type>), in HeldPosition order. Only the values
+/// stay in registers across the next column tile's K loop.
+using HeldValues = SmallVector<Value>;
+
 /// Builds the wgmma kernel (and the split-K reduction) of one op.
 class WgmmaGroupedMatmulEmitter : GemmShape {
 public:
   WgmmaGroupedMatmulEmitter(PlanBuilder &plan, OpBuilder &builder,
-                            GroupedMatmulOp op, GemmConfigAttr config);
+                            GroupedMatmulOp op, GemmConfigAttr config,
+                            QuantizeOp epilogueQuantize);
   void emit();
 
 private:
@@ -127,6 +157,9 @@ private:
   void emitPersistentTiles(Value blockId);
   Value emitTile(Value tileIndex, Value numRowBlocks, Value ringBase);
   Tile tileAt(Value tileIndex, Value numRowBlocks, Value ringBase);
+  Tile columnTileOf(const Tile &tile, Value index);
+  void forEachColumnTile(const Tile &tile,
+                         function_ref<Value(const Tile &)> multiply);
   std::pair<Value, Value> slotOf(const Tile &tile, Value rowInBlock);
   // Stage loads.
   Value sharedView(ArrayRef<int64_t> shape, Value byteOffset);
@@ -163,18 +196,29 @@ private:
   Value applyScales(Value sums, Value partials, const SumScales &scales);
   // The roles.
   void emitPlainLoop(const Tile &tile);
+  Value multiplyPlain(const Tile &tile, const GatherSources &sources);
   void emitWarpSpecialized(const Tile &tile);
   void emitProducer(const Tile &tile);
+  void produce(const Tile &tile, const GatherSources &sources);
   void emitConsumer(const Tile &tile, Value consumer);
   // The accumulators' way out.
+  Value scaleWholeSums(const Tile &tile, Value accumulators);
   void finish(const Tile &tile, Value accumulators);
+  Value epilogueValue(Value accumulators, int64_t index, Value weight);
   void emitEpilogue(const Tile &tile, Value accumulators, Value laneRow,
                     Value laneColumn);
+  // Fused quantization.
+  HeldPosition heldPosition(int64_t position);
+  HeldValues valuesToHold(Value accumulators);
+  Value groupScale(ArrayRef<Value> pairs, ArrayRef<Value> columns);
+  void storeQuantized(const Tile &tile, const HeldValues &held);
 
   PlanBuilder &plan;
   OpBuilder &builder;
   GroupedMatmulOp op;
   GemmConfigAttr config;
+  /// The moe.quantize of the output that the epilogue computes, or null.
+  QuantizeOp epilogueQuantize;
 
   // The op's sizes and the tile shapes of its config.
   Type elementType;
@@ -200,6 +244,10 @@ private:
   int64_t boxRows, numBoxes;
   int64_t rowTileBytes, weightTileBytes, stageTmaBytes, sharedBytes;
   int64_t numColumnTiles, numKTiles;
+  /// Column tiles per block tile (more than one when a quantization group
+  /// spans several), block tiles across the columns, and, with a fused
+  /// quantization, its group of columns (0 for a static scale).
+  int64_t columnTilesPerTile, numBlockColumns, quantizeGroup;
   MbarrierRing ring;
 
   // The kernel being built.
@@ -209,9 +257,11 @@ private:
   KernelArgList args;
   unsigned inputArg, weightsArg, sortedIdsArg, expertIdsArg, numPaddedArg;
   std::optional<unsigned> routedWeightsArg, outputArg, partialsArg, slotRowsArg,
-      inputScalesArg, weightScalesArg;
+      inputScalesArg, weightScalesArg, quantizedArg, quantizedScalesArg,
+      staticScaleArg;
   Value input, sorted, experts, padded, routedWeights, output, partials,
-      slotRows, inputScales, weightScales;
+      slotRows, inputScales, weightScales, quantized, quantizedScales,
+      staticScale;
   Value numTokens, routedSlots, sharedBase, weightMap, rowMap;
   Value tid, warp, lane, loader, leader;
   /// `full[s]`: stage s holds its K tile. Warp-specialized, `empty[s]`: the
@@ -219,12 +269,12 @@ private:
   Value full, empty;
 };
 
-WgmmaGroupedMatmulEmitter::WgmmaGroupedMatmulEmitter(PlanBuilder &plan,
-                                                     OpBuilder &builder,
-                                                     GroupedMatmulOp op,
-                                                     GemmConfigAttr config)
+WgmmaGroupedMatmulEmitter::WgmmaGroupedMatmulEmitter(
+    PlanBuilder &plan, OpBuilder &builder, GroupedMatmulOp op,
+    GemmConfigAttr config, QuantizeOp epilogueQuantize)
     : GemmShape(op), plan(plan), builder(builder), op(op), config(config),
-      ring{config.getNumStages()}, b(op.getLoc(), op.getContext()) {
+      epilogueQuantize(epilogueQuantize), ring{config.getNumStages()},
+      b(op.getLoc(), op.getContext()) {
   RankedTensorType weightsType = op.getWeightsType();
   elementType = weightsType.getElementType();
   elementBytes = weightsType.getElementTypeBitWidth() / 8;
@@ -250,6 +300,12 @@ WgmmaGroupedMatmulEmitter::WgmmaGroupedMatmulEmitter(PlanBuilder &plan,
   sharedBytes = ring.stages * (rowTileBytes + weightTileBytes);
   numColumnTiles = llvm::divideCeil(columns, outputColumnsPerBlock);
   numKTiles = llvm::divideCeil(k, blockK);
+  quantizeGroup = epilogueQuantize && !epilogueQuantize.getScale()
+                      ? epilogueQuantize.getGroupSize()
+                      : 0;
+  columnTilesPerTile =
+      std::max<int64_t>(1, quantizeGroup / outputColumnsPerBlock);
+  numBlockColumns = llvm::divideCeil(numColumnTiles, columnTilesPerTile);
 }
 
 //===----------------------------------------------------------------------===//
@@ -280,6 +336,18 @@ gpu::GPUFuncOp WgmmaGroupedMatmulEmitter::declareKernel() {
     reduction = defineReductionBuffers(plan, builder, op, splits);
     partialsArg = args.add(reduction->partials);
     slotRowsArg = args.add(reduction->slotRows);
+  } else if (epilogueQuantize) {
+    // The quantize op's results take the place of the output.
+    int64_t groups = llvm::divideCeil(columns, epilogueQuantize.getGroupSize());
+    quantizedArg =
+        args.add(plan.define(epilogueQuantize.getOutput(), "quantized",
+                             {capacity, PlanBuilder::constant(columns)}));
+    quantizedScalesArg =
+        args.add(plan.define(epilogueQuantize.getScales(), "quantize_scales",
+                             {capacity, PlanBuilder::constant(groups)}));
+    staticScaleArg =
+        args.addIf(static_cast<bool>(epilogueQuantize.getScale()),
+                   [&] { return plan.use(epilogueQuantize.getScale()); });
   } else {
     routedWeightsArg =
         args.addIf(weighted, [&] { return plan.use(op.getRoutedWeights()); });
@@ -288,7 +356,7 @@ gpu::GPUFuncOp WgmmaGroupedMatmulEmitter::declareKernel() {
   // A block per tile of the capacity's row blocks; persistent, as many as
   // the multiprocessors hold at once.
   SizeExpr gridSize =
-      PlanBuilder::ceilDiv(capacity, blockRows).times(numColumnTiles * splits);
+      PlanBuilder::ceilDiv(capacity, blockRows).times(numBlockColumns * splits);
   if (config.getPersistent())
     gridSize = PlanBuilder::min(
         gridSize, plan.numSMs * residentBlocks(threads, blockN, sharedBytes));
@@ -311,6 +379,10 @@ void WgmmaGroupedMatmulEmitter::setUpKernel(gpu::GPUFuncOp kernel) {
   slotRows = kernelArgument(kernel, slotRowsArg);
   inputScales = kernelArgument(kernel, inputScalesArg);
   weightScales = kernelArgument(kernel, weightScalesArg);
+  quantized = kernelArgument(kernel, quantizedArg);
+  quantizedScales = kernelArgument(kernel, quantizedScalesArg);
+  if (staticScaleArg)
+    staticScale = wb.load(kernel.getArgument(*staticScaleArg), {wb.index(0)});
   numTokens = wb.toIndex(tokenCount(kernel));
   routedSlots = arith::MulIOp::create(b, numTokens, wb.index(slots));
 
@@ -387,8 +459,8 @@ void WgmmaGroupedMatmulEmitter::emit() {
 void WgmmaGroupedMatmulEmitter::emitPersistentTiles(Value blockId) {
   Value numRowBlocks = arith::DivUIOp::create(
       b, wb.toIndex(wb.load(padded, {})), wb.index(blockRows));
-  Value numTiles =
-      arith::MulIOp::create(b, numRowBlocks, wb.index(numColumnTiles * splits));
+  Value numTiles = arith::MulIOp::create(b, numRowBlocks,
+                                         wb.index(numBlockColumns * splits));
   initRing();
   auto tiles = scf::ForOp::create(b, blockId, numTiles,
                                   gpu::GridDimOp::create(b, gpu::Dimension::x),
@@ -418,7 +490,7 @@ Tile WgmmaGroupedMatmulEmitter::tileAt(Value tileIndex, Value numRowBlocks,
   tile.ringBase = ringBase;
   Value linear = arith::DivUIOp::create(b, tileIndex, wb.index(splits));
   tile.split = arith::RemUIOp::create(b, tileIndex, wb.index(splits));
-  Value groupBlocks = wb.index(kRasterRowBlocks * numColumnTiles);
+  Value groupBlocks = wb.index(kRasterRowBlocks * numBlockColumns);
   Value group = arith::DivUIOp::create(b, linear, groupBlocks);
   Value inGroup = arith::RemUIOp::create(b, linear, groupBlocks);
   Value groupFirstRowBlock =
@@ -429,7 +501,9 @@ Tile WgmmaGroupedMatmulEmitter::tileAt(Value tileIndex, Value numRowBlocks,
   Value rowBlock =
       arith::AddIOp::create(b, groupFirstRowBlock,
                             arith::RemUIOp::create(b, inGroup, groupRowBlocks));
-  tile.columnTile = arith::DivUIOp::create(b, inGroup, groupRowBlocks);
+  tile.columnTile = arith::MulIOp::create(
+      b, arith::DivUIOp::create(b, inGroup, groupRowBlocks),
+      wb.index(columnTilesPerTile));
   tile.firstRow = arith::MulIOp::create(b, rowBlock, wb.index(blockRows));
   tile.firstColumn = arith::MulIOp::create(b, tile.columnTile,
                                            wb.index(outputColumnsPerBlock));
@@ -447,6 +521,53 @@ Tile WgmmaGroupedMatmulEmitter::tileAt(Value tileIndex, Value numRowBlocks,
       b, wb.index(stepsPerSplit),
       arith::SubIOp::create(b, wb.index(numKTiles), tile.firstStep));
   return tile;
+}
+
+/// Column tile `index` of the block's `tile`, one after another in the ring
+/// (ring counts from 0 without a persistent base, so that each frees its
+/// last stage for the next).
+Tile WgmmaGroupedMatmulEmitter::columnTileOf(const Tile &tile, Value index) {
+  Tile column = tile;
+  column.columnTile = arith::AddIOp::create(b, tile.columnTile, index);
+  column.firstColumn = arith::AddIOp::create(
+      b, tile.firstColumn,
+      arith::MulIOp::create(b, index, wb.index(outputColumnsPerBlock)));
+  column.ringBase =
+      arith::AddIOp::create(b, tile.ringBase ? tile.ringBase : wb.index(0),
+                            arith::MulIOp::create(b, tile.numSteps, index));
+  return column;
+}
+
+/// Runs `multiply` (a column tile's K loop, returning its accumulators) on
+/// each column tile of the block's `tile` and finishes them. With several,
+/// a loop carries the values held for the fused quantization, shifting in
+/// each tile's, and the last quantizes them all: a rolled loop, since
+/// ptxas gives each unrolled wgmma chain registers of its own (255 for
+/// two).
+void WgmmaGroupedMatmulEmitter::forEachColumnTile(
+    const Tile &tile, function_ref<Value(const Tile &)> multiply) {
+  if (columnTilesPerTile == 1) {
+    finish(tile, multiply(tile));
+    return;
+  }
+  int64_t perTile = outputColumnsPerBlock / 4;
+  Type outputElement =
+      cast<RankedTensorType>(op.getOutput().getType()).getElementType();
+  Value undefined = arith::ConstantOp::create(
+      b, DenseElementsAttr::get(VectorType::get({2}, outputElement),
+                                b.getFloatAttr(outputElement, 0.0)));
+  SmallVector<Value> init((columnTilesPerTile - 1) * perTile, undefined);
+  wb.loop(wb.index(0), wb.index(columnTilesPerTile), init,
+          [&](Value index, ValueRange carried) -> SmallVector<Value> {
+            Tile column = columnTileOf(tile, index);
+            HeldValues held(carried.begin(), carried.end());
+            llvm::append_range(
+                held, valuesToHold(scaleWholeSums(column, multiply(column))));
+            wb.ifThen(wb.cmpi(arith::CmpIPredicate::eq, index,
+                              wb.index(columnTilesPerTile - 1)),
+                      [&] { storeQuantized(column, held); });
+            return SmallVector<Value>(ArrayRef(held).drop_front(perTile));
+          });
 }
 
 /// The slot of the block's row `rowInBlock`, and whether it is a routed slot
@@ -479,11 +600,12 @@ Value WgmmaGroupedMatmulEmitter::emitTile(Value tileIndex, Value numRowBlocks,
     else
       emitPlainLoop(tile);
   });
-  return ringBase ? arith::AddIOp::create(
-                        b, ringBase,
-                        wb.select(tile.active, tile.numSteps, wb.index(0)))
-                        .getResult()
-                  : Value();
+  if (!ringBase)
+    return Value();
+  Value steps =
+      arith::MulIOp::create(b, tile.numSteps, wb.index(columnTilesPerTile));
+  return arith::AddIOp::create(b, ringBase,
+                               wb.select(tile.active, steps, wb.index(0)));
 }
 
 //===----------------------------------------------------------------------===//
@@ -825,13 +947,17 @@ SmallVector<Value> WgmmaGroupedMatmulEmitter::loadBlockScales(const Tile &tile,
   SmallVector<Value> loaded;
   for (int64_t half = 0; half < 2; ++half)
     loaded.push_back(loadRowScale(tile, half, kBlock));
-  for (int64_t box = 0; box < numBoxes; ++box)
-    loaded.push_back(
-        wb.load(weightScales,
-                {tile.expert,
-                 arith::DivUIOp::create(b, boxFirstRow(tile, box),
-                                        wb.index(quantization.getBlockSize())),
-                 kBlock}));
+  for (int64_t box = 0; box < numBoxes; ++box) {
+    Value scaleRow = arith::DivUIOp::create(
+        b, boxFirstRow(tile, box), wb.index(quantization.getBlockSize()));
+    // A block tile's column tiles past the columns (a ragged last group)
+    // multiply zeros; their scales are read in bounds.
+    if (columnTilesPerTile > 1)
+      scaleRow = arith::MinUIOp::create(
+          b, scaleRow,
+          wb.index(cast<MemRefType>(weightScales.getType()).getDimSize(1) - 1));
+    loaded.push_back(wb.load(weightScales, {tile.expert, scaleRow, kBlock}));
+  }
   return loaded;
 }
 
@@ -897,13 +1023,28 @@ Value WgmmaGroupedMatmulEmitter::applyScales(Value sums, Value partials,
 // The roles
 //===----------------------------------------------------------------------===//
 
-/// Every thread loads and multiplies: stages 0..S-2 in flight, then per K
-/// tile: wait for it, multiply, let the previous tile's wgmmas finish, and
-/// after a block barrier refill the stage they read.
+/// Every thread loads and multiplies, each column tile of the block's tile
+/// in turn.
 void WgmmaGroupedMatmulEmitter::emitPlainLoop(const Tile &tile) {
   GatherSources sources;
   if (tokenInput)
     sources = gatherSources(tile);
+  forEachColumnTile(tile, [&](const Tile &column) {
+    // Every thread refills the ring: all must be done with the previous
+    // column tile's stages first.
+    if (columnTilesPerTile > 1)
+      wb.ifThen(
+          wb.cmpi(arith::CmpIPredicate::ne, column.columnTile, tile.columnTile),
+          [&] { gpu::BarrierOp::create(b); });
+    return multiplyPlain(column, sources);
+  });
+}
+
+/// One column tile's K loop: stages 0..S-2 in flight, then per K tile: wait
+/// for it, multiply, let the previous tile's wgmmas finish, and after a
+/// block barrier refill the stage they read.
+Value WgmmaGroupedMatmulEmitter::multiplyPlain(const Tile &tile,
+                                               const GatherSources &sources) {
   // Every thread commits one cp.async group per call so that the group
   // counts stay uniform.
   auto issue = [&](Value step) {
@@ -928,7 +1069,7 @@ void WgmmaGroupedMatmulEmitter::emitPlainLoop(const Tile &tile) {
     issue(arith::AddIOp::create(b, step, wb.index(ring.stages - 1)));
   });
   NVVM::WgmmaWaitGroupSyncOp::create(b, 0);
-  finish(tile, accumulators);
+  return accumulators;
 }
 
 /// Warp-specialized: the last warpgroup loads, the others multiply (the
@@ -964,10 +1105,21 @@ void WgmmaGroupedMatmulEmitter::emitWarpSpecialized(const Tile &tile) {
 /// tiles of gathers in flight per thread (lag = stages - 2 leaves the ring a
 /// free stage, so neither side waits on the other forever).
 void WgmmaGroupedMatmulEmitter::emitProducer(const Tile &tile) {
-  int64_t lag = ring.stages - 2;
   GatherSources sources;
   if (tokenInput)
     sources = gatherSources(tile);
+  if (columnTilesPerTile == 1) {
+    produce(tile, sources);
+    return;
+  }
+  wb.loop(wb.index(0), wb.index(columnTilesPerTile),
+          [&](Value index) { produce(columnTileOf(tile, index), sources); });
+}
+
+/// The producer's K loop of one column tile.
+void WgmmaGroupedMatmulEmitter::produce(const Tile &tile,
+                                        const GatherSources &sources) {
+  int64_t lag = ring.stages - 2;
   auto reportRows = [&](Value step) {
     nvgpu::MBarrierArriveOp::create(b, full, stageOf(tile, step));
   };
@@ -998,36 +1150,48 @@ void WgmmaGroupedMatmulEmitter::emitProducer(const Tile &tile) {
 }
 
 /// A consumer waits on `full`, multiplies, and frees the stage of the
-/// previous K tile once its wgmmas are done.
+/// previous K tile once its wgmmas are done; each column tile of the
+/// block's tile in turn.
 void WgmmaGroupedMatmulEmitter::emitConsumer(const Tile &tile, Value consumer) {
-  Value accumulators = accumulate(tile, consumer, [&](Value step, bool first) {
-    NVVM::WgmmaWaitGroupSyncOp::create(b, 1);
-    if (!first)
+  forEachColumnTile(tile, [&](const Tile &column) {
+    Value accumulators =
+        accumulate(column, consumer, [&](Value step, bool first) {
+          NVVM::WgmmaWaitGroupSyncOp::create(b, 1);
+          if (!first)
+            nvgpu::MBarrierArriveOp::create(
+                b, empty,
+                stageOf(column, arith::SubIOp::create(b, step, wb.index(1))));
+        });
+    NVVM::WgmmaWaitGroupSyncOp::create(b, 0);
+    // The block's next tile goes on in the ring: free the last stage too.
+    if (column.ringBase)
       nvgpu::MBarrierArriveOp::create(
-          b, empty, stageOf(tile, arith::SubIOp::create(b, step, wb.index(1))));
+          b, empty,
+          stageOf(column,
+                  arith::SubIOp::create(b, column.numSteps, wb.index(1))));
+    return accumulators;
   });
-  NVVM::WgmmaWaitGroupSyncOp::create(b, 0);
-  // The block's next tile goes on in the ring: free the last stage too.
-  if (tile.ringBase)
-    nvgpu::MBarrierArriveOp::create(
-        b, empty,
-        stageOf(tile, arith::SubIOp::create(b, tile.numSteps, wb.index(1))));
-  finish(tile, accumulators);
 }
 
 //===----------------------------------------------------------------------===//
 // The epilogue
 //===----------------------------------------------------------------------===//
 
+/// With channel or tensor weight scales, the sums times their scales.
+Value WgmmaGroupedMatmulEmitter::scaleWholeSums(const Tile &tile,
+                                                Value accumulators) {
+  if (!quantization || blockScaled)
+    return accumulators;
+  return applyScales(Value(), accumulators, loadWholeSumScales(tile));
+}
+
 /// The consumers' part from their accumulators: the split's partial sums,
-/// or the epilogue.
+/// the epilogue, or, with a fused quantization, the quantized output.
 void WgmmaGroupedMatmulEmitter::finish(const Tile &tile, Value accumulators) {
   Value laneRow = AccumulatorFragment::laneRow(wb, warp, lane);
   Value laneColumn = AccumulatorFragment::laneColumn(wb, lane);
   auto slotOfRow = [&](Value rowInBlock) { return slotOf(tile, rowInBlock); };
-  // Channel and tensor scales apply to the whole sum.
-  if (quantization && !blockScaled)
-    accumulators = applyScales(Value(), accumulators, loadWholeSumScales(tile));
+  accumulators = scaleWholeSums(tile, accumulators);
   if (reduction) {
     storePartials(wb,
                   {accumulators, laneRow, laneColumn, tile.firstRow,
@@ -1035,7 +1199,25 @@ void WgmmaGroupedMatmulEmitter::finish(const Tile &tile, Value accumulators) {
                   slotOfRow, partials, slotRows, op, config);
     return;
   }
+  if (epilogueQuantize) {
+    storeQuantized(tile, valuesToHold(accumulators));
+    return;
+  }
   emitEpilogue(tile, accumulators, laneRow, laneColumn);
+}
+
+/// The epilogue's value of the thread's accumulator `index`: act(gate) x up
+/// when gated, times the routed `weight` when given.
+Value WgmmaGroupedMatmulEmitter::epilogueValue(Value accumulators,
+                                               int64_t index, Value weight) {
+  Value value = LLVM::ExtractValueOp::create(b, accumulators, index);
+  if (gated)
+    value = arith::MulFOp::create(
+        b, emitGatedActivation(b, b.getLoc(), activation, value),
+        LLVM::ExtractValueOp::create(b, accumulators, index + blockN / 4));
+  if (weight)
+    value = arith::MulFOp::create(b, value, weight);
+  return value;
 }
 
 /// The epilogue on the accumulator registers: gated activation, routed
@@ -1044,7 +1226,6 @@ void WgmmaGroupedMatmulEmitter::emitEpilogue(const Tile &tile,
                                              Value accumulators, Value laneRow,
                                              Value laneColumn) {
   Type f32 = b.getF32Type();
-  int64_t registers = blockN / 2;
   Type outputElement = cast<MemRefType>(output.getType()).getElementType();
   auto pairType = VectorType::get({2}, f32);
   for (int64_t half = 0; half < 2; ++half) {
@@ -1061,18 +1242,10 @@ void WgmmaGroupedMatmulEmitter::emitEpilogue(const Tile &tile,
             b, tile.firstColumn,
             arith::AddIOp::create(b, laneColumn, wb.index(block * 8)));
         SmallVector<Value> values;
-        for (int64_t i = 0; i < 2; ++i) {
-          int64_t index = AccumulatorFragment::registerOf(block, half, i);
-          Value value = LLVM::ExtractValueOp::create(b, accumulators, index);
-          if (gated)
-            value = arith::MulFOp::create(
-                b, emitGatedActivation(b, b.getLoc(), activation, value),
-                LLVM::ExtractValueOp::create(b, accumulators,
-                                             index + registers / 2));
-          if (weight)
-            value = arith::MulFOp::create(b, value, weight);
-          values.push_back(value);
-        }
+        for (int64_t i = 0; i < 2; ++i)
+          values.push_back(epilogueValue(
+              accumulators, AccumulatorFragment::registerOf(block, half, i),
+              weight));
         SmallVector<Value> at =
             slotOutput ? SmallVector<Value>{token, slotInToken, column}
                        : SmallVector<Value>{row, column};
@@ -1104,11 +1277,162 @@ void WgmmaGroupedMatmulEmitter::emitEpilogue(const Tile &tile,
   }
 }
 
+//===----------------------------------------------------------------------===//
+// The fused quantization
+//===----------------------------------------------------------------------===//
+
+/// Where the thread's value pair `position` of a block tile lies.
+HeldPosition WgmmaGroupedMatmulEmitter::heldPosition(int64_t position) {
+  int64_t perTile = outputColumnsPerBlock / 4;
+  int64_t blockColumn =
+      position / perTile * outputColumnsPerBlock + position % perTile / 2 * 8;
+  return {position % 2, blockColumn,
+          quantizeGroup ? blockColumn / quantizeGroup : 0};
+}
+
+/// A column tile's epilogue values in HeldPosition order, each pair of
+/// columns rounded to the op's output type as the unfused epilogue stores
+/// it, so that the quantization reads what the quantize kernel would have.
+HeldValues WgmmaGroupedMatmulEmitter::valuesToHold(Value accumulators) {
+  Type outputElement =
+      cast<RankedTensorType>(op.getOutput().getType()).getElementType();
+  HeldValues held;
+  for (int64_t block = 0; block < outputColumnsPerBlock / 8; ++block) {
+    for (int64_t half = 0; half < 2; ++half) {
+      SmallVector<Value> values;
+      for (int64_t i = 0; i < 2; ++i)
+        values.push_back(epilogueValue(
+            accumulators, AccumulatorFragment::registerOf(block, half, i),
+            Value()));
+      Value pair = vector::FromElementsOp::create(
+          b, VectorType::get({2}, b.getF32Type()), values);
+      if (!outputElement.isF32())
+        pair = arith::TruncFOp::create(b, VectorType::get({2}, outputElement),
+                                       pair);
+      held.push_back(pair);
+    }
+  }
+  return held;
+}
+
+/// The dynamic scale of a row's group from its held `pairs` (the first of
+/// whose columns are `columns`): the amax of the columns inside the row
+/// (NaN when any is NaN) over the four lanes that hold the row, floored
+/// and divided by 448 as moe.quantize says.
+Value WgmmaGroupedMatmulEmitter::groupScale(ArrayRef<Value> pairs,
+                                            ArrayRef<Value> columns) {
+  Type f32 = b.getF32Type();
+  Value amax = wb.f32(0.0);
+  for (auto [pair, column] : llvm::zip_equal(pairs, columns)) {
+    Value values = math::AbsFOp::create(
+        b, arith::ExtFOp::create(b, VectorType::get({2}, f32), pair));
+    Value inside =
+        wb.cmpi(arith::CmpIPredicate::ult, column, wb.index(this->columns));
+    for (int64_t i = 0; i < 2; ++i)
+      amax = arith::MaximumFOp::create(
+          b, amax,
+          wb.select(inside, vector::ExtractOp::create(b, values, i),
+                    wb.f32(0.0)));
+  }
+  // The lanes of a quad (lane / 4 the same) hold one row.
+  for (int64_t offset = 1; offset < 4; offset *= 2)
+    amax = arith::MaximumFOp::create(
+        b, amax,
+        gpu::ShuffleOp::create(b, amax, static_cast<int32_t>(offset),
+                               static_cast<int32_t>(kWarpSize),
+                               gpu::ShuffleMode::XOR)
+            .getShuffleResult());
+  return emitQuantizationScale(b, b.getLoc(), amax);
+}
+
+/// The block tile's held values quantized, from its last column tile
+/// `tile`: per row and group, the scale (the static one, or groupScale),
+/// e4m3(value / scale) for each held column inside the row, and the scale,
+/// stored for the routed rows.
+void WgmmaGroupedMatmulEmitter::storeQuantized(const Tile &tile,
+                                               const HeldValues &held) {
+  Value laneRow = AccumulatorFragment::laneRow(wb, warp, lane);
+  Value tileFirstColumn = arith::SubIOp::create(
+      b, tile.firstColumn,
+      wb.index((columnTilesPerTile - 1) * outputColumnsPerBlock));
+  Value laneFirstColumn = arith::AddIOp::create(
+      b, tileFirstColumn, AccumulatorFragment::laneColumn(wb, lane));
+  int64_t groups = heldPosition(held.size() - 1).group + 1;
+  Value firstGroup =
+      quantizeGroup
+          ? arith::DivUIOp::create(b, tileFirstColumn, wb.index(quantizeGroup))
+                .getResult()
+          : wb.index(0);
+  Value scaleLane =
+      wb.cmpi(arith::CmpIPredicate::eq,
+              arith::RemUIOp::create(b, lane, wb.index(4)), wb.index(0));
+  // A static scale is every group's: the block tiles of the first columns
+  // store it.
+  if (!quantizeGroup)
+    scaleLane = arith::AndIOp::create(
+        b, scaleLane,
+        wb.cmpi(arith::CmpIPredicate::eq, tileFirstColumn, wb.index(0)));
+  Type f8 = b.getType<Float8E4M3FNType>();
+  for (int64_t half = 0; half < 2; ++half) {
+    Value rowInBlock = arith::AddIOp::create(b, laneRow, wb.index(half * 8));
+    Value routed = slotOf(tile, rowInBlock).second;
+    Value row = arith::AddIOp::create(b, tile.firstRow, rowInBlock);
+    for (int64_t group = 0; group < groups; ++group) {
+      SmallVector<Value> pairs, columns;
+      for (auto [position, pair] : llvm::enumerate(held)) {
+        HeldPosition at = heldPosition(position);
+        if (at.half != half || at.group != group)
+          continue;
+        pairs.push_back(pair);
+        columns.push_back(arith::AddIOp::create(b, laneFirstColumn,
+                                                wb.index(at.blockColumn)));
+      }
+      Value scale = staticScale ? staticScale : groupScale(pairs, columns);
+      wb.ifThen(routed, [&] {
+        // A tile's groups past the columns (a tile wider than the row) have
+        // no scale to store.
+        Value groupIndex =
+            arith::AddIOp::create(b, firstGroup, wb.index(group));
+        Value storesScale = arith::AndIOp::create(
+            b, scaleLane,
+            wb.cmpi(arith::CmpIPredicate::ult, groupIndex,
+                    wb.index(cast<MemRefType>(quantizedScales.getType())
+                                 .getDimSize(1))));
+        wb.ifThen(storesScale,
+                  [&] { wb.store(scale, quantizedScales, {row, groupIndex}); });
+        for (auto [pair, column] : llvm::zip_equal(pairs, columns)) {
+          Value values = arith::ExtFOp::create(
+              b, VectorType::get({2}, b.getF32Type()), pair);
+          auto scaled = [&](int64_t i) -> Value {
+            return arith::DivFOp::create(
+                b, vector::ExtractOp::create(b, values, i), scale);
+          };
+          // The vector form puts its second operand first.
+          Value bytes = NVVM::ConvertF32x2ToF8x2Op::create(
+              b, VectorType::get({2}, b.getI8Type()), scaled(1), scaled(0),
+              NVVM::FPRoundingMode::RN, NVVM::SaturationMode::SATFINITE,
+              /*relu=*/false, f8);
+          Value codes =
+              arith::BitcastOp::create(b, VectorType::get({2}, f8), bytes);
+          wb.ifThen(wb.cmpi(arith::CmpIPredicate::ult, column,
+                            wb.index(this->columns)),
+                    [&] {
+                      vector::StoreOp::create(
+                          b, codes, quantized, ValueRange{row, column},
+                          /*nontemporal=*/false, llvm::Align(2));
+                    });
+        }
+      });
+    }
+  }
+}
+
 } // namespace
 
 void mlir::moe::detail::emitWgmmaGroupedMatmul(PlanBuilder &plan,
                                                OpBuilder &builder,
                                                GroupedMatmulOp op,
-                                               GemmConfigAttr config) {
-  WgmmaGroupedMatmulEmitter(plan, builder, op, config).emit();
+                                               GemmConfigAttr config,
+                                               QuantizeOp epilogueQuantize) {
+  WgmmaGroupedMatmulEmitter(plan, builder, op, config, epilogueQuantize).emit();
 }

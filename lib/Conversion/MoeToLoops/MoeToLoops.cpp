@@ -1,6 +1,7 @@
 //===- MoeToLoops.cpp - moe ops to loops over buffers ---------------------===//
 
 #include "moe/Conversion/MoeToLoops/MoeToLoops.h"
+#include "moe/Conversion/MoeCommon/Fp8Math.h"
 #include "moe/Conversion/MoeCommon/LoopBuilder.h"
 #include "moe/Conversion/MoeCommon/RoutingMath.h"
 #include "moe/Dialect/Moe/IR/MoeOps.h"
@@ -540,8 +541,7 @@ struct QuantizeToLoops : OpRewritePattern<QuantizeOp> {
                   return {arith::MaximumFOp::create(
                       b, carried[0], math::AbsFOp::create(b, x))};
                 })[0];
-    Value floor = arith::MaximumFOp::create(b, amax, lb.f32(1e-10));
-    return arith::DivFOp::create(b, floor, lb.f32(448.0));
+    return emitQuantizationScale(b, b.getLoc(), amax);
   }
 };
 

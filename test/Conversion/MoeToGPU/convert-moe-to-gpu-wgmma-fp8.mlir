@@ -10,8 +10,9 @@
 // RUN:   --convert-moe-to-gpu=tokens-max=1024 2>/dev/null | FileCheck %s
 
 // CHECK: gpu.func @moe_quantize_{{[0-9]+}}(%{{.*}}: memref<1024x384xbf16>, %{{.*}}: memref<1024x384xf8E4M3FN>, %{{.*}}: memref<1024x3xf32>
-// CHECK: gpu.func @moe_grouped_matmul_wgmma_{{[0-9]+}}(%{{.*}}: memref<1024x384xf8E4M3FN>, %{{.*}}: !llvm.ptr, %{{.*}}: memref<5104xi32>, %{{.*}}: memref<80xi32>, %{{.*}}: memref<i32>, %[[XS:.*]]: memref<1024x3xf32>, %[[WS:.*]]: memref<16x3x3xf32>, %{{.*}}: memref<5104x192xbf16>
-// CHECK-SAME: args = ["quantized", map "arg3_map", "route_sorted_ids", "route_expert_ids", "route_num_padded", "quantize_scales", "arg5", "gemm_output", i32 "T"]
+// CHECK: gpu.func @moe_grouped_matmul_wgmma_{{[0-9]+}}(%{{.*}}: memref<1024x384xf8E4M3FN>, %{{.*}}: !llvm.ptr, %{{.*}}: memref<5104xi32>, %{{.*}}: memref<80xi32>, %{{.*}}: memref<i32>, %[[XS:.*]]: memref<1024x3xf32>, %[[WS:.*]]: memref<16x3x3xf32>, %{{.*}}: memref<5104x192xf8E4M3FN>, %{{.*}}: memref<5104x2xf32>
+// CHECK-SAME: args = ["quantized", map "arg3_map", "route_sorted_ids", "route_expert_ids", "route_num_padded", "quantize_scales", "arg5", "quantized_1", "quantize_scales_1", i32 "T"]
+// (Its epilogue quantizes: convert-moe-to-gpu-fused-quantize.mlir.)
 // K tile 0's scales load before its wgmmas (K block min(first + 0, 2)).
 // CHECK: %[[KB0:.*]] = arith.minui %{{.*}}, %c2{{.*}} : index
 // CHECK: %[[ROW0:.*]] = memref.load %[[XS]][%{{.*}}, %[[KB0]]] : memref<1024x3xf32>

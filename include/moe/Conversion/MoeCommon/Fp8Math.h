@@ -25,6 +25,12 @@ Value emitE4M3FromF32(OpBuilder &b, Location loc, Value x);
 /// The exact f32 value of the e4m3 code `code` (i8): NaN for 0x7F and 0xFF.
 Value emitF32FromE4M3(OpBuilder &b, Location loc, Value code);
 
+/// moe.quantize's dynamic scale of a group whose largest |x| is `amax`
+/// (f32): max(amax, 1e-10) / 448, NaN staying NaN. One definition for the
+/// CPU loops, the quantize kernel and the fused GEMM epilogue, which must
+/// agree bit for bit.
+Value emitQuantizationScale(OpBuilder &b, Location loc, Value amax);
+
 } // namespace moe
 } // namespace mlir
 
