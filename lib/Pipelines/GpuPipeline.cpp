@@ -51,6 +51,7 @@ void mlir::moe::buildMoeToKernelsPipeline(
 
   ConvertMoeToGPUOptions toGpu;
   toGpu.tokensMax = options.tokensMax;
+  toGpu.tokens = tokens;
   toGpu.chip = options.chip;
   toGpu.features = options.features;
   toGpu.numSMs = options.numSMs;

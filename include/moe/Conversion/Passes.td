@@ -143,6 +143,12 @@ def ConvertMoeToGPU : Pass<"convert-moe-to-gpu", "::mlir::ModuleOp"> {
       `#moe.gemm_config` (`moe-tile` leaves them untiled).
     * `moe.combine`: one thread per 16 bytes of a token's output row, summing
       its slot rows in fp32.
+    * `moe.quantize`: warps striding over (row, group of columns) pairs; or
+      none, when its input is a grouped matmul's output whose epilogue can
+      quantize instead (getEpilogueQuantize): the matmul then writes the
+      e4m3 rows and scales, a block's tile spanning a group of columns,
+      except at decode `tokens` (every expert streamed for about a row),
+      where halving the first GEMM's blocks costs more than the kernel.
 
     Example:
 
@@ -161,6 +167,9 @@ def ConvertMoeToGPU : Pass<"convert-moe-to-gpu", "::mlir::ModuleOp"> {
   let options = [
     Option<"tokensMax", "tokens-max", "int64_t", /*default=*/"16384",
            "Largest token count the kernels and workspaces are sized for">,
+    Option<"tokens", "tokens", "int64_t", /*default=*/"0",
+           "Token count the kernels' structure is chosen for, as moe-tile's "
+           "and moe-split-k's (0: tokens-max)">,
     Option<"chip", "chip", "std::string",
            /*default=*/"::mlir::moe::kDefaultChip",
            "Target GPU of the kernel module (one the kernels are for: "

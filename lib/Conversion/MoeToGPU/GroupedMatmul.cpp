@@ -132,11 +132,17 @@ LogicalResult checkTensorMaps(GroupedMatmulOp op, GemmConfigAttr config) {
 
 } // namespace
 
-QuantizeOp mlir::moe::detail::getEpilogueQuantize(GroupedMatmulOp op) {
+QuantizeOp mlir::moe::detail::getEpilogueQuantize(GroupedMatmulOp op,
+                                                  int64_t tokens) {
+  // Streaming decode weights, the first GEMM wants every block it can get:
+  // fused, a block computes a group's column tiles in turn, and DeepSeek-V3
+  // and Kimi-K2 fp8 layers lost 2-8 % at T = 1 and 16 (bench/RESULTS.md)
+  // where they gain 1-3 % from T = 64 on.
   GemmConfigAttr config = op.getConfigAttr();
-  if (!config || !op->hasOneUse() || !hasTensorCoreKernel(op) ||
-      op.getOutputOrder() != RowOrder::sorted || op.getRoutedWeights() ||
-      config.getSplitK() != 1 || op.getOutputColumns() % 2 != 0)
+  if (!config || isWeightStreaming(op, tokens) || !op->hasOneUse() ||
+      !hasTensorCoreKernel(op) || op.getOutputOrder() != RowOrder::sorted ||
+      op.getRoutedWeights() || config.getSplitK() != 1 ||
+      op.getOutputColumns() % 2 != 0)
     return {};
   auto quantize = dyn_cast<QuantizeOp>(*op->user_begin());
   if (!quantize || quantize.getInput() != op.getOutput() ||
@@ -157,7 +163,8 @@ QuantizeOp mlir::moe::detail::getEpilogueQuantize(GroupedMatmulOp op) {
 
 LogicalResult mlir::moe::detail::emitGroupedMatmul(PlanBuilder &plan,
                                                    OpBuilder &builder,
-                                                   GroupedMatmulOp op) {
+                                                   GroupedMatmulOp op,
+                                                   int64_t tokens) {
   // The tensor-core kernel is built from the op's tiling (moe-tile) and
   // descriptors (moe-tma); ops it cannot run get the SIMT kernel.
   if (!hasTensorCoreKernel(op)) {
@@ -175,7 +182,8 @@ LogicalResult mlir::moe::detail::emitGroupedMatmul(PlanBuilder &plan,
     if (failed(checkWgmmaConfig(op, config)) ||
         failed(checkTensorMaps(op, config)))
       return failure();
-    emitWgmmaGroupedMatmul(plan, builder, op, config, getEpilogueQuantize(op));
+    emitWgmmaGroupedMatmul(plan, builder, op, config,
+                           getEpilogueQuantize(op, tokens));
     return success();
   }
   return op.emitOpError()

@@ -30,7 +30,7 @@ void emitQuantize(PlanBuilder &plan, OpBuilder &builder, QuantizeOp op);
 /// moe.grouped_matmul: the tensor-core kernel its config describes, or the
 /// SIMT kernel for ops without one.
 LogicalResult emitGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
-                                GroupedMatmulOp op);
+                                GroupedMatmulOp op, int64_t tokens);
 
 /// The most column tiles a block holds the values of (rounded, in
 /// registers) for one fused quantization group: 3 x 16 registers of 64
@@ -43,8 +43,8 @@ constexpr int64_t kMaxQuantizedColumnTiles = 4;
 /// tensor-core kernel without K splits or routed weights, of even columns,
 /// with a static scale or groups of columns that a block's tile can span
 /// (at most kMaxQuantizedColumnTiles column tiles per group, or whole
-/// groups in one tile).
-QuantizeOp getEpilogueQuantize(GroupedMatmulOp op);
+/// groups in one tile), and not at decode `tokens` (isWeightStreaming).
+QuantizeOp getEpilogueQuantize(GroupedMatmulOp op, int64_t tokens);
 
 } // namespace detail
 } // namespace moe

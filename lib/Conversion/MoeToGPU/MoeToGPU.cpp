@@ -133,6 +133,12 @@ struct ConvertMoeToGPUPass
         return signalPassFailure();
       }
     }
+    if (std::optional<std::string> bad =
+            checkSizeOption("tokens", tokens, 0, tokensMax)) {
+      module.emitError() << "convert-moe-to-gpu: " << *bad;
+      return signalPassFailure();
+    }
+    int64_t choiceTokens = tokens ? tokens : tokensMax;
     func::FuncOp function = functions.front();
     if (failed(checkSignature(function)) ||
         failed(checkRoutingAt(function, tokensMax)))
@@ -166,7 +172,8 @@ struct ConvertMoeToGPUPass
                 // Quantized by the epilogue of the GEMM it follows.
                 auto gemm =
                     quantize.getInput().getDefiningOp<GroupedMatmulOp>();
-                if (!gemm || getEpilogueQuantize(gemm) != quantize)
+                if (!gemm ||
+                    getEpilogueQuantize(gemm, choiceTokens) != quantize)
                   emitQuantize(plan, builder, quantize);
                 return success();
               })
@@ -175,7 +182,7 @@ struct ConvertMoeToGPUPass
                 return success();
               })
               .Case([&](GroupedMatmulOp gemm) -> LogicalResult {
-                return emitGroupedMatmul(plan, builder, gemm);
+                return emitGroupedMatmul(plan, builder, gemm, choiceTokens);
               })
               .Case<FusedMoeOp, FusedExpertsOp>(
                   [&](Operation *fused) -> LogicalResult {

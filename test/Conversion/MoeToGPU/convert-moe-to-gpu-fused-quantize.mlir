@@ -6,7 +6,8 @@
 // to bf16, as the unfused epilogue stores them); the last takes each row's
 // amax over the four lanes that hold it (shuffles xor 1, 2), divides by the
 // floored scale and stores e4m3 pairs. A static scale needs no amax; a
-// split-K GEMM keeps the quantize kernel.
+// split-K GEMM keeps the quantize kernel, and so does a decode variant
+// (T x S at most the experts: the first GEMM keeps all its blocks).
 // RUN: moe-opt %S/../../GPU/Inputs/fp8-block-experts.mlir --moe-decompose=tokens=1000 \
 // RUN:   --moe-tile=tokens=1000 --moe-split-k=tokens=1000 --moe-tma \
 // RUN:   --convert-moe-to-gpu=tokens-max=1024 2>/dev/null | FileCheck %s --check-prefix=GROUP
@@ -17,6 +18,12 @@
 // RUN:   "--moe-tile=tokens=7 config-db=%S/../../GPU/Inputs/fp8-block-splitk-configs.json" \
 // RUN:   --moe-split-k=tokens=7 --moe-tma --convert-moe-to-gpu=tokens-max=1024 2>/dev/null \
 // RUN:   | FileCheck %s --check-prefix=SPLITK
+// RUN: moe-opt %S/../../GPU/Inputs/fp8-block-experts.mlir --moe-decompose=tokens=4 \
+// RUN:   --moe-tile=tokens=4 --moe-split-k=tokens=4 --moe-tma \
+// RUN:   --convert-moe-to-gpu="tokens-max=1024 tokens=4" 2>/dev/null | FileCheck %s --check-prefix=DECODE
+// RUN: moe-opt %S/../../GPU/Inputs/fp8-block-experts.mlir --moe-decompose=tokens=5 \
+// RUN:   --moe-tile=tokens=5 --moe-split-k=tokens=5 --moe-tma \
+// RUN:   --convert-moe-to-gpu="tokens-max=1024 tokens=5" 2>/dev/null | FileCheck %s --check-prefix=GROUP
 
 // The hidden states' quantize kernel, then the first GEMM writing e4m3 rows
 // [C, I] and scales [C, ceil(I / 128)] in place of its bf16 output; a grid
@@ -82,3 +89,10 @@
 // SPLITK: gpu.func @moe_grouped_matmul_reduce_5({{.*}}: memref<5104x192xbf16>
 // SPLITK: gpu.func @moe_quantize_6(%{{.*}}: memref<5104x192xbf16>, %{{.*}}: memref<i32>, %{{.*}}: memref<5104x192xf8E4M3FN>, %{{.*}}: memref<5104x2xf32>
 // SPLITK: gpu.func @moe_grouped_matmul_wgmma_7(
+
+// Decode: 4 tokens x 4 slots stream the 16 experts' weights; the first GEMM
+// stores bf16 rows and a quantize kernel reads them (at 5 tokens it fuses).
+// DECODE: gpu.func @moe_quantize_3(
+// DECODE: gpu.func @moe_grouped_matmul_wgmma_4({{.*}}: memref<5104x192xbf16>
+// DECODE: gpu.func @moe_quantize_5(%{{.*}}: memref<5104x192xbf16>, %{{.*}}: memref<i32>, %{{.*}}: memref<5104x192xf8E4M3FN>, %{{.*}}: memref<5104x2xf32>
+// DECODE: gpu.func @moe_grouped_matmul_wgmma_6(

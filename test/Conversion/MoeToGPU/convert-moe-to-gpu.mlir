@@ -5,10 +5,12 @@
 // RUN: moe-opt %s --convert-moe-to-gpu="tokens-max=1024" | FileCheck %s
 // RUN: not moe-opt %s --convert-moe-to-gpu="tokens-max=2147483648" 2>&1 | FileCheck %s --check-prefix=BAD-TOKENS-MAX
 // RUN: not moe-opt %s --convert-moe-to-gpu="num-sms=4611686018427387904" 2>&1 | FileCheck %s --check-prefix=BAD-SMS
+// RUN: not moe-opt %s --convert-moe-to-gpu="tokens-max=1024 tokens=1025" 2>&1 | FileCheck %s --check-prefix=BAD-TOKENS
 
 // Kernels take T as an i32.
 // BAD-TOKENS-MAX: convert-moe-to-gpu: tokens-max must be in [1, 2147483647], got 2147483648
 // BAD-SMS: convert-moe-to-gpu: num-sms must be in [1, 1024], got 4611686018427387904
+// BAD-TOKENS: convert-moe-to-gpu: tokens must be in [0, 1024], got 1025
 
 // CHECK: module attributes {gpu.container_module}
 // CHECK: gpu.module @moe_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx80">]

@@ -67,10 +67,10 @@ GemmConfigAttr mlir::moe::chooseGemmConfig(GroupedMatmulOp op, int64_t tokens) {
   // let three blocks share a multiprocessor instead of two and hide more of
   // the loads' latency (moe-tune on the H100, DeepSeek-V3 and Kimi-K2 fp8 at
   // T=1: first GEMM 126 -> 105 us, second 76 -> 69 us).
-  bool streaming = tokens * op.getNumSlots() <= op.getNumStoredExperts();
-  int64_t stages = elementBytes == 1 && streaming ? 3 : 4;
+  int64_t stages = elementBytes == 1 && isWeightStreaming(op, tokens) ? 3 : 4;
   return GemmConfigAttr::get(
-      op.getContext(), op.getBlockM(), blockN, blockK, stages, warpgroups, /*split_k=*/1,
+      op.getContext(), op.getBlockM(), blockN, blockK, stages, warpgroups,
+      /*split_k=*/1,
       /*tma_a=*/op.getInputOrder() == RowOrder::sorted, /*tma_b=*/true,
       /*cluster_m=*/1, /*cluster_n=*/1, /*persistent=*/false,
       /*warp_specialized=*/false);

@@ -60,6 +60,14 @@ inline bool everySplitHasKTile(int64_t steps, int64_t splits) {
 int64_t chooseRoutingBlockM(int64_t tokens, int64_t numSlots,
                             int64_t numStoredExperts);
 
+/// Whether `op` at `tokens` tokens streams its weights at about a row per
+/// stored expert (decode): each weight tile then serves one block's rows at
+/// most, and the GEMM is bound by the weights' bandwidth and by how many
+/// blocks stream them at once.
+inline bool isWeightStreaming(GroupedMatmulOp op, int64_t tokens) {
+  return tokens * op.getNumSlots() <= op.getNumStoredExperts();
+}
+
 /// The heuristic #moe.gemm_config of `op` for `tokens` tokens (its block_m
 /// describable).
 GemmConfigAttr chooseGemmConfig(GroupedMatmulOp op, int64_t tokens);
