@@ -26,17 +26,24 @@
 # options after the mode); `fp8` runs only the FP8 tests (the experts
 # bundles, and FusedMoE/FusedExperts with fp8 weights) and their sanitizer
 # pass (also part of `tests`); `fp8-bench` the FP8 benchmark
-# (bench/fp8_bench.py, its options after the mode).
+# (bench/fp8_bench.py, its options after the mode). `tp` runs the
+# tensor-parallel test (test/GPU/tp_test.py) and `tp-bench` its benchmark
+# (bench/tp_bench.py, its options after the mode), each as two processes
+# under torchrun, on a machine with two GPUs (the nvidia-h200-x2 kind).
 #
-#   scripts/gpu-run.sh [tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench|fp8|fp8-bench] [router benchmark options]
+#   scripts/gpu-run.sh [tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench|fp8|fp8-bench|tp|tp-bench] [router benchmark options]
 set -uo pipefail
 what=${1:-all}
 shift || true
-case $what in
-  tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench|fp8|fp8-bench) ;;
-  *) echo "usage: $0 [tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench|fp8|fp8-bench] [router benchmark options]" >&2
-     exit 2 ;;
-esac
+modes="tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench|fp8|fp8-bench|tp|tp-bench"
+if [[ ! $what =~ ^($modes)$ ]]; then
+  echo "usage: $0 [$modes] [router benchmark options]" >&2
+  exit 2
+fi
+# NVLink multicast must stay off on the multi-GPU machines: NCCL's NVLS
+# algorithms, torch's symmetric memory and NVSHMEM would each use it.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 \
+  NVSHMEM_DISABLE_NVLS=1
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu-results}
 mkdir -p "$OUT"
@@ -52,6 +59,12 @@ step() {
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv \
   | tee "$OUT/device.log"
+gpus=$(nvidia-smi --list-gpus | wc -l)
+if [[ $what == tp || $what == tp-bench ]] && (( gpus < 2 )); then
+  echo "=== $what needs two GPUs (the nvidia-h200-x2 kind); this machine" \
+    "has $gpus" | tee "$OUT/$what.log"
+  exit 1
+fi
 # The moe_mlir package, for the python3 that has torch: every Python step
 # runs bundles through moe_mlir.Bundle.
 step build 300 bash -c "cmake -G Ninja -S . -B build-runtime \
@@ -59,6 +72,16 @@ step build 300 bash -c "cmake -G Ninja -S . -B build-runtime \
   -DPython3_EXECUTABLE=\"\$(command -v python3)\" >/dev/null && \
   ninja -C build-runtime all moe-python"
 export PYTHONPATH=$PWD/build-runtime/python${PYTHONPATH:+:$PYTHONPATH}
+if [[ $what == tp || $what == tp-bench ]]; then
+  export PYTHONUNBUFFERED=1
+  torchrun=(python3 -m torch.distributed.run --standalone --nproc-per-node 2)
+  if [[ $what == tp ]]; then
+    step tp-tests 420 "${torchrun[@]}" test/GPU/tp_test.py "$@"
+  else
+    step tp-bench 450 "${torchrun[@]}" bench/tp_bench.py "$@"
+  fi
+  exit $status
+fi
 if [[ $what == hf-bench ]]; then
   step hf-bench 500 python3 bench/transformers_bench.py "$@"
   exit $status

@@ -202,6 +202,93 @@ class Layer:
             self, hidden_size=self.hidden_size // factor,
             intermediate_size=self.intermediate_size // factor)
 
+    def tensor_parallel(self, world_size, quantization=None):
+        """The layer each of ``world_size`` tensor-parallel ranks computes:
+        this one with every expert's (routed and shared) intermediate size
+        I divided by ``world_size``, routing unchanged. A rank holds its
+        rows of w13 and columns of w2 of every expert (shard_slices) and
+        routes every token itself from the same logits; the ranks' outputs
+        sum to this layer's, since SiLU-and-mul acts per intermediate
+        column and the down projection sums over them. With fp8 weights of
+        "tensor" or "channel" scales (``quantization``) a rank quantizes
+        its own intermediate columns per token, a finer scale than the one
+        over all I of the single-device layer.
+
+        Raises ValueError when I is not divisible by ``world_size``, or when
+        with "block" scales and more than one rank I / world_size is not a
+        multiple of SCALE_BLOCK: a scale block of a shard would then hold
+        rows of two blocks of the full weights, one scale for two, and an
+        activation group of SCALE_BLOCK columns would straddle two ranks.
+        """
+        _check_count("world_size", world_size, 1)
+        scaling = _check_quantization(quantization)
+        intermediate = self.intermediate_size
+        if intermediate % world_size:
+            raise ValueError(f"intermediate_size {intermediate} is not "
+                             f"divisible by {world_size} tensor-parallel "
+                             "ranks")
+        shard = intermediate // world_size
+        if scaling == "block" and world_size > 1 and shard % SCALE_BLOCK:
+            raise ValueError(
+                f"{world_size} tensor-parallel ranks would hold "
+                f"intermediate_size {intermediate} / {world_size} = {shard} "
+                f"each, not a multiple of the {SCALE_BLOCK} x {SCALE_BLOCK} "
+                "scale blocks: a block astride two ranks would need one "
+                "scale for both")
+        return dataclasses.replace(self, intermediate_size=shard)
+
+    def shard_slices(self, world_size, rank, quantization=None):
+        """Where rank ``rank`` of ``world_size`` tensor-parallel ranks takes
+        its shard of each weight (the weights of tensor_parallel(world_size,
+        quantization)) from this layer's full-size ones: {name: [(shard
+        index, full index), ...]} for "w13" and "w2" and, with a
+        ``quantization``, "w13_scales" and "w2_scales"; shard[shard index] =
+        full[full index] for every pair fills the shard. The indices are
+        tuples of slices, which numpy arrays and torch tensors both take.
+
+        With i = I / world_size and r = rank, w13's rows are the rank's gate
+        rows [r*i, (r+1)*i), then its up rows [I + r*i, I + (r+1)*i), and
+        w2's columns [r*i, (r+1)*i). Block scales follow the blocks of those
+        rows and columns, and w13's channel scales its rows; w2's channel
+        scales and per-tensor scales (H is not split) are whole, as is
+        every weight with one rank.
+        """
+        shard = self.tensor_parallel(world_size, quantization)
+        scaling = _check_quantization(quantization)
+        _check_count("rank", rank, 0)
+        if rank >= world_size:
+            raise ValueError(f"rank {rank} is not one of {world_size} "
+                             "tensor-parallel ranks")
+        whole = [((Ellipsis,), (Ellipsis,))]
+        names = ["w13", "w2"] + (["w13_scales", "w2_scales"] if scaling
+                                 else [])
+        if world_size == 1:
+            return {name: whole for name in names}
+
+        def split(unit, halves, trailing):
+            """The rank's part of each of ``halves`` consecutive ranges of
+            I / ``unit`` indices of a dimension that ``trailing``
+            dimensions follow."""
+            part = shard.intermediate_size // unit
+            full = self.intermediate_size // unit
+            rest = (slice(None),) * trailing
+            return [((Ellipsis, slice(half * part, (half + 1) * part))
+                     + rest,
+                     (Ellipsis, slice(half * full + rank * part,
+                                      half * full + (rank + 1) * part))
+                     + rest)
+                    for half in range(halves)]
+
+        slices = {"w13": split(1, 2, 1), "w2": split(1, 1, 0)}
+        if scaling == "block":
+            slices.update(w13_scales=split(SCALE_BLOCK, 2, 1),
+                          w2_scales=split(SCALE_BLOCK, 1, 0))
+        elif scaling == "channel":
+            slices.update(w13_scales=split(1, 2, 0), w2_scales=whole)
+        elif scaling == "tensor":
+            slices.update(w13_scales=whole, w2_scales=whole)
+        return slices
+
     @property
     def num_stored_experts(self):
         """E + X: the experts whose weights w13 and w2 hold."""

@@ -1,10 +1,11 @@
 """torch glue: FusedMoE and FusedExperts, nn.Modules that run a MoE layer's
 bundle (the whole layer, or its experts routed by the caller) on CUDA
 tensors, with weights in the activations' dtype or in fp8 (e4m3) with
-their scales; the torch.library ops they call, ``moe_mlir::fused_moe`` and
-``moe_mlir::fused_experts``; quantize_fp8_weights and fuse_gate_up for
-making and loading fp8 weights; and empty_outputs for running any bundle
-on torch tensors.
+their scales, on one GPU or tensor-parallel over the ranks of a
+torch.distributed group; the torch.library ops they call,
+``moe_mlir::fused_moe`` and ``moe_mlir::fused_experts``;
+quantize_fp8_weights and fuse_gate_up for making and loading fp8 weights;
+and empty_outputs for running any bundle on torch tensors.
 
 The modules check their arguments in Python and then call the ops, which
 torch.compile, torch.export and FX see as single opaque nodes (their fake
@@ -20,6 +21,7 @@ import threading
 from typing import Optional
 
 import torch
+import torch.distributed
 
 from . import layers
 from ._errors import Error
@@ -124,9 +126,13 @@ def _check_takes(bundle, tokens, tensors):
                     "cache, delete it to have it compiled again")
 
 
-def _run_bundle(path, activations, weights):
+def _run_bundle(path, activations, weights, tp_group_name=None):
     """The output [T, H] of the bundle at ``path``, enqueued on torch's
-    current stream of the activations' device without synchronising.
+    current stream of the activations' device without synchronising; with
+    ``tp_group_name`` (the group_name of a torch.distributed process group)
+    summed over the group's ranks in place by torch.distributed.all_reduce,
+    which NCCL enqueues without a host synchronisation too (and CUDA graphs
+    capture).
 
     ``activations`` (hidden states [T, H] first) may be strided or
     misaligned views: they are copied where the runtime needs it.
@@ -147,6 +153,14 @@ def _run_bundle(path, activations, weights):
     bundle = _loaded_bundle(path, tokens, tensors)
     device = hidden_states.device
     bundle.run(tokens, tensors, torch.cuda.current_stream(device).cuda_stream)
+    if tp_group_name is not None:
+        # Each rank computed its shard's part of every expert: their sum is
+        # the layer. The op takes the group by name, which is what a
+        # torch.library op can take (and what c10d's functional collectives
+        # pass too).
+        torch.distributed.all_reduce(
+            output, group=torch.distributed.distributed_c10d
+            ._resolve_process_group(tp_group_name))
     return output
 
 
@@ -177,9 +191,13 @@ def _fused_moe(hidden_states: torch.Tensor, router_logits: torch.Tensor,
               w13: torch.Tensor, w2: torch.Tensor,
               correction_bias: Optional[torch.Tensor], bundle_path: str,
               w13_scales: Optional[torch.Tensor] = None,
-              w2_scales: Optional[torch.Tensor] = None) -> torch.Tensor:
+              w2_scales: Optional[torch.Tensor] = None,
+              tp_group_name: Optional[str] = None) -> torch.Tensor:
     """One MoE layer (moe.fused_moe) by its bundle at ``bundle_path``
-    (moe_mlir.layer_bundle, part "layer"): the output [T, H].
+    (moe_mlir.layer_bundle, part "layer"): the output [T, H]; with
+    ``tp_group_name`` the bundle is a tensor-parallel rank's
+    (Layer.tensor_parallel) and the output the sum over the ranks of that
+    torch.distributed group (all_reduce), which every rank must call alike.
 
     The tensors are those of the bundle, on one CUDA device:
     ``hidden_states`` [T, H] in the layer's activation dtype, the weights
@@ -194,17 +212,20 @@ def _fused_moe(hidden_states: torch.Tensor, router_logits: torch.Tensor,
     if correction_bias is not None:
         weights.append(("correction_bias", correction_bias))
     weights += _scale_weights(w13_scales, w2_scales)
-    return _run_bundle(bundle_path, [hidden_states, router_logits], weights)
+    return _run_bundle(bundle_path, [hidden_states, router_logits], weights,
+                       tp_group_name)
 
 
 def _fused_experts(hidden_states: torch.Tensor, topk_ids: torch.Tensor,
                   topk_weights: torch.Tensor, w13: torch.Tensor,
                   w2: torch.Tensor, bundle_path: str,
                   w13_scales: Optional[torch.Tensor] = None,
-                  w2_scales: Optional[torch.Tensor] = None) -> torch.Tensor:
+                  w2_scales: Optional[torch.Tensor] = None,
+                  tp_group_name: Optional[str] = None) -> torch.Tensor:
     """A MoE layer's experts routed by the caller (moe.fused_experts) by
     their bundle at ``bundle_path`` (moe_mlir.layer_bundle, part
-    "experts"): the output [T, H].
+    "experts"): the output [T, H], summed over the ranks of the
+    tensor-parallel group ``tp_group_name`` as for fused_moe.
 
     out[t] = sum over the slots s whose id e = topk_ids[t, s] is in
     [0, E+X) of topk_weights[t, s] * (silu(x w13[e, :I]^T) *
@@ -218,7 +239,7 @@ def _fused_experts(hidden_states: torch.Tensor, topk_ids: torch.Tensor,
     """
     return _run_bundle(bundle_path, [hidden_states, topk_ids, topk_weights],
                        [("w13", w13), ("w2", w2)]
-                       + _scale_weights(w13_scales, w2_scales))
+                       + _scale_weights(w13_scales, w2_scales), tp_group_name)
 
 
 def _output_like_hidden_states(hidden_states, *_, **__):
@@ -353,20 +374,29 @@ def fuse_gate_up(gate_proj, up_proj, gate_scale, up_scale, *,
 
 
 class _LayerModule(torch.nn.Module):
-    """What FusedMoE and FusedExperts share: the layer, its bundle (the
-    ``part`` of moe_mlir.layer_bundle) compiled at construction, the
-    expert weights w13 and w2 and, for fp8 weights, their scales, and the
+    """What FusedMoE and FusedExperts share: the layer, the rank's shard of
+    it with a tp_group, its bundle (the ``part`` of moe_mlir.layer_bundle)
+    compiled at construction, the expert weights w13 and w2 and, for fp8
+    weights, their scales, loading them from full-size weights, and the
     checks of forward's arguments."""
 
     def __init__(self, layer, part, *, dtype, activation_dtype,
                  weight_scaling, weight_block_size, device, tokens_max,
                  block_m, cache_dir, config_db, device_name, num_sms, chip,
-                 toolkit):
+                 toolkit, tp_group):
         super().__init__()
         self.layer = layer
         self.dtype = dtype
         self.activation_dtype, self.weight_scaling = _weight_format(
             dtype, activation_dtype, weight_scaling, weight_block_size)
+        self.tp_group = tp_group
+        self.tp_world_size, self.tp_rank = _group_rank(tp_group)
+        # What forward's op takes: a torch.library op takes no process
+        # group, but its name.
+        self._tp_group_name = (None if tp_group is None
+                               else tp_group.group_name)
+        self.shard_layer = layer.tensor_parallel(self.tp_world_size,
+                                                 self.weight_scaling)
         self.tokens_max = tokens_max
         on_cuda = ((device is None or torch.device(device).type == "cuda")
                    and torch.cuda.is_available())
@@ -380,7 +410,7 @@ class _LayerModule(torch.nn.Module):
                 if on_cuda else layers.DEFAULT_NUM_SMS)
         try:
             self.bundle_path = layers.layer_bundle(
-                layer, _LAYER_DTYPES[self.activation_dtype],
+                self.shard_layer, _LAYER_DTYPES[self.activation_dtype],
                 quantization=self.weight_scaling, part=part,
                 cache_dir=cache_dir, tokens_max=tokens_max, block_m=block_m,
                 config_db=config_db, device_name=device_name,
@@ -389,10 +419,12 @@ class _LayerModule(torch.nn.Module):
             raise Error(f"{type(self).__name__} has no GPU bundle for its "
                         f"layer: {error}") from error
         self.w13 = torch.nn.Parameter(
-            torch.empty(layer.w13_shape, dtype=dtype, device=device),
+            torch.empty(self.shard_layer.w13_shape, dtype=dtype,
+                        device=device),
             requires_grad=False)
         self.w2 = torch.nn.Parameter(
-            torch.empty(layer.w2_shape, dtype=dtype, device=device),
+            torch.empty(self.shard_layer.w2_shape, dtype=dtype,
+                        device=device),
             requires_grad=False)
         for name, shape in self._scale_shapes():
             setattr(self, name, torch.nn.Parameter(
@@ -400,14 +432,14 @@ class _LayerModule(torch.nn.Module):
                 requires_grad=False))
 
     def _scale_shapes(self):
-        """(parameter name, shape) of w13's and w2's fp8 scales; none for
-        weights in the activations' dtype."""
+        """(parameter name, shape) of w13's and w2's fp8 scales (the rank's
+        shard); none for weights in the activations' dtype."""
         scaling = self.weight_scaling
         if scaling is None:
             return []
         return list(zip(_SCALE_NAMES[scaling],
-                        (self.layer.w13_scales_shape(scaling),
-                         self.layer.w2_scales_shape(scaling))))
+                        (self.shard_layer.w13_scales_shape(scaling),
+                         self.shard_layer.w2_scales_shape(scaling))))
 
     def _scales(self):
         """The fp8 scale parameters of w13 and w2, (None, None) for weights
@@ -416,9 +448,11 @@ class _LayerModule(torch.nn.Module):
                      for name, _ in self._scale_shapes()) or (None, None)
 
     def reset_parameters(self):
-        """Weights uniform in +-1/sqrt(fan-in), as nn.Linear's; fp8 weights
-        quantized from such values, an expert at a time (no float32 copy
-        of all experts), with their scales (quantize_fp8_weights)."""
+        """Weights uniform in +-1/sqrt(fan-in), as nn.Linear's, the fan-in
+        the whole layer's (H for w13, I for w2, also on a tensor-parallel
+        rank); fp8 weights quantized from such values, an expert at a time
+        (no float32 copy of all experts), with their scales
+        (quantize_fp8_weights)."""
         scales = self._scales()
         with torch.no_grad():
             for weight, scale, fan_in in (
@@ -437,13 +471,56 @@ class _LayerModule(torch.nn.Module):
                     weight[expert].copy_(codes)
                     scale[expert].copy_(expert_scales)
 
+    def load_full_weights(self, w13, w2, w13_scales=None, w2_scales=None):
+        """Copies the module's shard of a whole layer's expert weights into
+        its parameters: all of them without a tp_group, else the rows and
+        columns Layer.shard_slices gives this rank (with i = I / world and
+        r the rank: w13's gate rows [r*i, (r+1)*i) and up rows [I + r*i,
+        I + (r+1)*i), w2's columns [r*i, (r+1)*i), and the scales of those
+        rows and columns). ``w13`` [E+X, 2I, H] and ``w2`` [E+X, H, I] in
+        the module's dtype and, for fp8 weights, ``w13_scales`` and
+        ``w2_scales`` (any float dtype, stored as float32) have the whole
+        layer's shapes (those of the module's parameters without a
+        tp_group); they may be on any device (the CPU, a memory-mapped
+        checkpoint): only the rank's slices are read. Checks every tensor
+        before copying any: TypeError for a wrong type or dtype,
+        ValueError for a wrong shape or for scales given to weights
+        without (or missing from fp8 ones), naming the tensor."""
+        layer, scaling = self.layer, self.weight_scaling
+        full = [("w13", w13, self.w13, layer.w13_shape),
+                ("w2", w2, self.w2, layer.w2_shape)]
+        given_scales = (("w13_scales", w13_scales), ("w2_scales", w2_scales))
+        for name, scale in given_scales:
+            if scaling is None and scale is not None:
+                raise ValueError(f"{name} given, but the module's weights "
+                                 f"are {self.dtype}, without scales")
+            if scaling is not None and scale is None:
+                raise ValueError(f"{name} missing: fp8 weights with "
+                                 f"{scaling} scales need w13_scales and "
+                                 "w2_scales")
+        if scaling is not None:
+            full += [(name, scale, parameter, shape)
+                     for (name, scale), parameter, shape in zip(
+                         given_scales, self._scales(),
+                         (layer.w13_scales_shape(scaling),
+                          layer.w2_scales_shape(scaling)))]
+        for name, tensor, _, shape in full:
+            _check_full_weight(name, tensor, None if name.endswith("_scales")
+                               else self.dtype, shape)
+        slices = layer.shard_slices(self.tp_world_size, self.tp_rank,
+                                    scaling)
+        with torch.no_grad():
+            for name, tensor, parameter, _ in full:
+                for shard_index, full_index in slices[name]:
+                    parameter[shard_index].copy_(tensor[full_index])
+
     def _weights(self):
         """(name, parameter, dtype, shape) of each weight the bundle takes,
         in its order: w13, w2, the router's (_router_weights), the fp8
         scales."""
-        layer = self.layer
-        weights = [("w13", self.w13, self.dtype, layer.w13_shape),
-                   ("w2", self.w2, self.dtype, layer.w2_shape)]
+        shard = self.shard_layer
+        weights = [("w13", self.w13, self.dtype, shard.w13_shape),
+                   ("w2", self.w2, self.dtype, shard.w2_shape)]
         weights += self._router_weights()
         weights += [(name, getattr(self, name), torch.float32, shape)
                     for name, shape in self._scale_shapes()]
@@ -454,11 +531,17 @@ class _LayerModule(torch.nn.Module):
         return []
 
     def _describe_weights(self):
-        """extra_repr's words for the dtypes and the fp8 scaling."""
-        if self.weight_scaling is None:
-            return f"dtype={self.dtype}"
-        return (f"dtype={self.dtype}, weight_scaling={self.weight_scaling}, "
-                f"activation_dtype={self.activation_dtype}")
+        """extra_repr's words for the dtypes, the fp8 scaling and the
+        tensor-parallel rank."""
+        words = f"dtype={self.dtype}"
+        if self.weight_scaling is not None:
+            words += (f", weight_scaling={self.weight_scaling}, "
+                      f"activation_dtype={self.activation_dtype}")
+        if self.tp_group is not None:
+            words += (f", tp_rank={self.tp_rank} of {self.tp_world_size} "
+                      f"(intermediate_size "
+                      f"{self.shard_layer.intermediate_size} each)")
+        return words
 
     def _check_arguments(self, hidden_states, routing):
         """Checks forward's arguments and the parameters for what the
@@ -541,7 +624,7 @@ class FusedMoE(_LayerModule):
     rows, then up rows) and ``w2`` [E+X, H, I] in ``dtype``, the X shared
     experts after the E routed ones; with ``correction_bias`` a float32
     ``correction_bias`` [E], added to the scores for selection only. Load
-    them with load_state_dict or copy_ into them.
+    them with load_state_dict, copy_ into them, or load_full_weights.
 
     FP8 weights, as DeepSeek-V3's and Kimi-K2's Hugging Face checkpoints
     ship them: ``dtype=torch.float8_e4m3fn`` with
@@ -574,6 +657,28 @@ class FusedMoE(_LayerModule):
     a forward can be captured in a CUDA graph once one has run on that
     device. Modules of one layer share its loaded bundle and its
     workspaces: run them on one stream, not on concurrent ones.
+
+    Tensor parallel: with ``tp_group`` (a torch.distributed process group,
+    NCCL's for CUDA tensors; None, the default, runs on one GPU) each rank
+    of the group holds I / world of every expert, routed and shared
+    (Layer.tensor_parallel; its ``shard_layer``), and compiles that layer's
+    bundle; its parameters are its shard, w13 [E+X, 2I/world, H] (its gate
+    rows, then its up rows), w2 [E+X, H, I/world], block scales of those
+    rows and columns, channel scales of w13's rows and w2's whole, tensor
+    scales and the correction bias whole: load_full_weights copies them out
+    of the whole layer's weights. I must be divisible by world, and with
+    block scales I / world must be a multiple of 128 (a block astride two ranks
+    would need one scale for both); ValueError says so at construction.
+    Every rank routes every token from the same logits, runs its layer and
+    sums the outputs with ``torch.distributed.all_reduce`` on the group,
+    inside the op: torch.compile still sees one node, and CUDA graphs
+    capture the all-reduce as NCCL enqueues it. Every rank of the group
+    must therefore call forward with the same arguments, in the same order
+    as its other collectives. The output is the sum of the ranks' outputs,
+    each rounded to the activation dtype first, so it rounds differently
+    from the one-GPU layer's (within that dtype's tolerance); with channel
+    or tensor fp8 scales each rank also quantizes the intermediate
+    activations per token over its own columns only.
     """
 
     def __init__(self, num_experts=None, hidden_size=None,
@@ -585,7 +690,7 @@ class FusedMoE(_LayerModule):
                  weight_scaling=None, weight_block_size=None, device=None,
                  tokens_max=16384, block_m=0, cache_dir=None, config_db=None,
                  device_name=None, num_sms=None, chip=layers.DEFAULT_CHIP,
-                 toolkit=layers.DEFAULT_CUDA_TOOLKIT):
+                 toolkit=layers.DEFAULT_CUDA_TOOLKIT, tp_group=None):
         layer = _make_layer(
             preset, reduced, layer,
             sizes=(num_experts, hidden_size, intermediate_size, top_k),
@@ -601,7 +706,7 @@ class FusedMoE(_LayerModule):
             weight_block_size=weight_block_size, device=device,
             tokens_max=tokens_max, block_m=block_m, cache_dir=cache_dir,
             config_db=config_db, device_name=device_name, num_sms=num_sms,
-            chip=chip, toolkit=toolkit)
+            chip=chip, toolkit=toolkit, tp_group=tp_group)
         if layer.correction_bias:
             self.correction_bias = torch.nn.Parameter(
                 torch.empty(layer.num_experts, dtype=torch.float32,
@@ -619,6 +724,23 @@ class FusedMoE(_LayerModule):
             with torch.no_grad():
                 self.correction_bias.zero_()
 
+    def load_full_weights(self, w13, w2, w13_scales=None, w2_scales=None, *,
+                          correction_bias=None):
+        """_LayerModule.load_full_weights: the rank's shard of the whole
+        layer's w13, w2 and fp8 scales; and ``correction_bias`` [E] (any
+        float dtype), which every rank holds whole (None leaves the
+        module's as it is; a layer without one takes none)."""
+        if correction_bias is not None:
+            if self.correction_bias is None:
+                raise ValueError("correction_bias given, but the layer has "
+                                 "none")
+            _check_full_weight("correction_bias", correction_bias, None,
+                               (self.layer.num_experts,))
+        super().load_full_weights(w13, w2, w13_scales, w2_scales)
+        if correction_bias is not None:
+            with torch.no_grad():
+                self.correction_bias.copy_(correction_bias)
+
     def forward(self, hidden_states, router_logits):
         """The layer's output [T, H] in the layer's activation dtype.
 
@@ -626,13 +748,16 @@ class FusedMoE(_LayerModule):
         unless the weights are fp8) and ``router_logits``
         [T, E] (any float dtype; routing computes in float32, so they are
         converted) on the parameters' CUDA device. Wrong types raise
-        TypeError, wrong shapes or devices ValueError.
+        TypeError, wrong shapes or devices ValueError. With a tp_group,
+        every rank of it calls forward alike, and the output is the whole
+        layer's on every rank.
         """
         self._check_arguments(hidden_states, [
             ("router_logits", router_logits, self.layer.num_experts, True)])
         return _call(torch.ops.moe_mlir.fused_moe, _fused_moe, hidden_states,
                      router_logits.to(torch.float32), self.w13, self.w2,
-                     self.correction_bias, self.bundle_path, *self._scales())
+                     self.correction_bias, self.bundle_path, *self._scales(),
+                     self._tp_group_name)
 
     def extra_repr(self):
         layer, router = self.layer, self.layer.router
@@ -669,11 +794,12 @@ class FusedExperts(_LayerModule):
     name the shared experts (E..E+X-1) as well, with their weights.
     Parameters, the bundle and its keywords (dtype, activation_dtype,
     weight_scaling, weight_block_size, device, tokens_max, block_m,
-    cache_dir, config_db, device_name, num_sms, chip, toolkit) are those of
-    FusedMoE, fp8 weights and their scales included, without the
-    correction bias; forward calls the op
-    ``torch.ops.moe_mlir.fused_experts``, with FusedMoE's rules for
-    torch.compile, torch.export, CUDA graphs and streams.
+    cache_dir, config_db, device_name, num_sms, chip, toolkit, tp_group)
+    are those of FusedMoE, fp8 weights and their scales and the tensor
+    parallel shards included, without the correction bias; forward calls
+    the op ``torch.ops.moe_mlir.fused_experts``, with FusedMoE's rules for
+    torch.compile, torch.export, CUDA graphs, streams and tensor-parallel
+    groups (every rank gives the same ids and weights).
     """
 
     def __init__(self, num_experts=None, hidden_size=None,
@@ -683,7 +809,7 @@ class FusedExperts(_LayerModule):
                  weight_scaling=None, weight_block_size=None, device=None,
                  tokens_max=16384, block_m=0, cache_dir=None, config_db=None,
                  device_name=None, num_sms=None, chip=layers.DEFAULT_CHIP,
-                 toolkit=layers.DEFAULT_CUDA_TOOLKIT):
+                 toolkit=layers.DEFAULT_CUDA_TOOLKIT, tp_group=None):
         layer = _make_layer(
             preset, reduced, layer,
             sizes=(num_experts, hidden_size, intermediate_size, top_k),
@@ -695,7 +821,7 @@ class FusedExperts(_LayerModule):
             weight_block_size=weight_block_size, device=device,
             tokens_max=tokens_max, block_m=block_m, cache_dir=cache_dir,
             config_db=config_db, device_name=device_name, num_sms=num_sms,
-            chip=chip, toolkit=toolkit)
+            chip=chip, toolkit=toolkit, tp_group=tp_group)
         self.reset_parameters()
 
     def forward(self, hidden_states, topk_ids, topk_weights):
@@ -719,7 +845,7 @@ class FusedExperts(_LayerModule):
                      hidden_states,
                      _int32_ids(topk_ids, layer.num_stored_experts),
                      topk_weights.to(torch.float32), self.w13, self.w2,
-                     self.bundle_path, *self._scales())
+                     self.bundle_path, *self._scales(), self._tp_group_name)
 
     def extra_repr(self):
         layer = self.layer
@@ -728,6 +854,38 @@ class FusedExperts(_LayerModule):
                 f"hidden_size={layer.hidden_size}, "
                 f"intermediate_size={layer.intermediate_size}, "
                 f"top_k={layer.router.top_k}, {self._describe_weights()}")
+
+
+def _group_rank(tp_group):
+    """(world size, rank) of this process in ``tp_group`` (a
+    torch.distributed process group), (1, 0) for None."""
+    if tp_group is None:
+        return 1, 0
+    if not (torch.distributed.is_available()
+            and isinstance(tp_group, torch.distributed.ProcessGroup)):
+        raise TypeError(f"tp_group must be a torch.distributed.ProcessGroup "
+                        f"or None, got {type(tp_group).__name__}")
+    rank = torch.distributed.get_rank(tp_group)
+    if rank < 0:
+        raise ValueError("this process is not a rank of tp_group")
+    return torch.distributed.get_world_size(tp_group), rank
+
+
+def _check_full_weight(name, tensor, dtype, shape):
+    """Raises TypeError unless ``tensor`` is a torch.Tensor of ``dtype``
+    (None: any floating-point one), ValueError unless of ``shape`` (a whole
+    layer's, which load_full_weights takes)."""
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got "
+                        f"{type(tensor).__name__}")
+    if dtype is not None and tensor.dtype != dtype:
+        raise TypeError(f"{name} must be {dtype} (the module's weights), got "
+                        f"{tensor.dtype}")
+    if dtype is None and not tensor.is_floating_point():
+        raise TypeError(f"{name} must be floating-point, got {tensor.dtype}")
+    if tuple(tensor.shape) != tuple(shape):
+        raise ValueError(f"{name} must have the whole layer's shape "
+                         f"{list(shape)}, got {list(tensor.shape)}")
 
 
 def _has_shape(tensor, shape):

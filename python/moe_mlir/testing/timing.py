@@ -33,13 +33,16 @@ def time_us(function, flush, iterations, warm_up_calls=1):
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) * 1e3
 
 
-def graphed(function):
+def graphed(function, capture_error_mode="global"):
     """(replay, the output tensor of the captured call). The replay keeps
-    `function` alive: the graph reads the tensors its closure holds."""
+    `function` alive: the graph reads the tensors its closure holds.
+    `capture_error_mode` is torch.cuda.graph's: "thread_local" where other
+    threads call into CUDA during the capture, as NCCL's watchdog does
+    beside a captured collective."""
     function()  # warm up outside the capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, capture_error_mode=capture_error_mode):
         output = function()
 
     def replay():

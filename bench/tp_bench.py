@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+"""Tensor-parallel benchmark on two GPUs, one process each under torchrun:
+a full-size MoE layer sharded over both ranks (FusedMoE(tp_group=): each
+rank holds I/2 of every expert, routes every token, runs its layer, and an
+NCCL all-reduce sums the two) against the same layer on one GPU, with
+their parts: the rank's shard alone (its bundle without the all-reduce)
+and the all-reduce alone ([T, H] bf16, as the layer's).
+
+Layers (--presets): Mixtral-8x7B and Qwen3-30B-A3B in bf16, DeepSeek-V3 in
+fp8 with 128 x 128 block scales, all at full size; random weights, the
+same on both ranks (one seed), the sharded module loaded from the one-GPU
+module's weights (load_full_weights), so "vs one GPU" is the sharded
+layer's distance to the one-GPU layer on the same inputs (bf16 roundings
+of the two partial sums). Random router logits, the same on both ranks.
+Times: µs per call, median of --iterations replays of a CUDA graph of one
+call, the L2 flushed before each (bench/RESULTS.md's method), the slowest
+rank's; a collective makes both ranks wait for the later one, so the ranks
+run in step.
+
+NVLink multicast stays off (NCCL_NVLS_ENABLE=0,
+TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1, set before NCCL
+starts). The GPU machine has no compiler, so the bundles come from here:
+    /usr/bin/python3 bench/tp_bench.py --prepare   # here, with MLIR
+    PYTHONPATH=build-runtime/python python3 -m torch.distributed.run \\
+        --standalone --nproc-per-node 2 bench/tp_bench.py   # there
+(scripts/gpu-run.sh tp-bench runs the second, its options after the mode).
+"""
+
+import argparse
+import datetime
+import os
+import sys
+
+# As test/GPU/tp_test.py: before torch and NCCL start.
+os.environ.update({"NCCL_NVLS_ENABLE": "0",
+                   "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+                   "NVSHMEM_DISABLE_NVLS": "1"})
+
+import moe_mlir  # noqa: E402
+from moe_mlir import layers  # noqa: E402
+
+try:
+    import torch
+except ImportError:  # --prepare runs where MLIR is, which has no torch.
+    torch = None
+
+WORLD_SIZE = 2
+# The presets' layers, written out (the GPU machine's moe_mlir has no
+# compiler to read them from; --prepare checks they agree), with the fp8
+# weight scaling each is benchmarked in (None: bf16 weights).
+PRESETS = {
+    "mixtral-8x7b": (moe_mlir.Layer(
+        4096, 14336, 8, moe_mlir.Router("softmax", 2, renormalize=True)),
+        None),
+    "qwen3-30b-a3b": (moe_mlir.Layer(
+        2048, 768, 128, moe_mlir.Router("softmax", 8, renormalize=True)),
+        None),
+    "deepseek-v3": (moe_mlir.Layer(
+        7168, 2048, 256,
+        moe_mlir.Router("sigmoid", 8, num_groups=8, topk_groups=4,
+                        renormalize=True, routed_scaling_factor=2.5,
+                        num_shared_experts=1), correction_bias=True),
+        "block"),
+}
+TOKENS_MAX = 4096
+# The default target, as test/GPU/tp_test.py: --prepare cannot know the
+# GPU's name.
+TARGET = {"device_name": layers.DEFAULT_DEVICE_NAME,
+          "num_sms": layers.DEFAULT_NUM_SMS}
+SCALE_NAMES = {"block": ("w13_weight_scale_inv", "w2_weight_scale_inv")}
+
+
+def prepare(cache_dir, presets):
+    """Compiles each preset's one-GPU and one-rank bundles."""
+    for name in presets:
+        layer, scaling = PRESETS[name]
+        assert layer == moe_mlir.Layer.preset(name), name
+        for world_size in (1, WORLD_SIZE):
+            path = moe_mlir.layer_bundle(
+                layer.tensor_parallel(world_size, scaling), "bf16",
+                quantization=scaling, cache_dir=cache_dir,
+                tokens_max=TOKENS_MAX, **TARGET)
+            print(f"{name}, {world_size} rank(s): {path}", flush=True)
+
+
+def modules(name, args, group, device):
+    """(one-GPU FusedMoE, sharded FusedMoE) of preset ``name`` with the
+    same random weights on every rank."""
+    from moe_mlir.torch import FusedMoE
+
+    layer, scaling = PRESETS[name]
+    options = {"layer": layer, "device": device, "cache_dir": args.cache,
+               "tokens_max": TOKENS_MAX, **TARGET}
+    if scaling is not None:
+        options.update(dtype=torch.float8_e4m3fn, weight_scaling=scaling)
+    torch.manual_seed(args.seed)  # reset_parameters' weights
+    full = FusedMoE(**options)
+    if layer.correction_bias:
+        with torch.no_grad():
+            full.correction_bias.uniform_(-0.1, 0.1)
+    tp = FusedMoE(**options, tp_group=group)
+    scales = [getattr(full, scale) for scale in SCALE_NAMES.get(scaling, ())]
+    bias = ({"correction_bias": full.correction_bias}
+            if layer.correction_bias else {})
+    tp.load_full_weights(full.w13, full.w2, *scales, **bias)
+    return full, tp
+
+
+def slowest_us(function, flush, group, iterations):
+    """The median µs of ``function`` (a graph replay) on the slowest rank,
+    the ranks started together."""
+    from moe_mlir.testing.timing import time_us
+
+    torch.cuda.synchronize()
+    torch.distributed.barrier(group=group)
+    us = torch.tensor([time_us(function, flush, iterations)], device="cuda")
+    torch.distributed.all_reduce(us, op=torch.distributed.ReduceOp.MAX,
+                                 group=group)
+    return us.item()
+
+
+def bench_preset(name, args, group, device, flush):
+    """The table of one preset, printed by rank 0."""
+    from moe_mlir.testing.tensors import relative_errors
+    from moe_mlir.testing.timing import graphed
+
+    layer, scaling = PRESETS[name]
+    full, tp = modules(name, args, group, device)
+    scales = [getattr(tp, scale) for scale in SCALE_NAMES.get(scaling, ())]
+    generator = torch.Generator(device).manual_seed(args.seed)
+    rank = torch.distributed.get_rank(group)
+    if rank == 0:
+        weights = f"fp8 {scaling} scales" if scaling else "bf16"
+        print(f"\n{name} ({weights}), H={layer.hidden_size}, "
+              f"I={layer.intermediate_size} -> "
+              f"{tp.shard_layer.intermediate_size} per rank, "
+              f"E={layer.num_experts}+{layer.router.num_shared_experts}, "
+              f"top-{layer.router.top_k}; µs per call, slowest rank",
+              flush=True)
+        print(f"{'T':>6} {'one GPU':>9} {'TP=2':>9} {'shard':>9} "
+              f"{'all-red.':>9} {'speedup':>8} {'vs one GPU':>11}",
+              flush=True)
+    for tokens in args.tokens:
+        hidden = torch.randn(tokens, layer.hidden_size, device=device,
+                             generator=generator).to(torch.bfloat16)
+        logits = torch.randn(tokens, layer.num_experts, device=device,
+                             generator=generator)
+        reduced = torch.zeros(tokens, layer.hidden_size,
+                              dtype=torch.bfloat16, device=device)
+        calls = {
+            "one GPU": lambda: full(hidden, logits),
+            "TP=2": lambda: tp(hidden, logits),
+            # The rank's layer through the op, without a group: no
+            # all-reduce.
+            "shard": lambda: torch.ops.moe_mlir.fused_moe(
+                hidden, logits, tp.w13, tp.w2, tp.correction_bias,
+                tp.bundle_path, *scales),
+            # Zeros stay zeros however often they are summed.
+            "all-reduce": lambda: torch.distributed.all_reduce(
+                reduced, group=group),
+        }
+        times, outputs = {}, {}
+        for call, function in calls.items():
+            replay, outputs[call] = graphed(function,
+                                            capture_error_mode="thread_local")
+            times[call] = slowest_us(replay, flush, group, args.iterations)
+            del replay
+        error, _ = relative_errors(outputs["TP=2"], outputs["one GPU"])
+        if rank == 0:
+            print(f"{tokens:>6} {times['one GPU']:>9.1f} "
+                  f"{times['TP=2']:>9.1f} {times['shard']:>9.1f} "
+                  f"{times['all-reduce']:>9.1f} "
+                  f"{times['one GPU'] / times['TP=2']:>7.2f}x "
+                  f"{error:>11.1e}", flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--prepare", action="store_true",
+                        help="compile the bundles into --cache (here, "
+                             "where the compiler is)")
+    parser.add_argument("--cache", default="out/gpu-bundles/tp-bench")
+    parser.add_argument("--presets", default=",".join(PRESETS),
+                        type=lambda text: text.split(","))
+    parser.add_argument("--tokens", default="1,128,1024,4096",
+                        type=lambda text: [int(t) for t in text.split(",")],
+                        help=f"token counts per call, at most {TOKENS_MAX}")
+    parser.add_argument("--iterations", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timeout-s", type=int, default=300,
+                        help="how long a collective waits for a peer")
+    args = parser.parse_args()
+    unknown = [name for name in args.presets if name not in PRESETS]
+    if unknown:
+        parser.error(f"unknown presets {unknown} ({', '.join(PRESETS)})")
+    if not all(1 <= tokens <= TOKENS_MAX for tokens in args.tokens):
+        parser.error(f"token counts must be in [1, {TOKENS_MAX}]")
+    if args.prepare:
+        prepare(args.cache, args.presets)
+        return 0
+    if torch is None:
+        parser.error("torch is needed (all but --prepare run on the GPUs)")
+    if "LOCAL_RANK" not in os.environ:
+        parser.error("run under torchrun: python3 -m torch.distributed.run "
+                     f"--standalone --nproc-per-node {WORLD_SIZE} "
+                     f"{sys.argv[0]}")
+
+    from moe_mlir.testing.timing import flush_buffer
+    from moe_mlir.torch import unload_bundles
+
+    device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+    torch.cuda.set_device(device)
+    torch.distributed.init_process_group(
+        "nccl", timeout=datetime.timedelta(seconds=args.timeout_s),
+        device_id=device)
+    world_size = torch.distributed.get_world_size()
+    if world_size != WORLD_SIZE:
+        parser.error(f"{WORLD_SIZE} ranks needed, torchrun started "
+                     f"{world_size}")
+    group = torch.distributed.new_group(list(range(world_size)))
+    if torch.distributed.get_rank() == 0:
+        print(f"tp_bench: torch {torch.__version__}, {world_size} x "
+              f"{torch.cuda.get_device_name(device)}, NCCL "
+              f"{'.'.join(map(str, torch.cuda.nccl.version()))}", flush=True)
+    flush = flush_buffer(device)
+    for name in args.presets:
+        bench_preset(name, args, group, device, flush)
+        unload_bundles()  # their workspaces
+        torch.cuda.empty_cache()
+    torch.distributed.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
