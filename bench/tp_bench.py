@@ -27,14 +27,12 @@ starts). The GPU machine has no compiler, so the bundles come from here:
 """
 
 import argparse
-import datetime
-import os
 import sys
 
-# As test/GPU/tp_test.py: before torch and NCCL start.
-os.environ.update({"NCCL_NVLS_ENABLE": "0",
-                   "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-                   "NVSHMEM_DISABLE_NVLS": "1"})
+from moe_mlir.testing.distributed import (disable_multicast, init_nccl,
+                                          require_torchrun)
+
+disable_multicast()  # before torch is imported
 
 import moe_mlir  # noqa: E402
 from moe_mlir import layers  # noqa: E402
@@ -201,19 +199,12 @@ def main():
         return 0
     if torch is None:
         parser.error("torch is needed (all but --prepare run on the GPUs)")
-    if "LOCAL_RANK" not in os.environ:
-        parser.error("run under torchrun: python3 -m torch.distributed.run "
-                     f"--standalone --nproc-per-node {WORLD_SIZE} "
-                     f"{sys.argv[0]}")
+    require_torchrun(parser, WORLD_SIZE)
 
     from moe_mlir.testing.timing import flush_buffer
     from moe_mlir.torch import unload_bundles
 
-    device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
-    torch.cuda.set_device(device)
-    torch.distributed.init_process_group(
-        "nccl", timeout=datetime.timedelta(seconds=args.timeout_s),
-        device_id=device)
+    device = init_nccl(args.timeout_s)
     world_size = torch.distributed.get_world_size()
     if world_size != WORLD_SIZE:
         parser.error(f"{WORLD_SIZE} ranks needed, torchrun started "

@@ -54,18 +54,14 @@ The GPU machine has no compiler, so the bundles come from here:
 
 import argparse
 import dataclasses
-import datetime
 import os
 import sys
 import time
 
-# NCCL reads these when it creates a communicator, torch's symmetric
-# memory and NVSHMEM when they start: before any of that, and before
-# torch is imported.
-MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0",
-                 "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-                 "NVSHMEM_DISABLE_NVLS": "1"}
-os.environ.update(MULTICAST_OFF)
+from moe_mlir.testing.distributed import (MULTICAST_OFF, disable_multicast,
+                                          init_nccl, require_torchrun)
+
+disable_multicast()  # before torch is imported
 
 import moe_mlir  # noqa: E402
 from moe_mlir import layers  # noqa: E402
@@ -426,12 +422,7 @@ def run(args):
     """The checks on this rank; returns the exit code."""
     from moe_mlir.torch import FusedExperts, FusedMoE
 
-    local_rank = int(os.environ["LOCAL_RANK"])
-    device = torch.device("cuda", local_rank)
-    torch.cuda.set_device(device)
-    torch.distributed.init_process_group(
-        "nccl", timeout=datetime.timedelta(seconds=args.timeout_s),
-        device_id=device)
+    device = init_nccl(args.timeout_s)
     rank = torch.distributed.get_rank()
     results = RankResults(rank)
     world_size = torch.distributed.get_world_size()
@@ -490,10 +481,7 @@ def main():
         return 0
     if torch is None:
         parser.error("torch is needed (all but --prepare run on the GPUs)")
-    if "LOCAL_RANK" not in os.environ:
-        parser.error("run under torchrun: python3 -m torch.distributed.run "
-                     f"--standalone --nproc-per-node {WORLD_SIZE} "
-                     f"{sys.argv[0]}")
+    require_torchrun(parser, WORLD_SIZE)
     return run(args)
 
 

@@ -4,6 +4,7 @@ They run bundles through moe_mlir.Bundle; this package holds the rest:
 
     bundles     the GPU test bundles' specs (test/GPU/bundles.json)
     compiler    moe-compile run as a program (the static one travels)
+    distributed multicast off, torchrun and NCCL for the multi-GPU scripts
     tune_space  the layer to tune (preset, file or sizes), the tuner's
                 candidate configs compiled, and its config database
     results     the GPU module tests' PASS/FAIL checks and command line
@@ -17,7 +18,7 @@ They run bundles through moe_mlir.Bundle; this package holds the rest:
     timing      CUDA-event timing with the L2 flushed, CUDA graphs, the floor
     tuner       the tuner (tools/moe-tune) as a call: tune_layer
 
-The first four need no torch, so that they run where the compiler is
+The first five need no torch, so that they run where the compiler is
 (which has no torch): importing them, or this package, imports none of it.
 The others import torch. On the GPU machine scripts/gpu-run.sh builds the
 package (runtime only) and puts it on PYTHONPATH; by hand:
