@@ -553,10 +553,12 @@ void WgmmaGroupedMatmulEmitter::forEachColumnTile(
   int64_t perTile = outputColumnsPerBlock / 4;
   Type outputElement =
       cast<RankedTensorType>(op.getOutput().getType()).getElementType();
-  Value undefined = arith::ConstantOp::create(
+  // What the loop carries into its first tiles, which the last never reads
+  // (they shift out before it).
+  Value unread = arith::ConstantOp::create(
       b, DenseElementsAttr::get(VectorType::get({2}, outputElement),
                                 b.getFloatAttr(outputElement, 0.0)));
-  SmallVector<Value> init((columnTilesPerTile - 1) * perTile, undefined);
+  SmallVector<Value> init((columnTilesPerTile - 1) * perTile, unread);
   wb.loop(wb.index(0), wb.index(columnTilesPerTile), init,
           [&](Value index, ValueRange carried) -> SmallVector<Value> {
             Tile column = columnTileOf(tile, index);
