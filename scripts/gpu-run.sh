@@ -26,16 +26,17 @@
 # options after the mode); `fp8` runs only the FP8 tests (the experts
 # bundles, and FusedMoE/FusedExperts with fp8 weights) and their sanitizer
 # pass (also part of `tests`); `fp8-bench` the FP8 benchmark
-# (bench/fp8_bench.py, its options after the mode). `tp` runs the
+# (bench/fp8_bench.py, its options after the mode); `mxfp4` the MXFP4
+# experts test and its sanitizer pass (also part of `tests`). `tp` runs the
 # tensor-parallel test (test/GPU/tp_test.py) and `tp-bench` its benchmark
 # (bench/tp_bench.py, its options after the mode), each as two processes
 # under torchrun, on a machine with two GPUs (the nvidia-h200-x2 kind).
 #
-#   scripts/gpu-run.sh [tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench|fp8|fp8-bench|tp|tp-bench] [router benchmark options]
+#   scripts/gpu-run.sh [tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench|fp8|fp8-bench|mxfp4|tp|tp-bench] [router benchmark options]
 set -uo pipefail
 what=${1:-all}
 shift || true
-modes="tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench|fp8|fp8-bench|tp|tp-bench"
+modes="tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench|fp8|fp8-bench|mxfp4|tp|tp-bench"
 if [[ ! $what =~ ^($modes)$ ]]; then
   echo "usage: $0 [$modes] [router benchmark options]" >&2
   exit 2
@@ -129,6 +130,12 @@ if [[ $what == tests || $what == all || $what == fp8 ]]; then
     python3 test/GPU/fp8_test.py --tokens 7,300 --only fp8-block-experts
 fi
 [[ $what == fp8 ]] && exit $status
+if [[ $what == tests || $what == all || $what == mxfp4 ]]; then
+  step mxfp4-tests 300 python3 test/GPU/mxfp4_test.py
+  step mxfp4-sanitizer 300 compute-sanitizer --tool memcheck --error-exitcode 1 \
+    python3 test/GPU/mxfp4_test.py --tokens 7,300 --only mxfp4-experts
+fi
+[[ $what == mxfp4 ]] && exit $status
 if [[ $what == tests || $what == all ]]; then
   step runtime-tests 300 build-runtime/bin/MoeRuntimeTests
   step routing-tests 400 python3 test/GPU/routing_test.py

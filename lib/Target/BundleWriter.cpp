@@ -70,6 +70,10 @@ llvm::Expected<std::string> dtypeName(Type type) {
     return std::string("i32");
   if (isa<Float8E4M3FNType>(type))
     return std::string("f8e4m3");
+  // Raw bytes: packed MXFP4 weights (i8, two e2m1 codes each) and their
+  // e8m0 scales, which the kernels decode themselves.
+  if (type.isSignlessInteger(8) || isa<Float8E8M0FNUType>(type))
+    return std::string("u8");
   std::string text;
   llvm::raw_string_ostream os(text);
   os << "no bundle element type for " << type;

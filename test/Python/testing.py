@@ -15,7 +15,7 @@ root, moe_compile, work = sys.argv[1:4]
 
 specs = bundles.load_specs(os.path.join(root, "test", "GPU"))
 print(sorted({spec["kind"] for spec in specs}))
-# CHECK: ['experts', 'fp8-experts', 'gemm', 'layer', 'router', 'routing']
+# CHECK: ['experts', 'fp8-experts', 'gemm', 'layer', 'mxfp4-experts', 'router', 'routing']
 print(bundles.bundle_path("out/gpu-bundles", specs[0]))
 # CHECK: out/gpu-bundles/routing-mixtral.moeb
 

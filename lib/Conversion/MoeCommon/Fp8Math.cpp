@@ -1,4 +1,4 @@
-//===- Fp8Math.cpp - e4m3 encoding and decoding as arith ops --------------===//
+//===- Fp8Math.cpp - 8- and 4-bit float codes as arith ops ----------------===//
 
 #include "moe/Conversion/MoeCommon/Fp8Math.h"
 
@@ -110,6 +110,28 @@ Value mlir::moe::emitF32FromE4M3(OpBuilder &b, Location loc, Value code) {
       bb.i32(0x7FC00000), magnitude);
   Value sign = bb.shli(bb.andi(bits, 0x80), 24);
   return bb.toFloat(bb.ori(magnitude, sign));
+}
+
+Value mlir::moe::emitF32FromE2M1(OpBuilder &b, Location loc, Value nibble) {
+  BitBuilder bb{b, loc};
+  // The exponent and mantissa bits (3) placed at f32's exponent LSB and
+  // first mantissa bit read as 2^-126 times the e2m1 magnitude (code 1, the
+  // subnormal 0.5, as the f32 subnormal 2^-127); 2^126 scales it exactly.
+  Value bits =
+      bb.ori(bb.shli(bb.andi(nibble, 8), 28), bb.shli(bb.andi(nibble, 7), 22));
+  return arith::MulFOp::create(b, loc, bb.toFloat(bits), bb.f32(0x1p126f));
+}
+
+Value mlir::moe::emitF32FromE8M0(OpBuilder &b, Location loc, Value code) {
+  BitBuilder bb{b, loc};
+  Value exponent = arith::ExtUIOp::create(b, loc, b.getI32Type(), code);
+  // 2^(e - 127) is f32's normal e for e in [1, 254]; 0 is the subnormal
+  // 2^-127 and 0xFF NaN.
+  Value normal = bb.shli(exponent, 23);
+  Value value = bb.select(bb.cmpi(arith::CmpIPredicate::eq, exponent, 0),
+                          bb.i32(0x00400000), normal);
+  return bb.toFloat(bb.select(bb.cmpi(arith::CmpIPredicate::eq, exponent, 0xFF),
+                              bb.i32(0x7FC00000), value));
 }
 
 Value mlir::moe::emitQuantizationScale(OpBuilder &b, Location loc, Value amax) {

@@ -54,7 +54,7 @@ namespace {
 
 /// Whether the wgmma kernel can run `op` under `config`; else says why.
 LogicalResult checkWgmmaConfig(GroupedMatmulOp op, GemmConfigAttr config) {
-  int64_t elementBytes = op.getWeightsType().getElementTypeBitWidth() / 8;
+  int64_t elementBytes = getTileElementBytes(op);
   int64_t blockN = config.getBlockN();
   auto fail = [&](const Twine &why) {
     return op.emitOpError()
@@ -99,6 +99,9 @@ LogicalResult checkWgmmaConfig(GroupedMatmulOp op, GemmConfigAttr config) {
       return fail("weight boxes of " + Twine(boxRows) + " rows must tile the " +
                   Twine(scaleBlock) + "-row scale blocks");
   }
+  if (hasPackedWeights(op) && !config.getWarpSpecialized())
+    return fail("mxfp4 weights need warp_specialized (its producer decodes "
+                "them)");
   if (config.getTmaA() != (op.getInputOrder() == RowOrder::sorted))
     return fail("tma_a must be set exactly for sorted input rows");
   if (!config.getTmaB())
@@ -109,24 +112,25 @@ LogicalResult checkWgmmaConfig(GroupedMatmulOp op, GemmConfigAttr config) {
 /// Whether the op has the descriptors moe-tma made for `config`, with the
 /// boxes the kernel's tiles have.
 LogicalResult checkTensorMaps(GroupedMatmulOp op, GemmConfigAttr config) {
-  auto checkMap = [&](Value map, StringRef name,
-                      ArrayRef<int64_t> box) -> LogicalResult {
+  auto checkMap = [&](Value map, StringRef name, Value source,
+                      ArrayRef<int64_t> box, int64_t swizzle) -> LogicalResult {
     if (!map)
       return op.emitOpError() << "has no " << name
                               << " for its config's TMA loads (run moe-tma)";
-    auto expected = TensorMapType::get(op.getContext(),
-                                       op.getWeightsType().getElementType(),
-                                       box, kSwizzleBytes);
+    auto expected = TensorMapType::get(
+        op.getContext(), getElementTypeOrSelf(source.getType()), box, swizzle);
     if (map.getType() != expected)
       return op.emitOpError() << "expects its " << name << " to be " << expected
                               << " for " << config << ", got " << map.getType();
     return success();
   };
-  if (failed(checkMap(op.getWeightsMap(), "weights_map",
-                      getWeightsTmaBox(op, config))))
+  if (failed(checkMap(op.getWeightsMap(), "weights_map", op.getWeights(),
+                      getWeightsTmaBox(op, config),
+                      getWeightsSwizzleBytes(op, config))))
     return failure();
   if (config.getTmaA())
-    return checkMap(op.getInputMap(), "input_map", getInputTmaBox(config));
+    return checkMap(op.getInputMap(), "input_map", op.getInput(),
+                    getInputTmaBox(config), kSwizzleBytes);
   return success();
 }
 
@@ -173,9 +177,10 @@ LogicalResult mlir::moe::detail::emitGroupedMatmul(PlanBuilder &plan,
                                  "(bf16/f16/fp8, rows of 16-byte multiples, a "
                                  "power-of-two block_m in [16, 256])";
     if (op.getQuantizationAttr())
-      return op.emitOpError() << "has fp8 operands, which only the "
+      return op.emitOpError() << "has quantized operands, which only the "
                                  "tensor-core kernel runs (rows of 16-byte "
-                                 "multiples, a power-of-two block_m)";
+                                 "multiples, a power-of-two block_m; bf16 "
+                                 "input rows for mxfp4 weights)";
     return emitSimtGroupedMatmul(plan, builder, op);
   }
   if (GemmConfigAttr config = op.getConfigAttr()) {

@@ -84,6 +84,10 @@ namespace {
 
 /// Row blocks per group of the tile order (see tileAt).
 constexpr int64_t kRasterRowBlocks = 16;
+/// MXFP4 decoding: a row of a K tile is 8 chunks of 16 decoded bytes, so
+/// the producer warpgroup's 128 threads decode 16 rows per pass.
+constexpr int64_t kDecodeChunks = kSwizzleBytes / kCopyBytes;
+constexpr int64_t kDecodeRowsPerPass = kWarpgroupThreads / kDecodeChunks;
 
 /// One tile of the grid, (row block, N tile, K split), as a block sees it.
 struct Tile {
@@ -162,9 +166,11 @@ private:
                          function_ref<Value(const Tile &)> multiply);
   std::pair<Value, Value> slotOf(const Tile &tile, Value rowInBlock);
   // Stage loads.
-  Value sharedView(ArrayRef<int64_t> shape, Value byteOffset);
+  Value sharedView(ArrayRef<int64_t> shape, Value byteOffset,
+                   Type type = Type());
   Value rowTileOffset(Value stage);
   Value weightBoxOffset(Value stage, int64_t box);
+  Value packedBoxOffset(Value stage, int64_t box);
   Value tensorMapDescriptor(Value map, Value argument);
   void setUpGathers(Tile &tile);
   GatherSources gatherSources(const Tile &tile);
@@ -173,6 +179,7 @@ private:
   void gatherRows(const Tile &tile, Value stage, Value k0,
                   ArrayRef<std::pair<Value, Value>> sources);
   void awaitGathers(int64_t pendingGroups);
+  void fenceAsyncProxy();
   // The ring.
   Value ringCount(const Tile &tile, Value step);
   Value stageOf(const Tile &tile, Value step);
@@ -200,6 +207,11 @@ private:
   void emitWarpSpecialized(const Tile &tile);
   void emitProducer(const Tile &tile);
   void produce(const Tile &tile, const GatherSources &sources);
+  void waitEmpty(const Tile &tile, Value step);
+  // MXFP4 weights, decoded by the producer.
+  void producePacked(const Tile &tile, const GatherSources &sources);
+  SmallVector<Value> loadMxScales(const Tile &tile, Value step);
+  void decodeStage(const Tile &tile, Value step, ValueRange scales);
   void emitConsumer(const Tile &tile, Value consumer);
   // The accumulators' way out.
   Value scaleWholeSums(const Tile &tile, Value accumulators);
@@ -225,9 +237,11 @@ private:
   int64_t elementBytes, blockN, blockK, splits;
   /// K elements of one wgmma: 32 bytes of each operand.
   int64_t wgmmaK;
-  /// FP8 scaling, and whether per 128 x 128 weight block (promotion).
+  /// Quantized operands; whether they are fp8 (scaled sums), scaled per
+  /// 128 x 128 weight block (promotion), or packed MXFP4 weights that the
+  /// producer decodes into the stages' weight tiles.
   QuantizationAttr quantization;
-  bool blockScaled;
+  bool fp8, blockScaled, packed;
   bool warpSpecialized;
   /// Consumer warpgroups; each takes one wgmma's rows of the block
   /// (warpgroup w rows [64 w, 64 w + 64)), all against the block's one
@@ -242,7 +256,10 @@ private:
   int64_t outputColumnsPerBlock;
   /// Weight box rows (moe-tma's weight box) and boxes per stage.
   int64_t boxRows, numBoxes;
-  int64_t rowTileBytes, weightTileBytes, stageTmaBytes, sharedBytes;
+  /// Stage bytes: the row tile, the weight tile (decoded, for MXFP4), the
+  /// packed MXFP4 weight tile, and what TMA brings in on `full`.
+  int64_t rowTileBytes, weightTileBytes, packedTileBytes, stageTmaBytes,
+      sharedBytes;
   int64_t numColumnTiles, numKTiles;
   /// Column tiles per block tile (more than one when a quantization group
   /// spans several), block tiles across the columns, and, with a fused
@@ -265,8 +282,9 @@ private:
   Value numTokens, routedSlots, sharedBase, weightMap, rowMap;
   Value tid, warp, lane, loader, leader;
   /// `full[s]`: stage s holds its K tile. Warp-specialized, `empty[s]`: the
-  /// consumers are done with stage s.
-  Value full, empty;
+  /// consumers are done with stage s. MXFP4, `staged[s]`: the packed weight
+  /// tile of stage s is in.
+  Value full, empty, staged;
 };
 
 WgmmaGroupedMatmulEmitter::WgmmaGroupedMatmulEmitter(
@@ -275,13 +293,13 @@ WgmmaGroupedMatmulEmitter::WgmmaGroupedMatmulEmitter(
     : GemmShape(op), plan(plan), builder(builder), op(op), config(config),
       epilogueQuantize(epilogueQuantize), ring{config.getNumStages()},
       b(op.getLoc(), op.getContext()) {
-  RankedTensorType weightsType = op.getWeightsType();
-  elementType = weightsType.getElementType();
-  elementBytes = weightsType.getElementTypeBitWidth() / 8;
+  elementType = getTileElementType(op);
+  elementBytes = getTileElementBytes(op);
   wgmmaK = kWgmmaKBytes / elementBytes;
   quantization = op.getQuantizationAttr();
-  blockScaled =
-      quantization && quantization.getWeights() == WeightScaling::block;
+  fp8 = quantization && !quantization.isWeightOnly();
+  blockScaled = hasBlockScales(op);
+  packed = hasPackedWeights(op);
   blockN = config.getBlockN();
   blockK = config.getBlockK();
   splits = config.getSplitK();
@@ -296,8 +314,11 @@ WgmmaGroupedMatmulEmitter::WgmmaGroupedMatmulEmitter(
   numBoxes = 1 + gated;
   rowTileBytes = tileRows * blockK * elementBytes;
   weightTileBytes = blockN * blockK * elementBytes;
-  stageTmaBytes = weightTileBytes + (tokenInput ? 0 : rowTileBytes);
-  sharedBytes = ring.stages * (rowTileBytes + weightTileBytes);
+  packedTileBytes = packed ? blockN * blockK * getWeightBits(op) / 8 : 0;
+  stageTmaBytes =
+      (packed ? 0 : weightTileBytes) + (tokenInput ? 0 : rowTileBytes);
+  sharedBytes =
+      ring.stages * (rowTileBytes + weightTileBytes + packedTileBytes);
   numColumnTiles = llvm::divideCeil(columns, outputColumnsPerBlock);
   numKTiles = llvm::divideCeil(k, blockK);
   quantizeGroup = epilogueQuantize && !epilogueQuantize.getScale()
@@ -322,14 +343,15 @@ gpu::GPUFuncOp WgmmaGroupedMatmulEmitter::declareKernel() {
   sortedIdsArg = args.add(sortedIds);
   expertIdsArg = args.add(expertIds);
   numPaddedArg = args.add(plan.use(op.getNumPadded()));
-  if (quantization) {
+  if (fp8) {
     unsigned scales = plan.use(op.getInputScales());
     plan.refineInput(scales, {tokenInput ? plan.tokens() : capacity,
                               PlanBuilder::constant(llvm::divideCeil(
                                   k, quantization.getActivationGroupSize(k)))});
     inputScalesArg = args.add(scales);
-    weightScalesArg = args.add(plan.use(op.getWeightScales()));
   }
+  weightScalesArg = args.addIf(static_cast<bool>(quantization),
+                               [&] { return plan.use(op.getWeightScales()); });
   // Split K: the splits' partial sums go to workspaces that the reduction
   // kernel adds (SplitK.cpp); it takes the routed weights and the output.
   if (splits > 1) {
@@ -410,13 +432,19 @@ void WgmmaGroupedMatmulEmitter::setUpKernel(gpu::GPUFuncOp kernel) {
   empty = warpSpecialized
               ? Value(nvgpu::MBarrierCreateOp::create(b, barrierGroup))
               : Value();
+  staged = packed ? Value(nvgpu::MBarrierCreateOp::create(b, barrierGroup))
+                  : Value();
 }
 
 /// Initialises the barriers before any thread uses them: once per block, by
 /// the blocks that have a tile.
 void WgmmaGroupedMatmulEmitter::initRing() {
-  int64_t fullArrivals =
-      warpSpecialized && tokenInput ? kWarpgroupThreads + 1 : 1;
+  // The leader's arrival with the bytes TMA brings in (when it brings any
+  // or nothing else arrives), and each producer thread's once its gathered
+  // rows or decoded weights are in.
+  bool producerReports = warpSpecialized && (tokenInput || packed);
+  int64_t fullArrivals = (stageTmaBytes > 0 || !producerReports) +
+                         (producerReports ? kWarpgroupThreads : 0);
   wb.ifThen(leader, [&] {
     nvgpu::TmaPrefetchOp::create(b, weightMap, Value());
     if (rowMap)
@@ -428,6 +456,9 @@ void WgmmaGroupedMatmulEmitter::initRing() {
         nvgpu::MBarrierInitOp::create(b, empty,
                                       wb.index(warpgroups * kWarpgroupThreads),
                                       wb.index(stage), Value());
+      if (staged)
+        nvgpu::MBarrierInitOp::create(b, staged, wb.index(1), wb.index(stage),
+                                      Value());
     }
   });
   gpu::BarrierOp::create(b);
@@ -595,7 +626,7 @@ Value WgmmaGroupedMatmulEmitter::emitTile(Value tileIndex, Value numRowBlocks,
       initRing();
     setUpGathers(tile);
     setUpDescriptors(tile);
-    if (quantization)
+    if (fp8)
       setUpScaleRows(tile);
     if (warpSpecialized)
       emitWarpSpecialized(tile);
@@ -615,10 +646,12 @@ Value WgmmaGroupedMatmulEmitter::emitTile(Value tileIndex, Value numRowBlocks,
 //===----------------------------------------------------------------------===//
 
 Value WgmmaGroupedMatmulEmitter::sharedView(ArrayRef<int64_t> shape,
-                                            Value byteOffset) {
-  auto type = MemRefType::get(shape, elementType, MemRefLayoutAttrInterface(),
-                              b.getI64IntegerAttr(kSharedAddressSpace));
-  return memref::ViewOp::create(b, type, sharedBase, byteOffset, ValueRange());
+                                            Value byteOffset, Type type) {
+  auto viewType = MemRefType::get(shape, type ? type : elementType,
+                                  MemRefLayoutAttrInterface(),
+                                  b.getI64IntegerAttr(kSharedAddressSpace));
+  return memref::ViewOp::create(b, viewType, sharedBase, byteOffset,
+                                ValueRange());
 }
 
 Value WgmmaGroupedMatmulEmitter::rowTileOffset(Value stage) {
@@ -632,15 +665,26 @@ Value WgmmaGroupedMatmulEmitter::weightBoxOffset(Value stage, int64_t box) {
                box * boxRows * blockK * elementBytes));
 }
 
+/// MXFP4: the packed tiles follow the weight tiles, box after box.
+Value WgmmaGroupedMatmulEmitter::packedBoxOffset(Value stage, int64_t box) {
+  return arith::AddIOp::create(
+      b, arith::MulIOp::create(b, stage, wb.index(packedTileBytes)),
+      wb.index(ring.stages * (rowTileBytes + weightTileBytes) +
+               box * packedTileBytes / numBoxes));
+}
+
 /// The nvgpu view of a map kernel argument: TMA copies of its boxes.
 Value WgmmaGroupedMatmulEmitter::tensorMapDescriptor(Value map,
                                                      Value argument) {
+  auto mapType = cast<TensorMapType>(map.getType());
   auto type = nvgpu::TensorMapDescriptorType::get(
       b.getContext(),
-      MemRefType::get(cast<TensorMapType>(map.getType()).getBox(), elementType,
+      MemRefType::get(mapType.getBox(), mapType.getElementType(),
                       MemRefLayoutAttrInterface(),
                       b.getI64IntegerAttr(kSharedAddressSpace)),
-      nvgpu::TensorMapSwizzleKind::SWIZZLE_128B,
+      mapType.getSwizzle() == kSwizzleBytes
+          ? nvgpu::TensorMapSwizzleKind::SWIZZLE_128B
+          : nvgpu::TensorMapSwizzleKind::SWIZZLE_NONE,
       nvgpu::TensorMapL2PromoKind::L2PROMO_256B,
       nvgpu::TensorMapOOBKind::OOB_ZERO,
       nvgpu::TensorMapInterleaveKind::INTERLEAVE_NONE);
@@ -687,9 +731,24 @@ void WgmmaGroupedMatmulEmitter::loadStage(
   Value k0 = arith::MulIOp::create(
       b, arith::AddIOp::create(b, tile.firstStep, step), wb.index(blockK));
   wb.ifThen(leader, [&] {
-    nvgpu::MBarrierArriveExpectTxOp::create(b, full, wb.index(stageTmaBytes),
-                                            stage, Value());
-    for (int64_t box = 0; box < numBoxes; ++box)
+    if (stageTmaBytes > 0)
+      nvgpu::MBarrierArriveExpectTxOp::create(b, full, wb.index(stageTmaBytes),
+                                              stage, Value());
+    if (packed) {
+      // Packed MXFP4 boxes arrive on `staged`, for the producer to decode.
+      nvgpu::MBarrierArriveExpectTxOp::create(
+          b, staged, wb.index(packedTileBytes), stage, Value());
+      for (int64_t box = 0; box < numBoxes; ++box)
+        nvgpu::TmaAsyncLoadOp::create(
+            b,
+            sharedView({1, boxRows, blockK / 2}, packedBoxOffset(stage, box),
+                       b.getI8Type()),
+            staged, weightMap,
+            ValueRange{arith::DivUIOp::create(b, k0, wb.index(2)),
+                       boxFirstRow(tile, box), tile.expert},
+            stage, Value(), Value());
+    }
+    for (int64_t box = 0; box < numBoxes && !packed; ++box)
       nvgpu::TmaAsyncLoadOp::create(
           b, sharedView({1, boxRows, blockK}, weightBoxOffset(stage, box)),
           full, weightMap, ValueRange{k0, boxFirstRow(tile, box), tile.expert},
@@ -733,6 +792,12 @@ void WgmmaGroupedMatmulEmitter::gatherRows(
 /// are in shared memory, ordered before the tensor cores' reads.
 void WgmmaGroupedMatmulEmitter::awaitGathers(int64_t pendingGroups) {
   NVVM::CpAsyncWaitGroupOp::create(b, pendingGroups);
+  fenceAsyncProxy();
+}
+
+/// Orders this thread's shared-memory writes before the async proxy's
+/// (wgmma's) reads that a barrier releases.
+void WgmmaGroupedMatmulEmitter::fenceAsyncProxy() {
   NVVM::FenceProxyOp::create(
       b,
       NVVM::ProxyKindAttr::get(b.getContext(), NVVM::ProxyKind::async_shared),
@@ -1093,7 +1158,7 @@ void WgmmaGroupedMatmulEmitter::emitWarpSpecialized(const Tile &tile) {
   // the barrier has moved on two phases, which an idle thread could let
   // happen (and then wait forever). Gathering threads cannot fall behind:
   // every K tile needs their arrival on `full`.
-  if (!tokenInput)
+  if (!tokenInput && !packed)
     producer = arith::AndIOp::create(b, producer, leader);
   wb.ifThen(producer, [&] { emitProducer(tile); });
   wb.ifThen(
@@ -1110,12 +1175,30 @@ void WgmmaGroupedMatmulEmitter::emitProducer(const Tile &tile) {
   GatherSources sources;
   if (tokenInput)
     sources = gatherSources(tile);
+  auto produceColumn = [&](const Tile &column) {
+    if (packed)
+      producePacked(column, sources);
+    else
+      produce(column, sources);
+  };
   if (columnTilesPerTile == 1) {
-    produce(tile, sources);
+    produceColumn(tile);
     return;
   }
   wb.loop(wb.index(0), wb.index(columnTilesPerTile),
-          [&](Value index) { produce(columnTileOf(tile, index), sources); });
+          [&](Value index) { produceColumn(columnTileOf(tile, index)); });
+}
+
+/// Waits until the consumers are done with the stage K tile `step` takes
+/// (from the ring's second round on).
+void WgmmaGroupedMatmulEmitter::waitEmpty(const Tile &tile, Value step) {
+  wb.ifThen(wb.cmpi(arith::CmpIPredicate::uge, ringCount(tile, step),
+                    wb.index(ring.stages)),
+            [&] {
+              nvgpu::MBarrierTryWaitParityOp::create(
+                  b, empty, parityOf(tile, step, -1),
+                  wb.index(kMbarrierWaitTicks), stageOf(tile, step));
+            });
 }
 
 /// The producer's K loop of one column tile.
@@ -1126,13 +1209,7 @@ void WgmmaGroupedMatmulEmitter::produce(const Tile &tile,
     nvgpu::MBarrierArriveOp::create(b, full, stageOf(tile, step));
   };
   wb.loop(wb.index(0), tile.numSteps, [&](Value step) {
-    wb.ifThen(wb.cmpi(arith::CmpIPredicate::uge, ringCount(tile, step),
-                      wb.index(ring.stages)),
-              [&] {
-                nvgpu::MBarrierTryWaitParityOp::create(
-                    b, empty, parityOf(tile, step, -1),
-                    wb.index(kMbarrierWaitTicks), stageOf(tile, step));
-              });
+    waitEmpty(tile, step);
     loadStage(tile, step, sources);
     if (!tokenInput)
       return;
@@ -1149,6 +1226,166 @@ void WgmmaGroupedMatmulEmitter::produce(const Tile &tile,
       b, arith::MaxSIOp::create(b, tile.numSteps, wb.index(lag)),
       wb.index(lag));
   wb.loop(first, tile.numSteps, [&](Value step) { reportRows(step); });
+}
+
+/// MXFP4: every producer thread runs `lag` K tiles past the split's. K tile
+/// `step` first waits for its stage and has its loads issued (the leader's
+/// TMA of the packed weights on `staged`, the rows) and the thread's weight
+/// scales loaded into registers; `lag` tiles later the thread decodes its
+/// share of the packed tile into the stage's weight tile and reports the
+/// stage on `full`, with its gathered rows. The loop carries the scales of
+/// the `lag` tiles in between, whose load latency they hide.
+void WgmmaGroupedMatmulEmitter::producePacked(const Tile &tile,
+                                              const GatherSources &sources) {
+  int64_t lag = ring.stages - 2;
+  int64_t perStep = blockN / kDecodeRowsPerPass;
+  SmallVector<Value> init(lag * perStep, wb.i32(0));
+  Value lastStep = arith::SubIOp::create(b, tile.numSteps, wb.index(1));
+  wb.loop(
+      wb.index(0), arith::AddIOp::create(b, tile.numSteps, wb.index(lag)), init,
+      [&](Value step, ValueRange carried) -> SmallVector<Value> {
+        wb.ifThen(wb.cmpi(arith::CmpIPredicate::ult, step, tile.numSteps), [&] {
+          waitEmpty(tile, step);
+          loadStage(tile, step, sources);
+        });
+        // Past the split, the scales of its last K tile again (unused).
+        SmallVector<Value> scales =
+            loadMxScales(tile, arith::MinUIOp::create(b, step, lastStep));
+        // One cp.async group per K tile, empty past the split, keeps the
+        // group counts uniform.
+        if (tokenInput)
+          NVVM::CpAsyncCommitGroupOp::create(b);
+        wb.ifThen(wb.cmpi(arith::CmpIPredicate::uge, step, wb.index(lag)), [&] {
+          Value decoded = arith::SubIOp::create(b, step, wb.index(lag));
+          if (tokenInput)
+            NVVM::CpAsyncWaitGroupOp::create(b, lag);
+          nvgpu::MBarrierTryWaitParityOp::create(
+              b, staged, parityOf(tile, decoded, 0),
+              wb.index(kMbarrierWaitTicks), stageOf(tile, decoded));
+          decodeStage(tile, decoded, carried.take_front(perStep));
+          fenceAsyncProxy();
+          nvgpu::MBarrierArriveOp::create(b, full, stageOf(tile, decoded));
+        });
+        SmallVector<Value> next(carried.drop_front(perStep));
+        llvm::append_range(next, scales);
+        return next;
+      });
+}
+
+/// The e8m0 weight scales of the rows and K block this thread decodes in K
+/// tile `step` (decodeStage), as i32; rows past N and K blocks past K take
+/// 127 (2^0), since they decode TMA's zero fill.
+SmallVector<Value> WgmmaGroupedMatmulEmitter::loadMxScales(const Tile &tile,
+                                                           Value step) {
+  auto scalesType = cast<MemRefType>(weightScales.getType());
+  int64_t rowsOfN = scalesType.getDimSize(1),
+          kBlocks = scalesType.getDimSize(2);
+  int64_t valuesPerChunk = kCopyBytes / elementBytes;
+  Value chunk = arith::RemUIOp::create(b, loader, wb.index(kDecodeChunks));
+  Value kBlock = arith::AddIOp::create(
+      b,
+      arith::MulIOp::create(b, arith::AddIOp::create(b, tile.firstStep, step),
+                            wb.index(blockK / quantization.getBlockSize())),
+      arith::DivUIOp::create(
+          b, arith::MulIOp::create(b, chunk, wb.index(valuesPerChunk)),
+          wb.index(quantization.getBlockSize())));
+  Value kValid = wb.cmpi(arith::CmpIPredicate::ult, kBlock, wb.index(kBlocks));
+  Value firstRow = arith::DivUIOp::create(b, loader, wb.index(kDecodeChunks));
+  SmallVector<Value> scales;
+  for (int64_t pass = 0; pass < blockN / kDecodeRowsPerPass; ++pass) {
+    int64_t tileRow = pass * kDecodeRowsPerPass;
+    Value n = arith::AddIOp::create(
+        b, boxFirstRow(tile, tileRow / boxRows),
+        arith::AddIOp::create(b, firstRow, wb.index(tileRow % boxRows)));
+    Value valid = arith::AndIOp::create(
+        b, kValid, wb.cmpi(arith::CmpIPredicate::ult, n, wb.index(rowsOfN)));
+    Value code = wb.load(
+        weightScales,
+        {tile.expert, arith::MinUIOp::create(b, n, wb.index(rowsOfN - 1)),
+         arith::MinUIOp::create(b, kBlock, wb.index(kBlocks - 1))});
+    Value exponent = arith::ExtUIOp::create(
+        b, b.getI32Type(), arith::BitcastOp::create(b, b.getI8Type(), code));
+    scales.push_back(wb.select(valid, exponent, wb.i32(127)));
+  }
+  return scales;
+}
+
+/// Decodes this thread's share of the packed MXFP4 tile of K tile `step`
+/// into its stage's weight tile: per pass, 8 values (one 32-bit word, the
+/// even value in each byte's low nibble) of row `loader / 8 + 16 pass`,
+/// chunk `loader % 8`, stored as 16 bytes of bf16 in the 128-byte swizzle
+/// TMA would have written (chunk c of row r at c ^ (r % 8)): a warp's
+/// loads and stores each touch 128 contiguous bytes per row group, without
+/// bank conflicts. An e2m1 code's sign and exponent-mantissa bits placed
+/// in a bf16 read as 2^-126 times its value (code 1, 0.5, as a
+/// subnormal); times 2^126, then times 2^(scale - 127), both exact.
+void WgmmaGroupedMatmulEmitter::decodeStage(const Tile &tile, Value step,
+                                            ValueRange scales) {
+  Value stage = stageOf(tile, step);
+  Type i32 = b.getI32Type();
+  auto pairType = VectorType::get({2}, elementType);
+  int64_t packedWords = blockK / 8, tileWords = blockK * elementBytes / 4;
+  Value packedTile =
+      sharedView({blockN * packedWords}, packedBoxOffset(stage, 0), i32);
+  Value weightTile =
+      sharedView({blockN * tileWords}, weightBoxOffset(stage, 0), i32);
+  Value chunk = arith::RemUIOp::create(b, loader, wb.index(kDecodeChunks));
+  Value firstRow = arith::DivUIOp::create(b, loader, wb.index(kDecodeChunks));
+  Value swizzledChunk = arith::XOrIOp::create(
+      b, chunk, arith::RemUIOp::create(b, firstRow, wb.index(kDecodeChunks)));
+  auto bits = [&](Value word, int64_t mask, int64_t shift) -> Value {
+    Value masked = arith::AndIOp::create(b, word, wb.i32(mask));
+    if (shift >= 0)
+      return arith::ShLIOp::create(b, masked, wb.i32(shift));
+    return arith::ShRUIOp::create(b, masked, wb.i32(-shift));
+  };
+  auto splat = [&](int64_t bf16Bits) -> Value {
+    return LLVM::BitcastOp::create(b, pairType,
+                                   wb.i32(bf16Bits | bf16Bits << 16));
+  };
+  Value twoPow126 = splat(0x7E80);
+  for (auto [pass, scale] : llvm::enumerate(scales)) {
+    Value row =
+        arith::AddIOp::create(b, firstRow, wb.index(pass * kDecodeRowsPerPass));
+    Value word = wb.load(
+        packedTile,
+        {arith::AddIOp::create(
+            b, arith::MulIOp::create(b, row, wb.index(packedWords)), chunk)});
+    // 2^(scale - 127) as bf16: the exponent field, 2^-127 (subnormal) for
+    // 0, NaN for 0xFF.
+    Value scaleBits = wb.select(
+        wb.cmpi(arith::CmpIPredicate::eq, scale, wb.i32(0)), wb.i32(0x40),
+        wb.select(wb.cmpi(arith::CmpIPredicate::eq, scale, wb.i32(0xFF)),
+                  wb.i32(0x7FC0), arith::ShLIOp::create(b, scale, wb.i32(7))));
+    Value scalePair = LLVM::BitcastOp::create(
+        b, pairType,
+        arith::OrIOp::create(b, scaleBits,
+                             arith::ShLIOp::create(b, scaleBits, wb.i32(16))));
+    SmallVector<Value> pairs;
+    for (int64_t byte = 0; byte < 4; ++byte) {
+      // Byte `byte`'s low nibble to bits 0-15 (sign 15, value 6-8), its
+      // high nibble to bits 16-31.
+      int64_t at = 8 * byte;
+      Value pair = bits(word, 0x8 << at, 12 - at);
+      for (auto [mask, shift] : {std::pair<int64_t, int64_t>{0x7, 6 - at},
+                                 {0x80, 24 - at},
+                                 {0x70, 18 - at}})
+        pair = arith::OrIOp::create(b, pair, bits(word, mask << at, shift));
+      Value value = arith::MulFOp::create(
+          b,
+          arith::MulFOp::create(b, LLVM::BitcastOp::create(b, pairType, pair),
+                                twoPow126),
+          scalePair);
+      pairs.push_back(LLVM::BitcastOp::create(b, i32, value));
+    }
+    Value words =
+        vector::FromElementsOp::create(b, VectorType::get({4}, i32), pairs);
+    Value at = arith::AddIOp::create(
+        b, arith::MulIOp::create(b, row, wb.index(tileWords)),
+        arith::MulIOp::create(b, swizzledChunk, wb.index(kCopyBytes / 4)));
+    vector::StoreOp::create(b, words, weightTile, ValueRange{at},
+                            /*nontemporal=*/false, llvm::Align(kCopyBytes));
+  }
 }
 
 /// A consumer waits on `full`, multiplies, and frees the stage of the
@@ -1182,7 +1419,7 @@ void WgmmaGroupedMatmulEmitter::emitConsumer(const Tile &tile, Value consumer) {
 /// With channel or tensor weight scales, the sums times their scales.
 Value WgmmaGroupedMatmulEmitter::scaleWholeSums(const Tile &tile,
                                                 Value accumulators) {
-  if (!quantization || blockScaled)
+  if (!fp8 || blockScaled)
     return accumulators;
   return applyScales(Value(), accumulators, loadWholeSumScales(tile));
 }
@@ -1402,7 +1639,8 @@ void WgmmaGroupedMatmulEmitter::storeQuantized(const Tile &tile,
                                  .getDimSize(1))));
         wb.ifThen(storesScale,
                   [&] { wb.store(scale, quantizedScales, {row, groupIndex}); });
-        for (auto [pair, column] : llvm::zip_equal(pairs, columns)) {
+        for (auto [pair, pairColumn] : llvm::zip_equal(pairs, columns)) {
+          Value column = pairColumn;
           Value values = arith::ExtFOp::create(
               b, VectorType::get({2}, b.getF32Type()), pair);
           auto scaled = [&](int64_t i) -> Value {

@@ -398,10 +398,11 @@ private:
   }
 
   /// h[n] of input row `source` and `expert` before the epilogue: the fp32
-  /// dot product in K order, or for fp8 the scaled sum the op defines.
+  /// dot product in K order (over decoded MXFP4 weights), or for fp8 the
+  /// scaled sum the op defines.
   Value emitDot(Value source, Value expert, Value n) {
     Value zero = lb.index(0), k = lb.index(op.getReductionSize());
-    if (!quantization)
+    if (!quantization || quantization.isWeightOnly())
       return emitDotRange(source, expert, n, zero, k);
     if (quantization.getWeights() != WeightScaling::block)
       return arith::MulFOp::create(b, emitDotRange(source, expert, n, zero, k),
@@ -431,9 +432,34 @@ private:
                    [&](Value k, ValueRange carried) -> SmallVector<Value> {
                      Value product = arith::MulFOp::create(
                          b, lb.loadF32(input, {source, k}),
-                         lb.loadF32(weights, {expert, n, k}));
+                         loadWeight(expert, n, k));
                      return {arith::AddFOp::create(b, carried[0], product)};
                    })[0];
+  }
+
+  /// weights[expert, n, k] as f32: for MXFP4, nibble k % 2 of byte k / 2
+  /// decoded times 2^(scale - 127) of its block (exact, but beyond f32's
+  /// range).
+  Value loadWeight(Value expert, Value n, Value k) {
+    if (!quantization || quantization.getWeights() != WeightScaling::mxfp4)
+      return lb.loadF32(weights, {expert, n, k});
+    Value byte = lb.load(
+        weights, {expert, n, arith::DivUIOp::create(b, k, lb.index(2))});
+    Value shift = lb.toI32(arith::MulIOp::create(
+        b, arith::RemUIOp::create(b, k, lb.index(2)), lb.index(4)));
+    Value nibble = arith::AndIOp::create(
+        b,
+        arith::ShRUIOp::create(
+            b, arith::ExtUIOp::create(b, b.getI32Type(), byte), shift),
+        lb.i32(0xF));
+    Value scale = lb.load(
+        weightScales,
+        {expert, n,
+         arith::DivUIOp::create(b, k, lb.index(quantization.getBlockSize()))});
+    return arith::MulFOp::create(
+        b, emitF32FromE2M1(b, b.getLoc(), nibble),
+        emitF32FromE8M0(b, b.getLoc(),
+                        arith::BitcastOp::create(b, b.getI8Type(), scale)));
   }
 
   /// input_scales[source, kBlock] times the scale of weights[expert, n] in

@@ -943,7 +943,7 @@ func.func @quantization_channel_groups() attributes {q = #moe.quantization<weigh
 // -----
 
 func.func @fp8_weights_without_quantization(%x: tensor<4x256xbf16>, %ids: tensor<4x2xi32>, %w: tensor<4x2xf32>, %w13: tensor<8x64x256xf8E4M3FN>, %w2: tensor<8x256x32xf8E4M3FN>) {
-  // expected-error @below {{'moe.fused_experts' op expects a quantization for its f8E4M3FN 'w13'}}
+  // expected-error @below {{'moe.fused_experts' op expects a quantization for its 'f8E4M3FN' 'w13'}}
   %y = moe.fused_experts %x, %ids, %w, %w13, %w2 activation(silu_and_mul) : (tensor<4x256xbf16>, tensor<4x2xi32>, tensor<4x2xf32>, tensor<8x64x256xf8E4M3FN>, tensor<8x256x32xf8E4M3FN>) -> tensor<4x256xbf16>
   return
 }
@@ -951,7 +951,7 @@ func.func @fp8_weights_without_quantization(%x: tensor<4x256xbf16>, %ids: tensor
 // -----
 
 func.func @quantization_without_fp8(%x: tensor<4x256xbf16>, %ids: tensor<4x2xi32>, %w: tensor<4x2xf32>, %w13: tensor<8x64x256xbf16>, %w2: tensor<8x256x32xbf16>, %s13: tensor<8xf32>, %s2: tensor<8xf32>) {
-  // expected-error @below {{'moe.fused_experts' op expects f8E4M3FN 'w13' with a quantization, got 'bf16'}}
+  // expected-error @below {{'moe.fused_experts' op expects 'f8E4M3FN' 'w13' with weights = tensor, got 'bf16'}}
   %y = moe.fused_experts %x, %ids, %w, %w13, %w2 scales(%s13, %s2) activation(silu_and_mul) {quantization = #moe.quantization<weights = tensor, activations = token>} : (tensor<4x256xbf16>, tensor<4x2xi32>, tensor<4x2xf32>, tensor<8x64x256xbf16>, tensor<8x256x32xbf16>, tensor<8xf32>, tensor<8xf32>) -> tensor<4x256xbf16>
   return
 }

@@ -1,11 +1,13 @@
-//===- Fp8Math.h - e4m3 encoding and decoding as arith ops ------*- C++ -*-===//
+//===- Fp8Math.h - 8- and 4-bit float codes as arith ops --------*- C++ -*-===//
 //
-// float8 e4m3fn (`f8E4M3FN`) conversions emitted as integer and f32 arith
-// ops, for the lowerings whose target has no f8 arithmetic: LLVM has no f8
-// type (its type converter stores `f8E4M3FN` as i8), so the lowerings move
-// codes as i8 (arith.bitcast) and convert them with these helpers. The
-// rounding is that of Hopper's `cvt.rn.satfinite.e4m3x2.f32`, as
-// moe.quantize defines it; lib/Reference implements it apart in C++.
+// float8 e4m3fn (`f8E4M3FN`) conversions, and the decoding of the OCP MX
+// formats' e2m1 values and e8m0 scales (MXFP4), emitted as integer and f32
+// arith ops, for the lowerings whose target has no such arithmetic: LLVM
+// has no f8 or f4 type (its type converter stores `f8E4M3FN` and
+// `f8E8M0FNU` as i8), so the lowerings move codes as i8 (arith.bitcast)
+// and convert them with these helpers. The e4m3 rounding is that of
+// Hopper's `cvt.rn.satfinite.e4m3x2.f32`, as moe.quantize defines it;
+// lib/Reference implements all of them apart in C++.
 //
 //===----------------------------------------------------------------------===//
 
@@ -24,6 +26,14 @@ Value emitE4M3FromF32(OpBuilder &b, Location loc, Value x);
 
 /// The exact f32 value of the e4m3 code `code` (i8): NaN for 0x7F and 0xFF.
 Value emitF32FromE4M3(OpBuilder &b, Location loc, Value code);
+
+/// The exact f32 value of the e2m1 code in the low 4 bits of the i32
+/// `nibble` (the rest zero): +-{0, 0.5, 1, 1.5, 2, 3, 4, 6}.
+Value emitF32FromE2M1(OpBuilder &b, Location loc, Value nibble);
+
+/// The f32 value 2^(code - 127) of the e8m0 scale `code` (i8, unsigned):
+/// 2^-127 (a subnormal) for 0, NaN for 0xFF.
+Value emitF32FromE8M0(OpBuilder &b, Location loc, Value code);
 
 /// moe.quantize's dynamic scale of a group whose largest |x| is `amax`
 /// (f32): max(amax, 1e-10) / 448, NaN staying NaN. One definition for the

@@ -99,6 +99,8 @@ RouterAttr::verifyForExperts(function_ref<InFlightDiagnostic()> emitError,
 
 /// Scale blocks wider than a GEMM tile would be; the checkpoints use 128.
 static constexpr int64_t kMaxScaleBlockSize = 1024;
+/// The OCP MX formats' block: 32 values share one e8m0 scale.
+static constexpr int64_t kMxBlockSize = 32;
 
 LogicalResult
 QuantizationAttr::verify(function_ref<InFlightDiagnostic()> emitError,
@@ -107,6 +109,21 @@ QuantizationAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   if (blockSize < 1 || blockSize > kMaxScaleBlockSize)
     return emitError() << "block_size must be in [1, " << kMaxScaleBlockSize
                        << "], got " << blockSize;
+  // MXFP4 is a weight-only format of its own block size; the fp8 weights
+  // pair with quantized activations.
+  bool mxfp4 = weights == WeightScaling::mxfp4;
+  if (mxfp4 != (activations == ActivationScaling::none))
+    return emitError() << "weights = " << stringifyWeightScaling(weights)
+                       << " pairs with activations = "
+                       << (mxfp4 ? "none"
+                                 : "token, token_group or static_tensor")
+                       << ", got " << stringifyActivationScaling(activations);
+  if (mxfp4 && blockSize != kMxBlockSize)
+    return emitError() << "weights = mxfp4 scales blocks of " << kMxBlockSize
+                       << " values (block_size = " << kMxBlockSize
+                       << "), got block_size = " << blockSize;
+  if (mxfp4)
+    return success();
   // A K block's partial sum is scaled by one activation and one weight
   // scale only when both change at the same K boundaries.
   bool blockWeights = weights == WeightScaling::block;
@@ -131,6 +148,8 @@ SmallVector<int64_t> QuantizationAttr::getWeightScalesShape(int64_t numExperts,
   case WeightScaling::block:
     return {numExperts, llvm::divideCeilSigned(n, getBlockSize()),
             llvm::divideCeilSigned(k, getBlockSize())};
+  case WeightScaling::mxfp4:
+    return {numExperts, n, llvm::divideCeilSigned(k, getBlockSize())};
   }
   llvm_unreachable("unknown weight scaling");
 }

@@ -85,6 +85,17 @@ static LogicalResult verifyElementType(Operation *op, StringRef name,
   return success();
 }
 
+/// Checks that a weight-only quantized GEMM's `input` rows are floats (f32,
+/// bf16 or f16), not quantized codes.
+static LogicalResult verifyFloatInput(Operation *op, Value input) {
+  Type actual = getElementTypeOrSelf(input.getType());
+  if (!isa<Float32Type, BFloat16Type, Float16Type>(actual))
+    return op->emitOpError() << "expects float 'input' rows (f32, bf16 or "
+                                "f16) with weight-only quantization, got "
+                             << actual;
+  return success();
+}
+
 /// Merges token counts known from several places; returns failure when two
 /// static counts disagree.
 static FailureOr<int64_t> mergeTokenCounts(ArrayRef<int64_t> counts) {
@@ -116,32 +127,57 @@ static FailureOr<int64_t> outputColumns(Operation *op, Activation activation,
   return n / 2;
 }
 
-/// Checks that fp8 `weights` [E, N, K] come with `scales` of the shape
-/// `quantization` gives, and that other weights come without scales.
+/// The element types of weights and of their scales that `quantization`
+/// stores (f8E4M3FN with f32 scales, packed MXFP4 i8 with f8E8M0FNU ones).
+static std::pair<Type, Type> quantizedTypes(MLIRContext *context,
+                                            QuantizationAttr quantization) {
+  if (quantization.getWeights() == WeightScaling::mxfp4)
+    return {IntegerType::get(context, 8), Float8E8M0FNUType::get(context)};
+  return {Float8E4M3FNType::get(context), Float32Type::get(context)};
+}
+
+/// Checks that quantized `weights` [E, N, K / packing] come with `scales` of
+/// the types and shape `quantization` gives for the logical K `k`, and that
+/// other weights come without scales.
 static LogicalResult verifyWeightScales(Operation *op,
                                         QuantizationAttr quantization,
                                         StringRef weightsName, Value weights,
-                                        StringRef scalesName, Value scales) {
+                                        StringRef scalesName, Value scales,
+                                        int64_t k) {
   Type elementType = getElementTypeOrSelf(weights.getType());
-  bool fp8 = isa<Float8E4M3FNType>(elementType);
-  if (fp8 && !quantization)
-    return op->emitOpError()
-           << "expects a quantization for its f8E4M3FN '" << weightsName << "'";
-  if (!fp8 && quantization)
-    return op->emitOpError() << "expects f8E4M3FN '" << weightsName
-                             << "' with a quantization, got " << elementType;
-  if (static_cast<bool>(scales) != fp8)
-    return op->emitOpError()
-           << "expects '" << scalesName << "' " << (fp8 ? "with" : "only with")
-           << " f8E4M3FN '" << weightsName << "'";
-  if (!fp8)
+  if (!quantization) {
+    if (isa<Float8E4M3FNType>(elementType) || elementType.isInteger(8))
+      return op->emitOpError() << "expects a quantization for its "
+                               << elementType << " '" << weightsName << "'";
+    if (scales)
+      return op->emitOpError()
+             << "expects '" << scalesName << "' only with a quantization";
     return success();
+  }
+  auto [weightType, scaleType] = quantizedTypes(op->getContext(), quantization);
+  std::string scheme = stringifyWeightScaling(quantization.getWeights()).str();
+  if (elementType != weightType)
+    return op->emitOpError()
+           << "expects " << weightType << " '" << weightsName
+           << "' with weights = " << scheme << ", got " << elementType;
+  if (!scales)
+    return op->emitOpError() << "expects '" << scalesName << "' with "
+                             << weightType << " '" << weightsName << "'";
+  Type scalesElement = getElementTypeOrSelf(scales.getType());
+  if (scalesElement != scaleType)
+    return op->emitOpError()
+           << "expects " << scaleType << " '" << scalesName
+           << "' with weights = " << scheme << ", got " << scalesElement;
+  int64_t block = quantization.getBlockSize();
+  if (quantization.getWeights() == WeightScaling::mxfp4 && k % block != 0)
+    return op->emitOpError()
+           << "expects the K of '" << weightsName << "' (" << k
+           << ") to be a multiple of the mxfp4 block (" << block << ")";
   auto type = cast<RankedTensorType>(weights.getType());
   SmallVector<int64_t> shape = quantization.getWeightScalesShape(
-      type.getDimSize(0), type.getDimSize(1), type.getDimSize(2));
+      type.getDimSize(0), type.getDimSize(1), k);
   return verifyShape(op, scalesName, scales, shape,
-                     stringifyWeightScaling(quantization.getWeights()).str() +
-                         " scales of '" + weightsName.str() + "'");
+                     scheme + " scales of '" + weightsName.str() + "'");
 }
 
 /// Checks that `name` holds one per-tensor scale: a static [1].
@@ -201,14 +237,25 @@ static LogicalResult verifyExpertWeights(Operation *op, Value hidden,
                              << w13.getType();
   int64_t numTokens = dimOf(hidden, 0), hiddenSize = dimOf(hidden, 1);
   Type elementType = getElementTypeOrSelf(hidden.getType());
-  if (failed(verifyShape(op, "w13", w13, {stored, twiceI, hiddenSize},
-                         w13Meaning)) ||
-      failed(verifyShape(op, "w2", w2, {stored, hiddenSize, twiceI / 2},
-                         w2Meaning)) ||
+  // Packed MXFP4 weights hold two values of K per element.
+  int64_t packing =
+      experts.quantization ? experts.quantization.getWeightPacking() : 1;
+  if (packing > 1)
+    for (auto [name, size] :
+         {std::pair<StringRef, int64_t>{"H", hiddenSize}, {"I", twiceI / 2}})
+      if (size % packing != 0)
+        return op->emitOpError() << "expects an even " << name
+                                 << " for packed mxfp4 weights, got " << size;
+  if (failed(verifyShape(op, "w13", w13, {stored, twiceI, hiddenSize / packing},
+                         packing > 1 ? "[" + storedName.str() + ", 2I, H/2]"
+                                     : w13Meaning)) ||
+      failed(verifyShape(
+          op, "w2", w2, {stored, hiddenSize, twiceI / 2 / packing},
+          packing > 1 ? "[" + storedName.str() + ", H, I/2]" : w2Meaning)) ||
       failed(verifyWeightScales(op, experts.quantization, "w13", w13,
-                                "w13_scales", experts.w13Scales)) ||
+                                "w13_scales", experts.w13Scales, hiddenSize)) ||
       failed(verifyWeightScales(op, experts.quantization, "w2", w2, "w2_scales",
-                                experts.w2Scales)) ||
+                                experts.w2Scales, twiceI / 2)) ||
       failed(verifyInputScales(op, experts)) ||
       failed(
           verifyShape(op, "output", output, {numTokens, hiddenSize}, "[T, H]")))
@@ -403,13 +450,19 @@ LogicalResult GroupedMatmulOp::verify() {
       failed(
           verifyStaticDims(op, "weights", weights, {0, 1, 2}, "dimensions")) ||
       failed(verifyRank(op, "input", input, 2, "[rows, K]")) ||
-      failed(verifyRank(op, "sorted_ids", getSortedIds(), 1, "[C]")) ||
-      failed(verifyElementType(op, "input", input,
-                               getElementTypeOrSelf(weights.getType()),
-                               "weights")))
+      failed(verifyRank(op, "sorted_ids", getSortedIds(), 1, "[C]")))
+    return failure();
+  // Weight-only quantization keeps the input's float type; otherwise the
+  // input and the weights share theirs.
+  QuantizationAttr quantization = getQuantizationAttr();
+  bool weightOnly = quantization && quantization.isWeightOnly();
+  if (weightOnly ? failed(verifyFloatInput(op, input))
+                 : failed(verifyElementType(
+                       op, "input", input,
+                       getElementTypeOrSelf(weights.getType()), "weights")))
     return failure();
   int64_t numExperts = dimOf(weights, 0), n = dimOf(weights, 1),
-          k = dimOf(weights, 2);
+          k = getReductionSize();
   int64_t numSlots = getNumSlots(), blockM = getBlockM();
   int64_t capacity = dimOf(getSortedIds(), 0);
 
@@ -449,11 +502,15 @@ LogicalResult GroupedMatmulOp::verify() {
     if (failed(verifyShape(op, "routed_weights", routedWeights,
                            {*numTokens, numSlots}, "[T, S]")))
       return failure();
-  QuantizationAttr quantization = getQuantizationAttr();
   if (failed(verifyWeightScales(op, quantization, "weights", weights,
-                                "weight_scales", getWeightScales())))
+                                "weight_scales", getWeightScales(), k)))
     return failure();
-  if (quantization &&
+  bool scaledInput = quantization && !weightOnly;
+  if (static_cast<bool>(getInputScales()) != scaledInput)
+    return emitOpError() << "expects 'input_scales' "
+                         << (scaledInput ? "with" : "only with")
+                         << " quantized (fp8) input rows";
+  if (scaledInput &&
       failed(verifyShape(
           op, "input_scales", getInputScales(),
           {inputRows,
@@ -480,6 +537,11 @@ LogicalResult GroupedMatmulOp::verify() {
     int64_t elementBytes =
         getElementTypeOrSelf(input.getType()).getIntOrFloatBitWidth() / 8;
     int64_t bytes = config.getPipelineSharedMemoryBytes(elementBytes);
+    // Packed MXFP4 weights land beside the ring's decoded tiles.
+    if (int64_t packing = quantization ? quantization.getWeightPacking() : 1;
+        packing > 1)
+      bytes += config.getNumStages() * config.getBlockN() * config.getBlockK() /
+               packing;
     if (bytes > kMaxSharedMemoryBytes)
       return emitOpError() << "config needs " << bytes
                            << " bytes of shared memory for its tile ring, "
@@ -494,9 +556,10 @@ LogicalResult GroupedMatmulOp::verify() {
 /// expert, for the weights).
 LogicalResult GroupedMatmulOp::verifyTensorMaps() {
   GemmConfigAttr config = getConfigAttr();
+  QuantizationAttr quantization = getQuantizationAttr();
   auto verifyMap = [&](Value map, StringRef name, Value source,
-                       StringRef sourceName, bool loadsByTma,
-                       StringRef flag) -> LogicalResult {
+                       StringRef sourceName, bool loadsByTma, StringRef flag,
+                       int64_t packing) -> LogicalResult {
     if (!map)
       return success();
     if (!config)
@@ -510,19 +573,26 @@ LogicalResult GroupedMatmulOp::verifyTensorMaps() {
                            << " but its config does not load the " << sourceName
                            << " by TMA (" << flag << ")";
     ArrayRef<int64_t> box = mapOp.getMapType().getBox();
-    if (box.back() != config.getBlockK())
+    if (box.back() * packing != config.getBlockK())
       return emitOpError() << "expects the " << name << " box to span block_k ("
-                           << config.getBlockK() << ") elements of K, got "
-                           << box.back();
+                           << config.getBlockK() << ") "
+                           << (packing > 1
+                                   ? "values of K in " +
+                                         std::to_string(config.getBlockK() /
+                                                        packing) +
+                                         " packed elements"
+                                   : std::string("elements of K"))
+                           << ", got " << box.back();
     return success();
   };
   if (getInputMap() && getInputOrder() != RowOrder::sorted)
     return emitOpError() << "expects no input_map for gathered token rows "
                             "(they load by cp.async)";
   if (failed(verifyMap(getInputMap(), "input_map", getInput(), "input",
-                       config && config.getTmaA(), "tma_a")) ||
+                       config && config.getTmaA(), "tma_a", 1)) ||
       failed(verifyMap(getWeightsMap(), "weights_map", getWeights(), "weights",
-                       config && config.getTmaB(), "tma_b")))
+                       config && config.getTmaB(), "tma_b",
+                       quantization ? quantization.getWeightPacking() : 1)))
     return failure();
   if (Value weightsMap = getWeightsMap())
     if (cast<TensorMapType>(weightsMap.getType()).getBox().front() != 1)
@@ -606,6 +676,39 @@ LogicalResult CombineOp::verify() {
     return failure();
   return verifyElementType(op, "output", getOutput(),
                            getElementTypeOrSelf(rows.getType()), "rows");
+}
+
+//===----------------------------------------------------------------------===//
+// Custom assembly
+//===----------------------------------------------------------------------===//
+
+/// A grouped matmul's scales: `scales(%input, %weight)` for fp8 operands,
+/// `weight_scales(%weight)` for weight-only quantization, or nothing.
+static ParseResult
+parseGemmScales(OpAsmParser &parser,
+                std::optional<OpAsmParser::UnresolvedOperand> &inputScales,
+                std::optional<OpAsmParser::UnresolvedOperand> &weightScales) {
+  auto parseOperand =
+      [&](std::optional<OpAsmParser::UnresolvedOperand> &operand) {
+        operand.emplace();
+        return parser.parseOperand(*operand);
+      };
+  if (succeeded(parser.parseOptionalKeyword("weight_scales")))
+    return failure(parser.parseLParen() || parseOperand(weightScales) ||
+                   parser.parseRParen());
+  if (failed(parser.parseOptionalKeyword("scales")))
+    return success();
+  return failure(parser.parseLParen() || parseOperand(inputScales) ||
+                 parser.parseComma() || parseOperand(weightScales) ||
+                 parser.parseRParen());
+}
+
+static void printGemmScales(OpAsmPrinter &printer, Operation *,
+                            Value inputScales, Value weightScales) {
+  if (inputScales)
+    printer << "scales(" << inputScales << ", " << weightScales << ")";
+  else if (weightScales)
+    printer << "weight_scales(" << weightScales << ")";
 }
 
 #define GET_OP_CLASSES

@@ -23,8 +23,8 @@ namespace {
 /// The operands of a layer's experts once routing is known.
 struct ExpertsOperands {
   Value hidden, ids, weights, w13, w2;
-  /// FP8 weights: their scales, the static scales of the two GEMMs' inputs
-  /// (static_tensor activations) and the quantization (else null).
+  /// Quantized weights: their scales, the static scales of the two GEMMs'
+  /// inputs (static_tensor activations) and the quantization (else null).
   Value w13Scales, w2Scales, w13InputScale, w2InputScale;
   QuantizationAttr quantization;
   Activation activation;
@@ -38,13 +38,14 @@ struct GemmInput {
   Value rows, scales;
 };
 
-/// The input rows [M, K] of a GEMM: as they are, or quantized as
-/// `quantization` says for fp8 weights (only the first `numRows` rows when
-/// given), by the given `staticScale` for static_tensor activations.
+/// The input rows [M, K] of a GEMM: as they are (float weights, or
+/// weight-only MXFP4), or quantized as `quantization` says for fp8 weights
+/// (only the first `numRows` rows when given), by the given `staticScale`
+/// for static_tensor activations.
 GemmInput quantizeRows(PatternRewriter &rewriter, Location loc, Value rows,
                        Value numRows, Value staticScale,
                        QuantizationAttr quantization) {
-  if (!quantization)
+  if (!quantization || quantization.isWeightOnly())
     return {rows, Value()};
   auto type = cast<RankedTensorType>(rows.getType());
   int64_t k = type.getDimSize(1);

@@ -2,6 +2,8 @@
 
 #include "moe/Dialect/Moe/Transforms/GemmHeuristic.h"
 
+#include "mlir/IR/TypeUtilities.h"
+
 using namespace mlir;
 using namespace mlir::moe;
 
@@ -15,13 +17,17 @@ static constexpr int64_t kWideTileTokens = 256;
 static constexpr int64_t kMinSplitWeightBytes = 1 << 20;
 
 bool mlir::moe::hasTensorCoreKernel(GroupedMatmulOp op) {
-  Type elementType = op.getWeightsType().getElementType();
+  Type elementType = getTileElementType(op);
   constexpr int64_t kCopyBytes = 16;
-  return (elementType.isBF16() || elementType.isF16() ||
-          isa<Float8E4M3FNType>(elementType)) &&
-         op.getReductionSize() * elementType.getIntOrFloatBitWidth() / 8 %
-                 kCopyBytes ==
-             0 &&
+  // MXFP4 decodes to bf16: e2m1 values times any e8m0 scale are bf16s,
+  // not always f16s.
+  bool multiplied = hasPackedWeights(op)
+                        ? elementType.isBF16()
+                        : elementType.isBF16() || elementType.isF16() ||
+                              isa<Float8E4M3FNType>(elementType);
+  return multiplied &&
+         op.getReductionSize() * getWeightBits(op) / 8 % kCopyBytes == 0 &&
+         op.getReductionSize() * getTileElementBytes(op) % kCopyBytes == 0 &&
          isDescribableBlockM(op.getBlockM());
 }
 
@@ -30,10 +36,34 @@ bool mlir::moe::hasBlockScales(GroupedMatmulOp op) {
   return quantization && quantization.getWeights() == WeightScaling::block;
 }
 
+bool mlir::moe::hasPackedWeights(GroupedMatmulOp op) {
+  QuantizationAttr quantization = op.getQuantizationAttr();
+  return quantization && quantization.getWeights() == WeightScaling::mxfp4;
+}
+
+Type mlir::moe::getTileElementType(GroupedMatmulOp op) {
+  QuantizationAttr quantization = op.getQuantizationAttr();
+  return getElementTypeOrSelf(quantization && quantization.isWeightOnly()
+                                  ? op.getInput().getType()
+                                  : op.getWeights().getType());
+}
+
+int64_t mlir::moe::getTileElementBytes(GroupedMatmulOp op) {
+  return getTileElementType(op).getIntOrFloatBitWidth() / 8;
+}
+
+int64_t mlir::moe::getWeightBits(GroupedMatmulOp op) {
+  QuantizationAttr quantization = op.getQuantizationAttr();
+  return op.getWeightsType().getElementTypeBitWidth() /
+         (quantization ? quantization.getWeightPacking() : 1);
+}
+
 SmallVector<int64_t> mlir::moe::getWeightsTmaBox(GroupedMatmulOp op,
                                                  GemmConfigAttr config) {
   int64_t rows = op.isGated() ? config.getBlockN() / 2 : config.getBlockN();
-  return {1, rows, config.getBlockK()};
+  return {1, rows,
+          config.getBlockK() * getWeightBits(op) /
+              op.getWeightsType().getElementTypeBitWidth()};
 }
 
 SmallVector<int64_t> mlir::moe::getInputTmaBox(GemmConfigAttr config) {
@@ -42,7 +72,12 @@ SmallVector<int64_t> mlir::moe::getInputTmaBox(GemmConfigAttr config) {
 
 int64_t mlir::moe::getTileSwizzleBytes(GroupedMatmulOp op,
                                        GemmConfigAttr config) {
-  return config.getBlockK() * op.getWeightsType().getElementTypeBitWidth() / 8;
+  return config.getBlockK() * getTileElementBytes(op);
+}
+
+int64_t mlir::moe::getWeightsSwizzleBytes(GroupedMatmulOp op,
+                                          GemmConfigAttr config) {
+  return hasPackedWeights(op) ? 0 : getTileSwizzleBytes(op, config);
 }
 
 int64_t mlir::moe::chooseRoutingBlockM(int64_t tokens, int64_t numSlots,
@@ -55,10 +90,15 @@ int64_t mlir::moe::chooseRoutingBlockM(int64_t tokens, int64_t numSlots,
 }
 
 GemmConfigAttr mlir::moe::chooseGemmConfig(GroupedMatmulOp op, int64_t tokens) {
-  int64_t elementBytes = op.getWeightsType().getElementTypeBitWidth() / 8;
+  int64_t elementBytes = getTileElementBytes(op);
   int64_t blockK = std::max<int64_t>(16, kSwizzleBytes / elementBytes);
-  // Promoting fp8 block sums holds a second set of accumulators.
-  int64_t blockN = tokens >= kWideTileTokens && !hasBlockScales(op) ? 256 : 128;
+  // Promoting fp8 block sums holds a second set of accumulators; MXFP4's
+  // producer decodes each weight tile, which 128 threads keep up with for
+  // 128 rows.
+  int64_t blockN =
+      tokens >= kWideTileTokens && !hasBlockScales(op) && !hasPackedWeights(op)
+          ? 256
+          : 128;
   // Routing blocks of 128 rows and more give two warpgroups one expert's
   // rows: 128-row tiles against one weight tile halve the weight traffic
   // per flop, which bounds the 64-row tiles at large T (L2, ncu).
@@ -73,7 +113,7 @@ GemmConfigAttr mlir::moe::chooseGemmConfig(GroupedMatmulOp op, int64_t tokens) {
       /*split_k=*/1,
       /*tma_a=*/op.getInputOrder() == RowOrder::sorted, /*tma_b=*/true,
       /*cluster_m=*/1, /*cluster_n=*/1, /*persistent=*/false,
-      /*warp_specialized=*/false);
+      /*warp_specialized=*/hasPackedWeights(op));
 }
 
 int64_t mlir::moe::chooseSplitK(GroupedMatmulOp op, GemmConfigAttr config,
@@ -94,8 +134,8 @@ int64_t mlir::moe::chooseSplitK(GroupedMatmulOp op, GemmConfigAttr config,
   if (tiles >= numSMs)
     return 1;
   int64_t steps = llvm::divideCeil(op.getReductionSize(), config.getBlockK());
-  int64_t tileWeightBytes = config.getBlockN() * op.getReductionSize() *
-                            op.getWeightsType().getElementTypeBitWidth() / 8;
+  int64_t tileWeightBytes =
+      config.getBlockN() * op.getReductionSize() * getWeightBits(op) / 8;
   int64_t splits = std::min<int64_t>(
       {kMaxSplitK, static_cast<int64_t>(llvm::divideCeil(numSMs, tiles)),
        std::max<int64_t>(1, steps / config.getNumStages()),

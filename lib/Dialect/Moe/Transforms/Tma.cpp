@@ -28,12 +28,11 @@ struct MoeTmaPass : moe::impl::MoeTmaBase<MoeTmaPass> {
     });
     // The map of `source` with `box`, created where `source` is defined so
     // that it dominates every op that may share it; null after a diagnostic.
-    auto mapOf = [&](GroupedMatmulOp op, Value source,
-                     ArrayRef<int64_t> box) -> Value {
+    auto mapOf = [&](GroupedMatmulOp op, Value source, ArrayRef<int64_t> box,
+                     int64_t swizzle) -> Value {
       auto type = TensorMapType::getChecked(
           [&] { return op.emitOpError() << "moe-tma: "; }, &getContext(),
-          getElementTypeOrSelf(source.getType()), box,
-          getTileSwizzleBytes(op, op.getConfigAttr()));
+          getElementTypeOrSelf(source.getType()), box, swizzle);
       if (!type)
         return Value();
       auto [found, inserted] = maps.try_emplace({source, type}, Value());
@@ -59,14 +58,16 @@ struct MoeTmaPass : moe::impl::MoeTmaBase<MoeTmaPass> {
       if (!config)
         return WalkResult::advance();
       if (config.getTmaB() && !op.getWeightsMap()) {
-        Value map = mapOf(op, op.getWeights(), getWeightsTmaBox(op, config));
+        Value map = mapOf(op, op.getWeights(), getWeightsTmaBox(op, config),
+                          getWeightsSwizzleBytes(op, config));
         if (!map)
           return WalkResult::interrupt();
         op.getWeightsMapMutable().assign(map);
       }
       if (config.getTmaA() && op.getInputOrder() == RowOrder::sorted &&
           !op.getInputMap()) {
-        Value map = mapOf(op, op.getInput(), getInputTmaBox(config));
+        Value map = mapOf(op, op.getInput(), getInputTmaBox(config),
+                          getTileSwizzleBytes(op, config));
         if (!map)
           return WalkResult::interrupt();
         op.getInputMapMutable().assign(map);

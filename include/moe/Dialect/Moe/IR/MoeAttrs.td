@@ -63,14 +63,19 @@ def Moe_RowOrderAttr : I32EnumAttr<"RowOrder", "order of the rows of a GEMM oper
 }
 
 def Moe_WeightScalingAttr : I32EnumAttr<"WeightScaling",
-    "the granularity of the fp32 scales of fp8 expert weights", [
+    "how quantized expert weights are stored and scaled", [
     // One scale per expert matrix: [E].
     I32EnumAttrCase<"tensor", 0>,
     // One scale per output channel (row of N): [E, N].
     I32EnumAttrCase<"channel", 1>,
     // One scale per block_size x block_size block of [N, K]:
     // [E, ceil(N / B), ceil(K / B)] (DeepSeek-V3's `weight_scale_inv`).
-    I32EnumAttrCase<"block", 2>
+    I32EnumAttrCase<"block", 2>,
+    // OCP MXFP4 (gpt-oss's `*_blocks` and `*_scales`): e2m1 values packed
+    // two per i8 along K, the even K index in the low nibble ([E, N, K/2]),
+    // and one power-of-two f8E8M0FNU scale per block_size (32) values of K:
+    // [E, N, K/32].
+    I32EnumAttrCase<"mxfp4", 3>
   ]> {
   let cppNamespace = "::mlir::moe";
 }
@@ -84,7 +89,10 @@ def Moe_ActivationScalingAttr : I32EnumAttr<"ActivationScaling",
     I32EnumAttrCase<"token_group", 1>,
     // Static, one scale per GEMM input given by the caller (a checkpoint's
     // `input_scale`): a [1] operand, broadcast to [M, 1] by moe.quantize.
-    I32EnumAttrCase<"static_tensor", 2>
+    I32EnumAttrCase<"static_tensor", 2>,
+    // Not quantized: the GEMM inputs stay in the hidden states' float type
+    // (weight-only quantization, W4A16).
+    I32EnumAttrCase<"none", 3>
   ]> {
   let cppNamespace = "::mlir::moe";
 }
@@ -163,10 +171,10 @@ def Moe_RouterAttr : Moe_Attr<"Router", "router"> {
 }
 
 def Moe_QuantizationAttr : Moe_Attr<"Quantization", "quantization"> {
-  let summary = "How fp8 (e4m3) GEMM operands are scaled";
+  let summary = "How quantized GEMM operands are stored and scaled";
   let description = [{
     The scaling recipe of a grouped matmul whose weights and input rows are
-    `f8E4M3FN`: every stored value stands for value x scale, with fp32
+    `f8E4M3FN` (W8A8): every stored value stands for value x scale, with fp32
     scales at the granularity of `weights` (`tensor`, `channel` or `block`
     of `block_size` x `block_size`) and of `activations`, quantized at run
     time by `moe.quantize`: dynamically per `token`, or per `token_group` of
@@ -182,11 +190,19 @@ def Moe_QuantizationAttr : Moe_Attr<"Quantization", "quantization"> {
     dynamic per-tensor scale (one amax over the whole input) is a different
     recipe, which the name keeps free.
 
-    Example:
+    Weight-only (W4A16): `weights = mxfp4` with `activations = none` and
+    `block_size = 32` is the OCP MXFP4 format of gpt-oss's checkpoints: i8
+    weights `[E, N, K/2]` holding two e2m1 values each along K (the even K
+    index in the low nibble), and f8E8M0FNU scales `[E, N, K/32]`, so that
+    weight[e, n, k] = e2m1(nibble) x 2^(scale - 127) (a scale of 0xFF is
+    NaN); K is a multiple of 32. The input rows stay in their float type.
+
+    Examples:
 
     ```mlir
     #moe.quantization<weights = block, activations = token_group, block_size = 128>
     #moe.quantization<weights = tensor, activations = static_tensor>
+    #moe.quantization<weights = mxfp4, activations = none, block_size = 32>
     ```
   }];
   let parameters = (ins
@@ -197,6 +213,15 @@ def Moe_QuantizationAttr : Moe_Attr<"Quantization", "quantization"> {
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
   let extraClassDeclaration = [{
+    /// Whether only the weights are quantized (MXFP4): the inputs stay in
+    /// their float type, with no input scales.
+    bool isWeightOnly() const {
+      return getActivations() == ActivationScaling::none;
+    }
+    /// Logical K values per stored weight element: 2 for packed e2m1.
+    int64_t getWeightPacking() const {
+      return getWeights() == WeightScaling::mxfp4 ? 2 : 1;
+    }
     /// Whether the caller gives each GEMM input's scale (static_tensor).
     bool hasStaticActivations() const {
       return getActivations() == ActivationScaling::static_tensor;
@@ -207,7 +232,7 @@ def Moe_QuantizationAttr : Moe_Attr<"Quantization", "quantization"> {
       return getActivations() == ActivationScaling::token_group
                  ? std::min(getBlockSize(), k) : k;
     }
-    /// The shape of the scales of fp8 weights [E, N, K].
+    /// The shape of the scales of weights [E, N, K] (K the logical size).
     ::llvm::SmallVector<int64_t> getWeightScalesShape(int64_t numExperts,
                                                       int64_t n,
                                                       int64_t k) const;

@@ -20,9 +20,11 @@ class Moe_Op<string mnemonic, list<Trait> traits = []>
 }
 
 def Moe_FloatTensor : RankedTensorOf<[F32, BF16, F16]>;
-// Expert weights and GEMM operands: floats, or fp8 scaled per
-// #moe.quantization.
-def Moe_GemmTensor : RankedTensorOf<[F32, BF16, F16, F8E4M3FN]>;
+// Expert weights and GEMM operands: floats, or fp8 or packed MXFP4 (i8)
+// scaled per #moe.quantization.
+def Moe_GemmTensor : RankedTensorOf<[F32, BF16, F16, F8E4M3FN, I8]>;
+// Weight scales: fp32 for fp8 weights, e8m0 for MXFP4 ones.
+def Moe_ScaleTensor : RankedTensorOf<[F32, F8E8M0FNU]>;
 def Moe_Fp8Tensor : RankedTensorOf<[F8E4M3FN]>;
 def Moe_I32Tensor : RankedTensorOf<[I32]>;
 def Moe_F32Tensor : RankedTensorOf<[F32]>;
@@ -72,6 +74,14 @@ def Moe_FusedMoeOp : Moe_Op<"fused_moe", [AttrSizedOperandSegments]> {
     weight scale, for static scales and tensor weights the per-expert
     factor that TensorRT-LLM calls alpha.
 
+    MXFP4 weights (gpt-oss, weight-only): with `#moe.quantization<weights =
+    mxfp4, activations = none, block_size = 32>`, `w13` and `w2` are i8
+    `[E+X, 2I, H/2]` and `[E+X, H, I/2]`, two e2m1 values per byte along K,
+    with f8E8M0FNU `scales(%w13_scales, %w2_scales)` `[E+X, 2I, H/32]` and
+    `[E+X, H, I/32]` (see `#moe.quantization`); the layer is the same layer
+    on the weights those decode to, exactly (an e2m1 value times a power of
+    two is a bf16 and an f32), with inputs in their float type.
+
     Examples (Mixtral 8x7B in bf16, and FP8 with static activation scales):
 
     ```mlir
@@ -95,8 +105,8 @@ def Moe_FusedMoeOp : Moe_Op<"fused_moe", [AttrSizedOperandSegments]> {
     Moe_GemmTensor:$w13,
     Moe_GemmTensor:$w2,
     Optional<Moe_F32Tensor>:$correction_bias,
-    Optional<Moe_F32Tensor>:$w13_scales,
-    Optional<Moe_F32Tensor>:$w2_scales,
+    Optional<Moe_ScaleTensor>:$w13_scales,
+    Optional<Moe_ScaleTensor>:$w2_scales,
     Optional<Moe_F32Tensor>:$w13_input_scale,
     Optional<Moe_F32Tensor>:$w2_input_scale,
     Moe_RouterAttr:$router,
@@ -162,8 +172,8 @@ def Moe_FusedExpertsOp : Moe_Op<"fused_experts",
     Moe_F32Tensor:$weights,
     Moe_GemmTensor:$w13,
     Moe_GemmTensor:$w2,
-    Optional<Moe_F32Tensor>:$w13_scales,
-    Optional<Moe_F32Tensor>:$w2_scales,
+    Optional<Moe_ScaleTensor>:$w13_scales,
+    Optional<Moe_ScaleTensor>:$w2_scales,
     Optional<Moe_F32Tensor>:$w13_input_scale,
     Optional<Moe_F32Tensor>:$w2_input_scale,
     Moe_ActivationAttr:$activation,
@@ -327,7 +337,13 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
     `input_scales[src(r), 0] * weight_scales[e, n]` (`[e]`), before the
     activation: one multiplication by the combined factor, which for
     static activation scales and tensor weights is the same for all rows
-    of an expert (TensorRT-LLM's alpha). An optional `config` fixes the
+    of an expert (TensorRT-LLM's alpha).
+
+    MXFP4 (weight-only): with `weights = mxfp4`, `weights` is i8 `[E', N,
+    K/2]` of packed e2m1 values, A keeps its float type and only
+    `weight_scales(%s)` (f8E8M0FNU `[E', N, K/32]`) is given; the sum is the
+    float one over the decoded weights
+    `e2m1(weights[e, n, k/2] >> 4 (k % 2)) * 2^(s[e, n, k/32] - 127)`. An optional `config` fixes the
     tiling that `moe-tile` uses; `input_map` and `weights_map` are the
     `moe.tensor_map`s of the input and the weights through which the config's
     TMA loads go (`moe-tma` adds them): tiles of block_k elements of K, one
@@ -341,6 +357,14 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
            {block_m = 64, num_slots = 2}
          : (tensor<?x4096xbf16>, tensor<8x28672x4096xbf16>, tensor<?xi32>,
             tensor<?xi32>, tensor<i32>) -> tensor<?x14336xbf16>
+    %g = moe.grouped_matmul %x, %p13, %sorted, %experts, %count
+           weight_scales(%s13) input(token) output(sorted)
+           activation(silu_and_mul)
+           {block_m = 64, num_slots = 4, quantization = #moe.quantization<
+              weights = mxfp4, activations = none, block_size = 32>}
+         : (tensor<?x2880xbf16>, tensor<32x5760x1440xi8>,
+            tensor<32x5760x90xf8E8M0FNU>, tensor<?xi32>, tensor<?xi32>,
+            tensor<i32>) -> tensor<?x2880xbf16>
     ```
   }];
   let arguments = (ins
@@ -351,7 +375,7 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
     Moe_CountTensor:$num_padded,
     Optional<Moe_F32Tensor>:$routed_weights,
     Optional<Moe_F32Tensor>:$input_scales,
-    Optional<Moe_F32Tensor>:$weight_scales,
+    Optional<Moe_ScaleTensor>:$weight_scales,
     Optional<Moe_TensorMapType>:$input_map,
     Optional<Moe_TensorMapType>:$weights_map,
     Moe_SizeAttr:$block_m,
@@ -366,7 +390,7 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
   let assemblyFormat = [{
     $input `,` $weights `,` $sorted_ids `,` $expert_ids `,` $num_padded
     (`routed_weights` `(` $routed_weights^ `)`)?
-    (`scales` `(` $input_scales^ `,` $weight_scales `)`)?
+    custom<GemmScales>($input_scales, $weight_scales)
     (`input_map` `(` $input_map^ `)`)?
     (`weights_map` `(` $weights_map^ `)`)?
     `input` `(` $input_order `)` `output` `(` $output_order `)`
@@ -380,8 +404,12 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
     }
     /// Experts held in the weights (routed plus fused shared ones).
     int64_t getNumStoredExperts() { return getWeightsType().getDimSize(0); }
-    /// The reduction size K.
-    int64_t getReductionSize() { return getWeightsType().getDimSize(2); }
+    /// The reduction size K (two values per byte of packed MXFP4 weights).
+    int64_t getReductionSize() {
+      return getWeightsType().getDimSize(2) *
+             (getQuantizationAttr() ? getQuantizationAttr().getWeightPacking()
+                                    : 1);
+    }
     /// Checks input_map and weights_map against the operands and config.
     ::llvm::LogicalResult verifyTensorMaps();
     /// Whether the epilogue multiplies act(gate half) by the up half.

@@ -33,11 +33,30 @@ bool hasTensorCoreKernel(GroupedMatmulOp op);
 /// Whether the op's fp8 weights are scaled per block (#moe.quantization).
 bool hasBlockScales(GroupedMatmulOp op);
 
+/// Whether the op's weights are packed MXFP4, which the tensor-core kernel's
+/// producer decodes to the input's type in shared memory.
+bool hasPackedWeights(GroupedMatmulOp op);
+
+/// The element type the tensor cores multiply: the weights', or for
+/// weight-only quantization (MXFP4) the input's, which they decode to.
+Type getTileElementType(GroupedMatmulOp op);
+
+/// Bytes of one element of the tiles the tensor cores multiply.
+int64_t getTileElementBytes(GroupedMatmulOp op);
+
+/// Bits the weights store per value (4 for MXFP4, scales aside).
+int64_t getWeightBits(GroupedMatmulOp op);
+
 /// The TMA box (outermost first) of the tensor-core kernel's weight tiles
 /// under `config`: one expert, block_n rows of N (two boxes of block_n / 2,
-/// the gate and the up rows, when the epilogue is gated), block_k of K.
+/// the gate and the up rows, when the epilogue is gated), block_k values of
+/// K (block_k / 2 packed MXFP4 bytes).
 SmallVector<int64_t> getWeightsTmaBox(GroupedMatmulOp op,
                                       GemmConfigAttr config);
+
+/// The swizzle span of the weights' TMA boxes: the tiles' (packed MXFP4
+/// boxes land unswizzled, for the producer to decode).
+int64_t getWeightsSwizzleBytes(GroupedMatmulOp op, GemmConfigAttr config);
 
 /// The TMA box of the tensor-core kernel's sorted row tiles: a wgmma's rows
 /// per warpgroup, block_k of K.
@@ -65,7 +84,8 @@ int64_t chooseRoutingBlockM(int64_t tokens, int64_t numSlots,
 /// most, and the GEMM is bound by the weights' bandwidth and by how many
 /// blocks stream them at once.
 inline bool isWeightStreaming(GroupedMatmulOp op, int64_t tokens) {
-  return tokens * op.getNumSlots() <= op.getNumStoredExperts();
+  return tokens * static_cast<int64_t>(op.getNumSlots()) <=
+         op.getNumStoredExperts();
 }
 
 /// The heuristic #moe.gemm_config of `op` for `tokens` tokens (its block_m
