@@ -78,11 +78,18 @@ std::string mlir::moe::presetNames() {
 /// The fp8 scale blocks of the generated layers: the checkpoints'.
 static constexpr int64_t kScaleBlock = 128;
 
-/// The type of the fp32 scales of fp8 weights [E, N, K] scaled per
-/// `scaling` in blocks of kScaleBlock (QuantizationAttr::getWeightScalesShape,
-/// which needs a context).
+/// The MXFP4 block: 32 values of K share an e8m0 scale.
+static constexpr int64_t kMxBlock = 32;
+
+/// The type of the scales of quantized weights [E, N, K] scaled per
+/// `scaling`: fp32 in blocks of kScaleBlock for fp8, e8m0 per kMxBlock values
+/// of K for MXFP4 (QuantizationAttr::getWeightScalesShape, which needs a
+/// context).
 static std::string weightScalesType(llvm::StringRef scaling, int64_t e,
                                     int64_t n, int64_t k) {
+  if (scaling == "mxfp4")
+    return llvm::formatv("tensor<{0}x{1}x{2}xf8E8M0FNU>", e, n,
+                         llvm::divideCeil(k, kMxBlock));
   if (scaling == "tensor")
     return llvm::formatv("tensor<{0}xf32>", e);
   if (scaling == "channel")
@@ -101,17 +108,24 @@ struct ScalesText {
 };
 
 /// The types of a layer's hidden states [?, H] and expert weights
-/// [E+X, 2I, H] and [E+X, H, I] in the sources; for fp8 weights also their
-/// scales, and the text the layer op adds for them.
+/// [E+X, 2I, H] and [E+X, H, I] (MXFP4: two values of K per i8) in the
+/// sources; for quantized weights also their scales, and the text the layer
+/// op adds for them.
 struct LayerTypes {
   LayerTypes(const Preset &preset, llvm::StringRef dtype,
              llvm::StringRef quantization) {
     int64_t h = preset.hiddenSize, i = preset.intermediate;
     int64_t stored = preset.numExperts + preset.numSharedExperts;
-    llvm::StringRef weights = quantization.empty() ? dtype : "f8E4M3FN";
+    mxfp4 = quantization == "mxfp4";
+    int64_t packing = mxfp4 ? 2 : 1;
+    llvm::StringRef weights = quantization.empty() ? dtype
+                              : mxfp4              ? "i8"
+                                                   : "f8E4M3FN";
     hidden = llvm::formatv("tensor<?x{0}x{1}>", h, dtype);
-    w13 = llvm::formatv("tensor<{0}x{1}x{2}x{3}>", stored, 2 * i, h, weights);
-    w2 = llvm::formatv("tensor<{0}x{1}x{2}x{3}>", stored, h, i, weights);
+    w13 = llvm::formatv("tensor<{0}x{1}x{2}x{3}>", stored, 2 * i, h / packing,
+                        weights);
+    w2 = llvm::formatv("tensor<{0}x{1}x{2}x{3}>", stored, h, i / packing,
+                       weights);
     if (quantization.empty())
       return;
     w13Scales = weightScalesType(quantization, stored, 2 * i, h);
@@ -121,10 +135,14 @@ struct LayerTypes {
               " scales(%w13_scales, %w2_scales)",
               ", " + w13Scales + ", " + w2Scales};
     block = quantization == "block";
+    int64_t blockSize = block ? kScaleBlock : mxfp4 ? kMxBlock : 0;
     attribute = llvm::formatv(
         "quantization = #moe.quantization<weights = {0}, activations = {1}{2}>",
-        quantization, block ? "token_group" : "token",
-        block ? llvm::formatv(", block_size = {0}", kScaleBlock).str() : "");
+        quantization,
+        block ? "token_group"
+        : mxfp4 ? "none"
+                : "token",
+        blockSize ? llvm::formatv(", block_size = {0}", blockSize).str() : "");
   }
 
   /// The scales of a grouped matmul of these weights (scales
@@ -135,6 +153,10 @@ struct LayerTypes {
                         llvm::StringRef weightScales) const {
     if (attribute.empty())
       return {};
+    // MXFP4 leaves the activations unquantized.
+    if (mxfp4)
+      return {llvm::formatv(", %w_scales: {0}", weightScales),
+              " weight_scales(%w_scales)", ", " + weightScales.str()};
     std::string type = llvm::formatv(
         "tensor<?x{0}xf32>", block ? llvm::divideCeil(k, kScaleBlock) : 1);
     return {llvm::formatv(", %{0}_scales: {1}, %w_scales: {2}", name, type,
@@ -148,7 +170,7 @@ struct LayerTypes {
   std::string w13Scales, w2Scales, attribute;
   // The layer op's: both weights' scales.
   ScalesText scales;
-  bool block = false;
+  bool block = false, mxfp4 = false;
 };
 } // namespace
 
@@ -245,7 +267,8 @@ std::string mlir::moe::getGroupedMatmulSource(const Preset &preset,
   int64_t slots = preset.topK + preset.numSharedExperts;
   LayerTypes types(preset, dtype, quantization);
   // fp8: quantized rows in, with their scales; the output in `dtype`.
-  llvm::StringRef input = quantization.empty() ? dtype : "f8E4M3FN";
+  llvm::StringRef input =
+      quantization.empty() || types.mxfp4 ? dtype : "f8E4M3FN";
   std::string routing = "tensor<?xi32>, tensor<?xi32>, tensor<i32>";
   std::string attrs = llvm::formatv(
       "block_m = {0} : i64, num_slots = {1} : "
@@ -288,7 +311,7 @@ static llvm::Error checkQuantization(llvm::StringRef quantization) {
   if (quantization.empty() || symbolizeWeightScaling(quantization))
     return llvm::Error::success();
   return makeError("unknown --quantization '" + quantization +
-                   "' (tensor, channel, block)");
+                   "' (tensor, channel, block, mxfp4)");
 }
 
 llvm::Expected<std::string>

@@ -22,37 +22,18 @@ import torch
 
 from moe_mlir import Bundle
 from moe_mlir.testing.bundles import bundle_path, load_specs
+from moe_mlir.testing.mxfp4 import decode, random_mxfp4
 from moe_mlir.testing.tensors import poisoned, relative_errors, uniform
 
 from layer_test import given_routing
 
 NORM_TOLERANCE, MAX_TOLERANCE = 1e-2, 2e-2
-E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
-                     -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0],
-                    dtype=torch.float64)
-MX_BLOCK = 32
 
 
-def decode(codes, scales):
-    """The float64 weights [E, N, K] of packed codes [E, N, K/2] (the even K
-    index in the low nibble) and e8m0 scales [E, N, K/32]."""
-    table = E2M1.to(codes.device)
-    values = torch.stack((table[(codes & 0xF).long()],
-                          table[(codes >> 4).long()]), dim=-1).flatten(-2)
-    exponents = scales.double() - 127.0
-    return values * torch.exp2(exponents).repeat_interleave(MX_BLOCK, -1)
-
-
-def random_mxfp4(generator, experts, n, k):
-    """Random codes and scales for [E, N, K] weights whose dot products
-    with uniform [-1, 1) rows of K are about 1."""
-    codes = torch.randint(0, 256, (experts, n, k // 2), generator=generator,
-                          dtype=torch.uint8)
-    # A uniform e2m1 code has an rms of 2.93; K uniform inputs one of
-    # sqrt(K / 3).
-    center = 127 - round(math.log2(2.93 * math.sqrt(k / 3)))
-    scales = (center + torch.randint(-1, 2, (experts, n, k // MX_BLOCK),
-                                     generator=generator)).to(torch.uint8)
+def random_weights(generator, experts, n, k):
+    """Random MXFP4 codes and scales, with rows at the extreme scales 2^-127
+    and 2^-100."""
+    codes, scales = random_mxfp4(generator, experts, n, k)
     scales[:, 0, 0] = 0
     scales[:, -1, -1] = 27
     return codes, scales
@@ -87,10 +68,10 @@ def check(bundle, spec, tokens, generator):
     hidden_size, intermediate = spec["hidden"], spec["intermediate"]
     experts = spec["experts"]
     hidden = uniform(generator, tokens, hidden_size).to(torch.bfloat16)
-    w13_codes, w13_scales = random_mxfp4(generator, experts, 2 * intermediate,
-                                         hidden_size)
-    w2_codes, w2_scales = random_mxfp4(generator, experts, hidden_size,
-                                       intermediate)
+    w13_codes, w13_scales = random_weights(generator, experts,
+                                           2 * intermediate, hidden_size)
+    w2_codes, w2_scales = random_weights(generator, experts, hidden_size,
+                                         intermediate)
     ids, weights = given_routing(generator, tokens, spec["slots"], experts)
     device = [tensor.cuda() for tensor in
               (hidden, ids, weights, w13_codes, w2_codes, w13_scales,

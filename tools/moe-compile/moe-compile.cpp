@@ -85,11 +85,13 @@ static cl::opt<std::string> dtype("dtype",
                                   cl::cat(moeCompileCategory));
 static cl::opt<std::string> quantization(
     "quantization",
-    cl::desc("FP8 (e4m3) weights of a preset or sizes, for --part layer, "
-             "experts, gemm1 or gemm2 (whose rows in are e4m3 too), with "
-             "fp32 scales per 'tensor' (expert), 'channel' (output row) or "
-             "'block' (128 x 128; the activations then scaled per token and "
-             "128 columns, else per token)"),
+    cl::desc("Quantized weights of a preset or sizes, for --part layer, "
+             "experts, gemm1 or gemm2: FP8 (e4m3, the GEMMs' rows in too) "
+             "with fp32 scales per 'tensor' (expert), 'channel' (output row) "
+             "or 'block' (128 x 128; the activations then scaled per token "
+             "and 128 columns, else per token), or 'mxfp4' (OCP MXFP4, e2m1 "
+             "packed two per byte with an e8m0 scale per 32 values of K; "
+             "the rows stay in --dtype)"),
     cl::init(""), cl::cat(moeCompileCategory));
 static cl::opt<int64_t> tokensMax("tokens-max",
                                   cl::desc("Largest token count to size for"),

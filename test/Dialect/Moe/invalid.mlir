@@ -1181,3 +1181,91 @@ func.func @experts_slots_above_i32(%x: tensor<2x64xbf16>, %ids: tensor<2x1073741
   %y = moe.fused_experts %x, %ids, %w, %w13, %w2 activation(silu_and_mul) : (tensor<2x64xbf16>, tensor<2x1073741824xi32>, tensor<2x1073741824xf32>, tensor<8x32x64xbf16>, tensor<8x64x16xbf16>) -> tensor<2x64xbf16>
   return
 }
+
+// -----
+
+// MXFP4 is weight-only.
+// expected-error @below {{weights = mxfp4 pairs with activations = none, got token}}
+func.func private @mxfp4_with_token_activations() attributes {q = #moe.quantization<weights = mxfp4, activations = token, block_size = 32>}
+
+// -----
+
+// expected-error @below {{weights = block pairs with activations = token, token_group or static_tensor, got none}}
+func.func private @fp8_without_quantized_activations() attributes {q = #moe.quantization<weights = block, activations = none>}
+
+// -----
+
+// expected-error @below {{weights = mxfp4 scales blocks of 32 values (block_size = 32), got block_size = 128}}
+func.func private @mxfp4_block_size() attributes {q = #moe.quantization<weights = mxfp4, activations = none>}
+
+// -----
+
+func.func @mxfp4_fp8_weights(%x: tensor<4x64xbf16>, %ids: tensor<4x2xi32>, %w: tensor<4x2xf32>, %w13: tensor<4x128x32xf8E4M3FN>, %w2: tensor<4x64x32xi8>, %s13: tensor<4x128x2xf8E8M0FNU>, %s2: tensor<4x64x2xf8E8M0FNU>) {
+  // expected-error @below {{'moe.fused_experts' op expects 'i8' 'w13' with weights = mxfp4, got 'f8E4M3FN'}}
+  %y = moe.fused_experts %x, %ids, %w, %w13, %w2 scales(%s13, %s2) activation(silu_and_mul) {quantization = #moe.quantization<weights = mxfp4, activations = none, block_size = 32>} : (tensor<4x64xbf16>, tensor<4x2xi32>, tensor<4x2xf32>, tensor<4x128x32xf8E4M3FN>, tensor<4x64x32xi8>, tensor<4x128x2xf8E8M0FNU>, tensor<4x64x2xf8E8M0FNU>) -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+func.func @mxfp4_f32_scales(%x: tensor<4x64xbf16>, %ids: tensor<4x2xi32>, %w: tensor<4x2xf32>, %w13: tensor<4x128x32xi8>, %w2: tensor<4x64x32xi8>, %s13: tensor<4x128x2xf32>, %s2: tensor<4x64x2xf8E8M0FNU>) {
+  // expected-error @below {{'moe.fused_experts' op expects 'f8E8M0FNU' 'w13_scales' with weights = mxfp4, got 'f32'}}
+  %y = moe.fused_experts %x, %ids, %w, %w13, %w2 scales(%s13, %s2) activation(silu_and_mul) {quantization = #moe.quantization<weights = mxfp4, activations = none, block_size = 32>} : (tensor<4x64xbf16>, tensor<4x2xi32>, tensor<4x2xf32>, tensor<4x128x32xi8>, tensor<4x64x32xi8>, tensor<4x128x2xf32>, tensor<4x64x2xf8E8M0FNU>) -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+func.func @mxfp4_unpacked_weights(%x: tensor<4x64xbf16>, %ids: tensor<4x2xi32>, %w: tensor<4x2xf32>, %w13: tensor<4x128x64xi8>, %w2: tensor<4x64x32xi8>, %s13: tensor<4x128x2xf8E8M0FNU>, %s2: tensor<4x64x2xf8E8M0FNU>) {
+  // expected-error @below {{'moe.fused_experts' op expects 'w13' of shape [E, 2I, H/2] = [4, 128, 32], got 'tensor<4x128x64xi8>'}}
+  %y = moe.fused_experts %x, %ids, %w, %w13, %w2 scales(%s13, %s2) activation(silu_and_mul) {quantization = #moe.quantization<weights = mxfp4, activations = none, block_size = 32>} : (tensor<4x64xbf16>, tensor<4x2xi32>, tensor<4x2xf32>, tensor<4x128x64xi8>, tensor<4x64x32xi8>, tensor<4x128x2xf8E8M0FNU>, tensor<4x64x2xf8E8M0FNU>) -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+func.func @mxfp4_partial_block(%x: tensor<4x48xbf16>, %ids: tensor<4x2xi32>, %w: tensor<4x2xf32>, %w13: tensor<4x128x24xi8>, %w2: tensor<4x48x32xi8>, %s13: tensor<4x128x2xf8E8M0FNU>, %s2: tensor<4x48x2xf8E8M0FNU>) {
+  // expected-error @below {{'moe.fused_experts' op expects the K of 'w13' (48) to be a multiple of the mxfp4 block (32)}}
+  %y = moe.fused_experts %x, %ids, %w, %w13, %w2 scales(%s13, %s2) activation(silu_and_mul) {quantization = #moe.quantization<weights = mxfp4, activations = none, block_size = 32>} : (tensor<4x48xbf16>, tensor<4x2xi32>, tensor<4x2xf32>, tensor<4x128x24xi8>, tensor<4x48x32xi8>, tensor<4x128x2xf8E8M0FNU>, tensor<4x48x2xf8E8M0FNU>) -> tensor<4x48xbf16>
+  return
+}
+
+// -----
+
+func.func @mxfp4_scales_shape(%x: tensor<4x64xbf16>, %ids: tensor<4x2xi32>, %w: tensor<4x2xf32>, %w13: tensor<4x128x32xi8>, %w2: tensor<4x64x32xi8>, %s13: tensor<4x128x1xf8E8M0FNU>, %s2: tensor<4x64x2xf8E8M0FNU>) {
+  // expected-error @below {{'moe.fused_experts' op expects 'w13_scales' of shape mxfp4 scales of 'w13' = [4, 128, 2], got 'tensor<4x128x1xf8E8M0FNU>'}}
+  %y = moe.fused_experts %x, %ids, %w, %w13, %w2 scales(%s13, %s2) activation(silu_and_mul) {quantization = #moe.quantization<weights = mxfp4, activations = none, block_size = 32>} : (tensor<4x64xbf16>, tensor<4x2xi32>, tensor<4x2xf32>, tensor<4x128x32xi8>, tensor<4x64x32xi8>, tensor<4x128x1xf8E8M0FNU>, tensor<4x64x2xf8E8M0FNU>) -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+func.func @mxfp4_input_scales(%x: tensor<?x64xbf16>, %xs: tensor<?x1xf32>, %w: tensor<4x128x32xi8>, %ws: tensor<4x128x2xf8E8M0FNU>, %sorted: tensor<?xi32>, %experts: tensor<?xi32>, %n: tensor<i32>) {
+  // expected-error @below {{'moe.grouped_matmul' op expects 'input_scales' only with quantized (fp8) input rows}}
+  %h = moe.grouped_matmul %x, %w, %sorted, %experts, %n scales(%xs, %ws) input(token) output(sorted) activation(silu_and_mul) {block_m = 64, num_slots = 2, quantization = #moe.quantization<weights = mxfp4, activations = none, block_size = 32>} : (tensor<?x64xbf16>, tensor<4x128x32xi8>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, tensor<?x1xf32>, tensor<4x128x2xf8E8M0FNU>) -> tensor<?x64xbf16>
+  return
+}
+
+// -----
+
+func.func @fp8_without_input_scales(%x: tensor<?x64xf8E4M3FN>, %w: tensor<4x128x64xf8E4M3FN>, %ws: tensor<4xf32>, %sorted: tensor<?xi32>, %experts: tensor<?xi32>, %n: tensor<i32>) {
+  // expected-error @below {{'moe.grouped_matmul' op expects 'input_scales' with quantized (fp8) input rows}}
+  %h = moe.grouped_matmul %x, %w, %sorted, %experts, %n weight_scales(%ws) input(token) output(sorted) activation(silu_and_mul) {block_m = 64, num_slots = 2, quantization = #moe.quantization<weights = tensor, activations = token>} : (tensor<?x64xf8E4M3FN>, tensor<4x128x64xf8E4M3FN>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, tensor<4xf32>) -> tensor<?x64xbf16>
+  return
+}
+
+// -----
+
+func.func @mxfp4_fp8_input(%x: tensor<?x64xf8E4M3FN>, %w: tensor<4x128x32xi8>, %ws: tensor<4x128x2xf8E8M0FNU>, %sorted: tensor<?xi32>, %experts: tensor<?xi32>, %n: tensor<i32>) {
+  // expected-error @below {{'moe.grouped_matmul' op expects float 'input' rows (f32, bf16 or f16) with weight-only quantization, got 'f8E4M3FN'}}
+  %h = moe.grouped_matmul %x, %w, %sorted, %experts, %n weight_scales(%ws) input(token) output(sorted) activation(silu_and_mul) {block_m = 64, num_slots = 2, quantization = #moe.quantization<weights = mxfp4, activations = none, block_size = 32>} : (tensor<?x64xf8E4M3FN>, tensor<4x128x32xi8>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, tensor<4x128x2xf8E8M0FNU>) -> tensor<?x64xbf16>
+  return
+}
+
+// -----
+
+func.func @i8_weights_without_quantization(%x: tensor<?x64xbf16>, %w: tensor<4x128x32xi8>, %sorted: tensor<?xi32>, %experts: tensor<?xi32>, %n: tensor<i32>) {
+  // expected-error @below {{'moe.grouped_matmul' op expects a quantization for its 'i8' 'weights'}}
+  %h = moe.grouped_matmul %x, %w, %sorted, %experts, %n input(token) output(sorted) activation(silu_and_mul) {block_m = 64, num_slots = 2} : (tensor<?x64xbf16>, tensor<4x128x32xi8>, tensor<?xi32>, tensor<?xi32>, tensor<i32>) -> tensor<?x64xbf16>
+  return
+}

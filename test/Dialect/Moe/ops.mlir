@@ -286,3 +286,39 @@ func.func @grouped_matmul_fp8(%h: tensor<?x256xbf16>, %w: tensor<4x64x256xf8E4M3
           tensor<4xf32>) -> tensor<?x2x64xbf16>
   return %o : tensor<?x2x64xbf16>
 }
+
+// MXFP4 weights (weight-only): the layer, and a grouped matmul taking only
+// weight scales.
+
+// CHECK-LABEL: func @fused_moe_mxfp4
+// CHECK: moe.fused_moe %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} scales(%{{.*}}, %{{.*}}) activation(silu_and_mul)
+// CHECK-SAME: quantization = #moe.quantization<weights = mxfp4, activations = none, block_size = 32>
+// CHECK-SAME: tensor<4x128x32xi8>, tensor<4x64x32xi8>, tensor<4x128x2xf8E8M0FNU>, tensor<4x64x2xf8E8M0FNU>) -> tensor<?x64xbf16>
+func.func @fused_moe_mxfp4(%x: tensor<?x64xbf16>, %logits: tensor<?x4xf32>,
+                           %w13: tensor<4x128x32xi8>, %w2: tensor<4x64x32xi8>,
+                           %s13: tensor<4x128x2xf8E8M0FNU>,
+                           %s2: tensor<4x64x2xf8E8M0FNU>) -> tensor<?x64xbf16> {
+  %y = moe.fused_moe %x, %logits, %w13, %w2 scales(%s13, %s2)
+         activation(silu_and_mul) {
+         router = #moe.router<scoring = softmax, top_k = 2, renormalize = true>,
+         quantization = #moe.quantization<weights = mxfp4, activations = none, block_size = 32>}
+       : (tensor<?x64xbf16>, tensor<?x4xf32>, tensor<4x128x32xi8>,
+          tensor<4x64x32xi8>, tensor<4x128x2xf8E8M0FNU>,
+          tensor<4x64x2xf8E8M0FNU>) -> tensor<?x64xbf16>
+  return %y : tensor<?x64xbf16>
+}
+
+// CHECK-LABEL: func @grouped_matmul_mxfp4
+// CHECK: moe.grouped_matmul %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} weight_scales(%{{.*}}) input(token) output(sorted) activation(silu_and_mul)
+func.func @grouped_matmul_mxfp4(%x: tensor<?x64xbf16>, %w: tensor<4x128x32xi8>,
+                                %ws: tensor<4x128x2xf8E8M0FNU>,
+                                %sorted: tensor<?xi32>, %experts: tensor<?xi32>,
+                                %n: tensor<i32>) -> tensor<?x64xbf16> {
+  %h = moe.grouped_matmul %x, %w, %sorted, %experts, %n weight_scales(%ws)
+         input(token) output(sorted) activation(silu_and_mul)
+         {block_m = 64, num_slots = 2,
+          quantization = #moe.quantization<weights = mxfp4, activations = none, block_size = 32>}
+       : (tensor<?x64xbf16>, tensor<4x128x32xi8>, tensor<?xi32>, tensor<?xi32>,
+          tensor<i32>, tensor<4x128x2xf8E8M0FNU>) -> tensor<?x64xbf16>
+  return %h : tensor<?x64xbf16>
+}

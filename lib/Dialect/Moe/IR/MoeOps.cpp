@@ -456,13 +456,16 @@ LogicalResult GroupedMatmulOp::verify() {
   // input and the weights share theirs.
   QuantizationAttr quantization = getQuantizationAttr();
   bool weightOnly = quantization && quantization.isWeightOnly();
+  int64_t k = getReductionSize();
+  if (failed(verifyWeightScales(op, quantization, "weights", weights,
+                                "weight_scales", getWeightScales(), k)))
+    return failure();
   if (weightOnly ? failed(verifyFloatInput(op, input))
                  : failed(verifyElementType(
                        op, "input", input,
                        getElementTypeOrSelf(weights.getType()), "weights")))
     return failure();
-  int64_t numExperts = dimOf(weights, 0), n = dimOf(weights, 1),
-          k = getReductionSize();
+  int64_t numExperts = dimOf(weights, 0), n = dimOf(weights, 1);
   int64_t numSlots = getNumSlots(), blockM = getBlockM();
   int64_t capacity = dimOf(getSortedIds(), 0);
 
@@ -502,9 +505,6 @@ LogicalResult GroupedMatmulOp::verify() {
     if (failed(verifyShape(op, "routed_weights", routedWeights,
                            {*numTokens, numSlots}, "[T, S]")))
       return failure();
-  if (failed(verifyWeightScales(op, quantization, "weights", weights,
-                                "weight_scales", getWeightScales(), k)))
-    return failure();
   bool scaledInput = quantization && !weightOnly;
   if (static_cast<bool>(getInputScales()) != scaledInput)
     return emitOpError() << "expects 'input_scales' "

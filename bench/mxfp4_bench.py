@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""MXFP4 benchmark (W4A16: e2m1 weights with an e8m0 scale per 32 values,
+bf16 activations): our MXFP4 experts against our bf16 experts on the
+weights they decode to, the torch composition in bf16 and the floor, on the
+H100.
+
+The experts of gpt-oss-20b (E=32) and gpt-oss-120b (E=128) (top-4, H = I =
+2880), compiled here by moe-compile (--layer-sizes ... --part experts,
+--quantization mxfp4; the bf16 ones without), at T in --tokens with uniform
+random routing (each token's top_k distinct experts drawn uniformly), CUDA-
+graph replays, L2 flushed (256 MiB zeroed) before each: ours in MXFP4, ours
+in bf16 (same ids), and the torch composition in bf16 (slots sorted by
+expert, rows gathered, F.grouped_mm for both GEMMs, SiLU-and-mul, routed
+weights, index_add_). Floor = max(bytes / 3.0 TB/s, flops / 720 TFLOP/s),
+bytes = the MXFP4 weights of the experts hit (4.25 bits per weight with the
+scales) plus the bf16 hidden states in and out. "vs bf16" is our MXFP4
+output's distance to our bf16 layer (the same values: only the summation
+order differs; test/GPU/mxfp4_test.py checks correctness).
+
+  PYTHONPATH=build-runtime/python bench/mxfp4_bench.py --compiler moe-compile
+"""
+
+import argparse
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from moe_mlir import Bundle
+from moe_mlir.testing.compiler import compile_bundle
+from moe_mlir.testing.gemm import random_ids
+from moe_mlir.testing.mxfp4 import decode, random_mxfp4
+from moe_mlir.testing.peers import grouped_mm
+from moe_mlir.testing.timing import floor_us, flush_buffer, graphed, time_us
+
+DEVICE = "cuda"
+MODELS = {"gpt-oss-20b": 32, "gpt-oss-120b": 128}
+HIDDEN = INTER = 2880
+TOP_K = 4
+BITS_PER_WEIGHT = 4 + 8 / 32
+
+
+def compile_experts(args, name, experts, mxfp4):
+    path = os.path.join(args.work, f"{name}-{'mxfp4' if mxfp4 else 'bf16'}"
+                        ".moeb")
+    sizes = (f"experts={experts},hidden={HIDDEN},intermediate={INTER},"
+             f"top_k={TOP_K}")
+    extra = ["--quantization", "mxfp4"] if mxfp4 else []
+    for line in compile_bundle(args.compiler,
+                               ["--layer-sizes", sizes, "--part", "experts",
+                                *extra, "--tokens-max", str(args.tokens_max),
+                                "--token-buckets", args.tokens],
+                               path, args.config_db):
+        if "warning" in line:
+            print(f"# {name}: {line}", flush=True)
+    return path
+
+
+def torch_experts(x, ids, weights, w13, w2):
+    """The experts composed in torch with F.grouped_mm in bf16: a function
+    of no arguments."""
+    experts = w13.shape[0]
+    tokens, slots = ids.shape
+    w13_t, w2_t = w13.transpose(1, 2), w2.transpose(1, 2)
+    flat_ids = ids.reshape(-1).long()
+    flat_weights = weights.reshape(-1)
+    ones = torch.ones(tokens * slots, dtype=torch.int32, device=DEVICE)
+
+    def layer():
+        order = flat_ids.argsort(stable=True)
+        counts = torch.zeros(experts, dtype=torch.int32,
+                             device=DEVICE).scatter_add_(0, flat_ids, ones)
+        offs = counts.cumsum(0, dtype=torch.int32)
+        token = order // slots
+        h = grouped_mm(x[token], w13_t, offs)
+        h = F.silu(h[:, :INTER]) * h[:, INTER:]
+        o = grouped_mm(h, w2_t, offs)
+        o = o.float() * flat_weights[order].unsqueeze(1)
+        y = torch.zeros(tokens, x.shape[1], device=DEVICE)
+        return y.index_add_(0, token, o).to(x.dtype)
+
+    return layer
+
+
+def experts_floor_us(ids, tokens):
+    active = int(torch.unique(ids).numel())
+    weight_bytes = 3 * INTER * HIDDEN * BITS_PER_WEIGHT / 8
+    moved = active * weight_bytes + 2 * 2 * tokens * HIDDEN
+    return floor_us(moved, 2 * tokens * TOP_K * 3 * INTER * HIDDEN)
+
+
+def model_rows(args, flush, name, experts):
+    paths = {mxfp4: compile_experts(args, name, experts, mxfp4)
+             for mxfp4 in (True, False)}
+    generator = torch.Generator(DEVICE).manual_seed(args.seed)
+    id_generator = torch.Generator().manual_seed(args.seed)
+    routing = {"experts": experts, "shared": 0, "slots": TOP_K}
+    w13 = random_mxfp4(generator, experts, 2 * INTER, HIDDEN, DEVICE)
+    w2 = random_mxfp4(generator, experts, HIDDEN, INTER, DEVICE)
+    w13_values = decode(*w13, dtype=torch.bfloat16)
+    w2_values = decode(*w2, dtype=torch.bfloat16)
+    operands_of = {True: [w13[0], w2[0], w13[1], w2[1]],
+                   False: [w13_values, w2_values]}
+    rows = []
+    for tokens in [int(t) for t in args.tokens.split(",")]:
+        x = torch.rand(tokens, HIDDEN, device=DEVICE, generator=generator
+                       ).mul(2).sub(1).to(torch.bfloat16)
+        ids = random_ids(tokens, routing, id_generator).to(DEVICE)
+        weights = torch.rand(tokens, TOP_K, device=DEVICE,
+                             generator=generator)
+        row = {"model": name, "tokens": tokens,
+               "floor": experts_floor_us(ids, tokens)}
+        outputs = {}
+        for mxfp4, path in paths.items():
+            bundle = Bundle(path)
+            tensors = [x, ids, weights, *operands_of[mxfp4],
+                       torch.full((tokens, HIDDEN), float("nan"),
+                                  dtype=torch.bfloat16, device=DEVICE)]
+            replay, _ = graphed(
+                lambda: bundle.run(tokens, tensors) or tensors[-1])
+            row["mxfp4" if mxfp4 else "bf16"] = time_us(replay, flush,
+                                                        args.iterations)
+            outputs[mxfp4] = tensors[-1].double()
+            del replay
+            bundle.close()
+        row["vs_bf16"] = ((outputs[True] - outputs[False]).norm() /
+                          outputs[False].norm()).item()
+        replay, _ = graphed(torch_experts(x, ids, weights, w13_values,
+                                          w2_values))
+        row["torch"] = time_us(replay, flush, args.iterations)
+        del replay
+        rows.append(row)
+        print(format_row(row), flush=True)
+    return rows
+
+
+def format_row(row):
+    return (f"{row['model']:13} {row['tokens']:>5} {row['mxfp4']:9.1f} "
+            f"{row['bf16']:9.1f} {row['bf16'] / row['mxfp4']:7.2f}x "
+            f"{row['torch']:9.1f} {row['floor']:8.1f} "
+            f"{row['mxfp4'] / row['floor']:8.2f}x {row['vs_bf16']:8.1e}")
+
+
+def main():
+    parser = argparse.ArgumentParser(
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--compiler", default="build/bin/moe-compile")
+    parser.add_argument("--config-db", default="",
+                        help="tuned database before the shipped entries")
+    parser.add_argument("--work", default="out/mxfp4-bench")
+    parser.add_argument("--models", default="gpt-oss-20b,gpt-oss-120b")
+    parser.add_argument("--tokens", default="1,16,64,256,1024,4096")
+    parser.add_argument("--iterations", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=2026)
+    args = parser.parse_args()
+    args.tokens_max = max(int(t) for t in args.tokens.split(","))
+    os.makedirs(args.work, exist_ok=True)
+    flush = flush_buffer(DEVICE)
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    print(f"\n{'experts':13} {'T':>5} {'mxfp4':>9} {'bf16':>9} {'gain':>8} "
+          f"{'torch':>9} {'floor':>8} {'ours/floor':>9} {'vs bf16':>8}  "
+          "(us, CUDA graphs, uniform routing)", flush=True)
+    rows = []
+    for name in args.models.split(","):
+        rows += model_rows(args, flush, name, MODELS[name])
+        torch.cuda.empty_cache()
+    print("\n| experts | T | ours MXFP4 µs | ours bf16 µs | MXFP4 gain | "
+          "torch bf16 µs | floor µs | MXFP4 / floor | vs bf16 |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for row in rows:
+        print(f"| {row['model']} | {row['tokens']} | {row['mxfp4']:.1f} | "
+              f"{row['bf16']:.1f} | {row['bf16'] / row['mxfp4']:.2f}x | "
+              f"{row['torch']:.1f} | {row['floor']:.1f} | "
+              f"{row['mxfp4'] / row['floor']:.2f}x | {row['vs_bf16']:.1e} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
