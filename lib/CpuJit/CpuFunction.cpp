@@ -69,6 +69,10 @@ FailureOr<ElementType> mlir::moe::getHostElementType(Type type) {
     return ElementType::I32;
   if (isa<Float8E4M3FNType>(type))
     return ElementType::F8E4M3FN;
+  if (type.isSignlessInteger(8))
+    return ElementType::I8;
+  if (isa<Float8E8M0FNUType>(type))
+    return ElementType::F8E8M0FNU;
   return failure();
 }
 

@@ -30,12 +30,17 @@ const char *mlir::moe::elementTypeName(ElementType type) {
     return "i32";
   case ElementType::F8E4M3FN:
     return "f8E4M3FN";
+  case ElementType::I8:
+    return "i8";
+  case ElementType::F8E8M0FNU:
+    return "f8E8M0FNU";
   }
   return "?";
 }
 
 int64_t mlir::moe::elementTypeBytes(ElementType type) {
-  if (type == ElementType::F8E4M3FN)
+  if (type == ElementType::F8E4M3FN || type == ElementType::I8 ||
+      type == ElementType::F8E8M0FNU)
     return 1;
   return type == ElementType::BF16 || type == ElementType::F16 ? 2 : 4;
 }
@@ -60,7 +65,8 @@ HostTensor::HostTensor(ElementType type, std::vector<int64_t> shape)
 
 HostTensor HostTensor::fromFloats(ElementType type, std::vector<int64_t> shape,
                                   const std::vector<float> &values) {
-  assert(type != ElementType::I32 && "fromFloats of an integer tensor");
+  assert(type != ElementType::I32 && type != ElementType::I8 &&
+         type != ElementType::F8E8M0FNU && "fromFloats of a code tensor");
   HostTensor tensor(type, std::move(shape));
   assert(static_cast<int64_t>(values.size()) == tensor.numElements());
   for (size_t i = 0; i < values.size(); ++i) {
@@ -90,6 +96,15 @@ HostTensor HostTensor::fromInts(std::vector<int64_t> shape,
   return tensor;
 }
 
+HostTensor HostTensor::fromCodes(ElementType type, std::vector<int64_t> shape,
+                                 const std::vector<uint8_t> &codes) {
+  assert(elementTypeBytes(type) == 1 && "fromCodes of a wider type");
+  HostTensor tensor(type, std::move(shape));
+  assert(static_cast<int64_t>(codes.size()) == tensor.numElements());
+  tensor.bytes = codes;
+  return tensor;
+}
+
 int64_t HostTensor::numElements() const {
   int64_t count = 1;
   for (int64_t dim : shape)
@@ -98,7 +113,8 @@ int64_t HostTensor::numElements() const {
 }
 
 std::vector<float> HostTensor::toFloats() const {
-  assert(type != ElementType::I32 && "toFloats of an integer tensor");
+  assert(type != ElementType::I32 && type != ElementType::I8 &&
+         "toFloats of an integer tensor");
   std::vector<float> values(numElements());
   for (size_t i = 0; i < values.size(); ++i) {
     if (type == ElementType::F32) {
@@ -107,6 +123,10 @@ std::vector<float> HostTensor::toFloats() const {
     }
     if (type == ElementType::F8E4M3FN) {
       values[i] = fromE4M3(bytes[i]);
+      continue;
+    }
+    if (type == ElementType::F8E8M0FNU) {
+      values[i] = reference::fromE8M0(bytes[i]);
       continue;
     }
     uint16_t half;

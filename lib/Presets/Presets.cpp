@@ -139,7 +139,7 @@ struct LayerTypes {
     attribute = llvm::formatv(
         "quantization = #moe.quantization<weights = {0}, activations = {1}{2}>",
         quantization,
-        block ? "token_group"
+        block   ? "token_group"
         : mxfp4 ? "none"
                 : "token",
         blockSize ? llvm::formatv(", block_size = {0}", blockSize).str() : "");

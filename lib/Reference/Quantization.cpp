@@ -27,6 +27,34 @@ float mlir::moe::reference::fromE4M3(uint8_t code) {
   return sign * std::ldexp(float(8 + mantissa), exponent - 10);
 }
 
+float mlir::moe::reference::fromE2M1(uint8_t code) {
+  static constexpr float kMagnitudes[8] = {0.0f, 0.5f, 1.0f, 1.5f,
+                                           2.0f, 3.0f, 4.0f, 6.0f};
+  float magnitude = kMagnitudes[code & 0x7];
+  return (code & 0x8) ? -magnitude : magnitude;
+}
+
+float mlir::moe::reference::fromE8M0(uint8_t code) {
+  if (code == 0xFF)
+    return std::numeric_limits<float>::quiet_NaN();
+  return std::ldexp(1.0f, int(code) - 127);
+}
+
+std::vector<float> mlir::moe::reference::decodeMxfp4(int64_t rows, int64_t k,
+                                                     const uint8_t *codes,
+                                                     const uint8_t *scales) {
+  std::vector<float> values(rows * k);
+  for (int64_t row = 0; row < rows; ++row)
+    for (int64_t column = 0; column < k; ++column) {
+      uint8_t byte = codes[row * (k / 2) + column / 2];
+      uint8_t code = column % 2 ? byte >> 4 : byte & 0xF;
+      float scale =
+          fromE8M0(scales[row * (k / kMxBlockSize) + column / kMxBlockSize]);
+      values[row * k + column] = fromE2M1(code) * scale;
+    }
+  return values;
+}
+
 /// The values of the non-negative finite codes 0x00 to 0x7E, increasing.
 static const std::array<double, 0x7F> &nonNegativeE4M3Values() {
   static const std::array<double, 0x7F> values = [] {

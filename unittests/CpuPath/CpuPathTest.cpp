@@ -1146,6 +1146,137 @@ TEST(FusedMoeFp8, StaticInputScalesBitExact) {
 // CpuFunction's own checks
 //===----------------------------------------------------------------------===//
 
+//===----------------------------------------------------------------------===//
+// MXFP4 weights
+//===----------------------------------------------------------------------===//
+
+const char *kMxfp4Quantization =
+    "#moe.quantization<weights = mxfp4, activations = none, block_size = 32>";
+
+/// Packed codes [rows, k/2] cycling through every byte, so that each e2m1
+/// code (+-0, the subnormal +-0.5, +-6) sits in both nibbles.
+std::vector<uint8_t> everyByte(int64_t rows, int64_t k) {
+  std::vector<uint8_t> codes(rows * k / 2);
+  for (size_t i = 0; i < codes.size(); ++i)
+    codes[i] = static_cast<uint8_t>(i * 7 + i / 256);
+  return codes;
+}
+
+/// A grouped matmul over one-hot rows reads back every weight it decodes:
+/// output[r][n] = w[n][r], for every code and scales from 2^-127 (the
+/// subnormal code 0) to 2^125 (the largest that keeps 6 x scale finite),
+/// and NaN for the scale 0xFF.
+TEST(GroupedMatmul, Mxfp4DecodesEveryCodeAndScale) {
+  const int64_t k = 64, n = 16, capacity = k + 63;
+  const std::vector<uint8_t> exponents = {0, 1, 100, 126, 127, 128, 200, 252};
+  std::vector<uint8_t> codes = everyByte(n, k), scales(n * 2);
+  for (size_t i = 0; i < scales.size(); ++i)
+    scales[i] = exponents[i % exponents.size()];
+  scales.back() = 0xFF;
+  std::vector<float> rows(capacity * k, 0.0f);
+  for (int64_t r = 0; r < k; ++r)
+    rows[r * k + r] = 1.0f;
+  std::vector<int32_t> sorted(capacity, k);
+  for (int64_t r = 0; r < k; ++r)
+    sorted[r] = r;
+  std::vector<HostTensor> inputs = {
+      HostTensor::fromFloats(ElementType::F32, {capacity, k}, rows),
+      HostTensor::fromCodes(ElementType::I8, {1, n, k / 2}, codes),
+      HostTensor::fromInts({capacity}, sorted),
+      HostTensor::fromInts({2}, {0, -1}),
+      HostTensor::fromInts({}, {static_cast<int32_t>(k)}),
+      HostTensor::fromCodes(ElementType::F8E8M0FNU, {1, n, 2}, scales)};
+  std::string op = llvm::formatv(
+      "moe.grouped_matmul %a0, %a1, %a2, %a3, %a4 weight_scales(%a5) "
+      "input(sorted) output(sorted) {{block_m = 64, num_slots = 1, "
+      "quantization = {0}}",
+      kMxfp4Quantization);
+  std::unique_ptr<CpuFunction> function = compile(layerFunction(
+      inputs, 0, op, llvm::formatv("tensor<{0}x{1}xf32>", capacity, n)));
+  ASSERT_TRUE(function);
+  std::vector<HostTensor> outputs = run(*function, inputs);
+  ASSERT_EQ(outputs.size(), 1u);
+  std::vector<float> output = outputs[0].toFloats();
+  std::vector<float> weights =
+      reference::decodeMxfp4(n, k, codes.data(), scales.data());
+  for (int64_t row = 0; row < n; ++row) {
+    // A NaN weight makes every sum over its row NaN (0 x NaN).
+    bool nanRow =
+        std::any_of(weights.begin() + row * k, weights.begin() + (row + 1) * k,
+                    [](float value) { return std::isnan(value); });
+    for (int64_t column = 0; column < k; ++column) {
+      float expected = weights[row * k + column];
+      float actual = output[column * n + row];
+      if (nanRow)
+        EXPECT_TRUE(std::isnan(actual)) << "w[" << row << "][" << column << "]";
+      else
+        // One-hot sums add +0 to a decoded -0.
+        EXPECT_EQ(actual, expected) << "w[" << row << "][" << column << "]";
+    }
+  }
+  EXPECT_TRUE(std::isnan(output[n - 1]));
+}
+
+/// MXFP4 experts given routing (ids out of range, an expert named twice)
+/// against the fp32 reference experts on the decoded weights, bit for bit:
+/// the decoding is exact and both sum in K order.
+TEST(FusedExperts, Mxfp4BitExact) {
+  const int64_t t = 9, s = 3, h = 64, intermediate = 96, e = 4;
+  std::mt19937 generator(24);
+  for (ElementType type : {ElementType::BF16, ElementType::F32}) {
+    SCOPED_TRACE(name(type));
+    HostTensor hidden =
+        HostTensor::fromFloats(type, {t, h}, uniform(generator, t * h, 2.0f));
+    std::uniform_int_distribution<int32_t> expert(0, e - 1);
+    std::uniform_int_distribution<int> exponent(120, 125);
+    std::vector<int32_t> ids(t * s);
+    for (int32_t &id : ids)
+      id = expert(generator);
+    ids[1] = -1;
+    ids[5] = e;
+    ids[7] = ids[6];
+    std::vector<float> weights = uniform(generator, t * s, 1.0f);
+    auto randomScales = [&](int64_t count) {
+      std::vector<uint8_t> scales(count);
+      for (uint8_t &scale : scales)
+        scale = static_cast<uint8_t>(exponent(generator));
+      return scales;
+    };
+    std::vector<uint8_t> w13 = everyByte(e * 2 * intermediate, h),
+                         w2 = everyByte(e * h, intermediate);
+    std::vector<uint8_t> w13Scales =
+                             randomScales(e * 2 * intermediate * h / 32),
+                         w2Scales = randomScales(e * h * intermediate / 32);
+    std::vector<HostTensor> inputs = {
+        hidden,
+        HostTensor::fromInts({t, s}, ids),
+        HostTensor::fromFloats(ElementType::F32, {t, s}, weights),
+        HostTensor::fromCodes(ElementType::I8, {e, 2 * intermediate, h / 2},
+                              w13),
+        HostTensor::fromCodes(ElementType::I8, {e, h, intermediate / 2}, w2),
+        HostTensor::fromCodes(ElementType::F8E8M0FNU,
+                              {e, 2 * intermediate, h / 32}, w13Scales),
+        HostTensor::fromCodes(ElementType::F8E8M0FNU, {e, h, intermediate / 32},
+                              w2Scales)};
+    std::vector<float> output = runLayer(
+        inputs, 3,
+        llvm::formatv("moe.fused_experts %a0, %a1, %a2, %a3, %a4 scales(%a5, "
+                      "%a6) activation(silu_and_mul) {{quantization = {0}}",
+                      kMxfp4Quantization));
+    std::vector<float> expected(t * h), hiddenValues = hidden.toFloats();
+    std::vector<float> w13Values = reference::decodeMxfp4(
+        e * 2 * intermediate, h, w13.data(), w13Scales.data());
+    std::vector<float> w2Values =
+        reference::decodeMxfp4(e * h, intermediate, w2.data(), w2Scales.data());
+    reference::fusedExperts(reference::Activation::SiluAndMul, t, h, e,
+                            intermediate, s, hiddenValues.data(), ids.data(),
+                            weights.data(), w13Values.data(), w2Values.data(),
+                            expected.data(),
+                            [&](float value) { return roundTo(type, value); });
+    expectSameBits(output, expected);
+  }
+}
+
 TEST(CpuFunction, RejectsWrongInputs) {
   std::unique_ptr<CpuFunction> function = compile(
       "func.func @combine(%r: tensor<?x2x4xf32>, %w: tensor<?x2xf32>) -> "

@@ -918,4 +918,44 @@ TEST(ReferenceC, RunsTheExpertsAndTheLayer) {
   }
 }
 
+//===----------------------------------------------------------------------===//
+// MXFP4
+//===----------------------------------------------------------------------===//
+
+TEST(Mxfp4, DecodesEveryE2M1Code) {
+  const float magnitudes[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  for (int code = 0; code < 16; ++code) {
+    float value = fromE2M1(static_cast<uint8_t>(code));
+    EXPECT_EQ(std::fabs(value), magnitudes[code & 7]) << code;
+    EXPECT_EQ(std::signbit(value), code >= 8) << code;
+  }
+  // Only the low nibble is read.
+  EXPECT_EQ(fromE2M1(0xF7), 6.0f);
+}
+
+TEST(Mxfp4, DecodesE8M0ScalesAtBothEnds) {
+  EXPECT_EQ(fromE8M0(127), 1.0f);
+  EXPECT_EQ(fromE8M0(0), std::ldexp(1.0f, -127));
+  EXPECT_EQ(fromE8M0(1), std::ldexp(1.0f, -126));
+  EXPECT_EQ(fromE8M0(254), std::ldexp(1.0f, 127));
+  EXPECT_TRUE(std::isnan(fromE8M0(255)));
+}
+
+TEST(Mxfp4, DecodesPackedRowsLowNibbleFirst) {
+  // Row 0: codes 0x1 (0.5) then 0xF (-6) in byte 0, scale 2^1 for the first
+  // 32 values, 2^-127 for the next; row 1: NaN scale.
+  std::vector<uint8_t> codes(2 * 32, 0x22), scales = {128, 0, 255, 127};
+  codes[0] = 0xF1;
+  std::vector<float> values = decodeMxfp4(2, 64, codes.data(), scales.data());
+  EXPECT_EQ(values[0], 1.0f);
+  EXPECT_EQ(values[1], -12.0f);
+  EXPECT_EQ(values[2], 2.0f);
+  EXPECT_EQ(values[32], std::ldexp(1.0f, -127));
+  EXPECT_TRUE(std::isnan(values[64]));
+  EXPECT_EQ(values[127], 1.0f);
+  // 6 x 2^127 is past fp32: infinite.
+  std::vector<uint8_t> six(16, 0x77), top = {254};
+  EXPECT_TRUE(std::isinf(decodeMxfp4(1, 32, six.data(), top.data())[0]));
+}
+
 } // namespace

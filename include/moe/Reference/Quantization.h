@@ -49,6 +49,27 @@ float fromE4M3(uint8_t code);
 uint8_t toE4M3(float x);
 
 //===----------------------------------------------------------------------===//
+// MXFP4 (OCP MX: e2m1 values, e8m0 scales per 32)
+//===----------------------------------------------------------------------===//
+
+/// e2m1 is the 4-bit float of MXFP4: 1 sign bit, 2 exponent bits (bias 1),
+/// 1 mantissa bit, no infinities or NaN: +-{0, 0.5, 1, 1.5, 2, 3, 4, 6}.
+/// e8m0 is its scale: 2^(code - 127), code 0xFF NaN.
+constexpr int64_t kMxBlockSize = 32;
+
+/// The value of the e2m1 code in the low 4 bits of `code`.
+float fromE2M1(uint8_t code);
+
+/// 2^(code - 127) (2^-127, a subnormal, for 0), NaN for 0xFF.
+float fromE8M0(uint8_t code);
+
+/// The weights [rows, k] (k a multiple of kMxBlockSize) of MXFP4 `codes`
+/// [rows, k/2] (the even k in each byte's low nibble) and `scales`
+/// [rows, k/32]: fromE2M1 x fromE8M0, in fp32 (infinite beyond its range).
+std::vector<float> decodeMxfp4(int64_t rows, int64_t k, const uint8_t *codes,
+                               const uint8_t *scales);
+
+//===----------------------------------------------------------------------===//
 // Dynamic quantization
 //===----------------------------------------------------------------------===//
 

@@ -211,6 +211,8 @@ private:
   // MXFP4 weights, decoded by the producer.
   void producePacked(const Tile &tile, const GatherSources &sources);
   SmallVector<Value> loadMxScales(const Tile &tile, Value step);
+  Value mxScaleBlock(const Tile &tile, Value step);
+  Value mxScaleRow(const Tile &tile, int64_t pass);
   void decodeStage(const Tile &tile, Value step, ValueRange scales);
   void emitConsumer(const Tile &tile, Value consumer);
   // The accumulators' way out.
@@ -1273,41 +1275,50 @@ void WgmmaGroupedMatmulEmitter::producePacked(const Tile &tile,
 }
 
 /// The e8m0 weight scales of the rows and K block this thread decodes in K
-/// tile `step` (decodeStage), as i32; rows past N and K blocks past K take
-/// 127 (2^0), since they decode TMA's zero fill.
+/// tile `step` (decodeStage), zero-extended to i32 and clamped into the
+/// scales (scaleValidity says which are real). They ride in registers until
+/// the decode, untouched: any use would wait for the load there.
 SmallVector<Value> WgmmaGroupedMatmulEmitter::loadMxScales(const Tile &tile,
                                                            Value step) {
   auto scalesType = cast<MemRefType>(weightScales.getType());
   int64_t rowsOfN = scalesType.getDimSize(1),
           kBlocks = scalesType.getDimSize(2);
-  int64_t valuesPerChunk = kCopyBytes / elementBytes;
-  Value chunk = arith::RemUIOp::create(b, loader, wb.index(kDecodeChunks));
-  Value kBlock = arith::AddIOp::create(
-      b,
-      arith::MulIOp::create(b, arith::AddIOp::create(b, tile.firstStep, step),
-                            wb.index(blockK / quantization.getBlockSize())),
-      arith::DivUIOp::create(
-          b, arith::MulIOp::create(b, chunk, wb.index(valuesPerChunk)),
-          wb.index(quantization.getBlockSize())));
-  Value kValid = wb.cmpi(arith::CmpIPredicate::ult, kBlock, wb.index(kBlocks));
-  Value firstRow = arith::DivUIOp::create(b, loader, wb.index(kDecodeChunks));
+  Value kBlock = arith::MinUIOp::create(b, mxScaleBlock(tile, step),
+                                        wb.index(kBlocks - 1));
   SmallVector<Value> scales;
   for (int64_t pass = 0; pass < blockN / kDecodeRowsPerPass; ++pass) {
-    int64_t tileRow = pass * kDecodeRowsPerPass;
-    Value n = arith::AddIOp::create(
-        b, boxFirstRow(tile, tileRow / boxRows),
-        arith::AddIOp::create(b, firstRow, wb.index(tileRow % boxRows)));
-    Value valid = arith::AndIOp::create(
-        b, kValid, wb.cmpi(arith::CmpIPredicate::ult, n, wb.index(rowsOfN)));
-    Value code = wb.load(
-        weightScales,
-        {tile.expert, arith::MinUIOp::create(b, n, wb.index(rowsOfN - 1)),
-         arith::MinUIOp::create(b, kBlock, wb.index(kBlocks - 1))});
-    Value exponent = arith::ExtUIOp::create(
-        b, b.getI32Type(), arith::BitcastOp::create(b, b.getI8Type(), code));
-    scales.push_back(wb.select(valid, exponent, wb.i32(127)));
+    Value n = arith::MinUIOp::create(b, mxScaleRow(tile, pass),
+                                     wb.index(rowsOfN - 1));
+    Value code = wb.load(weightScales, {tile.expert, n, kBlock});
+    scales.push_back(arith::ExtUIOp::create(
+        b, b.getI32Type(), arith::BitcastOp::create(b, b.getI8Type(), code)));
   }
   return scales;
+}
+
+/// The K block of the thread's chunk of K tile `step`.
+Value WgmmaGroupedMatmulEmitter::mxScaleBlock(const Tile &tile, Value step) {
+  int64_t blockSize = quantization.getBlockSize();
+  Value chunk = arith::RemUIOp::create(b, loader, wb.index(kDecodeChunks));
+  return arith::AddIOp::create(
+      b,
+      arith::MulIOp::create(b, arith::AddIOp::create(b, tile.firstStep, step),
+                            wb.index(blockK / blockSize)),
+      arith::DivUIOp::create(
+          b,
+          arith::MulIOp::create(b, chunk, wb.index(kCopyBytes / elementBytes)),
+          wb.index(blockSize)));
+}
+
+/// The row of N the thread decodes in pass `pass`: row `loader / 8 + 16
+/// pass` of the tile's weight boxes.
+Value WgmmaGroupedMatmulEmitter::mxScaleRow(const Tile &tile, int64_t pass) {
+  int64_t tileRow = pass * kDecodeRowsPerPass;
+  return arith::AddIOp::create(
+      b, boxFirstRow(tile, tileRow / boxRows),
+      arith::AddIOp::create(
+          b, arith::DivUIOp::create(b, loader, wb.index(kDecodeChunks)),
+          wb.index(tileRow % boxRows)));
 }
 
 /// Decodes this thread's share of the packed MXFP4 tile of K tile `step`
@@ -1344,7 +1355,16 @@ void WgmmaGroupedMatmulEmitter::decodeStage(const Tile &tile, Value step,
                                    wb.i32(bf16Bits | bf16Bits << 16));
   };
   Value twoPow126 = splat(0x7E80);
-  for (auto [pass, scale] : llvm::enumerate(scales)) {
+  // Rows past N and K blocks past K decode TMA's zero fill: scale 2^0.
+  auto scalesType = cast<MemRefType>(weightScales.getType());
+  Value kValid = wb.cmpi(arith::CmpIPredicate::ult, mxScaleBlock(tile, step),
+                         wb.index(scalesType.getDimSize(2)));
+  for (auto [pass, loaded] : llvm::enumerate(scales)) {
+    Value valid = arith::AndIOp::create(
+        b, kValid,
+        wb.cmpi(arith::CmpIPredicate::ult, mxScaleRow(tile, pass),
+                wb.index(scalesType.getDimSize(1))));
+    Value scale = wb.select(valid, loaded, wb.i32(127));
     Value row =
         arith::AddIOp::create(b, firstRow, wb.index(pass * kDecodeRowsPerPass));
     Value word = wb.load(
