@@ -200,8 +200,8 @@ void mlir::moe::reference::scaledGroupedMatmul(
     int64_t numSlots, int64_t blockM, int64_t n, int64_t k,
     const uint8_t *input, const float *inputScales, bool tokenOrder,
     const uint8_t *weights, const float *weightScales,
-    const float *routedWeights, Activation activation, bool sortedOutput,
-    float *output, const RoundFn &round) {
+    const float *routedWeights, const GatedActivation &activation,
+    bool sortedOutput, float *output, const RoundFn &round, const float *bias) {
   int64_t inputGroups = scheme.numGroups(k);
   groupedMatmul(
       routing, numTokens, numSlots, blockM, n, tokenOrder,
@@ -210,7 +210,7 @@ void mlir::moe::reference::scaledGroupedMatmul(
                               inputScales + row * inputGroups, weights,
                               weightScales, expert, n, k, h);
       },
-      routedWeights, activation, sortedOutput, output, round);
+      routedWeights, activation, sortedOutput, output, round, bias);
 }
 
 /// Quantizes the rows of x [rows, k] as an input of a GEMM scaled per

@@ -146,15 +146,16 @@ struct Fp8Scheme {
 ///   - Tensor: h[n] = (the same sum) * (a_s[row][0] * w_s[e]).
 /// `input` is [T, K] (tokenOrder) or [C, K] codes, `inputScales` a_s its
 /// rows' scales, `weights` [E, N, K] codes, `weightScales` w_s shaped as
-/// Fp8Scaling says.
+/// Fp8Scaling says; `bias` [E, N] (or nullptr) is added to the scaled h.
 void scaledGroupedMatmul(const Fp8Scheme &scheme, const Routing &routing,
                          int64_t numTokens, int64_t numSlots, int64_t blockM,
                          int64_t n, int64_t k, const uint8_t *input,
                          const float *inputScales, bool tokenOrder,
                          const uint8_t *weights, const float *weightScales,
-                         const float *routedWeights, Activation activation,
-                         bool sortedOutput, float *output,
-                         const RoundFn &round);
+                         const float *routedWeights,
+                         const GatedActivation &activation, bool sortedOutput,
+                         float *output, const RoundFn &round,
+                         const float *bias = nullptr);
 
 /// The experts of a layer on e4m3 weights, token by token: fusedExperts
 /// (Reference.h; its slots, routed weights and rounding) with each fp32
