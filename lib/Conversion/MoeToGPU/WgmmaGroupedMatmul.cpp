@@ -1479,11 +1479,10 @@ Value WgmmaGroupedMatmulEmitter::withBias(const Tile &tile, Value sum,
                                           Value column, int64_t offset) {
   if (!bias)
     return sum;
-  Value inside = arith::MinUIOp::create(b, column, wb.index(columns - 1));
-  return arith::AddFOp::create(
-      b, sum,
-      wb.loadF32(bias, {tile.expert,
-                        arith::AddIOp::create(b, inside, wb.index(offset))}));
+  Value row = arith::MinUIOp::create(b, column, wb.index(columns - 1));
+  if (offset)
+    row = arith::AddIOp::create(b, row, wb.index(offset));
+  return arith::AddFOp::create(b, sum, wb.loadF32(bias, {tile.expert, row}));
 }
 
 /// The epilogue's value of the thread's accumulator `index`, of output
