@@ -27,6 +27,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <set>
@@ -325,6 +326,84 @@ TEST(Gate, TiesGoToTheLowerIndex) {
   ASSERT_EQ(ids.size(), 8u);
   EXPECT_EQ(ids, (std::vector<int32_t>{0, 1, 2, 3, 3, 7, 0, 1}));
   EXPECT_FLOAT_EQ(weights[0], 0.25f);
+}
+
+/// gpt-oss's router after its linear: the top `k` of `logits` [E] (ties to
+/// the lower index, which torch.topk does not promise), then a softmax over
+/// the k chosen, in double: (ids, weights).
+std::pair<std::vector<int32_t>, std::vector<double>>
+gptOssRouter(const float *logits, int64_t numExperts, int64_t k) {
+  std::vector<int32_t> order(numExperts);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  order.resize(k);
+  std::vector<double> weights(k);
+  double sum = 0.0;
+  for (int64_t i = 0; i < k; ++i)
+    sum += weights[i] = std::exp(double(logits[order[i]]) - logits[order[0]]);
+  for (double &weight : weights)
+    weight /= sum;
+  return {order, weights};
+}
+
+/// moe.gate with softmax, top-4 and renormalize is gpt-oss's router (top-4
+/// of the logits, softmax over those): the same ids, weights within 2e-6,
+/// on bf16-valued logits as gpt-oss's bf16 linear makes them, with rows of
+/// exact ties inside the four and across the fourth place.
+TEST(Gate, GptOssTopKThenSoftmaxIsSoftmaxTopKRenormalize) {
+  reference::Router router = softmaxTopK(4, /*renormalize=*/true);
+  for (int64_t e : {32, 128}) {
+    SCOPED_TRACE(e);
+    const int64_t t = 257;
+    std::mt19937 generator(25);
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    std::vector<float> logits(t * e);
+    for (float &logit : logits)
+      logit = roundTo(ElementType::BF16, normal(generator));
+    // Row 0: four experts tie for the first place; row 1: experts 9 and 5
+    // tie for the fourth place (one of them left out); row 2: all tie.
+    for (int64_t i : {3, 17, 20, 30})
+      logits[i] = 9.0f;
+    for (int64_t i : {1, 2, 3})
+      logits[e + i] = 8.0f + i;
+    logits[e + 9] = logits[e + 5] = 7.5f;
+    std::fill(logits.begin() + 2 * e, logits.begin() + 3 * e, 0.25f);
+    auto [weights, ids] =
+        checkGate({t, e, router, false, ElementType::BF16}, logits, {});
+    ASSERT_EQ(ids.size(), static_cast<size_t>(t * 4));
+    for (int64_t row = 0; row < t; ++row) {
+      auto [expectedIds, expectedWeights] =
+          gptOssRouter(logits.data() + row * e, e, 4);
+      for (int64_t slot = 0; slot < 4; ++slot) {
+        EXPECT_EQ(ids[row * 4 + slot], expectedIds[slot])
+            << "row " << row << " slot " << slot;
+        EXPECT_NEAR(weights[row * 4 + slot], expectedWeights[slot], 2e-6)
+            << "row " << row << " slot " << slot;
+      }
+    }
+    EXPECT_EQ(std::vector<int32_t>(ids.begin() + 4, ids.begin() + 8),
+              (std::vector<int32_t>{3, 2, 1, 5}));
+  }
+}
+
+/// Where the two differ: distinct f32 logits whose differences from the
+/// max round to one fp32 value score the same, and moe.gate takes the lower
+/// index where gpt-oss's top-k of the logits takes the larger logit. Their
+/// weights agree to 1e-6 (DESIGN.md, section 8, states the bound).
+TEST(Gate, GptOssNearTiesBelowTheScoresRoundingMayPickTheLowerIndex) {
+  reference::Router router = softmaxTopK(4, /*renormalize=*/true);
+  std::vector<float> logits(32, -4.0f);
+  logits[0] = logits[1] = logits[2] = 8.0f;
+  // 0.1 - 8 and its neighbour - 8 round to one float: one score.
+  logits[4] = 0.1f;
+  logits[6] = std::nextafter(0.1f, 1.0f);
+  auto [weights, ids] = checkGate({1, 32, router, false}, logits, {});
+  auto [expectedIds, expectedWeights] = gptOssRouter(logits.data(), 32, 4);
+  EXPECT_EQ(ids, (std::vector<int32_t>{0, 1, 2, 4}));
+  EXPECT_EQ(expectedIds, (std::vector<int32_t>{0, 1, 2, 6}));
+  for (int64_t slot = 0; slot < 4; ++slot)
+    EXPECT_NEAR(weights[slot], expectedWeights[slot], 1e-6);
 }
 
 TEST(Gate, ZeroSumRenormalisationStaysFinite) {
