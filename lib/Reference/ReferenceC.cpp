@@ -188,7 +188,7 @@ void moe_reference_fused_experts_fp8(int scaling, int64_t blockSize,
                                      const float *inputScales, float *output) {
   std::optional<StaticInputScales> scales = makeStaticInputScales(inputScales);
   fusedExpertsFp8(makeFp8Scheme(scaling, blockSize),
-                  gatedActivation(activation).kind, numTokens, hiddenSize,
+                  gatedActivation(activation), numTokens, hiddenSize,
                   numExperts, intermediate, numSlots, hidden, ids, weights, w13,
                   w13Scales, w2, w2Scales, scales ? &*scales : nullptr, output,
                   roundingTo(dtype));
@@ -205,9 +205,9 @@ void moe_reference_calibrate_fp8(int scaling, int64_t blockSize, int activation,
                                  const uint8_t *w13, const float *w13Scales,
                                  float *inputScales) {
   StaticInputScales scales = calibrateInputScales(
-      makeFp8Scheme(scaling, blockSize), gatedActivation(activation).kind,
-      numTokens, hiddenSize, numExperts, intermediate, numSlots, hidden, ids,
-      w13, w13Scales, roundingTo(dtype));
+      makeFp8Scheme(scaling, blockSize), gatedActivation(activation), numTokens,
+      hiddenSize, numExperts, intermediate, numSlots, hidden, ids, w13,
+      w13Scales, roundingTo(dtype));
   inputScales[0] = scales.w13;
   inputScales[1] = scales.w2;
 }
@@ -227,10 +227,9 @@ void moe_reference_fused_moe_fp8(
                              routedScalingFactor, numSharedExperts);
   std::optional<StaticInputScales> scales = makeStaticInputScales(inputScales);
   fusedMoeFp8(router, makeFp8Scheme(scaling, blockSize),
-              gatedActivation(activation).kind, numTokens, hiddenSize,
-              numExperts, intermediate, hidden, logits, bias, w13, w13Scales,
-              w2, w2Scales, scales ? &*scales : nullptr, output,
-              roundingTo(dtype));
+              gatedActivation(activation), numTokens, hiddenSize, numExperts,
+              intermediate, hidden, logits, bias, w13, w13Scales, w2, w2Scales,
+              scales ? &*scales : nullptr, output, roundingTo(dtype));
 }
 
 } // extern "C"
