@@ -547,8 +547,22 @@ py::dict routerFields(MLIRContext *context, llvm::StringRef params) {
   return fields;
 }
 
-/// Each preset as a dict: name, sizes, correction_bias, and the router's
-/// fields.
+/// The clamped SwiGLU parameters `params` ("alpha = 1.702, limit = 7.0") as
+/// (alpha, limit), read through the attribute parser; None when empty.
+py::object swigluFields(MLIRContext *context, llvm::StringRef params) {
+  if (params.empty())
+    return py::none();
+  auto swiglu = dyn_cast_or_null<moe::SwigluAttr>(
+      parseAttribute(("#moe.swiglu<" + params + ">").str(), context));
+  if (!swiglu)
+    throw Error("cannot parse the swiglu parameters '" + params.str() + "'");
+  return py::make_tuple(swiglu.getAlpha().convertToDouble(),
+                        swiglu.getLimit().convertToDouble());
+}
+
+/// Each preset as a dict: name, sizes, correction_bias, the router's
+/// fields, swiglu ((alpha, limit) of a clamped SwiGLU, or None) and
+/// expert_biases.
 py::list presetTable() {
   std::shared_ptr<MLIRContext> context = createContext();
   llvm::SourceMgr noSources;
@@ -562,6 +576,9 @@ py::list presetTable() {
     entry["num_experts"] = preset.numExperts;
     entry["correction_bias"] = preset.bias;
     entry["router"] = routerFields(context.get(), preset.router);
+    entry["swiglu"] =
+        swigluFields(context.get(), preset.swiglu ? preset.swiglu : "");
+    entry["expert_biases"] = preset.expertBiases;
     table.append(entry);
   }
   return table;
@@ -698,19 +715,21 @@ the compiler moe_mlir.Error.
         "ties to even), as float32.");
 
   m.def("preset_table", &presetTable,
-        "Each preset's name, sizes, correction_bias and router fields.");
+        "Each preset's name, sizes, correction_bias, router fields, swiglu "
+        "and expert_biases.");
   m.def(
       "layer_part_source",
       [](const std::string &part, int64_t hiddenSize, int64_t intermediateSize,
          int64_t numExperts, int64_t topK, int64_t numSharedExperts,
          const std::string &router, bool correctionBias,
          const std::string &dtype, int64_t blockM,
-         const std::string &quantization) {
+         const std::string &quantization, const std::string &swiglu,
+         bool expertBiases) {
         moe::LayerDescription layer{
-            "",          hiddenSize,     intermediateSize,
-            numExperts,  topK,           numSharedExperts,
-            router,      correctionBias, checkLayerDtype(dtype),
-            quantization};
+            "",           hiddenSize,     intermediateSize,
+            numExperts,   topK,           numSharedExperts,
+            router,       correctionBias, checkLayerDtype(dtype),
+            quantization, swiglu,         expertBiases};
         llvm::Expected<std::string> text =
             moe::getPartSource(layer, part, blockM);
         if (!text)
@@ -721,11 +740,15 @@ the compiler moe_mlir.Error.
       py::arg("intermediate_size"), py::arg("num_experts"), py::arg("top_k"),
       py::arg("num_shared_experts"), py::arg("router"),
       py::arg("correction_bias"), py::arg("dtype"), py::arg("block_m"),
-      py::arg("quantization"),
+      py::arg("quantization"), py::arg("swiglu") = "",
+      py::arg("expert_biases") = false,
       "A part of a layer as moe-compile's --part names it: 'layer' (one "
       "moe.fused_moe), 'experts' (one moe.fused_experts), 'routing' (gate, "
       "route, combine), 'router' (gate), 'gemm1' or 'gemm2' (a grouped "
       "matmul); `quantization` as moe-compile's --quantization ('' for "
       "weights in `dtype`, else 'tensor', 'channel' or 'block': fp8 weights "
-      "and their scales, after the correction bias).");
+      "and their scales, after the correction bias); `swiglu` the "
+      "#moe.swiglu parameters of a clamped SwiGLU ('' for SiLU-and-mul), "
+      "`expert_biases` whether the experts take biases (after the "
+      "correction bias, before any scales).");
 }

@@ -146,6 +146,8 @@ if [[ $what == tests || $what == all ]]; then
   step runtime-tests 300 build-runtime/bin/MoeRuntimeTests
   step routing-tests 400 python3 test/GPU/routing_test.py
   step layer-tests 400 python3 test/GPU/layer_test.py
+  step gpt-oss-tests 540 python3 test/GPU/layer_test.py \
+    --only layer-gpt-oss-20b-full,layer-gpt-oss-120b-full
   step python-tests 400 python3 test/GPU/python_test.py
   step torch-tests 400 python3 test/GPU/torch_test.py
   step transformers-tests 400 python3 test/GPU/transformers_test.py
@@ -156,10 +158,10 @@ if [[ $what == tests || $what == all ]]; then
     --only experts-splitk-bf16,experts-deepseek-f16
 fi
 if [[ $what != bench ]]; then
-  step gemm-tests 300 python3 test/GPU/gemm_test.py
+  step gemm-tests 400 python3 test/GPU/gemm_test.py
   step gemm-sanitizer 300 compute-sanitizer --tool memcheck --error-exitcode 1 \
     python3 test/GPU/gemm_test.py --cases 1:uniform,7:uniform,300:skewed \
-    --only gemm1-odd-f16,gemm2-odd-f16,gemm1-tail-bf16,gemm2-tail-f16,gemm1-splitk-bf16,gemm2-splitk-f16,gemm1-qwen3-f16,gemm2-deepseek-bf16,gemm1-mixtral-wg2-bf16,gemm2-deepseek-wg2-f16,gemm1-mixtral-ws-bf16,gemm2-deepseek-wg2-ws-f16,gemm1-deepseek-ws-splitk-bf16,gemm1-mixtral-persistent-bf16,gemm2-mixtral-persistent-bf16,gemm1-deepseek-persistent-splitk-bf16
+    --only gemm1-odd-f16,gemm2-odd-f16,gemm1-tail-bf16,gemm2-tail-f16,gemm1-splitk-bf16,gemm2-splitk-f16,gemm1-qwen3-f16,gemm2-deepseek-bf16,gemm1-mixtral-wg2-bf16,gemm2-deepseek-wg2-f16,gemm1-mixtral-ws-bf16,gemm2-deepseek-wg2-ws-f16,gemm1-deepseek-ws-splitk-bf16,gemm1-mixtral-persistent-bf16,gemm2-mixtral-persistent-bf16,gemm1-deepseek-persistent-splitk-bf16,gemm1-gpt-oss-bf16,gemm1-gpt-oss-splitk-bf16,gemm2-gpt-oss-ws-bf16,gemm1-gpt-oss-reduced-bf16
 fi
 if [[ $what == bench || $what == all ]]; then
   step router-bench 500 python3 bench/router_bench.py "$@"

@@ -16,31 +16,46 @@ using namespace mlir;
 using namespace mlir::moe;
 
 // Sizes and routing from the models' configs.
+// gpt-oss's router is a linear with bias, top-4 of its logits and a softmax
+// over those four: moe.gate's softmax, top-4 and renormalize select the same
+// experts (DESIGN.md, section 8, says when they may not).
 static const Preset kPresets[] = {
     {"mixtral-8x7b", 4096, 14336, 8, 2, 0,
-     "scoring = softmax, top_k = 2, renormalize = true", false},
+     "scoring = softmax, top_k = 2, renormalize = true", false, nullptr, false},
     {"qwen3-30b-a3b", 2048, 768, 128, 8, 0,
-     "scoring = softmax, top_k = 8, renormalize = true", false},
+     "scoring = softmax, top_k = 8, renormalize = true", false, nullptr, false},
     {"deepseek-v3", 7168, 2048, 256, 8, 1,
      "scoring = sigmoid, top_k = 8, num_groups = 8, topk_groups = 4, "
      "renormalize = true, routed_scaling_factor = 2.5, num_shared_experts = 1",
-     true},
+     true, nullptr, false},
     {"kimi-k2", 7168, 2048, 384, 8, 1,
      "scoring = sigmoid, top_k = 8, renormalize = true, "
      "routed_scaling_factor = 2.827, num_shared_experts = 1",
-     true},
+     true, nullptr, false},
+    {"gpt-oss-20b", 2880, 2880, 32, 4, 0,
+     "scoring = softmax, top_k = 4, renormalize = true", false,
+     "alpha = 1.702, limit = 7.0", true},
+    {"gpt-oss-120b", 2880, 2880, 128, 4, 0,
+     "scoring = softmax, top_k = 4, renormalize = true", false,
+     "alpha = 1.702, limit = 7.0", true},
 };
 
 LayerDescription LayerDescription::of(const Preset &preset,
                                       llvm::StringRef dtype) {
-  return {preset.name,       preset.hiddenSize, preset.intermediate,
-          preset.numExperts, preset.topK,       preset.numSharedExperts,
-          preset.router,     preset.bias,       dtype.str()};
+  return {preset.name,         preset.hiddenSize,
+          preset.intermediate, preset.numExperts,
+          preset.topK,         preset.numSharedExperts,
+          preset.router,       preset.bias,
+          dtype.str(),
+          /*quantization=*/"", preset.swiglu ? preset.swiglu : "",
+          preset.expertBiases};
 }
 
 Preset LayerDescription::preset() const {
-  return {name.c_str(), hiddenSize,       intermediate,   numExperts,
-          topK,         numSharedExperts, router.c_str(), bias};
+  return {name.c_str(),   hiddenSize, intermediate,
+          numExperts,     topK,       numSharedExperts,
+          router.c_str(), bias,       swiglu.empty() ? nullptr : swiglu.c_str(),
+          expertBiases};
 }
 
 llvm::json::Object LayerDescription::toJSON() const {
@@ -57,6 +72,10 @@ llvm::json::Object LayerDescription::toJSON() const {
   }
   if (!quantization.empty())
     object["quantization"] = quantization;
+  if (!swiglu.empty())
+    object["swiglu"] = swiglu;
+  if (expertBiases)
+    object["expert_biases"] = true;
   return object;
 }
 
@@ -100,9 +119,9 @@ static std::string weightScalesType(llvm::StringRef scaling, int64_t e,
 }
 
 namespace {
-/// Scales in a source: the function's arguments, the op's scales(...) and
-/// their types in the op's signature; empty for weights in the layer's
-/// dtype.
+/// Optional operands in a source (scales, biases): the function's
+/// arguments, the op's use of them and their types in the op's signature;
+/// empty where there are none.
 struct ScalesText {
   std::string args, use, types;
 };
@@ -126,6 +145,17 @@ struct LayerTypes {
                         weights);
     w2 = llvm::formatv("tensor<{0}x{1}x{2}x{3}>", stored, h, i / packing,
                        weights);
+    if (preset.swiglu) {
+      activation = "clamped_swiglu";
+      swiglu = llvm::formatv("swiglu = #moe.swiglu<{0}>", preset.swiglu);
+    }
+    if (preset.expertBiases) {
+      w13Bias = llvm::formatv("tensor<{0}x{1}x{2}>", stored, 2 * i, dtype);
+      w2Bias = llvm::formatv("tensor<{0}x{1}x{2}>", stored, h, dtype);
+      biases = {
+          llvm::formatv(", %w13_bias: {0}, %w2_bias: {1}", w13Bias, w2Bias),
+          " biases(%w13_bias, %w2_bias)", ", " + w13Bias + ", " + w2Bias};
+    }
     if (quantization.empty())
       return;
     w13Scales = weightScalesType(quantization, stored, 2 * i, h);
@@ -165,11 +195,32 @@ struct LayerTypes {
             ", " + type + ", " + weightScales.str()};
   }
 
+  /// The attributes of a layer op or a grouped matmul after `first`: the
+  /// activation's parameters and the quantization, where there are.
+  std::string attributes(std::string first = "") const {
+    for (const std::string &attr : {swiglu, attribute})
+      if (!attr.empty())
+        first += (first.empty() ? "" : ", ") + attr;
+    return first;
+  }
+
+  /// A grouped matmul's bias `name` of type `type` (empty without expert
+  /// biases).
+  ScalesText gemmBias(llvm::StringRef name, llvm::StringRef type) const {
+    if (type.empty())
+      return {};
+    return {llvm::formatv(", %{0}: {1}", name, type),
+            llvm::formatv(" bias(%{0})", name), ", " + type.str()};
+  }
+
   std::string hidden, w13, w2;
+  std::string activation = "silu_and_mul";
+  // Empty for SiLU-and-mul, and without expert biases.
+  std::string swiglu, w13Bias, w2Bias;
   // Empty for weights in the layer's dtype.
   std::string w13Scales, w2Scales, attribute;
-  // The layer op's: both weights' scales.
-  ScalesText scales;
+  // The layer op's: both weights' scales, and the expert biases.
+  ScalesText scales, biases;
   bool block = false, mxfp4 = false;
 };
 } // namespace
@@ -184,17 +235,17 @@ std::string mlir::moe::getLayerSource(const Preset &preset,
   std::string biasArg = preset.bias ? ", %bias: " + b : "";
   std::string biasUse = preset.bias ? " bias(%bias)" : "";
   std::string biasType = preset.bias ? ", " + b : "";
-  std::string attributes =
-      "router = #moe.router<" + std::string(preset.router) + ">";
-  if (!types.attribute.empty())
-    attributes += ", " + types.attribute;
+  std::string attributes = types.attributes("router = #moe.router<" +
+                                            std::string(preset.router) + ">");
   return llvm::formatv(
-      "func.func @layer(%x: {0}, %logits: {1}, %w13: {2}, %w2: {3}{4}{5}) -> "
-      "{0} {{\n  %y = moe.fused_moe %x, %logits, %w13, %w2{6}{7} "
-      "activation(silu_and_mul) {{{8}} : ({0}, {1}, {2}, {3}{9}{10}) -> "
-      "{0}\n  return %y : {0}\n}\n",
+      "func.func @layer(%x: {0}, %logits: {1}, %w13: {2}, %w2: "
+      "{3}{4}{11}{5}) -> {0} {{\n  %y = moe.fused_moe %x, %logits, %w13, "
+      "%w2{6}{12}{7} activation({14}) {{{8}} : ({0}, {1}, {2}, "
+      "{3}{9}{13}{10}) -> {0}\n  return %y : {0}\n}\n",
       types.hidden, l, types.w13, types.w2, biasArg, types.scales.args, biasUse,
-      types.scales.use, attributes, biasType, types.scales.types);
+      types.scales.use, attributes, biasType, types.scales.types,
+      types.biases.args, types.biases.use, types.biases.types,
+      types.activation);
 }
 
 std::string mlir::moe::getExpertsSource(const Preset &preset,
@@ -204,15 +255,17 @@ std::string mlir::moe::getExpertsSource(const Preset &preset,
   LayerTypes types(preset, dtype, quantization);
   std::string ids = llvm::formatv("tensor<?x{0}xi32>", slots);
   std::string w = llvm::formatv("tensor<?x{0}xf32>", slots);
-  std::string attributes =
-      types.attribute.empty() ? "" : " {" + types.attribute + "}";
+  std::string attributes = types.attributes();
+  if (!attributes.empty())
+    attributes = " {" + attributes + "}";
   return llvm::formatv(
       "func.func @experts(%x: {0}, %ids: {1}, %weights: {2}, %w13: {3}, "
-      "%w2: {4}{5}) -> {0} {{\n  %y = moe.fused_experts %x, %ids, %weights, "
-      "%w13, %w2{6} activation(silu_and_mul){7} : ({0}, {1}, {2}, {3}, "
-      "{4}{8}) -> {0}\n  return %y : {0}\n}\n",
+      "%w2: {4}{9}{5}) -> {0} {{\n  %y = moe.fused_experts %x, %ids, "
+      "%weights, %w13, %w2{10}{6} activation({12}){7} : ({0}, {1}, {2}, {3}, "
+      "{4}{11}{8}) -> {0}\n  return %y : {0}\n}\n",
       types.hidden, ids, w, types.w13, types.w2, types.scales.args,
-      types.scales.use, attributes, types.scales.types);
+      types.scales.use, attributes, types.scales.types, types.biases.args,
+      types.biases.use, types.biases.types, types.activation);
 }
 
 std::string mlir::moe::getRoutingSource(const Preset &preset,
@@ -270,35 +323,39 @@ std::string mlir::moe::getGroupedMatmulSource(const Preset &preset,
   llvm::StringRef input =
       quantization.empty() || types.mxfp4 ? dtype : "f8E4M3FN";
   std::string routing = "tensor<?xi32>, tensor<?xi32>, tensor<i32>";
-  std::string attrs = llvm::formatv(
-      "block_m = {0} : i64, num_slots = {1} : "
-      "i64{2}{3}",
-      blockM, slots, types.attribute.empty() ? "" : ", ", types.attribute);
+  std::string routingAttrs = llvm::formatv(
+      "block_m = {0} : i64, num_slots = {1} : i64", blockM, slots);
   std::string rows = llvm::formatv("tensor<?x{0}x{1}>", i, input);
   std::string sorted = llvm::formatv("tensor<?x{0}x{1}>", i, dtype);
   if (!second) {
     std::string x = llvm::formatv("tensor<?x{0}x{1}>", h, input);
     ScalesText scales = types.gemmScales("x", h, types.w13Scales);
+    ScalesText bias = types.gemmBias("w13_bias", types.w13Bias);
     return llvm::formatv(
         "func.func @gemm1(%x: {0}, %w13: {1}, %sorted: tensor<?xi32>, "
-        "%experts: tensor<?xi32>, %count: tensor<i32>{5}) -> {2} {{\n"
-        "  %h = moe.grouped_matmul %x, %w13, %sorted, %experts, %count{6} "
-        "input(token) output(sorted) activation(silu_and_mul) {{{3}} : ({0}, "
-        "{1}, {4}{7}) -> {2}\n  return %h : {2}\n}\n",
-        x, types.w13, sorted, attrs, routing, scales.args, scales.use,
-        scales.types);
+        "%experts: tensor<?xi32>, %count: tensor<i32>{8}{5}) -> {2} {{\n"
+        "  %h = moe.grouped_matmul %x, %w13, %sorted, %experts, %count{9}{6} "
+        "input(token) output(sorted) activation({11}) {{{3}} : ({0}, "
+        "{1}, {4}{10}{7}) -> {2}\n  return %h : {2}\n}\n",
+        x, types.w13, sorted, types.attributes(routingAttrs), routing,
+        scales.args, scales.use, scales.types, bias.args, bias.use, bias.types,
+        types.activation);
   }
   std::string w = llvm::formatv("tensor<?x{0}xf32>", slots);
   std::string y = llvm::formatv("tensor<?x{0}x{1}x{2}>", slots, h, dtype);
   ScalesText scales = types.gemmScales("h", i, types.w2Scales);
+  ScalesText bias = types.gemmBias("w2_bias", types.w2Bias);
+  std::string attrs = routingAttrs;
+  if (!types.attribute.empty())
+    attrs += ", " + types.attribute;
   return llvm::formatv(
       "func.func @gemm2(%h: {0}, %w2: {1}, %sorted: tensor<?xi32>, "
-      "%experts: tensor<?xi32>, %count: tensor<i32>, %weights: {2}{6}) -> {3} "
-      "{{\n  %y = moe.grouped_matmul %h, %w2, %sorted, %experts, %count "
-      "routed_weights(%weights){7} input(sorted) output(slot) {{{4}} : ({0}, "
-      "{1}, {5}, {2}{8}) -> {3}\n  return %y : {3}\n}\n",
+      "%experts: tensor<?xi32>, %count: tensor<i32>, %weights: {2}{9}{6}) -> "
+      "{3} {{\n  %y = moe.grouped_matmul %h, %w2, %sorted, %experts, %count "
+      "routed_weights(%weights){10}{7} input(sorted) output(slot) {{{4}} : "
+      "({0}, {1}, {5}, {2}{11}{8}) -> {3}\n  return %y : {3}\n}\n",
       rows, types.w2, w, y, attrs, routing, scales.args, scales.use,
-      scales.types);
+      scales.types, bias.args, bias.use, bias.types);
 }
 
 static llvm::Error makeError(const llvm::Twine &message) {
@@ -405,6 +462,18 @@ static std::string dtypeName(Type type) {
   return "";
 }
 
+/// The parameters of a moe attribute as written: "#moe.router<PARAMS>" ->
+/// "PARAMS".
+static std::string attributeParameters(Attribute attribute) {
+  std::string text;
+  llvm::raw_string_ostream(text) << attribute;
+  return llvm::StringRef(text)
+      .drop_until([](char c) { return c == '<'; })
+      .drop_front()
+      .drop_back()
+      .str();
+}
+
 llvm::Expected<LayerDescription> mlir::moe::describeLayer(ModuleOp module) {
   SmallVector<FusedMoeOp> layers;
   module.walk([&](FusedMoeOp op) { layers.push_back(op); });
@@ -422,15 +491,13 @@ llvm::Expected<LayerDescription> mlir::moe::describeLayer(ModuleOp module) {
       cast<ShapedType>(op.getRouterLogits().getType()).getDimSize(1);
   layer.topK = router.getTopK();
   layer.numSharedExperts = router.getNumSharedExperts();
-  std::string text;
-  llvm::raw_string_ostream(text) << router;
-  // "#moe.router<PARAMS>" -> "PARAMS"
-  layer.router = llvm::StringRef(text)
-                     .drop_until([](char c) { return c == '<'; })
-                     .drop_front()
-                     .drop_back()
-                     .str();
+  layer.router = attributeParameters(router);
   layer.bias = op.getCorrectionBias() != nullptr;
+  // Parts made from the description have SiLU-and-mul or the layer's
+  // clamped SwiGLU, and expert biases in the layer's dtype.
+  if (SwigluAttr swiglu = op.getSwigluAttr())
+    layer.swiglu = attributeParameters(swiglu);
+  layer.expertBiases = op.getW13Bias() != nullptr;
   layer.dtype = dtypeName(
       cast<ShapedType>(op.getHiddenStates().getType()).getElementType());
   if (layer.dtype.empty())

@@ -200,8 +200,8 @@ void mlir::moe::reference::scaledGroupedMatmul(
     int64_t numSlots, int64_t blockM, int64_t n, int64_t k,
     const uint8_t *input, const float *inputScales, bool tokenOrder,
     const uint8_t *weights, const float *weightScales,
-    const float *routedWeights, Activation activation, bool sortedOutput,
-    float *output, const RoundFn &round) {
+    const float *routedWeights, const GatedActivation &activation,
+    bool sortedOutput, float *output, const RoundFn &round, const float *bias) {
   int64_t inputGroups = scheme.numGroups(k);
   groupedMatmul(
       routing, numTokens, numSlots, blockM, n, tokenOrder,
@@ -210,7 +210,7 @@ void mlir::moe::reference::scaledGroupedMatmul(
                               inputScales + row * inputGroups, weights,
                               weightScales, expert, n, k, h);
       },
-      routedWeights, activation, sortedOutput, output, round);
+      routedWeights, activation, sortedOutput, output, round, bias);
 }
 
 /// Quantizes the rows of x [rows, k] as an input of a GEMM scaled per
@@ -261,12 +261,13 @@ scaledUpProducts(const Fp8Scheme &scheme, const float *staticScale,
 }
 
 void mlir::moe::reference::fusedExpertsFp8(
-    const Fp8Scheme &scheme, Activation activation, int64_t numTokens,
-    int64_t hiddenSize, int64_t numExperts, int64_t intermediate,
-    int64_t numSlots, const float *hidden, const int32_t *ids,
-    const float *slotWeights, const uint8_t *w13, const float *w13Scales,
-    const uint8_t *w2, const float *w2Scales,
-    const StaticInputScales *inputScales, float *output, const RoundFn &round) {
+    const Fp8Scheme &scheme, const GatedActivation &activation,
+    int64_t numTokens, int64_t hiddenSize, int64_t numExperts,
+    int64_t intermediate, int64_t numSlots, const float *hidden,
+    const int32_t *ids, const float *slotWeights, const uint8_t *w13,
+    const float *w13Scales, const uint8_t *w2, const float *w2Scales,
+    const StaticInputScales *inputScales, float *output, const RoundFn &round,
+    const ExpertBiases &biases) {
   std::vector<uint8_t> aq(intermediate);
   std::vector<float> as(scheme.numGroups(intermediate));
   ExpertProducts products;
@@ -280,14 +281,15 @@ void mlir::moe::reference::fusedExpertsFp8(
                           hiddenSize, intermediate, y);
   };
   fusedExperts(activation, numTokens, hiddenSize, numExperts, intermediate,
-               numSlots, ids, slotWeights, products, output, round);
+               numSlots, ids, slotWeights, products, output, round, biases);
 }
 
 StaticInputScales mlir::moe::reference::calibrateInputScales(
-    const Fp8Scheme &scheme, Activation activation, int64_t numTokens,
-    int64_t hiddenSize, int64_t numExperts, int64_t intermediate,
-    int64_t numSlots, const float *hidden, const int32_t *ids,
-    const uint8_t *w13, const float *w13Scales, const RoundFn &round) {
+    const Fp8Scheme &scheme, const GatedActivation &activation,
+    int64_t numTokens, int64_t hiddenSize, int64_t numExperts,
+    int64_t intermediate, int64_t numSlots, const float *hidden,
+    const int32_t *ids, const uint8_t *w13, const float *w13Scales,
+    const RoundFn &round) {
   auto scaleOf = [](float amax) { return maxOrNan(amax, 1e-10f) / kE4M3Max; };
   float hiddenAmax = 0.0f, activationAmax = 0.0f;
   for (float value : roundedRows(numTokens, hiddenSize, hidden, round))
@@ -312,11 +314,11 @@ StaticInputScales mlir::moe::reference::calibrateInputScales(
 }
 
 void mlir::moe::reference::fusedMoeFp8(
-    const Router &router, const Fp8Scheme &scheme, Activation activation,
-    int64_t numTokens, int64_t hiddenSize, int64_t numExperts,
-    int64_t intermediate, const float *hidden, const float *logits,
-    const float *bias, const uint8_t *w13, const float *w13Scales,
-    const uint8_t *w2, const float *w2Scales,
+    const Router &router, const Fp8Scheme &scheme,
+    const GatedActivation &activation, int64_t numTokens, int64_t hiddenSize,
+    int64_t numExperts, int64_t intermediate, const float *hidden,
+    const float *logits, const float *bias, const uint8_t *w13,
+    const float *w13Scales, const uint8_t *w2, const float *w2Scales,
     const StaticInputScales *inputScales, float *output, const RoundFn &round) {
   int64_t numSlots = router.numSlots();
   std::vector<float> slotWeights(numTokens * numSlots);

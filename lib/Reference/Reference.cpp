@@ -35,13 +35,21 @@ static void sortBestFirst(const std::vector<float> &values,
   });
 }
 
-/// The activation of a gated pair: act(gate) * up.
-static float activateAndMul(Activation activation, float gate, float up) {
-  switch (activation) {
+/// The activation of a gated pair: act(gate) * up, or the clamped SwiGLU.
+static float activateAndMul(const GatedActivation &activation, float gate,
+                            float up) {
+  switch (activation.kind) {
   case Activation::SiluAndMul:
     return gate / (1.0f + std::exp(-gate)) * up;
   case Activation::GeluAndMul:
     return 0.5f * gate * (1.0f + std::erf(gate * 0.70710678118654752440f)) * up;
+  case Activation::ClampedSwiglu: {
+    // std::min and std::max return their first argument when a comparison
+    // with NaN fails: NaN stays NaN, as torch's clamp keeps it.
+    gate = std::min(gate, activation.limit);
+    up = std::max(std::min(up, activation.limit), -activation.limit);
+    return (up + 1.0f) * (gate / (1.0f + std::exp(-(activation.alpha * gate))));
+  }
   case Activation::None:
     break;
   }
@@ -230,13 +238,20 @@ static void rowTimesWeights(const float *x, const float *w, int64_t n,
   }
 }
 
+/// Adds `bias` [n] (when given) to `sums` [n].
+static void addBias(const float *bias, int64_t n, float *sums) {
+  if (bias)
+    for (int64_t i = 0; i < n; ++i)
+      sums[i] += bias[i];
+}
+
 void mlir::moe::reference::groupedMatmul(
     const Routing &routing, int64_t numTokens, int64_t numSlots, int64_t blockM,
     int64_t n, bool tokenOrder, const RowProductFn &product,
-    const float *routedWeights, Activation activation, bool sortedOutput,
-    float *output, const RoundFn &round) {
+    const float *routedWeights, const GatedActivation &activation,
+    bool sortedOutput, float *output, const RoundFn &round, const float *bias) {
   int64_t numRouted = numTokens * numSlots;
-  bool gated = activation != Activation::None;
+  bool gated = activation.kind != Activation::None;
   int64_t outN = gated ? n / 2 : n;
   std::vector<float> acc(n);
   for (int64_t r = 0; r < routing.numPadded; ++r) {
@@ -245,6 +260,7 @@ void mlir::moe::reference::groupedMatmul(
       continue;
     int64_t expert = routing.expertIds[r / blockM];
     product(tokenOrder ? slot / numSlots : r, expert, acc.data());
+    addBias(bias ? bias + expert * n : nullptr, n, acc.data());
     float *out = output + (sortedOutput ? r : slot) * outN;
     for (int64_t j = 0; j < outN; ++j) {
       float value =
@@ -259,14 +275,15 @@ void mlir::moe::reference::groupedMatmul(
 void mlir::moe::reference::groupedMatmul(
     const Routing &routing, int64_t numTokens, int64_t numSlots, int64_t blockM,
     int64_t n, int64_t k, const float *input, bool tokenOrder,
-    const float *weights, const float *routedWeights, Activation activation,
-    bool sortedOutput, float *output, const RoundFn &round) {
+    const float *weights, const float *routedWeights,
+    const GatedActivation &activation, bool sortedOutput, float *output,
+    const RoundFn &round, const float *bias) {
   groupedMatmul(
       routing, numTokens, numSlots, blockM, n, tokenOrder,
       [&](int64_t row, int64_t expert, float *h) {
         rowTimesWeights(input + row * k, weights + expert * n * k, n, k, h);
       },
-      routedWeights, activation, sortedOutput, output, round);
+      routedWeights, activation, sortedOutput, output, round, bias);
 }
 
 void mlir::moe::reference::combine(int64_t numTokens, int64_t numSlots,
@@ -286,10 +303,11 @@ void mlir::moe::reference::combine(int64_t numTokens, int64_t numSlots,
 }
 
 void mlir::moe::reference::fusedExperts(
-    Activation activation, int64_t numTokens, int64_t hiddenSize,
+    const GatedActivation &activation, int64_t numTokens, int64_t hiddenSize,
     int64_t numExperts, int64_t intermediate, int64_t numSlots,
     const int32_t *ids, const float *slotWeights,
-    const ExpertProducts &products, float *output, const RoundFn &round) {
+    const ExpertProducts &products, float *output, const RoundFn &round,
+    const ExpertBiases &biases) {
   std::vector<float> h1(2 * intermediate), a(intermediate);
   std::vector<float> dot(hiddenSize), y(hiddenSize);
   for (int64_t t = 0; t < numTokens; ++t) {
@@ -299,12 +317,16 @@ void mlir::moe::reference::fusedExperts(
       if (expert < 0 || expert >= numExperts)
         continue;
       float weight = slotWeights[t * numSlots + s];
-      // a = act(x . w13[e][:I]^T) * (x . w13[e][I:]^T), stored rounded.
+      // a = act(x . w13[e]^T + b13[e]) of the halves, stored rounded.
       products.up(t, expert, h1.data());
+      addBias(biases.w13 ? biases.w13 + expert * 2 * intermediate : nullptr,
+              2 * intermediate, h1.data());
       for (int64_t j = 0; j < intermediate; ++j)
         a[j] = round(activateAndMul(activation, h1[j], h1[j + intermediate]));
       // The slot's row, weighted and stored rounded, then summed into y.
       products.down(expert, a.data(), dot.data());
+      addBias(biases.w2 ? biases.w2 + expert * hiddenSize : nullptr, hiddenSize,
+              dot.data());
       for (int64_t h = 0; h < hiddenSize; ++h)
         y[h] += round(weight * dot[h]);
     }
@@ -314,10 +336,11 @@ void mlir::moe::reference::fusedExperts(
 }
 
 void mlir::moe::reference::fusedExperts(
-    Activation activation, int64_t numTokens, int64_t hiddenSize,
+    const GatedActivation &activation, int64_t numTokens, int64_t hiddenSize,
     int64_t numExperts, int64_t intermediate, int64_t numSlots,
     const float *hidden, const int32_t *ids, const float *slotWeights,
-    const float *w13, const float *w2, float *output, const RoundFn &round) {
+    const float *w13, const float *w2, float *output, const RoundFn &round,
+    const ExpertBiases &biases) {
   ExpertProducts products;
   products.up = [&](int64_t token, int64_t expert, float *h) {
     rowTimesWeights(hidden + token * hiddenSize,
@@ -329,16 +352,15 @@ void mlir::moe::reference::fusedExperts(
                     intermediate, y);
   };
   fusedExperts(activation, numTokens, hiddenSize, numExperts, intermediate,
-               numSlots, ids, slotWeights, products, output, round);
+               numSlots, ids, slotWeights, products, output, round, biases);
 }
 
-void mlir::moe::reference::fusedMoe(const Router &router, Activation activation,
-                                    int64_t numTokens, int64_t hiddenSize,
-                                    int64_t numExperts, int64_t intermediate,
-                                    const float *hidden, const float *logits,
-                                    const float *bias, const float *w13,
-                                    const float *w2, float *output,
-                                    const RoundFn &round) {
+void mlir::moe::reference::fusedMoe(
+    const Router &router, const GatedActivation &activation, int64_t numTokens,
+    int64_t hiddenSize, int64_t numExperts, int64_t intermediate,
+    const float *hidden, const float *logits, const float *bias,
+    const float *w13, const float *w2, float *output, const RoundFn &round,
+    const ExpertBiases &experts) {
   int64_t numSlots = router.numSlots();
   std::vector<float> slotWeights(numTokens * numSlots);
   std::vector<int32_t> slotIds(numTokens * numSlots);
@@ -347,5 +369,5 @@ void mlir::moe::reference::fusedMoe(const Router &router, Activation activation,
   fusedExperts(activation, numTokens, hiddenSize,
                numExperts + router.numSharedExperts, intermediate, numSlots,
                hidden, slotIds.data(), slotWeights.data(), w13, w2, output,
-               round);
+               round, experts);
 }

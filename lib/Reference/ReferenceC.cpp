@@ -44,8 +44,12 @@ static RoundFn roundingTo(int dtype) {
 }
 
 /// The reference's activation of the C entry points' `activation`: 1
-/// SiLU-and-mul, 2 GELU-and-mul.
-static Activation gatedActivation(int activation) {
+/// SiLU-and-mul, 2 GELU-and-mul, 3 the clamped SwiGLU of `alpha` and `limit`
+/// (read for 3 only).
+static GatedActivation gatedActivation(int activation, float alpha = 0.0f,
+                                       float limit = 0.0f) {
+  if (activation == 3)
+    return GatedActivation::clampedSwiglu(alpha, limit);
   return activation == 2 ? Activation::GeluAndMul : Activation::SiluAndMul;
 }
 
@@ -85,34 +89,38 @@ void moe_reference_combine(int64_t numTokens, int64_t numSlots,
 }
 
 /// moe.fused_moe with the intermediates rounded to the storage type `dtype`
-/// (0 f32, 1 bf16, 2 f16); `activation` 1 is SiLU-and-mul, 2 GELU-and-mul.
-void moe_reference_fused_moe(int scoring, int64_t topK, int64_t numGroups,
-                             int64_t topkGroups, int renormalize,
-                             float routedScalingFactor,
-                             int64_t numSharedExperts, int activation,
-                             int dtype, int64_t numTokens, int64_t hiddenSize,
-                             int64_t numExperts, int64_t intermediate,
-                             const float *hidden, const float *logits,
-                             const float *bias, const float *w13,
-                             const float *w2, float *output) {
+/// (0 f32, 1 bf16, 2 f16); `activation` 1 is SiLU-and-mul, 2 GELU-and-mul,
+/// 3 the clamped SwiGLU of `alpha` and `limit`; `w13Bias` [E+X, 2I] and
+/// `w2Bias` [E+X, H] the expert biases or null.
+void moe_reference_fused_moe(
+    int scoring, int64_t topK, int64_t numGroups, int64_t topkGroups,
+    int renormalize, float routedScalingFactor, int64_t numSharedExperts,
+    int activation, float alpha, float limit, int dtype, int64_t numTokens,
+    int64_t hiddenSize, int64_t numExperts, int64_t intermediate,
+    const float *hidden, const float *logits, const float *bias,
+    const float *w13, const float *w2, const float *w13Bias,
+    const float *w2Bias, float *output) {
   Router router = makeRouter(scoring, topK, numGroups, topkGroups, renormalize,
                              routedScalingFactor, numSharedExperts);
-  fusedMoe(router, gatedActivation(activation), numTokens, hiddenSize,
-           numExperts, intermediate, hidden, logits, bias, w13, w2, output,
-           roundingTo(dtype));
+  fusedMoe(router, gatedActivation(activation, alpha, limit), numTokens,
+           hiddenSize, numExperts, intermediate, hidden, logits, bias, w13, w2,
+           output, roundingTo(dtype), {w13Bias, w2Bias});
 }
 
-/// moe.fused_experts over `numExperts` stored experts, rounded and activated
-/// as moe_reference_fused_moe; slots whose ids are out of range are skipped.
-void moe_reference_fused_experts(int activation, int dtype, int64_t numTokens,
+/// moe.fused_experts over `numExperts` stored experts, rounded, activated
+/// and biased as moe_reference_fused_moe; slots whose ids are out of range
+/// are skipped.
+void moe_reference_fused_experts(int activation, float alpha, float limit,
+                                 int dtype, int64_t numTokens,
                                  int64_t hiddenSize, int64_t numExperts,
                                  int64_t intermediate, int64_t numSlots,
                                  const float *hidden, const int32_t *ids,
                                  const float *weights, const float *w13,
-                                 const float *w2, float *output) {
-  fusedExperts(gatedActivation(activation), numTokens, hiddenSize, numExperts,
-               intermediate, numSlots, hidden, ids, weights, w13, w2, output,
-               roundingTo(dtype));
+                                 const float *w2, const float *w13Bias,
+                                 const float *w2Bias, float *output) {
+  fusedExperts(gatedActivation(activation, alpha, limit), numTokens, hiddenSize,
+               numExperts, intermediate, numSlots, hidden, ids, weights, w13,
+               w2, output, roundingTo(dtype), {w13Bias, w2Bias});
 }
 
 } // extern "C"

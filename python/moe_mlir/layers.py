@@ -160,10 +160,12 @@ class Layer:
     Its operands: hidden states [T, H], router logits [T, E] (fp32), w13
     [E+X, 2I, H] (gate rows, then up rows), w2 [E+X, H, I], and with
     ``correction_bias`` a bias [E] (fp32) added to the scores for selection
-    only; with fp8 weights (a ``quantization`` of WEIGHT_SCALINGS where a
-    method takes one) w13 and w2 are e4m3 and their fp32 scales
-    (w13_scales_shape, w2_scales_shape) follow, last. The activation is
-    SiLU-and-mul.
+    only; with ``expert_biases`` the experts' biases w13_bias [E+X, 2I] and
+    w2_bias [E+X, H] (in the layer's dtype) after those; with fp8 weights (a
+    ``quantization`` of WEIGHT_SCALINGS where a method takes one) w13 and
+    w2 are e4m3 and their fp32 scales (w13_scales_shape, w2_scales_shape)
+    follow, last. The activation is SiLU-and-mul, or with ``swiglu``
+    (alpha, limit) gpt-oss's clamped SwiGLU (#moe.swiglu).
     """
 
     hidden_size: int
@@ -171,6 +173,8 @@ class Layer:
     num_experts: int
     router: Router
     correction_bias: bool = False
+    swiglu: tuple = None
+    expert_biases: bool = False
 
     def __post_init__(self):
         _check_count("hidden_size", self.hidden_size, 1)
@@ -180,6 +184,15 @@ class Layer:
             raise TypeError(f"router must be a moe_mlir.Router, got "
                             f"{type(self.router).__name__}")
         _check_bool("correction_bias", self.correction_bias)
+        _check_bool("expert_biases", self.expert_biases)
+        if self.swiglu is not None:
+            alpha, limit = (float(value) for value in self.swiglu)
+            if not (math.isfinite(alpha) and math.isfinite(limit)
+                    and limit > 0):
+                raise ValueError(f"swiglu must be (alpha, limit) with a "
+                                 f"finite alpha and a finite positive "
+                                 f"limit, got {self.swiglu}")
+            object.__setattr__(self, "swiglu", (alpha, limit))
 
     @classmethod
     def preset(cls, name, reduced=False):
@@ -190,7 +203,8 @@ class Layer:
             if entry["name"] == name:
                 layer = cls(entry["hidden_size"], entry["intermediate_size"],
                             entry["num_experts"], Router(**entry["router"]),
-                            entry["correction_bias"])
+                            entry["correction_bias"], entry["swiglu"],
+                            entry["expert_biases"])
                 return layer.shrunk(32) if reduced else layer
         raise ValueError(f"unknown preset {name!r} "
                          f"({', '.join(preset_names())})")
@@ -219,9 +233,16 @@ class Layer:
         multiple of SCALE_BLOCK: a scale block of a shard would then hold
         rows of two blocks of the full weights, one scale for two, and an
         activation group of SCALE_BLOCK columns would straddle two ranks.
+
+        Raises NotImplementedError for expert biases on more than one rank:
+        each rank would add w2's bias to the sum.
         """
         _check_count("world_size", world_size, 1)
         scaling = _check_quantization(quantization)
+        if self.expert_biases and world_size > 1:
+            raise NotImplementedError(
+                "tensor parallel with expert biases: every rank would add "
+                "w2_bias to the reduced output")
         intermediate = self.intermediate_size
         if intermediate % world_size:
             raise ValueError(f"intermediate_size {intermediate} is not "
@@ -329,9 +350,18 @@ class Layer:
             return (experts, rows)
         return (experts, -(-rows // SCALE_BLOCK), -(-columns // SCALE_BLOCK))
 
+    @property
+    def w13_bias_shape(self):
+        return (self.num_stored_experts, 2 * self.intermediate_size)
+
+    @property
+    def w2_bias_shape(self):
+        return (self.num_stored_experts, self.hidden_size)
+
     def source(self, dtype="bf16", quantization=None):
         """The layer as MLIR: ``func.func @layer(%x, %logits, %w13, %w2[,
-        %bias][, %w13_scales, %w2_scales])`` of one moe.fused_moe,
+        %bias][, %w13_bias, %w2_bias][, %w13_scales, %w2_scales])`` of one
+        moe.fused_moe,
         activations in ``dtype`` (bf16, f16, f32), weights too or with a
         ``quantization`` (WEIGHT_SCALINGS) e4m3 with their fp32 scales,
         logits and bias in f32, T dynamic."""
@@ -340,7 +370,8 @@ class Layer:
     def experts_source(self, dtype="bf16", quantization=None):
         """The layer's experts given their routing, as MLIR: ``func.func
         @experts(%x [T, H], %ids [T, S] i32, %weights [T, S] f32, %w13,
-        %w2[, %w13_scales, %w2_scales])`` of one moe.fused_experts (S =
+        %w2[, %w13_bias, %w2_bias][, %w13_scales, %w2_scales])`` of one
+        moe.fused_experts (S =
         top_k + shared experts, the weights of all E+X experts; ids outside
         [0, E+X) contribute nothing), as moe-compile --part experts;
         ``dtype`` and ``quantization`` as for source."""
@@ -366,7 +397,10 @@ class Layer:
             num_shared_experts=self.router.num_shared_experts,
             router=self.router.params(),
             correction_bias=self.correction_bias, dtype=dtype,
-            block_m=block_m, quantization=quantization)
+            block_m=block_m, quantization=quantization,
+            swiglu=(f"alpha = {_mlir_float(self.swiglu[0])}, limit = "
+                    f"{_mlir_float(self.swiglu[1])}" if self.swiglu else ""),
+            expert_biases=self.expert_biases)
 
 
 def preset_names():

@@ -8,8 +8,12 @@ per slot from the ids (not from the kernel's expert blocks): every row that
 holds a slot finite, and max |error| / max |reference| and ||error|| /
 ||reference|| within 1e-2 (bf16) or 4e-3 (f16). Cases: T = 1, 7, 1000 with
 experts drawn uniformly, and T = 128, 1000 with all tokens on top_k + 1
-experts (most experts get no rows, the others several blocks). Exits
-non-zero on any mismatch."""
+experts (most experts get no rows, the others several blocks); a bundle's
+own "cases" where bundles.json gives them. A bundle with "bias" takes the
+grouped matmul's bias [E, N] after the routing operands (and the routed
+weights), and "swiglu" (alpha, limit) names the clamped SwiGLU in place of
+SiLU-and-mul; the first GEMM's bias spans +-2 limit, so that both clamps
+act. Exits non-zero on any mismatch."""
 
 import argparse
 import sys
@@ -42,22 +46,31 @@ def check(bundle, spec, reference, tokens, mode, generator):
     empty = experts - len(ids.unique())
     note = f"{empty:3} of {experts} experts empty"
 
+    swiglu = spec.get("swiglu")
     if spec["part"] == "gemm1":
         x = uniform(generator, tokens, hidden).to(dtype)
         w13 = uniform(generator, experts, 2 * inter, hidden,
                       scale=2 * hidden ** -0.5).to(dtype)
+        bias = (uniform(generator, experts, 2 * inter,
+                        scale=2 * swiglu[1] if swiglu else 1.0).to(dtype)
+                if spec.get("bias") else None)
         output = poisoned((capacity, inter), dtype, DEVICE)
         inputs = [x.to(DEVICE), w13.to(DEVICE)] + routing
-        expected = gemm1_reference(x, w13, ids)
+        expected = gemm1_reference(x, w13, ids, bias=bias, swiglu=swiglu)
     else:
         rows = uniform(generator, capacity, inter).to(dtype)
         w2 = uniform(generator, experts, hidden, inter,
                      scale=2 * inter ** -0.5).to(dtype)
         weights = uniform(generator, tokens, slots, low=0.1)
+        bias = (uniform(generator, experts, hidden).to(dtype)
+                if spec.get("bias") else None)
         output = poisoned((tokens, slots, hidden), dtype, DEVICE)
         inputs = [rows.to(DEVICE), w2.to(DEVICE)] + routing + [
             weights.to(DEVICE)]
-        expected = gemm2_reference(rows, w2, ids, sorted_ids, weights)
+        expected = gemm2_reference(rows, w2, ids, sorted_ids, weights,
+                                   bias=bias)
+    if bias is not None:
+        inputs.append(bias.to(DEVICE))
 
     shapes = [tuple(info.shape) for info in bundle.tensors(tokens)]
     given = [tuple(tensor.shape) for tensor in inputs + [output]]
@@ -89,8 +102,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--build", default="build-runtime")
     parser.add_argument("--bundles", default="out/gpu-bundles")
-    parser.add_argument("--cases", default=CASES,
-                        help="T:mode,... with mode uniform or skewed")
+    parser.add_argument("--cases",
+                        help="T:mode,... with mode uniform or skewed "
+                        f"(default: a bundle's own, else {CASES})")
     parser.add_argument("--only", default="",
                         help="comma-separated bundle names (default: all)")
     parser.add_argument("--seed", type=int, default=int(time.time()))
@@ -98,8 +112,10 @@ def main():
     print(f"gemm_test: seed {args.seed}", flush=True)
     generator = torch.Generator().manual_seed(args.seed)
     reference = Reference(args.build)
-    cases = [(int(tokens), mode) for tokens, mode in
-             (case.split(":") for case in args.cases.split(","))]
+    def cases(spec):
+        text = args.cases or spec.get("cases", CASES)
+        return [(int(tokens), mode) for tokens, mode in
+                (case.split(":") for case in text.split(","))]
     failed = passed = 0
     for spec in load_specs(args.bundles):
         if spec["kind"] != "gemm" or spec.get("bench"):
@@ -107,7 +123,7 @@ def main():
         if args.only and spec["name"] not in args.only.split(","):
             continue
         bundle = Bundle(bundle_path(args.bundles, spec))
-        for tokens, mode in cases:
+        for tokens, mode in cases(spec):
             failure, note = check(bundle, spec, reference, tokens, mode,
                                   generator)
             print(f"{spec['name']:20} T={tokens:<5} {mode:8} "

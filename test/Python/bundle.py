@@ -147,7 +147,7 @@ report("layer dtype", lambda: moe_mlir.layer_bundle(deepseek, "f64"))
 report("router", lambda: moe_mlir.Router("tanh", 2))
 # CHECK: router: ValueError: scoring must be 'softmax' or 'sigmoid', got 'tanh'
 report("preset", lambda: moe_mlir.Layer.preset("gpt-5"))
-# CHECK: preset: ValueError: unknown preset 'gpt-5' (mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, kimi-k2)
+# CHECK: preset: ValueError: unknown preset 'gpt-5' (mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, kimi-k2, gpt-oss-20b, gpt-oss-120b)
 # Sizes the kernels' i32 indices cannot hold, refused before any IR is made
 # from them (2I would overflow).
 huge = moe_mlir.Layer(64, 2**62, 8, moe_mlir.Router("softmax", 2))

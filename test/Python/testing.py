@@ -39,9 +39,9 @@ try:
     compiler.compile_bundle(moe_compile, ["--preset", "no-such-layer"], path)
 except compiler.CompileError as error:
     print(str(error).split(": ", 1)[1])
-# CHECK: moe-compile: unknown preset 'no-such-layer' (mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, kimi-k2)
+# CHECK: moe-compile: unknown preset 'no-such-layer' (mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, kimi-k2, gpt-oss-20b, gpt-oss-120b)
 
 print(sorted(compiler.list_presets(moe_compile)))
-# CHECK: ['deepseek-v3', 'kimi-k2', 'mixtral-8x7b', 'qwen3-30b-a3b']
+# CHECK: ['deepseek-v3', 'gpt-oss-120b', 'gpt-oss-20b', 'kimi-k2', 'mixtral-8x7b', 'qwen3-30b-a3b']
 print(len(tune_space.candidates()), "torch" in sys.modules)
 # CHECK: 154 False

@@ -58,7 +58,7 @@ print(hf.layer_from_config(dict(QWEN3_30B_A3B, norm_topk_prob=False))
 # CHECK: False
 # The experts interface runs the routed experts alone: the model routes.
 print(hf.experts_layer(hf.layer_from_config(DEEPSEEK_V3)))
-# CHECK: Layer(hidden_size=7168, intermediate_size=2048, num_experts=256, router=Router(scoring='softmax', top_k=8, num_groups=1, topk_groups=1, renormalize=False, routed_scaling_factor=1.0, num_shared_experts=0), correction_bias=False)
+# CHECK: Layer(hidden_size=7168, intermediate_size=2048, num_experts=256, router=Router(scoring='softmax', top_k=8, num_groups=1, topk_groups=1, renormalize=False, routed_scaling_factor=1.0, num_shared_experts=0), correction_bias=False, swiglu=None, expert_biases=False)
 
 report("another family", lambda: hf.layer_from_config(
     dict(MIXTRAL_8X7B, model_type="qwen2_moe")))

@@ -124,7 +124,7 @@ for bad in ("gpt-5", "experts=8,hidden=64", os.path.join(work, "no.mlir")):
         tune_space.resolve_layer(compiler, bad)
     except tune_space.CompileError as error:
         print(str(error).split(" moe-compile: ")[-1])
-# CHECK: unknown preset 'gpt-5' (mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, kimi-k2)
+# CHECK: unknown preset 'gpt-5' (mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, kimi-k2, gpt-oss-20b, gpt-oss-120b)
 # CHECK: --layer-sizes: no 'intermediate'
 # CHECK: cannot open input file {{.*}}no.mlir{{.*}}
 

@@ -103,6 +103,34 @@ func.func @experts_given_routing(%x: tensor<?x32xf16>, %ids: tensor<?x3xi32>,
 
 // -----
 
+// gpt-oss: the first GEMM takes w13's bias and the clamped SwiGLU with its
+// parameters, the second w2's bias; the router's correction bias (none here)
+// stays the gate's.
+// CHECK-LABEL: func @gpt_oss_like
+// CHECK-SAME: (%[[X:.*]]: tensor<?x64xbf16>, %[[L:.*]]: tensor<?x8xf32>, %[[W13:.*]]: tensor<8x32x64xbf16>, %[[W2:.*]]: tensor<8x64x16xbf16>, %[[B13:.*]]: tensor<8x32xbf16>, %[[B2:.*]]: tensor<8x64xf32>)
+// CHECK-NEXT: %[[WTS:.*]], %[[IDS:.*]] = moe.gate %[[L]] {router
+// CHECK-NEXT: %[[SORTED:.*]], %[[EXPERTS:.*]], %[[COUNT:.*]] = moe.route %[[IDS]]
+// CHECK-NEXT: %[[H:.*]] = moe.grouped_matmul %[[X]], %[[W13]], %[[SORTED]], %[[EXPERTS]], %[[COUNT]] bias(%[[B13]]) input(token) output(sorted) activation(clamped_swiglu)
+// CHECK-SAME: swiglu = #moe.swiglu<alpha = 1.702000e+00, limit = 7.000000e+00>
+// CHECK-NEXT: %[[O:.*]] = moe.grouped_matmul %[[H]], %[[W2]], %[[SORTED]], %[[EXPERTS]], %[[COUNT]] routed_weights(%[[WTS]]) bias(%[[B2]]) input(sorted) output(slot) {block_m = 64 : i64, num_slots = 4 : i64}
+// CHECK-NEXT: %[[Y:.*]] = moe.combine %[[O]]
+// CHECK-NEXT: return %[[Y]]
+func.func @gpt_oss_like(%x: tensor<?x64xbf16>, %logits: tensor<?x8xf32>,
+                        %w13: tensor<8x32x64xbf16>, %w2: tensor<8x64x16xbf16>,
+                        %b13: tensor<8x32xbf16>, %b2: tensor<8x64xf32>)
+    -> tensor<?x64xbf16> {
+  %y = moe.fused_moe %x, %logits, %w13, %w2 biases(%b13, %b2)
+         activation(clamped_swiglu)
+         {router = #moe.router<scoring = softmax, top_k = 4, renormalize = true>,
+          swiglu = #moe.swiglu<alpha = 1.702, limit = 7.0>}
+       : (tensor<?x64xbf16>, tensor<?x8xf32>, tensor<8x32x64xbf16>,
+          tensor<8x64x16xbf16>, tensor<8x32xbf16>, tensor<8x64xf32>)
+         -> tensor<?x64xbf16>
+  return %y : tensor<?x64xbf16>
+}
+
+// -----
+
 // FP8, block scales: the hidden states are quantized per 128 columns for the
 // first GEMM, which takes their scales and w13's; the activation's bf16
 // output is quantized over the padded rows only (rows(%count)), in one group

@@ -100,7 +100,11 @@ namespace {
 struct Layer {
   RouterAttr router; // null for experts given their routing
   Activation activation = Activation::none;
+  SwigluAttr swiglu; // the clamped SwiGLU's parameters
   int hidden = -1, logits = -1, w13 = -1, w2 = -1, bias = -1;
+  // Expert biases (-1 for none), and whether the layer has them.
+  int w13Bias = -1, w2Bias = -1;
+  bool expertBiases = false;
   int ids = -1, slotWeights = -1; // experts given their routing
   // FP8 weights: their scales and how they scale (else -1 and null), and
   // with static_tensor activations the static scales of the GEMM inputs.
@@ -135,10 +139,25 @@ int argumentIndex(func::FuncOp function, Value value) {
   return argument.getArgNumber();
 }
 
-/// Reads the argument indices of a layer op's expert weights, and of their
-/// scales with the quantization for fp8 weights.
+/// Reads the activation of the layer's first GEMM `op` and the argument
+/// indices of the expert biases `w13Bias` and `w2Bias` (or nulls).
+template <typename Op>
+void readEpilogue(func::FuncOp function, Op op, Value w13Bias, Value w2Bias,
+                  Layer &layer) {
+  layer.activation = op.getActivation();
+  layer.swiglu = op.getSwigluAttr();
+  layer.expertBiases = static_cast<bool>(w13Bias);
+  if (layer.expertBiases) {
+    layer.w13Bias = argumentIndex(function, w13Bias);
+    layer.w2Bias = argumentIndex(function, w2Bias);
+  }
+}
+
+/// Reads the argument indices of a layer op's expert weights and biases, of
+/// their scales with the quantization for fp8 weights, and its activation.
 template <typename LayerOp>
 void readExpertWeights(func::FuncOp function, LayerOp op, Layer &layer) {
+  readEpilogue(function, op, op.getW13Bias(), op.getW2Bias(), layer);
   layer.w13 = argumentIndex(function, op.getW13());
   layer.w2 = argumentIndex(function, op.getW2());
   layer.quantization = op.getQuantizationAttr();
@@ -176,7 +195,6 @@ FailureOr<Layer> findLayer(func::FuncOp function, std::string &error) {
   SmallVector<GroupedMatmulOp> gemms(function.getOps<GroupedMatmulOp>());
   if (experts.size() == 1 && fused.empty() && gates.empty() && gemms.empty()) {
     FusedExpertsOp op = experts.front();
-    layer.activation = op.getActivation();
     layer.hidden = argumentIndex(function, op.getHiddenStates());
     layer.ids = argumentIndex(function, op.getIds());
     layer.slotWeights = argumentIndex(function, op.getWeights());
@@ -185,7 +203,6 @@ FailureOr<Layer> findLayer(func::FuncOp function, std::string &error) {
              gemms.empty()) {
     FusedMoeOp op = fused.front();
     layer.router = op.getRouter();
-    layer.activation = op.getActivation();
     layer.hidden = argumentIndex(function, op.getHiddenStates());
     layer.logits = argumentIndex(function, op.getRouterLogits());
     readExpertWeights(function, op, layer);
@@ -210,7 +227,7 @@ FailureOr<Layer> findLayer(func::FuncOp function, std::string &error) {
     }
     layer.router = gate.getRouter();
     layer.blockM = first->getBlockM();
-    layer.activation = first->getActivation();
+    readEpilogue(function, *first, first->getBias(), second->getBias(), layer);
     layer.hidden = argumentIndex(function, first->getInput());
     layer.logits = argumentIndex(function, gate.getLogits());
     layer.w13 = argumentIndex(function, first->getWeights());
@@ -227,8 +244,10 @@ FailureOr<Layer> findLayer(func::FuncOp function, std::string &error) {
   bool fp8 = static_cast<bool>(layer.quantization);
   bool staticInputs = layer.hasStaticInputScales();
   // A routed layer's operands with a bias.
-  unsigned withBias = 5 + (fp8 ? 2 : 0) + (staticInputs ? 2 : 0);
+  unsigned withBias =
+      5 + (fp8 ? 2 : 0) + (staticInputs ? 2 : 0) + (layer.expertBiases ? 2 : 0);
   if (layer.hidden < 0 || layer.w13 < 0 || layer.w2 < 0 ||
+      (layer.expertBiases && (layer.w13Bias < 0 || layer.w2Bias < 0)) ||
       (fp8 && (layer.w13Scales < 0 || layer.w2Scales < 0)) ||
       (staticInputs && (layer.w13InputScale < 0 || layer.w2InputScale < 0)) ||
       (routed ? layer.logits < 0 ||
@@ -288,7 +307,12 @@ HostTensor randomIds(const std::vector<int64_t> &shape, int64_t numExperts,
   return HostTensor::fromInts(shape, ids);
 }
 
-reference::Activation toReference(Activation activation) {
+reference::GatedActivation toReference(Activation activation,
+                                       SwigluAttr swiglu) {
+  if (activation == Activation::clamped_swiglu)
+    return reference::GatedActivation::clampedSwiglu(
+        swiglu.getAlpha().convertToDouble(),
+        swiglu.getLimit().convertToDouble());
   return activation == Activation::silu_and_mul
              ? reference::Activation::SiluAndMul
              : reference::Activation::GeluAndMul;
@@ -383,10 +407,10 @@ void calibrateInputScales(const Layer &layer, std::vector<HostTensor> &inputs,
   }
   std::vector<float> w13Scales = inputs[layer.w13Scales].toFloats();
   reference::StaticInputScales scales = reference::calibrateInputScales(
-      toReference(layer.quantization), toReference(layer.activation), tokens,
-      layer.hiddenSize, layer.storedExperts(), layer.intermediate,
-      layer.numSlots, hidden.data(), ids.data(), inputs[layer.w13].bytes.data(),
-      w13Scales.data(),
+      toReference(layer.quantization),
+      toReference(layer.activation, layer.swiglu), tokens, layer.hiddenSize,
+      layer.storedExperts(), layer.intermediate, layer.numSlots, hidden.data(),
+      ids.data(), inputs[layer.w13].bytes.data(), w13Scales.data(),
       [&](float value) { return roundTo(hiddenType, value); });
   inputs[layer.w13InputScale] =
       HostTensor::fromFloats(ElementType::F32, {1}, {scales.w13});
@@ -433,6 +457,8 @@ bool makeInputs(func::FuncOp function, const Layer &layer,
       high = 2.0f;
     else if (index == layer.bias)
       high = 0.1f;
+    else if (index == layer.w13Bias || index == layer.w2Bias)
+      high = 0.5f;
     float low = index == layer.slotWeights ? 0.0f : -high;
     std::uniform_real_distribution<float> uniform(low, high);
     std::vector<float> data(HostTensor(*type, shape).numElements());
@@ -477,14 +503,21 @@ std::vector<float> referenceOutput(const Layer &layer,
     slotWeights = floats(layer.slotWeights);
   }
   std::vector<float> expected(numTokens * layer.hiddenSize);
-  reference::Activation activation = toReference(layer.activation);
+  reference::GatedActivation activation =
+      toReference(layer.activation, layer.swiglu);
   auto round = [&](float value) { return roundTo(outputType, value); };
+  std::vector<float> w13Bias = floats(layer.w13Bias),
+                     w2Bias = floats(layer.w2Bias);
+  reference::ExpertBiases biases;
+  if (layer.expertBiases)
+    biases = {w13Bias.data(), w2Bias.data()};
   if (!layer.quantization) {
     std::vector<float> w13 = floats(layer.w13), w2 = floats(layer.w2);
     reference::fusedExperts(activation, numTokens, layer.hiddenSize,
                             storedExperts, layer.intermediate, layer.numSlots,
                             hidden.data(), slotIds.data(), slotWeights.data(),
-                            w13.data(), w2.data(), expected.data(), round);
+                            w13.data(), w2.data(), expected.data(), round,
+                            biases);
     return expected;
   }
   std::vector<float> w13Scales = floats(layer.w13Scales),
@@ -498,7 +531,7 @@ std::vector<float> referenceOutput(const Layer &layer,
       storedExperts, layer.intermediate, layer.numSlots, hidden.data(),
       slotIds.data(), slotWeights.data(), inputs[layer.w13].bytes.data(),
       w13Scales.data(), inputs[layer.w2].bytes.data(), w2Scales.data(),
-      inputScales ? &*inputScales : nullptr, expected.data(), round);
+      inputScales ? &*inputScales : nullptr, expected.data(), round, biases);
   return expected;
 }
 

@@ -27,6 +27,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <set>
@@ -327,6 +328,84 @@ TEST(Gate, TiesGoToTheLowerIndex) {
   EXPECT_FLOAT_EQ(weights[0], 0.25f);
 }
 
+/// gpt-oss's router after its linear: the top `k` of `logits` [E] (ties to
+/// the lower index, which torch.topk does not promise), then a softmax over
+/// the k chosen, in double: (ids, weights).
+std::pair<std::vector<int32_t>, std::vector<double>>
+gptOssRouter(const float *logits, int64_t numExperts, int64_t k) {
+  std::vector<int32_t> order(numExperts);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  order.resize(k);
+  std::vector<double> weights(k);
+  double sum = 0.0;
+  for (int64_t i = 0; i < k; ++i)
+    sum += weights[i] = std::exp(double(logits[order[i]]) - logits[order[0]]);
+  for (double &weight : weights)
+    weight /= sum;
+  return {order, weights};
+}
+
+/// moe.gate with softmax, top-4 and renormalize is gpt-oss's router (top-4
+/// of the logits, softmax over those): the same ids, weights within 2e-6,
+/// on bf16-valued logits as gpt-oss's bf16 linear makes them, with rows of
+/// exact ties inside the four and across the fourth place.
+TEST(Gate, GptOssTopKThenSoftmaxIsSoftmaxTopKRenormalize) {
+  reference::Router router = softmaxTopK(4, /*renormalize=*/true);
+  for (int64_t e : {32, 128}) {
+    SCOPED_TRACE(e);
+    const int64_t t = 257;
+    std::mt19937 generator(25);
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    std::vector<float> logits(t * e);
+    for (float &logit : logits)
+      logit = roundTo(ElementType::BF16, normal(generator));
+    // Row 0: four experts tie for the first place; row 1: experts 9 and 5
+    // tie for the fourth place (one of them left out); row 2: all tie.
+    for (int64_t i : {3, 17, 20, 30})
+      logits[i] = 9.0f;
+    for (int64_t i : {1, 2, 3})
+      logits[e + i] = 8.0f + i;
+    logits[e + 9] = logits[e + 5] = 7.5f;
+    std::fill(logits.begin() + 2 * e, logits.begin() + 3 * e, 0.25f);
+    auto [weights, ids] =
+        checkGate({t, e, router, false, ElementType::BF16}, logits, {});
+    ASSERT_EQ(ids.size(), static_cast<size_t>(t * 4));
+    for (int64_t row = 0; row < t; ++row) {
+      auto [expectedIds, expectedWeights] =
+          gptOssRouter(logits.data() + row * e, e, 4);
+      for (int64_t slot = 0; slot < 4; ++slot) {
+        EXPECT_EQ(ids[row * 4 + slot], expectedIds[slot])
+            << "row " << row << " slot " << slot;
+        EXPECT_NEAR(weights[row * 4 + slot], expectedWeights[slot], 2e-6)
+            << "row " << row << " slot " << slot;
+      }
+    }
+    EXPECT_EQ(std::vector<int32_t>(ids.begin() + 4, ids.begin() + 8),
+              (std::vector<int32_t>{3, 2, 1, 5}));
+  }
+}
+
+/// Where the two differ: distinct f32 logits whose differences from the
+/// max round to one fp32 value score the same, and moe.gate takes the lower
+/// index where gpt-oss's top-k of the logits takes the larger logit. Their
+/// weights agree to 1e-6 (DESIGN.md, section 8, states the bound).
+TEST(Gate, GptOssNearTiesBelowTheScoresRoundingMayPickTheLowerIndex) {
+  reference::Router router = softmaxTopK(4, /*renormalize=*/true);
+  std::vector<float> logits(32, -4.0f);
+  logits[0] = logits[1] = logits[2] = 8.0f;
+  // 0.1 - 8 and its neighbour - 8 round to one float: one score.
+  logits[4] = 0.1f;
+  logits[6] = std::nextafter(0.1f, 1.0f);
+  auto [weights, ids] = checkGate({1, 32, router, false}, logits, {});
+  auto [expectedIds, expectedWeights] = gptOssRouter(logits.data(), 32, 4);
+  EXPECT_EQ(ids, (std::vector<int32_t>{0, 1, 2, 4}));
+  EXPECT_EQ(expectedIds, (std::vector<int32_t>{0, 1, 2, 6}));
+  for (int64_t slot = 0; slot < 4; ++slot)
+    EXPECT_NEAR(weights[slot], expectedWeights[slot], 1e-6);
+}
+
 TEST(Gate, ZeroSumRenormalisationStaysFinite) {
   reference::Router router;
   router.scoring = reference::Scoring::Sigmoid;
@@ -387,19 +466,38 @@ TEST(Route, OneTokenAndOutOfRangeIds) {
 
 struct GemmCase {
   ElementType type;
-  const char *activation; // none, silu_and_mul, gelu_and_mul
+  // none, silu_and_mul, gelu_and_mul, clamped_swiglu (kSwiglu's)
+  const char *activation;
   bool tokenInput, sortedOutput, routedWeights;
   /// FP8: input rows and weights in e4m3 with fp32 scales per this scheme
   /// (else both of `type`, the output's type).
   std::optional<reference::Fp8Scheme> fp8 = std::nullopt;
   int64_t n = 24, k = 40;
+  /// A bias [E, N] of this type, or none.
+  std::optional<ElementType> bias = std::nullopt;
 };
 
-reference::Activation toReference(llvm::StringRef activation) {
+/// The clamped SwiGLU of the tests: gpt-oss's alpha, and a limit the sums
+/// of the tests' small operands exceed (gpt-oss's is 7), so that both
+/// clamps act.
+constexpr float kSwigluAlpha = 1.702f, kSwigluLimit = 0.5f;
+constexpr const char *kSwiglu = "#moe.swiglu<alpha = 1.702, limit = 0.5>";
+
+/// The `swiglu` attribute entry an op with `activation` carries, or "".
+std::string swigluEntry(llvm::StringRef activation) {
+  return activation == "clamped_swiglu"
+             ? llvm::formatv(", swiglu = {0}", kSwiglu).str()
+             : "";
+}
+
+reference::GatedActivation toReference(llvm::StringRef activation) {
   if (activation == "silu_and_mul")
     return reference::Activation::SiluAndMul;
   if (activation == "gelu_and_mul")
     return reference::Activation::GeluAndMul;
+  if (activation == "clamped_swiglu")
+    return reference::GatedActivation::clampedSwiglu(kSwigluAlpha,
+                                                     kSwigluLimit);
   return reference::Activation::None;
 }
 
@@ -523,6 +621,10 @@ void checkGroupedMatmul(const GemmCase &gemm) {
     inputScales = randomScales(generator, {rows, fp8->numGroups(k)});
     weightScales = randomScales(generator, weightScalesShape(*fp8, e, n, k));
   }
+  HostTensor bias;
+  if (gemm.bias)
+    bias = HostTensor::fromFloats(*gemm.bias, {e, n},
+                                  uniform(generator, e * n, 1.0f));
 
   std::string outputType =
       gemm.sortedOutput
@@ -536,6 +638,10 @@ void checkGroupedMatmul(const GemmCase &gemm) {
   if (gemm.routedWeights) {
     operands += " routed_weights(%a5)";
     inputs.push_back(routedWeights);
+  }
+  if (gemm.bias) {
+    operands += llvm::formatv(" bias(%a{0})", inputs.size());
+    inputs.push_back(bias);
   }
   if (fp8) {
     operands += llvm::formatv(" scales(%a{0}, %a{1})", inputs.size(),
@@ -552,11 +658,12 @@ void checkGroupedMatmul(const GemmCase &gemm) {
   std::string source = llvm::formatv(
       "func.func @gemm({0}) -> {1} {{\n"
       "  %o = moe.grouped_matmul {2} input({3}) output({4}) activation({5}) "
-      "{{block_m = {6}, num_slots = {7}{8}} : ({9}) -> {1}\n"
+      "{{block_m = {6}, num_slots = {7}{8}{10}} : ({9}) -> {1}\n"
       "  return %o : {1}\n}\n",
       arguments, outputType, operands, gemm.tokenInput ? "token" : "sorted",
       gemm.sortedOutput ? "sorted" : "slot", gemm.activation, blockM, s,
-      fp8 ? ", quantization = " + quantizationText(*fp8) : "", types);
+      fp8 ? ", quantization = " + quantizationText(*fp8) : "", types,
+      swigluEntry(gemm.activation));
   std::unique_ptr<CpuFunction> function = compile(source);
   ASSERT_TRUE(function);
   std::vector<HostTensor> outputs = run(*function, inputs);
@@ -568,6 +675,9 @@ void checkGroupedMatmul(const GemmCase &gemm) {
   std::vector<float> rwValues = routedWeights.toFloats();
   const float *rw = gemm.routedWeights ? rwValues.data() : nullptr;
   auto round = [&](float value) { return roundTo(gemm.type, value); };
+  std::vector<float> biasValues =
+      gemm.bias ? bias.toFloats() : std::vector<float>();
+  const float *biasData = gemm.bias ? biasValues.data() : nullptr;
   if (fp8) {
     std::vector<float> inputScaleValues = inputScales.toFloats(),
                        weightScaleValues = weightScales.toFloats();
@@ -575,7 +685,7 @@ void checkGroupedMatmul(const GemmCase &gemm) {
         *fp8, routing, t, s, blockM, n, k, input.bytes.data(),
         inputScaleValues.data(), gemm.tokenInput, weights.bytes.data(),
         weightScaleValues.data(), rw, toReference(gemm.activation),
-        gemm.sortedOutput, expected.data(), round);
+        gemm.sortedOutput, expected.data(), round, biasData);
     expectSameBits(outputs[0].toFloats(), expected);
     return;
   }
@@ -584,8 +694,23 @@ void checkGroupedMatmul(const GemmCase &gemm) {
   reference::groupedMatmul(routing, t, s, blockM, n, k, inputValues.data(),
                            gemm.tokenInput, weightValues.data(), rw,
                            toReference(gemm.activation), gemm.sortedOutput,
-                           expected.data(), round);
+                           expected.data(), round, biasData);
   expectClose(outputs[0].toFloats(), expected, tolerance(gemm.type));
+}
+
+TEST(GroupedMatmul, BiasAndClampedSwiglu) {
+  for (ElementType type :
+       {ElementType::F32, ElementType::BF16, ElementType::F16})
+    for (const char *activation : {"none", "silu_and_mul", "clamped_swiglu"})
+      for (bool tokenInput : {true, false})
+        for (ElementType biasType : {ElementType::F32, type}) {
+          SCOPED_TRACE(llvm::formatv("{0} {1} token={2} bias {3}", name(type),
+                                     activation, tokenInput, name(biasType))
+                           .str());
+          // The first GEMM's orders, and the second's with routed weights.
+          checkGroupedMatmul({type, activation, tokenInput, tokenInput,
+                              !tokenInput, std::nullopt, 24, 40, biasType});
+        }
 }
 
 TEST(GroupedMatmul, EveryEpilogueOrderAndType) {
@@ -630,6 +755,22 @@ TEST(GroupedMatmul, Fp8EverySchemeBitExact) {
           checkGroupedMatmul({type, activation, tokenInput, tokenInput,
                               !tokenInput, shape.scheme, shape.n, shape.k});
         }
+}
+
+TEST(GroupedMatmul, Fp8BiasAfterTheScalesBitExact) {
+  for (reference::Fp8Scheme scheme :
+       {reference::Fp8Scheme{reference::Fp8Scaling::Block, 16},
+        reference::Fp8Scheme{reference::Fp8Scaling::Channel, 128}})
+    for (const char *activation : {"silu_and_mul", "clamped_swiglu"})
+      for (bool tokenInput : {true, false}) {
+        SCOPED_TRACE(llvm::formatv("{0} {1} token={2}",
+                                   quantizationText(scheme), activation,
+                                   tokenInput)
+                         .str());
+        checkGroupedMatmul({ElementType::BF16, activation, tokenInput,
+                            tokenInput, !tokenInput, scheme, 24, 40,
+                            ElementType::BF16});
+      }
 }
 
 TEST(Combine, WeightedAndUnweighted) {
@@ -1140,6 +1281,97 @@ TEST(FusedExpertsFp8, StaticInputScalesBitExact) {
 TEST(FusedMoeFp8, StaticInputScalesBitExact) {
   checkFusedMoeFp8({reference::Fp8Scaling::Tensor, 128}, ElementType::BF16,
                    /*staticInputs=*/true);
+}
+
+//===----------------------------------------------------------------------===//
+// gpt-oss: expert biases and the clamped SwiGLU through whole layers
+//===----------------------------------------------------------------------===//
+
+/// A gpt-oss-like layer (top-4 of 8 experts, softmax then renormalized,
+/// expert biases of `biasType`, the clamped SwiGLU) in `type` through
+/// moe-cpu-pipeline against the reference's fusedMoe; or, with
+/// `givenRouting`, its experts (moe.fused_experts) on ids with some out of
+/// range against fusedExperts.
+void checkGptOssLayer(ElementType type, ElementType biasType,
+                      bool givenRouting) {
+  const int64_t t = 9, h = 64, intermediate = 48, e = 8;
+  reference::Router router = softmaxTopK(4, /*renormalize=*/true);
+  int64_t s = router.numSlots();
+  std::mt19937 generator(24);
+  HostTensor hidden =
+      HostTensor::fromFloats(type, {t, h}, uniform(generator, t * h, 1.0f));
+  HostTensor w13 = HostTensor::fromFloats(
+      type, {e, 2 * intermediate, h},
+      uniform(generator, e * 2 * intermediate * h, 0.3f));
+  HostTensor w2 =
+      HostTensor::fromFloats(type, {e, h, intermediate},
+                             uniform(generator, e * h * intermediate, 0.3f));
+  HostTensor w13Bias =
+      HostTensor::fromFloats(biasType, {e, 2 * intermediate},
+                             uniform(generator, e * 2 * intermediate, 1.0f));
+  HostTensor w2Bias =
+      HostTensor::fromFloats(biasType, {e, h}, uniform(generator, e * h, 1.0f));
+  std::vector<float> logits = uniform(generator, t * e, 3.0f);
+  std::vector<int32_t> ids(t * s);
+  std::vector<float> weights = uniform(generator, t * s, 1.0f);
+  std::uniform_int_distribution<int32_t> expert(0, e - 1);
+  for (int32_t &id : ids)
+    id = expert(generator);
+  ids[2] = -1;
+  ids[9] = e;
+
+  std::vector<HostTensor> inputs = {hidden};
+  std::string op;
+  std::string attributes = llvm::formatv("swiglu = {0}", kSwiglu);
+  if (givenRouting) {
+    inputs.push_back(HostTensor::fromInts({t, s}, ids));
+    inputs.push_back(HostTensor::fromFloats(ElementType::F32, {t, s}, weights));
+    op = "moe.fused_experts %a0, %a1, %a2, %a3, %a4 biases(%a5, %a6) "
+         "activation(clamped_swiglu) {" +
+         attributes + "}";
+  } else {
+    inputs.push_back(HostTensor::fromFloats(ElementType::F32, {t, e}, logits));
+    op = "moe.fused_moe %a0, %a1, %a2, %a3 biases(%a4, %a5) "
+         "activation(clamped_swiglu) {router = " +
+         routerText(router) + ", " + attributes + "}";
+  }
+  for (const HostTensor &tensor : {w13, w2, w13Bias, w2Bias})
+    inputs.push_back(tensor);
+  std::vector<float> output = runLayer(inputs, givenRouting ? 3 : 2, op);
+
+  std::vector<float> expected(t * h);
+  std::vector<float> x = hidden.toFloats(), w13Values = w13.toFloats(),
+                     w2Values = w2.toFloats(), b13 = w13Bias.toFloats(),
+                     b2 = w2Bias.toFloats();
+  auto round = [&](float value) { return roundTo(type, value); };
+  reference::GatedActivation activation =
+      reference::GatedActivation::clampedSwiglu(kSwigluAlpha, kSwigluLimit);
+  if (givenRouting)
+    reference::fusedExperts(activation, t, h, e, intermediate, s, x.data(),
+                            ids.data(), weights.data(), w13Values.data(),
+                            w2Values.data(), expected.data(), round,
+                            {b13.data(), b2.data()});
+  else
+    reference::fusedMoe(router, activation, t, h, e, intermediate, x.data(),
+                        logits.data(), /*bias=*/nullptr, w13Values.data(),
+                        w2Values.data(), expected.data(), round,
+                        {b13.data(), b2.data()});
+  expectClose(output, expected, tolerance(type));
+}
+
+TEST(GptOss, FusedMoeWithBiasesAndClampedSwiglu) {
+  for (ElementType type :
+       {ElementType::F32, ElementType::BF16, ElementType::F16}) {
+    SCOPED_TRACE(name(type));
+    checkGptOssLayer(type, type, /*givenRouting=*/false);
+  }
+}
+
+TEST(GptOss, FusedExpertsWithF32BiasesAndOutOfRangeIds) {
+  for (ElementType type : {ElementType::F32, ElementType::BF16}) {
+    SCOPED_TRACE(name(type));
+    checkGptOssLayer(type, ElementType::F32, /*givenRouting=*/true);
+  }
 }
 
 //===----------------------------------------------------------------------===//

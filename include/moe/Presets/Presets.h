@@ -21,7 +21,12 @@ struct Preset {
   const char *name;
   int64_t hiddenSize, intermediate, numExperts, topK, numSharedExperts;
   const char *router; // the #moe.router parameters (agreeing with the above)
-  bool bias;
+  bool bias;          // the router's correction bias
+  /// The #moe.swiglu parameters of a clamped SwiGLU (gpt-oss), or null for
+  /// SiLU-and-mul.
+  const char *swiglu;
+  /// Whether the experts have biases (moe.fused_moe's `biases`).
+  bool expertBiases;
 };
 
 /// A layer's sizes and routing as the source generators and moe-compile
@@ -39,18 +44,23 @@ struct LayerDescription {
   /// per token (tensor, channel) or per token and 128 columns (block):
   /// #moe.quantization's `weights`, paired as checkpoints pair them.
   std::string quantization;
+  /// #moe.swiglu parameters of a clamped SwiGLU; empty for SiLU-and-mul.
+  std::string swiglu;
+  /// Expert biases, in `dtype` as gpt-oss's checkpoints hold them.
+  bool expertBiases = false;
 
   /// The description of `preset` with element type `dtype`.
   static LayerDescription of(const Preset &preset, llvm::StringRef dtype);
   /// A Preset that points into this description (valid while it lives).
   Preset preset() const;
   /// {"experts", "hidden", "intermediate", "top_k", "shared"} and the name,
-  /// router, bias and quantization where there are: what --list-presets
-  /// prints of a preset.
+  /// router, bias, quantization, swiglu and expert_biases where there are:
+  /// what --list-presets prints of a preset.
   llvm::json::Object toJSON() const;
 };
 
-/// mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, kimi-k2.
+/// mixtral-8x7b, qwen3-30b-a3b, deepseek-v3, kimi-k2, gpt-oss-20b,
+/// gpt-oss-120b.
 llvm::ArrayRef<Preset> getPresets();
 /// The preset called `name`, or null.
 const Preset *findPreset(llvm::StringRef name);
@@ -58,16 +68,19 @@ const Preset *findPreset(llvm::StringRef name);
 std::string presetNames();
 
 /// The layer as a function of a moe.fused_moe: (hidden [T,H], logits [T,E],
-/// w13, w2[, bias][, w13 scales, w2 scales]) -> [T,H], the arguments in the
-/// op's operand order. Element type `dtype`; with a `quantization` (see
-/// LayerDescription) the weights are f8E4M3FN and their fp32 scales follow,
-/// shaped as QuantizationAttr::getWeightScalesShape says.
+/// w13, w2[, bias][, w13 bias, w2 bias][, w13 scales, w2 scales]) -> [T,H],
+/// the arguments in the op's operand order. Element type `dtype` (the
+/// expert biases' too); with a `quantization` (see LayerDescription) the
+/// weights are f8E4M3FN and their fp32 scales follow, shaped as
+/// QuantizationAttr::getWeightScalesShape says. The activation is the
+/// preset's clamped SwiGLU, or SiLU-and-mul.
 std::string getLayerSource(const Preset &preset, llvm::StringRef dtype,
                            llvm::StringRef quantization);
 
 /// The layer's experts without its router, as a function of one
 /// moe.fused_experts: (hidden [T,H], ids [T,S] i32, weights [T,S] f32, w13,
-/// w2[, w13 scales, w2 scales]) -> [T,H], S = top_k + shared experts, the
+/// w2[, w13 bias, w2 bias][, w13 scales, w2 scales]) -> [T,H], S = top_k +
+/// shared experts, the
 /// weights of all E+X experts; `dtype` and `quantization` as for
 /// getLayerSource.
 std::string getExpertsSource(const Preset &preset, llvm::StringRef dtype,
@@ -85,9 +98,10 @@ std::string getRouterSource(const Preset &preset);
 
 /// One grouped matmul of the layer over routing of `blockM`-row blocks: the
 /// first (`second` false) as a function (hidden [T,H], w13, sorted ids,
-/// expert ids, padded count) -> SiLU-and-mul rows [C,I] in sorted order; the
-/// second as (rows [C,I], w2, sorted ids, expert ids, padded count, routed
-/// weights [T,S]) -> [T,S,H] in slot order. With a `quantization` (see
+/// expert ids, padded count[, w13 bias]) -> activated rows [C,I] in sorted
+/// order; the second as (rows [C,I], w2, sorted ids, expert ids, padded
+/// count, routed weights [T,S][, w2 bias]) -> [T,S,H] in slot order. With a
+/// `quantization` (see
 /// LayerDescription) the hidden states or rows and the weights are
 /// f8E4M3FN, and the function takes, last as the op does, the fp32 scales
 /// of the rows ([T, ceil(H/128)] or [C, ceil(I/128)] per token and 128

@@ -146,15 +146,16 @@ struct Fp8Scheme {
 ///   - Tensor: h[n] = (the same sum) * (a_s[row][0] * w_s[e]).
 /// `input` is [T, K] (tokenOrder) or [C, K] codes, `inputScales` a_s its
 /// rows' scales, `weights` [E, N, K] codes, `weightScales` w_s shaped as
-/// Fp8Scaling says.
+/// Fp8Scaling says; `bias` [E, N] (or nullptr) is added to the scaled h.
 void scaledGroupedMatmul(const Fp8Scheme &scheme, const Routing &routing,
                          int64_t numTokens, int64_t numSlots, int64_t blockM,
                          int64_t n, int64_t k, const uint8_t *input,
                          const float *inputScales, bool tokenOrder,
                          const uint8_t *weights, const float *weightScales,
-                         const float *routedWeights, Activation activation,
-                         bool sortedOutput, float *output,
-                         const RoundFn &round);
+                         const float *routedWeights,
+                         const GatedActivation &activation, bool sortedOutput,
+                         float *output, const RoundFn &round,
+                         const float *bias = nullptr);
 
 /// The experts of a layer on e4m3 weights, token by token: fusedExperts
 /// (Reference.h; its slots, routed weights and rounding) with each fp32
@@ -165,11 +166,12 @@ void scaledGroupedMatmul(const Fp8Scheme &scheme, const Routing &routing,
 /// (group size scheme.groupSize(I)), and y += round(weight * (the scaled
 /// product of a with w2[e])); the output is round(y). With `inputScales`
 /// the two quantizations are quantizeE4M3Static by its scales instead
-/// (nullptr: dynamic). hidden [T, H], ids and slotWeights [T, numSlots], w13
-/// [numExperts, 2I, H] codes, w2 [numExperts, H, I] codes, their scales
+/// (nullptr: dynamic); `biases` are added to the scaled products as
+/// fusedExperts adds them. hidden [T, H], ids and slotWeights [T, numSlots],
+/// w13 [numExperts, 2I, H] codes, w2 [numExperts, H, I] codes, their scales
 /// shaped as Fp8Scaling says (N = 2I, K = H for w13; N = H, K = I for w2),
 /// output [T, H].
-void fusedExpertsFp8(const Fp8Scheme &scheme, Activation activation,
+void fusedExpertsFp8(const Fp8Scheme &scheme, const GatedActivation &activation,
                      int64_t numTokens, int64_t hiddenSize, int64_t numExperts,
                      int64_t intermediate, int64_t numSlots,
                      const float *hidden, const int32_t *ids,
@@ -177,7 +179,7 @@ void fusedExpertsFp8(const Fp8Scheme &scheme, Activation activation,
                      const float *w13Scales, const uint8_t *w2,
                      const float *w2Scales,
                      const StaticInputScales *inputScales, float *output,
-                     const RoundFn &round);
+                     const RoundFn &round, const ExpertBiases &biases = {});
 
 /// The static input scales a calibration of the experts of fusedExpertsFp8
 /// on `hidden` finds, as checkpoints' input_scale are made: for each GEMM
@@ -185,21 +187,24 @@ void fusedExpertsFp8(const Fp8Scheme &scheme, Activation activation,
 /// over all tokens (amax NaN if any value is), the hidden rows rounded by
 /// `round`, and the activations a of every slot whose id is in range, which
 /// the first GEMM computes from the rows quantized dynamically.
-StaticInputScales calibrateInputScales(
-    const Fp8Scheme &scheme, Activation activation, int64_t numTokens,
-    int64_t hiddenSize, int64_t numExperts, int64_t intermediate,
-    int64_t numSlots, const float *hidden, const int32_t *ids,
-    const uint8_t *w13, const float *w13Scales, const RoundFn &round);
+StaticInputScales calibrateInputScales(const Fp8Scheme &scheme,
+                                       const GatedActivation &activation,
+                                       int64_t numTokens, int64_t hiddenSize,
+                                       int64_t numExperts, int64_t intermediate,
+                                       int64_t numSlots, const float *hidden,
+                                       const int32_t *ids, const uint8_t *w13,
+                                       const float *w13Scales,
+                                       const RoundFn &round);
 
 /// The whole layer on e4m3 weights, as fusedMoe: gate, then fusedExpertsFp8
 /// over the E+X stored experts. hidden [T, H], logits [T, E], bias [E] or
 /// nullptr, w13 [E+X, 2I, H] and w2 [E+X, H, I] codes with their scales,
 /// `inputScales` the static input scales or nullptr.
 void fusedMoeFp8(const Router &router, const Fp8Scheme &scheme,
-                 Activation activation, int64_t numTokens, int64_t hiddenSize,
-                 int64_t numExperts, int64_t intermediate, const float *hidden,
-                 const float *logits, const float *bias, const uint8_t *w13,
-                 const float *w13Scales, const uint8_t *w2,
+                 const GatedActivation &activation, int64_t numTokens,
+                 int64_t hiddenSize, int64_t numExperts, int64_t intermediate,
+                 const float *hidden, const float *logits, const float *bias,
+                 const uint8_t *w13, const float *w13Scales, const uint8_t *w2,
                  const float *w2Scales, const StaticInputScales *inputScales,
                  float *output, const RoundFn &round);
 

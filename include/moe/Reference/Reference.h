@@ -22,7 +22,31 @@ namespace moe {
 namespace reference {
 
 enum class Scoring { Softmax, Sigmoid };
-enum class Activation { None, SiluAndMul, GeluAndMul };
+enum class Activation { None, SiluAndMul, GeluAndMul, ClampedSwiglu };
+
+/// A gated activation with its parameters: ClampedSwiglu's alpha and limit
+/// (#moe.swiglu); the others take none, and convert implicitly.
+struct GatedActivation {
+  GatedActivation(Activation kind) : kind(kind) {}
+  /// gpt-oss's activation of (gate, up): gate = min(gate, limit), up =
+  /// clamp(up, -limit, limit), (up + 1) * gate / (1 + exp(-alpha gate)).
+  static GatedActivation clampedSwiglu(float alpha, float limit) {
+    GatedActivation activation(Activation::ClampedSwiglu);
+    activation.alpha = alpha;
+    activation.limit = limit;
+    return activation;
+  }
+
+  Activation kind;
+  float alpha = 0.0f, limit = 0.0f;
+};
+
+/// The expert biases of a layer (moe.fused_moe's `biases`), or null:
+/// w13 [E, 2I] added to each first-GEMM sum, w2 [E, H] to each second.
+struct ExpertBiases {
+  const float *w13 = nullptr;
+  const float *w2 = nullptr;
+};
 
 /// The routing rules of #moe.router.
 struct Router {
@@ -68,26 +92,30 @@ using RoundFn = std::function<float(float)>;
 using RowProductFn = std::function<void(int64_t row, int64_t expert, float *h)>;
 
 /// moe.grouped_matmul's rows and epilogue around the products `product`
-/// computes: for each routed row, h = product(row, expert), then the gated
-/// activation act(h[j]) * h[j + N/2] in fp32, the routed weight, and the
-/// stored element rounded by `round`, in sorted or slot order. The one place
-/// these semantics live, shared by the fp32 and the FP8 matmuls.
+/// computes: for each routed row, h = product(row, expert) plus the
+/// expert's `bias` [E, N] row when given, then the gated activation of
+/// (h[j], h[j + N/2]) in fp32, the routed weight, and the stored element
+/// rounded by `round`, in sorted or slot order. The one place these
+/// semantics live, shared by the fp32 and the FP8 matmuls.
 void groupedMatmul(const Routing &routing, int64_t numTokens, int64_t numSlots,
                    int64_t blockM, int64_t n, bool tokenOrder,
                    const RowProductFn &product, const float *routedWeights,
-                   Activation activation, bool sortedOutput, float *output,
-                   const RoundFn &round);
+                   const GatedActivation &activation, bool sortedOutput,
+                   float *output, const RoundFn &round,
+                   const float *bias = nullptr);
 
 /// moe.grouped_matmul with fp32 accumulation. `input` is [T, K] (tokenOrder)
 /// or [C, K]; `weights` [E, N, K]; `routedWeights` [T, S] or nullptr. The
 /// output is [C, N'] (sortedOutput) or [T, S, N'] with N' = N / 2 for a
 /// gated activation; rows that receive nothing are left untouched. `round`
-/// is applied to each stored element.
+/// is applied to each stored element; `bias` [E, N] or nullptr.
 void groupedMatmul(const Routing &routing, int64_t numTokens, int64_t numSlots,
                    int64_t blockM, int64_t n, int64_t k, const float *input,
                    bool tokenOrder, const float *weights,
-                   const float *routedWeights, Activation activation,
-                   bool sortedOutput, float *output, const RoundFn &round);
+                   const float *routedWeights,
+                   const GatedActivation &activation, bool sortedOutput,
+                   float *output, const RoundFn &round,
+                   const float *bias = nullptr);
 
 /// moe.combine: rows [T, S, H] (and weights [T, S] or nullptr) -> [T, H].
 void combine(int64_t numTokens, int64_t numSlots, int64_t hiddenSize,
@@ -96,16 +124,17 @@ void combine(int64_t numTokens, int64_t numSlots, int64_t hiddenSize,
 
 /// The experts of a layer given its routing (moe.fused_experts) computed
 /// token by token: for each token and each slot whose id e is in
-/// [0, numExperts), h = x . w13[e]^T, a = act(h[:I]) * h[I:],
-/// y += weight * (a . w2[e]^T). `round` models the element type of the
-/// stored intermediates (a, the slot rows, and y). hidden [T, H], ids and
-/// slotWeights [T, numSlots], w13 [numExperts, 2I, H], w2 [numExperts, H, I],
-/// output [T, H].
-void fusedExperts(Activation activation, int64_t numTokens, int64_t hiddenSize,
-                  int64_t numExperts, int64_t intermediate, int64_t numSlots,
-                  const float *hidden, const int32_t *ids,
+/// [0, numExperts), h = x . w13[e]^T (+ biases.w13[e]), a = act(h[:I],
+/// h[I:]), y += weight * (a . w2[e]^T (+ biases.w2[e])). `round` models the
+/// element type of the stored intermediates (a, the slot rows, and y).
+/// hidden [T, H], ids and slotWeights [T, numSlots], w13 [numExperts, 2I,
+/// H], w2 [numExperts, H, I], output [T, H].
+void fusedExperts(const GatedActivation &activation, int64_t numTokens,
+                  int64_t hiddenSize, int64_t numExperts, int64_t intermediate,
+                  int64_t numSlots, const float *hidden, const int32_t *ids,
                   const float *slotWeights, const float *w13, const float *w2,
-                  float *output, const RoundFn &round);
+                  float *output, const RoundFn &round,
+                  const ExpertBiases &biases = {});
 
 /// The two products of a token's slot in fusedExperts.
 struct ExpertProducts {
@@ -116,25 +145,28 @@ struct ExpertProducts {
 };
 
 /// fusedExperts around the products `products` computes: for each token and
-/// each slot whose id e is in [0, numExperts), h = up(token, e),
-/// a = round(act(h[:I]) * h[I:]), y += round(weight * down(e, a)), and the
-/// output round(y). The one place these semantics live, shared by the fp32
-/// and the FP8 experts.
-void fusedExperts(Activation activation, int64_t numTokens, int64_t hiddenSize,
-                  int64_t numExperts, int64_t intermediate, int64_t numSlots,
-                  const int32_t *ids, const float *slotWeights,
-                  const ExpertProducts &products, float *output,
-                  const RoundFn &round);
+/// each slot whose id e is in [0, numExperts), h = up(token, e) + the
+/// expert's w13 bias, a = round(act(h[:I], h[I:])), y += round(weight *
+/// (down(e, a) + the expert's w2 bias)), and the output round(y). The one
+/// place these semantics live, shared by the fp32 and the FP8 experts.
+void fusedExperts(const GatedActivation &activation, int64_t numTokens,
+                  int64_t hiddenSize, int64_t numExperts, int64_t intermediate,
+                  int64_t numSlots, const int32_t *ids,
+                  const float *slotWeights, const ExpertProducts &products,
+                  float *output, const RoundFn &round,
+                  const ExpertBiases &biases = {});
 
 /// The whole layer (moe.fused_moe) computed token by token, without the
 /// route/grouped_matmul machinery: gate, then fusedExperts over the E+X
 /// stored experts. hidden [T, H], logits [T, E], bias [E] or nullptr,
-/// w13 [E+X, 2I, H], w2 [E+X, H, I], output [T, H].
-void fusedMoe(const Router &router, Activation activation, int64_t numTokens,
-              int64_t hiddenSize, int64_t numExperts, int64_t intermediate,
-              const float *hidden, const float *logits, const float *bias,
-              const float *w13, const float *w2, float *output,
-              const RoundFn &round);
+/// w13 [E+X, 2I, H], w2 [E+X, H, I], output [T, H], `experts` the expert
+/// biases.
+void fusedMoe(const Router &router, const GatedActivation &activation,
+              int64_t numTokens, int64_t hiddenSize, int64_t numExperts,
+              int64_t intermediate, const float *hidden, const float *logits,
+              const float *bias, const float *w13, const float *w2,
+              float *output, const RoundFn &round,
+              const ExpertBiases &experts = {});
 
 } // namespace reference
 } // namespace moe

@@ -26,21 +26,22 @@ void moe_reference_route(int64_t numTokens, int64_t numSlots,
 void moe_reference_combine(int64_t numTokens, int64_t numSlots,
                            int64_t hiddenSize, const float *rows,
                            const float *weights, float *output);
-void moe_reference_fused_moe(int scoring, int64_t topK, int64_t numGroups,
-                             int64_t topkGroups, int renormalize,
-                             float routedScalingFactor,
-                             int64_t numSharedExperts, int activation,
-                             int dtype, int64_t numTokens, int64_t hiddenSize,
-                             int64_t numExperts, int64_t intermediate,
-                             const float *hidden, const float *logits,
-                             const float *bias, const float *w13,
-                             const float *w2, float *output);
-void moe_reference_fused_experts(int activation, int dtype, int64_t numTokens,
+void moe_reference_fused_moe(
+    int scoring, int64_t topK, int64_t numGroups, int64_t topkGroups,
+    int renormalize, float routedScalingFactor, int64_t numSharedExperts,
+    int activation, float alpha, float limit, int dtype, int64_t numTokens,
+    int64_t hiddenSize, int64_t numExperts, int64_t intermediate,
+    const float *hidden, const float *logits, const float *bias,
+    const float *w13, const float *w2, const float *w13Bias,
+    const float *w2Bias, float *output);
+void moe_reference_fused_experts(int activation, float alpha, float limit,
+                                 int dtype, int64_t numTokens,
                                  int64_t hiddenSize, int64_t numExperts,
                                  int64_t intermediate, int64_t numSlots,
                                  const float *hidden, const int32_t *ids,
                                  const float *weights, const float *w13,
-                                 const float *w2, float *output);
+                                 const float *w2, const float *w13Bias,
+                                 const float *w2Bias, float *output);
 
 void moe_reference_to_e4m3(int64_t count, const float *values, uint8_t *codes);
 void moe_reference_from_e4m3(int64_t count, const uint8_t *codes,

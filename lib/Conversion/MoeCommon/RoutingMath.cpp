@@ -107,22 +107,57 @@ Value mlir::moe::emitRanksAbove(OpBuilder &b, Location loc, Value lhs,
       b, loc, larger, arith::AndIOp::create(b, loc, rhsIsNaN, lhsIsNumber));
 }
 
-Value mlir::moe::emitGatedActivation(OpBuilder &b, Location loc,
-                                     Activation activation, Value x) {
+/// x sigmoid(x) = x / (1 + exp(-x)) with the target's exp.
+static Value emitTimesSigmoid(OpBuilder &b, Location loc, Value x) {
+  Value one = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(1.0f));
+  Value negExp = math::ExpOp::create(b, loc, arith::NegFOp::create(b, loc, x));
+  return arith::DivFOp::create(b, loc, x,
+                               arith::AddFOp::create(b, loc, one, negExp));
+}
+
+/// gpt-oss's activation: gate = min(gate, limit), up = clamp(up, -limit,
+/// limit), (up + 1) * gate / (1 + exp(-alpha * gate)); minimumf and
+/// maximumf keep NaN, as torch's clamp does.
+static Value emitClampedSwiglu(OpBuilder &b, Location loc,
+                               moe::SwigluAttr swiglu, Value gate, Value up) {
+  auto constant = [&](float value) -> Value {
+    return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(value));
+  };
+  Value limit =
+      constant(static_cast<float>(swiglu.getLimit().convertToDouble()));
+  Value alpha =
+      constant(static_cast<float>(swiglu.getAlpha().convertToDouble()));
+  gate = arith::MinimumFOp::create(b, loc, gate, limit);
+  up = arith::MaximumFOp::create(b, loc,
+                                 arith::MinimumFOp::create(b, loc, up, limit),
+                                 arith::NegFOp::create(b, loc, limit));
+  Value one = constant(1.0f);
+  Value negExp = math::ExpOp::create(
+      b, loc,
+      arith::NegFOp::create(b, loc,
+                            arith::MulFOp::create(b, loc, alpha, gate)));
+  Value glu = arith::DivFOp::create(b, loc, gate,
+                                    arith::AddFOp::create(b, loc, one, negExp));
+  return arith::MulFOp::create(b, loc, arith::AddFOp::create(b, loc, up, one),
+                               glu);
+}
+
+Value mlir::moe::emitGatedPair(OpBuilder &b, Location loc,
+                               Activation activation, SwigluAttr swiglu,
+                               Value gate, Value up) {
+  if (activation == Activation::clamped_swiglu)
+    return emitClampedSwiglu(b, loc, swiglu, gate, up);
+  if (activation == Activation::silu_and_mul)
+    return arith::MulFOp::create(b, loc, emitTimesSigmoid(b, loc, gate), up);
   auto constant = [&](float value) -> Value {
     return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(value));
   };
   Value one = constant(1.0f);
-  if (activation == Activation::silu_and_mul) {
-    Value negExp =
-        math::ExpOp::create(b, loc, arith::NegFOp::create(b, loc, x));
-    return arith::DivFOp::create(b, loc, x,
-                                 arith::AddFOp::create(b, loc, one, negExp));
-  }
   Value erf = math::ErfOp::create(
       b, loc,
-      arith::MulFOp::create(b, loc, x, constant(0.70710678118654752440f)));
-  Value half = arith::MulFOp::create(b, loc, constant(0.5f), x);
-  return arith::MulFOp::create(b, loc, half,
-                               arith::AddFOp::create(b, loc, one, erf));
+      arith::MulFOp::create(b, loc, gate, constant(0.70710678118654752440f)));
+  Value half = arith::MulFOp::create(b, loc, constant(0.5f), gate);
+  Value gelu = arith::MulFOp::create(b, loc, half,
+                                     arith::AddFOp::create(b, loc, one, erf));
+  return arith::MulFOp::create(b, loc, gelu, up);
 }

@@ -29,13 +29,16 @@ struct GemmShape {
       : numExperts(op.getNumStoredExperts()), k(op.getReductionSize()),
         slots(op.getNumSlots()), blockM(op.getBlockM()),
         columns(op.getOutputColumns()), activation(op.getActivation()),
-        gated(op.isGated()), tokenInput(op.getInputOrder() == RowOrder::token),
+        swiglu(op.getSwigluAttr()), gated(op.isGated()),
+        tokenInput(op.getInputOrder() == RowOrder::token),
         slotOutput(op.getOutputOrder() == RowOrder::slot),
-        weighted(static_cast<bool>(op.getRoutedWeights())) {}
+        weighted(static_cast<bool>(op.getRoutedWeights())),
+        biased(static_cast<bool>(op.getBias())) {}
 
   int64_t numExperts, k, slots, blockM, columns;
   Activation activation;
-  bool gated, tokenInput, slotOutput, weighted;
+  SwigluAttr swiglu;
+  bool gated, tokenInput, slotOutput, weighted, biased;
 };
 
 /// The routing capacity C = T*S + E*(block_m - 1) of the op's sorted rows.

@@ -39,6 +39,7 @@ private:
   void stageRows(Value k0);
   void stageWeights(Value k0);
   SmallVector<Value> multiplyStage(ValueRange carried);
+  Value withBias(Value sum, Value row);
   void storeRows(ArrayRef<Value> sums);
 
   PlanBuilder &plan;
@@ -52,8 +53,8 @@ private:
   KernelArgList args;
   unsigned inputArg, weightsArg, sortedIdsArg, expertIdsArg, numPaddedArg,
       outputArg;
-  std::optional<unsigned> routedWeightsArg;
-  Value input, weights, sorted, experts, padded, routedWeights, output;
+  std::optional<unsigned> routedWeightsArg, biasArg;
+  Value input, weights, sorted, experts, padded, routedWeights, bias, output;
   /// The shared tiles of a K step: A rows, B columns (gate, and up).
   Value tileA, tileB, tileUp;
   Value routedSlots, tid, tx, ty, firstColumn, firstRow, expert, active;
@@ -80,6 +81,7 @@ gpu::GPUFuncOp SimtGroupedMatmulEmitter::declareKernel() {
   numPaddedArg = args.add(plan.use(op.getNumPadded()));
   routedWeightsArg =
       args.addIf(weighted, [&] { return plan.use(op.getRoutedWeights()); });
+  biasArg = args.addIf(biased, [&] { return plan.use(op.getBias()); });
   outputArg = args.add(defineOutput(plan, op));
   Type f32 = builder.getF32Type();
   SmallVector<MemRefType> shared = {
@@ -102,6 +104,7 @@ void SimtGroupedMatmulEmitter::setUpKernel(gpu::GPUFuncOp kernel) {
   experts = kernel.getArgument(expertIdsArg);
   padded = kernel.getArgument(numPaddedArg);
   routedWeights = kernelArgument(kernel, routedWeightsArg);
+  bias = kernelArgument(kernel, biasArg);
   output = kernel.getArgument(outputArg);
   auto attributions = kernel.getWorkgroupAttributions();
   tileA = attributions[0];
@@ -219,7 +222,14 @@ SmallVector<Value> SimtGroupedMatmulEmitter::multiplyStage(ValueRange carried) {
   return next;
 }
 
-/// The epilogue on the accumulators of the thread's routed rows: gated
+/// `sum` plus the expert's bias at weight row `row` when the op has one.
+Value SimtGroupedMatmulEmitter::withBias(Value sum, Value row) {
+  if (!bias)
+    return sum;
+  return arith::AddFOp::create(b, sum, wb.loadF32(bias, {expert, row}));
+}
+
+/// The epilogue on the accumulators of the thread's routed rows: bias, gated
 /// activation, routed weight, and the store in the op's row order.
 void SimtGroupedMatmulEmitter::storeRows(ArrayRef<Value> sums) {
   for (int64_t ri = 0; ri < rowsPerThread; ++ri) {
@@ -244,11 +254,13 @@ void SimtGroupedMatmulEmitter::storeRows(ArrayRef<Value> sums) {
         int64_t index = ri * kGemmColumnsPerThread + ci;
         wb.ifThen(
             wb.cmpi(arith::CmpIPredicate::ult, column, wb.index(columns)), [&] {
-              Value value = sums[index];
+              Value value = withBias(sums[index], column);
               if (gated)
-                value = arith::MulFOp::create(
-                    b, emitGatedActivation(b, b.getLoc(), activation, value),
-                    sums[accumulators + index]);
+                value =
+                    emitGatedPair(b, b.getLoc(), activation, swiglu, value,
+                                  withBias(sums[accumulators + index],
+                                           arith::AddIOp::create(
+                                               b, column, wb.index(columns))));
               if (weight)
                 value = arith::MulFOp::create(b, value, weight);
               if (slotOutput)

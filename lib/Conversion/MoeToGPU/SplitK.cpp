@@ -94,8 +94,8 @@ void mlir::moe::detail::storePartials(LoopBuilder &wb,
 }
 
 /// One thread per (routed slot, output column) adds the splits' partial sums
-/// in split order, then runs the op's epilogue (gated activation, routed
-/// weight) and stores in the op's row order.
+/// in split order, then runs the op's epilogue (bias, once, on the whole
+/// sum; gated activation; routed weight) and stores in the op's row order.
 void mlir::moe::detail::emitSplitReduction(PlanBuilder &plan,
                                            OpBuilder &builder,
                                            GroupedMatmulOp op, int64_t splits,
@@ -103,7 +103,8 @@ void mlir::moe::detail::emitSplitReduction(PlanBuilder &plan,
   OpBuilder::InsertionGuard guard(builder);
   int64_t columns = op.getOutputColumns(), slots = op.getNumSlots();
   bool gated = op.isGated(),
-       weighted = static_cast<bool>(op.getRoutedWeights());
+       weighted = static_cast<bool>(op.getRoutedWeights()),
+       biased = static_cast<bool>(op.getBias());
   bool slotOutput = op.getOutputOrder() == RowOrder::slot;
   KernelArgList args;
   unsigned partialsArg = args.add(buffers.partials);
@@ -112,6 +113,11 @@ void mlir::moe::detail::emitSplitReduction(PlanBuilder &plan,
   unsigned numPaddedArg = args.add(plan.use(op.getNumPadded()));
   std::optional<unsigned> routedWeightsArg =
       args.addIf(weighted, [&] { return plan.use(op.getRoutedWeights()); });
+  // The bias of a row's expert, which expert_ids gives per row block.
+  std::optional<unsigned> biasArg =
+      args.addIf(biased, [&] { return plan.use(op.getBias()); });
+  std::optional<unsigned> expertIdsArg =
+      args.addIf(biased, [&] { return plan.use(op.getExpertIds()); });
   unsigned outputArg = args.add(defineOutput(plan, op));
   gpu::GPUFuncOp kernel = plan.createKernel(
       builder, op.getLoc(), "moe_grouped_matmul_reduce", args.get(),
@@ -125,6 +131,8 @@ void mlir::moe::detail::emitSplitReduction(PlanBuilder &plan,
   Value sortedIds = kernel.getArgument(sortedIdsArg);
   Value numPadded = kernel.getArgument(numPaddedArg);
   Value routedWeights = kernelArgument(kernel, routedWeightsArg);
+  Value bias = kernelArgument(kernel, biasArg);
+  Value expertIds = kernelArgument(kernel, expertIdsArg);
   Value output = kernel.getArgument(outputArg);
   Value routedSlots =
       arith::MulIOp::create(b, wb.toIndex(tokenCount(kernel)), wb.index(slots));
@@ -145,17 +153,26 @@ void mlir::moe::detail::emitSplitReduction(PlanBuilder &plan,
         wb.cmpi(arith::CmpIPredicate::eq,
                 wb.toIndex(wb.load(sortedIds, {safeRow})), slot));
     wb.ifThen(routed, [&] {
+      Value expert =
+          bias
+              ? wb.toIndex(wb.load(
+                    expertIds,
+                    {arith::DivUIOp::create(b, row, wb.index(op.getBlockM()))}))
+              : Value();
       auto sum = [&](Value weightRow) {
         Value total = wb.f32(0.0);
         for (int64_t split = 0; split < splits; ++split)
           total = arith::AddFOp::create(
               b, total, wb.load(partials, {wb.index(split), slot, weightRow}));
+        if (bias)
+          total = arith::AddFOp::create(b, total,
+                                        wb.loadF32(bias, {expert, weightRow}));
         return total;
       };
       Value value = sum(column);
       if (gated)
-        value = arith::MulFOp::create(
-            b, emitGatedActivation(b, b.getLoc(), op.getActivation(), value),
+        value = emitGatedPair(
+            b, b.getLoc(), op.getActivation(), op.getSwigluAttr(), value,
             sum(arith::AddIOp::create(b, column, wb.index(columns))));
       Value token = arith::DivUIOp::create(b, slot, wb.index(slots));
       Value slotInToken = arith::RemUIOp::create(b, slot, wb.index(slots));

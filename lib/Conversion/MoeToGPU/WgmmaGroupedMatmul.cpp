@@ -218,12 +218,14 @@ private:
   // The accumulators' way out.
   Value scaleWholeSums(const Tile &tile, Value accumulators);
   void finish(const Tile &tile, Value accumulators);
-  Value epilogueValue(Value accumulators, int64_t index, Value weight);
+  Value withBias(const Tile &tile, Value sum, Value column, int64_t offset);
+  Value epilogueValue(const Tile &tile, Value accumulators, int64_t index,
+                      Value column, Value weight);
   void emitEpilogue(const Tile &tile, Value accumulators, Value laneRow,
                     Value laneColumn);
   // Fused quantization.
   HeldPosition heldPosition(int64_t position);
-  HeldValues valuesToHold(Value accumulators);
+  HeldValues valuesToHold(const Tile &tile, Value accumulators);
   Value groupScale(ArrayRef<Value> pairs, ArrayRef<Value> columns);
   void storeQuantized(const Tile &tile, const HeldValues &held);
 
@@ -277,10 +279,10 @@ private:
   unsigned inputArg, weightsArg, sortedIdsArg, expertIdsArg, numPaddedArg;
   std::optional<unsigned> routedWeightsArg, outputArg, partialsArg, slotRowsArg,
       inputScalesArg, weightScalesArg, quantizedArg, quantizedScalesArg,
-      staticScaleArg;
+      staticScaleArg, biasArg;
   Value input, sorted, experts, padded, routedWeights, output, partials,
       slotRows, inputScales, weightScales, quantized, quantizedScales,
-      staticScale;
+      staticScale, bias;
   Value numTokens, routedSlots, sharedBase, weightMap, rowMap;
   Value tid, warp, lane, loader, leader;
   /// `full[s]`: stage s holds its K tile. Warp-specialized, `empty[s]`: the
@@ -355,7 +357,10 @@ gpu::GPUFuncOp WgmmaGroupedMatmulEmitter::declareKernel() {
   weightScalesArg = args.addIf(static_cast<bool>(quantization),
                                [&] { return plan.use(op.getWeightScales()); });
   // Split K: the splits' partial sums go to workspaces that the reduction
-  // kernel adds (SplitK.cpp); it takes the routed weights and the output.
+  // kernel adds (SplitK.cpp); it takes the bias, the routed weights and the
+  // output.
+  biasArg =
+      args.addIf(biased && splits == 1, [&] { return plan.use(op.getBias()); });
   if (splits > 1) {
     reduction = defineReductionBuffers(plan, builder, op, splits);
     partialsArg = args.add(reduction->partials);
@@ -405,6 +410,7 @@ void WgmmaGroupedMatmulEmitter::setUpKernel(gpu::GPUFuncOp kernel) {
   weightScales = kernelArgument(kernel, weightScalesArg);
   quantized = kernelArgument(kernel, quantizedArg);
   quantizedScales = kernelArgument(kernel, quantizedScalesArg);
+  bias = kernelArgument(kernel, biasArg);
   if (staticScaleArg)
     staticScale = wb.load(kernel.getArgument(*staticScaleArg), {wb.index(0)});
   numTokens = wb.toIndex(tokenCount(kernel));
@@ -597,7 +603,8 @@ void WgmmaGroupedMatmulEmitter::forEachColumnTile(
             Tile column = columnTileOf(tile, index);
             HeldValues held(carried.begin(), carried.end());
             llvm::append_range(
-                held, valuesToHold(scaleWholeSums(column, multiply(column))));
+                held,
+                valuesToHold(column, scaleWholeSums(column, multiply(column))));
             wb.ifThen(wb.cmpi(arith::CmpIPredicate::eq, index,
                               wb.index(columnTilesPerTile - 1)),
                       [&] { storeQuantized(column, held); });
@@ -1459,21 +1466,40 @@ void WgmmaGroupedMatmulEmitter::finish(const Tile &tile, Value accumulators) {
     return;
   }
   if (epilogueQuantize) {
-    storeQuantized(tile, valuesToHold(accumulators));
+    storeQuantized(tile, valuesToHold(tile, accumulators));
     return;
   }
   emitEpilogue(tile, accumulators, laneRow, laneColumn);
 }
 
-/// The epilogue's value of the thread's accumulator `index`: act(gate) x up
-/// when gated, times the routed `weight` when given.
-Value WgmmaGroupedMatmulEmitter::epilogueValue(Value accumulators,
-                                               int64_t index, Value weight) {
-  Value value = LLVM::ExtractValueOp::create(b, accumulators, index);
+/// `sum` plus the bias of the tile's expert at weight row `column` +
+/// `offset` when the op has one. Columns past the output, whose values are
+/// never stored, read the last column's bias rather than past the buffer.
+Value WgmmaGroupedMatmulEmitter::withBias(const Tile &tile, Value sum,
+                                          Value column, int64_t offset) {
+  if (!bias)
+    return sum;
+  Value row = arith::MinUIOp::create(b, column, wb.index(columns - 1));
+  if (offset)
+    row = arith::AddIOp::create(b, row, wb.index(offset));
+  return arith::AddFOp::create(b, sum, wb.loadF32(bias, {tile.expert, row}));
+}
+
+/// The epilogue's value of the thread's accumulator `index`, of output
+/// column `column`: the sum plus its bias, act(gate, up) when gated (the up
+/// sum plus its bias), times the routed `weight` when given.
+Value WgmmaGroupedMatmulEmitter::epilogueValue(const Tile &tile,
+                                               Value accumulators,
+                                               int64_t index, Value column,
+                                               Value weight) {
+  Value value = withBias(
+      tile, LLVM::ExtractValueOp::create(b, accumulators, index), column, 0);
   if (gated)
-    value = arith::MulFOp::create(
-        b, emitGatedActivation(b, b.getLoc(), activation, value),
-        LLVM::ExtractValueOp::create(b, accumulators, index + blockN / 4));
+    value = emitGatedPair(b, b.getLoc(), activation, swiglu, value,
+                          withBias(tile,
+                                   LLVM::ExtractValueOp::create(
+                                       b, accumulators, index + blockN / 4),
+                                   column, columns));
   if (weight)
     value = arith::MulFOp::create(b, value, weight);
   return value;
@@ -1503,8 +1529,9 @@ void WgmmaGroupedMatmulEmitter::emitEpilogue(const Tile &tile,
         SmallVector<Value> values;
         for (int64_t i = 0; i < 2; ++i)
           values.push_back(epilogueValue(
-              accumulators, AccumulatorFragment::registerOf(block, half, i),
-              weight));
+              tile, accumulators,
+              AccumulatorFragment::registerOf(block, half, i),
+              arith::AddIOp::create(b, column, wb.index(i)), weight));
         SmallVector<Value> at =
             slotOutput ? SmallVector<Value>{token, slotInToken, column}
                        : SmallVector<Value>{row, column};
@@ -1549,19 +1576,23 @@ HeldPosition WgmmaGroupedMatmulEmitter::heldPosition(int64_t position) {
           quantizeGroup ? blockColumn / quantizeGroup : 0};
 }
 
-/// A column tile's epilogue values in HeldPosition order, each pair of
+/// Column tile `tile`'s epilogue values in HeldPosition order, each pair of
 /// columns rounded to the op's output type as the unfused epilogue stores
 /// it, so that the quantization reads what the quantize kernel would have.
-HeldValues WgmmaGroupedMatmulEmitter::valuesToHold(Value accumulators) {
+HeldValues WgmmaGroupedMatmulEmitter::valuesToHold(const Tile &tile,
+                                                   Value accumulators) {
   Type outputElement =
       cast<RankedTensorType>(op.getOutput().getType()).getElementType();
+  Value laneFirstColumn = arith::AddIOp::create(
+      b, tile.firstColumn, AccumulatorFragment::laneColumn(wb, lane));
   HeldValues held;
   for (int64_t block = 0; block < outputColumnsPerBlock / 8; ++block) {
     for (int64_t half = 0; half < 2; ++half) {
       SmallVector<Value> values;
       for (int64_t i = 0; i < 2; ++i)
         values.push_back(epilogueValue(
-            accumulators, AccumulatorFragment::registerOf(block, half, i),
+            tile, accumulators, AccumulatorFragment::registerOf(block, half, i),
+            arith::AddIOp::create(b, laneFirstColumn, wb.index(block * 8 + i)),
             Value()));
       Value pair = vector::FromElementsOp::create(
           b, VectorType::get({2}, b.getF32Type()), values);

@@ -319,6 +319,7 @@ public:
         expertIds(lb.toBuffer(op.getExpertIds())),
         numPadded(lb.toBuffer(op.getNumPadded())),
         routedWeights(optionalBuffer(op.getRoutedWeights())),
+        bias(optionalBuffer(op.getBias())),
         inputScales(optionalBuffer(op.getInputScales())),
         weightScales(optionalBuffer(op.getWeightScales())) {}
 
@@ -371,7 +372,8 @@ private:
   }
 
   /// Sorted row `r` holding `slot`, routed to `expert`: each output column
-  /// through the epilogue (gated activation, routed weight) to `output`.
+  /// through the epilogue (bias, gated activation, routed weight) to
+  /// `output`.
   void emitRow(Value r, Value slot, Value expert, Value output) {
     int64_t numSlots = op.getNumSlots(), columns = op.getOutputColumns();
     Value token = arith::DivUIOp::create(b, slot, lb.index(numSlots));
@@ -380,13 +382,12 @@ private:
     Value routedWeight =
         routedWeights ? lb.load(routedWeights, {token, slotInToken}) : Value();
     lb.loop(columns, [&](Value j) {
-      Value value = emitDot(source, expert, j);
+      Value value = emitBiasedDot(source, expert, j);
       if (op.isGated()) {
-        Value up = emitDot(source, expert,
-                           arith::AddIOp::create(b, j, lb.index(columns)));
-        value = arith::MulFOp::create(
-            b, emitGatedActivation(b, b.getLoc(), op.getActivation(), value),
-            up);
+        Value up = emitBiasedDot(
+            source, expert, arith::AddIOp::create(b, j, lb.index(columns)));
+        value = emitGatedPair(b, b.getLoc(), op.getActivation(),
+                              op.getSwigluAttr(), value, up);
       }
       if (routedWeight)
         value = arith::MulFOp::create(b, value, routedWeight);
@@ -395,6 +396,14 @@ private:
       else
         lb.storeF32(value, output, {r, j});
     });
+  }
+
+  /// h[n] plus the bias of `expert` and n when the op has one.
+  Value emitBiasedDot(Value source, Value expert, Value n) {
+    Value value = emitDot(source, expert, n);
+    if (!bias)
+      return value;
+    return arith::AddFOp::create(b, value, lb.loadF32(bias, {expert, n}));
   }
 
   /// h[n] of input row `source` and `expert` before the epilogue: the fp32
@@ -480,7 +489,7 @@ private:
   LoopBuilder &lb;
   ImplicitLocOpBuilder &b;
   QuantizationAttr quantization;
-  Value input, weights, sortedIds, expertIds, numPadded, routedWeights,
+  Value input, weights, sortedIds, expertIds, numPadded, routedWeights, bias,
       inputScales, weightScales;
 };
 

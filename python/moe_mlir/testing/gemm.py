@@ -109,9 +109,29 @@ def valid_rows(sorted_ids, slots_total):
     return rows, sorted_ids[rows].long()
 
 
-def gemm1_reference(x, w13, ids, dtype=torch.float64):
-    """[T*S, I]: row t*S+s = silu(gate) * up of x[t] times w13[ids[t, s]],
-    gate = the first I columns, up = the last I, in `dtype` throughout."""
+def clamped_swiglu(gate, up, alpha, limit):
+    """gpt-oss's activation of the halves, as #moe.swiglu defines it:
+    (clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g), g = min(gate,
+    limit)."""
+    gate = gate.clamp(max=limit)
+    up = up.clamp(-limit, limit)
+    return (up + 1) * gate * torch.sigmoid(alpha * gate)
+
+
+def gated(h, swiglu=None):
+    """The gated activation of h [rows, 2I] (gate columns, then up):
+    SiLU-and-mul, or the clamped SwiGLU of `swiglu` (alpha, limit)."""
+    gate, up = h.chunk(2, dim=1)
+    if swiglu is None:
+        return torch.nn.functional.silu(gate) * up
+    return clamped_swiglu(gate, up, *swiglu)
+
+
+def gemm1_reference(x, w13, ids, dtype=torch.float64, bias=None,
+                    swiglu=None):
+    """[T*S, I]: row t*S+s = the gated activation (gated()) of x[t] times
+    w13[ids[t, s]] plus that expert's `bias` [E, 2I] when given, gate = the
+    first I columns, up = the last I, in `dtype` throughout."""
     tokens, slots = ids.shape
     inter = w13.shape[1] // 2
     flat = ids.reshape(-1).long().to(x.device)
@@ -119,13 +139,17 @@ def gemm1_reference(x, w13, ids, dtype=torch.float64):
     for expert in flat.unique().tolist():
         slot = (flat == expert).nonzero().view(-1)
         h = x[slot // slots].to(dtype) @ w13[expert].to(dtype).T
-        out[slot] = torch.nn.functional.silu(h[:, :inter]) * h[:, inter:]
+        if bias is not None:
+            h += bias[expert].to(dtype).to(x.device)
+        out[slot] = gated(h, swiglu)
     return out
 
 
-def gemm2_reference(rows, w2, ids, sorted_ids, weights, dtype=torch.float64):
-    """[T*S, H]: slot s = weights[s] * (rows[r] times w2[ids[s]]), r the
-    padded row that sorted_ids gives slot s, in `dtype` throughout."""
+def gemm2_reference(rows, w2, ids, sorted_ids, weights, dtype=torch.float64,
+                    bias=None):
+    """[T*S, H]: slot s = weights[s] * (rows[r] times w2[ids[s]] plus that
+    expert's `bias` [E, H] when given), r the padded row that sorted_ids
+    gives slot s, in `dtype` throughout."""
     tokens, slots = ids.shape
     flat = ids.reshape(-1).long().to(rows.device)
     row, slot = valid_rows(sorted_ids.to(rows.device), tokens * slots)
@@ -136,6 +160,8 @@ def gemm2_reference(rows, w2, ids, sorted_ids, weights, dtype=torch.float64):
     for expert in expert_of_row.unique().tolist():
         pick = (expert_of_row == expert).nonzero().view(-1)
         h = rows[row[pick]].to(dtype) @ w2[expert].to(dtype).T
+        if bias is not None:
+            h += bias[expert].to(dtype).to(rows.device)
         out[slot[pick]] = h * scale[slot[pick]].unsqueeze(1)
     return out
 

@@ -10,6 +10,24 @@ import torch
 
 # The storage types moe_reference_fused_moe rounds intermediates to.
 _ROUNDING = {"f32": 0, "bf16": 1, "f16": 2}
+# The C API's activation codes.
+_ACTIVATIONS = {"silu": 1, "gelu": 2, "clamped_swiglu": 3}
+
+
+def _activation(activation, swiglu):
+    """(code, alpha, limit) of `activation` ("silu", "gelu" or
+    "clamped_swiglu" with `swiglu` its (alpha, limit)) for the C API."""
+    alpha, limit = swiglu if activation == "clamped_swiglu" else (0.0, 0.0)
+    return _ACTIVATIONS[activation], alpha, limit
+
+
+def _optional(tensor):
+    """`tensor` as a float32 host tensor, or None."""
+    return _host(tensor) if tensor is not None else None
+
+
+def _address(tensor):
+    return tensor.data_ptr() if tensor is not None else None
 
 
 def _host(tensor, dtype=torch.float32):
@@ -36,17 +54,16 @@ class Reference:
         self.lib.moe_reference_combine.argtypes = [
             ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, pointer, pointer,
             pointer]
+        activation = [ctypes.c_int, ctypes.c_float, ctypes.c_float]
         self.lib.moe_reference_fused_moe.argtypes = [
             ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
-            ctypes.c_int, ctypes.c_float, ctypes.c_int64, ctypes.c_int,
+            ctypes.c_int, ctypes.c_float, ctypes.c_int64, *activation,
             ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
-            ctypes.c_int64, pointer, pointer, pointer, pointer, pointer,
-            pointer]
+            ctypes.c_int64] + [pointer] * 8
 
         self.lib.moe_reference_fused_experts.argtypes = [
-            ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64,
-            ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, pointer, pointer,
-            pointer, pointer, pointer, pointer]
+            *activation, ctypes.c_int, ctypes.c_int64, ctypes.c_int64,
+            ctypes.c_int64, ctypes.c_int64, ctypes.c_int64] + [pointer] * 8
 
         count = ctypes.c_int64
         self.lib.moe_reference_to_e4m3.argtypes = [count, pointer, pointer]
@@ -99,39 +116,47 @@ class Reference:
         return output
 
     def fused_moe(self, router, activation, dtype, hidden, logits, bias, w13,
-                  w2):
+                  w2, biases=(None, None), swiglu=None):
         """The layer with intermediates rounded to `dtype` (f32, bf16 or
-        f16)."""
+        f16); `activation` silu, gelu or clamped_swiglu with `swiglu` its
+        (alpha, limit); `biases` the expert biases (w13's [E+X, 2I], w2's
+        [E+X, H]) or Nones."""
         tokens, hidden_size = hidden.shape
         experts = logits.shape[1]
         intermediate = w2.shape[2]
         args = [_host(tensor) for tensor in (hidden, logits, w13, w2)]
-        bias = _host(bias) if bias is not None else None
+        bias = _optional(bias)
+        w13_bias, w2_bias = (_optional(tensor) for tensor in biases)
         output = torch.empty(tokens, hidden_size)
         self.lib.moe_reference_fused_moe(
             1 if router["scoring"] == "sigmoid" else 0, router["top_k"],
             router["groups"], router["topk_groups"], int(router["renormalize"]),
             router["scale"], router["shared"],
-            2 if activation == "gelu" else 1, _ROUNDING[dtype], tokens,
+            *_activation(activation, swiglu), _ROUNDING[dtype], tokens,
             hidden_size, experts, intermediate, args[0].data_ptr(),
-            args[1].data_ptr(), bias.data_ptr() if bias is not None else None,
-            args[2].data_ptr(), args[3].data_ptr(), output.data_ptr())
+            args[1].data_ptr(), _address(bias), args[2].data_ptr(),
+            args[3].data_ptr(), _address(w13_bias), _address(w2_bias),
+            output.data_ptr())
         return output
 
-    def fused_experts(self, activation, dtype, hidden, ids, weights, w13, w2):
+    def fused_experts(self, activation, dtype, hidden, ids, weights, w13, w2,
+                      biases=(None, None), swiglu=None):
         """The experts given routing (moe.fused_experts): slots whose ids
-        are outside [0, E) skipped, intermediates rounded to `dtype`."""
+        are outside [0, E) skipped, intermediates rounded to `dtype`;
+        `activation`, `swiglu` and `biases` as for fused_moe."""
         tokens, hidden_size = hidden.shape
         experts, intermediate = w2.shape[0], w2.shape[2]
         slots = ids.shape[1]
         args = [_host(tensor) for tensor in (hidden, weights, w13, w2)]
+        w13_bias, w2_bias = (_optional(tensor) for tensor in biases)
         ids = _host(ids, torch.int32)
         output = torch.empty(tokens, hidden_size)
         self.lib.moe_reference_fused_experts(
-            2 if activation == "gelu" else 1, _ROUNDING[dtype], tokens,
+            *_activation(activation, swiglu), _ROUNDING[dtype], tokens,
             hidden_size, experts, intermediate, slots, args[0].data_ptr(),
             ids.data_ptr(), args[1].data_ptr(), args[2].data_ptr(),
-            args[3].data_ptr(), output.data_ptr())
+            args[3].data_ptr(), _address(w13_bias), _address(w2_bias),
+            output.data_ptr())
         return output
 
     # FP8 (include/moe/Reference/Quantization.h): e4m3 codes are uint8.

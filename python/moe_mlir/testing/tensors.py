@@ -11,8 +11,9 @@ POISON_INT = -123456789
 
 
 def uniform(generator, *shape, scale=1.0, low=-1.0):
-    """Uniform in [low, 1) * scale, on the CPU, drawn from `generator`."""
-    return (torch.rand(*shape, generator=generator) * (1 - low) + low) * scale
+    """Uniform in [low, 1) * scale, drawn from `generator` on its device."""
+    return (torch.rand(*shape, generator=generator, device=generator.device)
+            * (1 - low) + low) * scale
 
 
 def poison(tensor):

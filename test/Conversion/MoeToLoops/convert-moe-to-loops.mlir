@@ -217,6 +217,39 @@ func.func @grouped_matmul_gelu_slots(%h: tensor<66x32xf32>, %w: tensor<4x16x32xf
 
 // -----
 
+// Bias and the clamped SwiGLU: each half's fp32 dot plus the expert's bias
+// (bf16, widened), then gate = min(gate, 0.5), up = clamp(up, -0.5, 0.5),
+// (up + 1) * gate / (1 + exp(-1.702 gate)).
+// CHECK-LABEL: func @grouped_matmul_bias_clamped_swiglu
+// CHECK-SAME: %[[BIAS_ARG:[a-z0-9_]+]]: tensor<4x16xbf16>
+// CHECK: %[[BIAS:[a-z0-9_]+]] = bufferization.to_buffer %[[BIAS_ARG]]
+// CHECK: %[[GATE_DOT:[a-z0-9_]+]] = scf.for {{.*}} -> (f32)
+// CHECK: %[[GATE_BIAS:[a-z0-9_]+]] = memref.load %[[BIAS]][%[[E:[a-z0-9_]+]], %[[J:[a-z0-9_]+]]]
+// CHECK: %[[GATE_BIAS32:[a-z0-9_]+]] = arith.extf %[[GATE_BIAS]] : bf16 to f32
+// CHECK: %[[GATE:[a-z0-9_]+]] = arith.addf %[[GATE_DOT]], %[[GATE_BIAS32]]
+// CHECK: %[[UP_DOT:[a-z0-9_]+]] = scf.for {{.*}} -> (f32)
+// CHECK: memref.load %[[BIAS]][%[[E]], %{{.*}}]
+// CHECK: %[[UP:[a-z0-9_]+]] = arith.addf %[[UP_DOT]]
+// CHECK-DAG: %[[LIMIT:[a-z0-9_]+]] = arith.constant 5.000000e-01 : f32
+// CHECK-DAG: %[[ALPHA:[a-z0-9_]+]] = arith.constant 1.702000e+00 : f32
+// CHECK: %[[CLAMPED_GATE:[a-z0-9_]+]] = arith.minimumf %[[GATE]], %[[LIMIT]]
+// CHECK: %[[UP_MAX:[a-z0-9_]+]] = arith.minimumf %[[UP]], %[[LIMIT]]
+// CHECK: %[[NEG_LIMIT:[a-z0-9_]+]] = arith.negf %[[LIMIT]]
+// CHECK: %[[CLAMPED_UP:[a-z0-9_]+]] = arith.maximumf %[[UP_MAX]], %[[NEG_LIMIT]]
+// CHECK: %[[SCALED:[a-z0-9_]+]] = arith.mulf %[[ALPHA]], %[[CLAMPED_GATE]]
+// CHECK: arith.negf %[[SCALED]]
+// CHECK: math.exp
+// CHECK: %[[GLU:[a-z0-9_]+]] = arith.divf %[[CLAMPED_GATE]]
+// CHECK: %[[UP_PLUS_ONE:[a-z0-9_]+]] = arith.addf %[[CLAMPED_UP]]
+// CHECK: arith.mulf %[[UP_PLUS_ONE]], %[[GLU]]
+func.func @grouped_matmul_bias_clamped_swiglu(%x: tensor<3x32xbf16>, %w: tensor<4x16x32xbf16>, %b: tensor<4x16xbf16>, %s: tensor<66xi32>, %e: tensor<5xi32>, %n: tensor<i32>) -> tensor<66x8xbf16> {
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n bias(%b) input(token) output(sorted) activation(clamped_swiglu) {block_m = 16, num_slots = 2, swiglu = #moe.swiglu<alpha = 1.702, limit = 0.5>}
+    : (tensor<3x32xbf16>, tensor<4x16x32xbf16>, tensor<66xi32>, tensor<5xi32>, tensor<i32>, tensor<4x16xbf16>) -> tensor<66x8xbf16>
+  return %o : tensor<66x8xbf16>
+}
+
+// -----
+
 // CHECK-LABEL: func @combine_weighted
 // CHECK: %[[ROWS:[a-z0-9_]+]] = bufferization.to_buffer %{{.*}} read_only : tensor<?x2x8xf16>
 // CHECK: %[[W:[a-z0-9_]+]] = bufferization.to_buffer %{{.*}} read_only : tensor<?x2xf32>

@@ -426,6 +426,24 @@ func.func @gmm_halved_output(%x: tensor<4x32xbf16>, %w: tensor<8x64x32xbf16>, %s
 
 // -----
 
+func.func @gmm_bias(%x: tensor<4x32xbf16>, %w: tensor<8x64x32xbf16>, %b: tensor<8x32xbf16>, %s: tensor<128xi32>, %e: tensor<8xi32>, %n: tensor<i32>) {
+  // expected-error @below {{'moe.grouped_matmul' op expects 'bias' of shape [E, N] = [8, 64], got 'tensor<8x32xbf16>'}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n bias(%b) input(token) output(sorted) activation(silu_and_mul) {block_m = 16, num_slots = 2}
+    : (tensor<4x32xbf16>, tensor<8x64x32xbf16>, tensor<128xi32>, tensor<8xi32>, tensor<i32>, tensor<8x32xbf16>) -> tensor<128x32xbf16>
+  return
+}
+
+// -----
+
+func.func @gmm_swiglu_without_clamped(%x: tensor<4x32xbf16>, %w: tensor<8x64x32xbf16>, %s: tensor<128xi32>, %e: tensor<8xi32>, %n: tensor<i32>) {
+  // expected-error @below {{'moe.grouped_matmul' op expects a 'swiglu' attribute (alpha and limit) only with activation clamped_swiglu}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n input(token) output(sorted) activation(silu_and_mul) {block_m = 16, num_slots = 2, swiglu = #moe.swiglu<alpha = 1.702, limit = 7.0>}
+    : (tensor<4x32xbf16>, tensor<8x64x32xbf16>, tensor<128xi32>, tensor<8xi32>, tensor<i32>) -> tensor<128x32xbf16>
+  return
+}
+
+// -----
+
 func.func @gmm_token_count(%x: tensor<4x32xbf16>, %w: tensor<8x64x32xbf16>, %s: tensor<128xi32>, %e: tensor<8xi32>, %n: tensor<i32>, %rw: tensor<5x2xf32>) {
   // expected-error @below {{'moe.grouped_matmul' op expects one token count T across the input, routed_weights and output, got [4, 5]}}
   %o = moe.grouped_matmul %x, %w, %s, %e, %n routed_weights(%rw) input(token) output(sorted) {block_m = 16, num_slots = 2}
@@ -648,8 +666,40 @@ func.func @experts_weights_shape(%x: tensor<?x64xbf16>, %ids: tensor<?x2xi32>, %
 
 // -----
 
+func.func @experts_swiglu_missing(%x: tensor<4x64xbf16>, %ids: tensor<4x2xi32>, %w: tensor<4x2xf32>, %w13: tensor<8x32x64xbf16>, %w2: tensor<8x64x16xbf16>) {
+  // expected-error @below {{'moe.fused_experts' op expects a 'swiglu' attribute (alpha and limit) with activation clamped_swiglu}}
+  %y = moe.fused_experts %x, %ids, %w, %w13, %w2 activation(clamped_swiglu) : (tensor<4x64xbf16>, tensor<4x2xi32>, tensor<4x2xf32>, tensor<8x32x64xbf16>, tensor<8x64x16xbf16>) -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+func.func @experts_w13_bias(%x: tensor<4x64xbf16>, %ids: tensor<4x2xi32>, %w: tensor<4x2xf32>, %w13: tensor<8x32x64xbf16>, %w2: tensor<8x64x16xbf16>, %b13: tensor<8x16xf32>, %b2: tensor<8x64xf32>) {
+  // expected-error @below {{'moe.fused_experts' op expects 'w13_bias' of shape [E, 2I] = [8, 32], got 'tensor<8x16xf32>'}}
+  %y = moe.fused_experts %x, %ids, %w, %w13, %w2 biases(%b13, %b2) activation(silu_and_mul) : (tensor<4x64xbf16>, tensor<4x2xi32>, tensor<4x2xf32>, tensor<8x32x64xbf16>, tensor<8x64x16xbf16>, tensor<8x16xf32>, tensor<8x64xf32>) -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+func.func @experts_w2_bias(%x: tensor<4x64xbf16>, %ids: tensor<4x2xi32>, %w: tensor<4x2xf32>, %w13: tensor<8x32x64xbf16>, %w2: tensor<8x64x16xbf16>, %b13: tensor<8x32xf32>, %b2: tensor<8x16xf32>) {
+  // expected-error @below {{'moe.fused_experts' op expects 'w2_bias' of shape [E, H] = [8, 64], got 'tensor<8x16xf32>'}}
+  %y = moe.fused_experts %x, %ids, %w, %w13, %w2 biases(%b13, %b2) activation(silu_and_mul) : (tensor<4x64xbf16>, tensor<4x2xi32>, tensor<4x2xf32>, tensor<8x32x64xbf16>, tensor<8x64x16xbf16>, tensor<8x32xf32>, tensor<8x16xf32>) -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+func.func @experts_one_bias(%x: tensor<4x64xbf16>, %ids: tensor<4x2xi32>, %w: tensor<4x2xf32>, %w13: tensor<8x32x64xbf16>, %w2: tensor<8x64x16xbf16>, %b13: tensor<8x32xf32>) {
+  // expected-error @below {{'moe.fused_experts' op expects 'w13_bias' and 'w2_bias' together}}
+  %y = "moe.fused_experts"(%x, %ids, %w, %w13, %w2, %b13) <{activation = 1 : i32, operandSegmentSizes = array<i32: 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0>}> : (tensor<4x64xbf16>, tensor<4x2xi32>, tensor<4x2xf32>, tensor<8x32x64xbf16>, tensor<8x64x16xbf16>, tensor<8x32xf32>) -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
 func.func @experts_activation(%x: tensor<4x64xbf16>, %ids: tensor<4x2xi32>, %w: tensor<4x2xf32>, %w13: tensor<8x32x64xbf16>, %w2: tensor<8x64x16xbf16>) {
-  // expected-error @below {{'moe.fused_experts' op expects a gated activation (silu_and_mul or gelu_and_mul) for the expert MLP}}
+  // expected-error @below {{'moe.fused_experts' op expects a gated activation (silu_and_mul, gelu_and_mul or clamped_swiglu) for the expert MLP}}
   %y = moe.fused_experts %x, %ids, %w, %w13, %w2 activation(none) : (tensor<4x64xbf16>, tensor<4x2xi32>, tensor<4x2xf32>, tensor<8x32x64xbf16>, tensor<8x64x16xbf16>) -> tensor<4x64xbf16>
   return
 }
@@ -701,9 +751,18 @@ func.func @experts_output(%x: tensor<4x64xbf16>, %ids: tensor<4x2xi32>, %w: tens
 // -----
 
 func.func @fused_activation(%x: tensor<4x64xbf16>, %l: tensor<4x8xf32>, %w13: tensor<8x32x64xbf16>, %w2: tensor<8x64x16xbf16>) {
-  // expected-error @below {{'moe.fused_moe' op expects a gated activation (silu_and_mul or gelu_and_mul) for the expert MLP}}
+  // expected-error @below {{'moe.fused_moe' op expects a gated activation (silu_and_mul, gelu_and_mul or clamped_swiglu) for the expert MLP}}
   %y = moe.fused_moe %x, %l, %w13, %w2 activation(none) {router = #moe.router<scoring = softmax, top_k = 2>}
     : (tensor<4x64xbf16>, tensor<4x8xf32>, tensor<8x32x64xbf16>, tensor<8x64x16xbf16>) -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+func.func @fused_moe_w2_bias(%x: tensor<4x64xbf16>, %l: tensor<4x8xf32>, %w13: tensor<8x32x64xbf16>, %w2: tensor<8x64x16xbf16>, %b13: tensor<8x32xbf16>, %b2: tensor<7x64xbf16>) {
+  // expected-error @below {{'moe.fused_moe' op expects 'w2_bias' of shape [E+X, H] = [8, 64], got 'tensor<7x64xbf16>'}}
+  %y = moe.fused_moe %x, %l, %w13, %w2 biases(%b13, %b2) activation(clamped_swiglu) {router = #moe.router<scoring = softmax, top_k = 2>, swiglu = #moe.swiglu<alpha = 1.702, limit = 7.0>}
+    : (tensor<4x64xbf16>, tensor<4x8xf32>, tensor<8x32x64xbf16>, tensor<8x64x16xbf16>, tensor<8x32xbf16>, tensor<7x64xbf16>) -> tensor<4x64xbf16>
   return
 }
 
@@ -908,6 +967,21 @@ func.func @gemm_input_map_gathered(%x: tensor<?x64xbf16>, %w: tensor<4x64x64xbf1
   %o = moe.grouped_matmul %x, %w, %s, %e, %n input_map(%m) input(token) output(sorted)
       {block_m = 64, num_slots = 2, config = #moe.gemm_config<block_m = 64, block_n = 64, block_k = 64, num_stages = 4, tma_a = true>}
     : (tensor<?x64xbf16>, tensor<4x64x64xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, !moe.tensor_map<bf16, box = [64, 64], swizzle = 128>) -> tensor<?x64xbf16>
+  return
+}
+
+// -----
+// #moe.swiglu
+
+// expected-error @below {{limit must be finite and positive, got -7}}
+func.func @swiglu_limit() attributes {s = #moe.swiglu<alpha = 1.702, limit = -7.0>} {
+  return
+}
+
+// -----
+
+// expected-error @below {{alpha must be finite, got INF}}
+func.func @swiglu_alpha() attributes {s = #moe.swiglu<alpha = 0x7FF0000000000000, limit = 7.0>} {
   return
 }
 

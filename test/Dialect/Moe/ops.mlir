@@ -46,6 +46,51 @@ func.func @fused_moe_mixtral(%x: tensor<4x64xf16>, %logits: tensor<4x8xf16>,
   return %y : tensor<4x64xf16>
 }
 
+// gpt-oss: expert biases (any float type) and the clamped SwiGLU.
+// CHECK-LABEL: func @fused_moe_gpt_oss
+// CHECK: moe.fused_moe %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} biases(%{{.*}}, %{{.*}}) activation(clamped_swiglu)
+// CHECK-SAME: swiglu = #moe.swiglu<alpha = 1.702000e+00, limit = 7.000000e+00>
+// CHECK-SAME: (tensor<?x64xbf16>, tensor<?x8xf32>, tensor<8x32x64xbf16>, tensor<8x64x16xbf16>, tensor<8x32xbf16>, tensor<8x64xf32>) -> tensor<?x64xbf16>
+// CHECK: moe.fused_experts %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} biases(%{{.*}}, %{{.*}}) activation(clamped_swiglu)
+// CHECK-SAME: swiglu = #moe.swiglu<alpha = 1.000000e+00, limit = 2.500000e+00>
+func.func @fused_moe_gpt_oss(%x: tensor<?x64xbf16>, %logits: tensor<?x8xf32>,
+                             %w13: tensor<8x32x64xbf16>,
+                             %w2: tensor<8x64x16xbf16>,
+                             %b13: tensor<8x32xbf16>, %b2: tensor<8x64xf32>,
+                             %ids: tensor<?x4xi32>, %w: tensor<?x4xf32>)
+    -> (tensor<?x64xbf16>, tensor<?x64xbf16>) {
+  %y = moe.fused_moe %x, %logits, %w13, %w2 biases(%b13, %b2)
+         activation(clamped_swiglu)
+         {router = #moe.router<scoring = softmax, top_k = 4, renormalize = true>,
+          swiglu = #moe.swiglu<alpha = 1.702, limit = 7.0>}
+       : (tensor<?x64xbf16>, tensor<?x8xf32>, tensor<8x32x64xbf16>,
+          tensor<8x64x16xbf16>, tensor<8x32xbf16>, tensor<8x64xf32>)
+         -> tensor<?x64xbf16>
+  %z = moe.fused_experts %x, %ids, %w, %w13, %w2 biases(%b13, %b2)
+         activation(clamped_swiglu)
+         {swiglu = #moe.swiglu<alpha = 1.0, limit = 2.5>}
+       : (tensor<?x64xbf16>, tensor<?x4xi32>, tensor<?x4xf32>,
+          tensor<8x32x64xbf16>, tensor<8x64x16xbf16>, tensor<8x32xbf16>,
+          tensor<8x64xf32>) -> tensor<?x64xbf16>
+  return %y, %z : tensor<?x64xbf16>, tensor<?x64xbf16>
+}
+
+// CHECK-LABEL: func @grouped_matmul_bias
+// CHECK: moe.grouped_matmul %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} bias(%{{.*}}) input(token) output(sorted) activation(clamped_swiglu)
+// CHECK-SAME: swiglu = #moe.swiglu<alpha = 1.702000e+00, limit = 7.000000e+00>
+func.func @grouped_matmul_bias(%x: tensor<3x64xbf16>, %w13: tensor<8x64x64xbf16>,
+                               %b: tensor<8x64xf32>, %s: tensor<?xi32>,
+                               %e: tensor<?xi32>, %n: tensor<i32>)
+    -> tensor<?x32xbf16> {
+  %h = moe.grouped_matmul %x, %w13, %s, %e, %n bias(%b) input(token)
+         output(sorted) activation(clamped_swiglu)
+         {block_m = 16, num_slots = 2,
+          swiglu = #moe.swiglu<alpha = 1.702, limit = 7.0>}
+       : (tensor<3x64xbf16>, tensor<8x64x64xbf16>, tensor<?xi32>,
+          tensor<?xi32>, tensor<i32>, tensor<8x64xf32>) -> tensor<?x32xbf16>
+  return %h : tensor<?x32xbf16>
+}
+
 // CHECK-LABEL: func @gate
 // CHECK: moe.gate %{{.*}} bias %{{.*}} {router = #moe.router<scoring = sigmoid, top_k = 8, num_groups = 8, topk_groups = 4>}
 // CHECK-SAME: (tensor<?x256xf32>, tensor<256xf32>) -> (tensor<?x8xf32>, tensor<?x8xi32>)

@@ -59,12 +59,14 @@ Value emitSoftmaxSummand(OpBuilder &b, Location loc, Value numerator);
 /// order keeps the lower index.
 Value emitRanksAbove(OpBuilder &b, Location loc, Value lhs, Value rhs);
 
-/// act(x) in f32 of a gated activation (the first half of a gated pair):
-/// SiLU x / (1 + exp(-x)) or GELU 0.5 x (1 + erf(x / sqrt 2)), with the
-/// target's exp and erf (libm, libdevice): GEMM outputs are compared to a
-/// tolerance, unlike routing decisions.
-Value emitGatedActivation(OpBuilder &b, Location loc, Activation activation,
-                          Value x);
+/// The gated activation `activation` of the f32 pair (`gate`, `up`) of a
+/// GEMM's outputs: act(gate) * up with SiLU x / (1 + exp(-x)) or GELU
+/// 0.5 x (1 + erf(x / sqrt 2)), or the clamped SwiGLU of `swiglu`'s alpha
+/// and limit (#moe.swiglu), with the target's exp and erf (libm,
+/// libdevice): GEMM outputs are compared to a tolerance, unlike routing
+/// decisions.
+Value emitGatedPair(OpBuilder &b, Location loc, Activation activation,
+                    SwigluAttr swiglu, Value gate, Value up);
 
 } // namespace moe
 } // namespace mlir

@@ -94,6 +94,21 @@ RouterAttr::verifyForExperts(function_ref<InFlightDiagnostic()> emitError,
 }
 
 //===----------------------------------------------------------------------===//
+// SwigluAttr
+//===----------------------------------------------------------------------===//
+
+LogicalResult SwigluAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                 APFloat alpha, APFloat limit) {
+  if (!alpha.isFinite())
+    return emitError() << "alpha must be finite, got "
+                       << alpha.convertToDouble();
+  if (!limit.isFiniteNonZero() || limit.isNegative())
+    return emitError() << "limit must be finite and positive, got "
+                       << limit.convertToDouble();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // QuantizationAttr
 //===----------------------------------------------------------------------===//
 

@@ -190,12 +190,32 @@ static LogicalResult verifyPerTensorScale(Operation *op, StringRef name,
   return success();
 }
 
-/// The weights of a layer's expert MLP, their fp8 scales and the static
-/// scales of the two GEMMs' inputs.
+/// The weights of a layer's expert MLP, their biases, their fp8 scales and
+/// the static scales of the two GEMMs' inputs.
 struct ExpertWeights {
-  Value w13, w2, w13Scales, w2Scales, w13InputScale, w2InputScale;
+  Value w13, w2, w13Bias, w2Bias, w13Scales, w2Scales, w13InputScale,
+      w2InputScale;
   QuantizationAttr quantization;
 };
+
+/// Checks that the expert biases come both or neither, as w13_bias [stored,
+/// 2I] and w2_bias [stored, H].
+static LogicalResult verifyExpertBiases(Operation *op,
+                                        const ExpertWeights &experts,
+                                        StringRef storedName) {
+  if (static_cast<bool>(experts.w13Bias) != static_cast<bool>(experts.w2Bias))
+    return op->emitOpError() << "expects 'w13_bias' and 'w2_bias' together";
+  if (!experts.w13Bias)
+    return success();
+  auto w13 = cast<RankedTensorType>(experts.w13.getType());
+  if (failed(verifyShape(op, "w13_bias", experts.w13Bias,
+                         {w13.getDimSize(0), w13.getDimSize(1)},
+                         ("[" + storedName + ", 2I]").str())))
+    return failure();
+  return verifyShape(op, "w2_bias", experts.w2Bias,
+                     {w13.getDimSize(0), w13.getDimSize(2)},
+                     ("[" + storedName + ", H]").str());
+}
 
 /// Checks that the inputs' static scales come exactly with static_tensor
 /// activations, one scale each.
@@ -257,6 +277,7 @@ static LogicalResult verifyExpertWeights(Operation *op, Value hidden,
       failed(verifyWeightScales(op, experts.quantization, "w2", w2, "w2_scales",
                                 experts.w2Scales, twiceI / 2)) ||
       failed(verifyInputScales(op, experts)) ||
+      failed(verifyExpertBiases(op, experts, storedName)) ||
       failed(
           verifyShape(op, "output", output, {numTokens, hiddenSize}, "[T, H]")))
     return failure();
@@ -282,13 +303,28 @@ static LogicalResult verifyTokenRouting(Operation *op, int64_t numTokens,
                                numExperts, blockM);
 }
 
-/// Checks that a layer's expert MLP has a gated activation.
-static LogicalResult verifyGatedActivation(Operation *op,
-                                           Activation activation) {
-  if (activation == Activation::none)
-    return op->emitOpError() << "expects a gated activation (silu_and_mul or "
-                                "gelu_and_mul) for the expert MLP";
+/// Checks that `swiglu` (the clamped SwiGLU's parameters) comes exactly with
+/// that activation.
+static LogicalResult verifyActivationParameters(Operation *op,
+                                                Activation activation,
+                                                SwigluAttr swiglu) {
+  bool clamped = activation == Activation::clamped_swiglu;
+  if (static_cast<bool>(swiglu) != clamped)
+    return op->emitOpError()
+           << "expects a 'swiglu' attribute (alpha and limit) "
+           << (clamped ? "with" : "only with") << " activation clamped_swiglu";
   return success();
+}
+
+/// Checks that a layer's expert MLP has a gated activation, with its
+/// parameters.
+static LogicalResult verifyGatedActivation(Operation *op, Activation activation,
+                                           SwigluAttr swiglu) {
+  if (activation == Activation::none)
+    return op->emitOpError()
+           << "expects a gated activation (silu_and_mul, gelu_and_mul or "
+              "clamped_swiglu) for the expert MLP";
+  return verifyActivationParameters(op, activation, swiglu);
 }
 
 //===----------------------------------------------------------------------===//
@@ -314,14 +350,15 @@ LogicalResult FusedMoeOp::verify() {
   if (failed(
           router.verifyForExperts([&] { return emitOpError(); }, numExperts)))
     return failure();
-  if (failed(verifyGatedActivation(op, getActivation())) ||
+  if (failed(verifyGatedActivation(op, getActivation(), getSwigluAttr())) ||
       failed(verifyTokenRouting(op, numTokens, router.getNumSlots(),
                                 /*numExperts=*/0, /*blockM=*/1)))
     return failure();
   if (failed(verifyExpertWeights(
           op, hidden,
-          {getW13(), getW2(), getW13Scales(), getW2Scales(), getW13InputScale(),
-           getW2InputScale(), getQuantizationAttr()},
+          {getW13(), getW2(), getW13Bias(), getW2Bias(), getW13Scales(),
+           getW2Scales(), getW13InputScale(), getW2InputScale(),
+           getQuantizationAttr()},
           getOutput(), numExperts + router.getNumSharedExperts(), "E+X")))
     return failure();
   if (Value bias = getCorrectionBias())
@@ -348,13 +385,13 @@ LogicalResult FusedExpertsOp::verify() {
                                 /*blockM=*/1)) ||
       failed(verifyShape(op, "weights", getWeights(), {numTokens, numSlots},
                          "[T, S]")) ||
-      failed(verifyGatedActivation(op, getActivation())) ||
+      failed(verifyGatedActivation(op, getActivation(), getSwigluAttr())) ||
       failed(verifyRank(op, "w13", getW13(), 3, "[E, 2I, H]")))
     return failure();
   return verifyExpertWeights(op, hidden,
-                             {getW13(), getW2(), getW13Scales(), getW2Scales(),
-                              getW13InputScale(), getW2InputScale(),
-                              getQuantizationAttr()},
+                             {getW13(), getW2(), getW13Bias(), getW2Bias(),
+                              getW13Scales(), getW2Scales(), getW13InputScale(),
+                              getW2InputScale(), getQuantizationAttr()},
                              getOutput(), dimOf(getW13(), 0), "E");
 }
 
@@ -470,8 +507,12 @@ LogicalResult GroupedMatmulOp::verify() {
   int64_t capacity = dimOf(getSortedIds(), 0);
 
   FailureOr<int64_t> columns = outputColumns(op, getActivation(), n);
-  if (failed(columns))
+  if (failed(columns) ||
+      failed(verifyActivationParameters(op, getActivation(), getSwigluAttr())))
     return failure();
+  if (Value bias = getBias())
+    if (failed(verifyShape(op, "bias", bias, {numExperts, n}, "[E, N]")))
+      return failure();
 
   // T is known from the token-order input, the routed weights and the
   // slot-order output; all that are static must agree.

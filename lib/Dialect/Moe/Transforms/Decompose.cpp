@@ -23,11 +23,15 @@ namespace {
 /// The operands of a layer's experts once routing is known.
 struct ExpertsOperands {
   Value hidden, ids, weights, w13, w2;
+  /// The experts' biases (both or neither): the first GEMM's and the
+  /// second's.
+  Value w13Bias, w2Bias;
   /// Quantized weights: their scales, the static scales of the two GEMMs'
   /// inputs (static_tensor activations) and the quantization (else null).
   Value w13Scales, w2Scales, w13InputScale, w2InputScale;
   QuantizationAttr quantization;
   Activation activation;
+  SwigluAttr swiglu;
   /// Whether ids may lie outside [0, E) (given by the caller, not a gate),
   /// so that the combine must skip those slots.
   bool idsMayBeOutOfRange;
@@ -119,9 +123,10 @@ Value buildExperts(PatternRewriter &rewriter, Location loc,
       rewriter, loc,
       RankedTensorType::get({capacity, intermediate}, elementType), hidden.rows,
       experts.w13, route.getSortedIds(), route.getExpertIds(),
-      route.getNumPadded(), /*routed_weights=*/Value(), hidden.scales,
-      experts.w13Scales, /*input_map=*/Value(), /*weights_map=*/Value(), blockM,
-      numSlots, RowOrder::token, RowOrder::sorted, experts.activation,
+      route.getNumPadded(), /*routed_weights=*/Value(), experts.w13Bias,
+      hidden.scales, experts.w13Scales, /*input_map=*/Value(),
+      /*weights_map=*/Value(), blockM, numSlots, RowOrder::token,
+      RowOrder::sorted, experts.activation, experts.swiglu,
       /*config=*/GemmConfigAttr(), quantization);
   GemmInput activated =
       quantizeRows(rewriter, loc, gateUp.getOutput(), route.getNumPadded(),
@@ -130,10 +135,10 @@ Value buildExperts(PatternRewriter &rewriter, Location loc,
       rewriter, loc,
       RankedTensorType::get({numTokens, numSlots, hiddenSize}, elementType),
       activated.rows, experts.w2, route.getSortedIds(), route.getExpertIds(),
-      route.getNumPadded(), experts.weights, activated.scales, experts.w2Scales,
-      /*input_map=*/Value(), /*weights_map=*/Value(), blockM, numSlots,
-      RowOrder::sorted, RowOrder::slot, Activation::none,
-      /*config=*/GemmConfigAttr(), quantization);
+      route.getNumPadded(), experts.weights, experts.w2Bias, activated.scales,
+      experts.w2Scales, /*input_map=*/Value(), /*weights_map=*/Value(), blockM,
+      numSlots, RowOrder::sorted, RowOrder::slot, Activation::none,
+      /*swiglu=*/SwigluAttr(), /*config=*/GemmConfigAttr(), quantization);
   bool masked = experts.idsMayBeOutOfRange;
   return CombineOp::create(rewriter, loc, hiddenType, down.getOutput(),
                            /*weights=*/Value(), masked ? experts.ids : Value(),
@@ -159,12 +164,15 @@ ExpertsOperands getExperts(FusedMoeOp op, PatternRewriter &rewriter) {
           gate.getWeights(),
           op.getW13(),
           op.getW2(),
+          op.getW13Bias(),
+          op.getW2Bias(),
           op.getW13Scales(),
           op.getW2Scales(),
           op.getW13InputScale(),
           op.getW2InputScale(),
           op.getQuantizationAttr(),
           op.getActivation(),
+          op.getSwigluAttr(),
           /*idsMayBeOutOfRange=*/false};
 }
 
@@ -176,12 +184,15 @@ ExpertsOperands getExperts(FusedExpertsOp op, PatternRewriter &) {
           op.getWeights(),
           op.getW13(),
           op.getW2(),
+          op.getW13Bias(),
+          op.getW2Bias(),
           op.getW13Scales(),
           op.getW2Scales(),
           op.getW13InputScale(),
           op.getW2InputScale(),
           op.getQuantizationAttr(),
           op.getActivation(),
+          op.getSwigluAttr(),
           /*idsMayBeOutOfRange=*/true};
 }
 

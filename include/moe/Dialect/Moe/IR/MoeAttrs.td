@@ -22,7 +22,9 @@ def Moe_ActivationAttr : I32EnumAttr<"Activation",
     "gated activation applied to the two halves of a GEMM's N dimension", [
     I32EnumAttrCase<"none", 0>,
     I32EnumAttrCase<"silu_and_mul", 1>,
-    I32EnumAttrCase<"gelu_and_mul", 2>
+    I32EnumAttrCase<"gelu_and_mul", 2>,
+    // gpt-oss's: parameters in a #moe.swiglu beside it.
+    I32EnumAttrCase<"clamped_swiglu", 3>
   ]> {
   let cppNamespace = "::mlir::moe";
 }
@@ -101,11 +103,10 @@ def Moe_ActivationScalingAttr : I32EnumAttr<"ActivationScaling",
 // Attributes
 //===----------------------------------------------------------------------===//
 
-/// The routed scaling factor, a float that defaults to 1.0 and prints as one.
-def Moe_ScaleParameter : AttrOrTypeParameter<"::llvm::APFloat",
-                                             "routed weight multiplier"> {
+/// A float parameter, parsed and printed as a float literal.
+class Moe_FloatParameter<string desc>
+    : AttrOrTypeParameter<"::llvm::APFloat", desc> {
   let comparator = "$_lhs.bitwiseIsEqual($_rhs)";
-  let defaultValue = "::llvm::APFloat(1.0)";
   let parser = [{ [&]() -> ::mlir::FailureOr<::llvm::APFloat> {
     double value;
     if (::mlir::failed($_parser.parseFloat(value)))
@@ -113,6 +114,11 @@ def Moe_ScaleParameter : AttrOrTypeParameter<"::llvm::APFloat",
     return ::llvm::APFloat(value);
   }() }];
   let printer = "$_printer.printFloat($_self)";
+}
+
+/// The routed scaling factor, a float that defaults to 1.0.
+def Moe_ScaleParameter : Moe_FloatParameter<"routed weight multiplier"> {
+  let defaultValue = "::llvm::APFloat(1.0)";
 }
 
 class Moe_Attr<string name, string attrMnemonic, list<Trait> traits = []>
@@ -168,6 +174,37 @@ def Moe_RouterAttr : Moe_Attr<"Router", "router"> {
     verifyForExperts(::llvm::function_ref<::mlir::InFlightDiagnostic()> emitError,
                      int64_t numExperts) const;
   }];
+}
+
+def Moe_SwigluAttr : Moe_Attr<"Swiglu", "swiglu"> {
+  let summary = "The parameters of the clamped SwiGLU activation";
+  let description = [{
+    The `clamped_swiglu` activation of gpt-oss's experts, for a gated pair
+    (gate, up) of GEMM outputs, in fp32:
+
+    ```
+    gate = min(gate, limit)                    // NaN stays NaN
+    up   = clamp(up, -limit, limit)
+    out  = (up + 1) * gate * sigmoid(alpha * gate)
+    ```
+
+    carried as `swiglu` by the ops whose activation is `clamped_swiglu`
+    (and only by them). `alpha` is finite, `limit` finite and positive; both
+    are used as f32 values. gpt-oss-20b and -120b ship alpha = 1.702 and
+    limit = 7.0.
+
+    Example:
+
+    ```mlir
+    #moe.swiglu<alpha = 1.702, limit = 7.0>
+    ```
+  }];
+  let parameters = (ins
+    Moe_FloatParameter<"sigmoid's slope">:$alpha,
+    Moe_FloatParameter<"clamp bound of the gate and up halves">:$limit
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
 }
 
 def Moe_QuantizationAttr : Moe_Attr<"Quantization", "quantization"> {

@@ -49,15 +49,28 @@ def Moe_FusedMoeOp : Moe_Op<"fused_moe", [AttrSizedOperandSegments]> {
     weighted by the routing weights:
 
     ```
-    h   = hidden_states[t] x w13[e]^T            // [2I], gate rows then up rows
-    a   = activation(h[:I]) * h[I:]              // [I], in fp32
-    y[t] = sum over slots s of weight[t,s] * (a x w2[e]^T)   // [H]
+    h   = hidden_states[t] x w13[e]^T + w13_bias[e]   // [2I], gate rows then up rows
+    a   = activation(h[:I], h[I:])                    // [I], in fp32
+    y[t] = sum over slots s of weight[t,s] * (a x w2[e]^T + w2_bias[e])   // [H]
     ```
 
     `w13` is `[E+X, 2I, H]` and `w2` is `[E+X, H, I]`, where X is the router's
     `num_shared_experts` (their weights follow the routed experts'). The
     result has the type of `hidden_states`. `moe-decompose` rewrites this op
     into `moe.gate`, `moe.route`, two `moe.grouped_matmul`s and `moe.combine`.
+
+    The activation of a gated pair (gate, up) is `silu_and_mul`
+    (silu(gate) * up), `gelu_and_mul` (gelu(gate) * up) or `clamped_swiglu`,
+    gpt-oss's, whose alpha and limit the op carries as `swiglu`
+    (`#moe.swiglu`, present exactly with that activation). Expert biases
+    `biases(%w13_bias, %w2_bias)` (`[E+X, 2I]` and `[E+X, H]`, f32 or 16-bit
+    floats, read as fp32; both or neither) are added to each GEMM's fp32
+    sum, after any fp8 scaling: the first's before the activation, the
+    second's before the routing weight. They are not the router's
+    `correction_bias` (`bias(...)`), which steers selection only.
+    gpt-oss's checkpoints interleave the gate and up rows (gate at even rows,
+    up at odd ones); the op takes them as the other layers do, gate rows then
+    up rows, and its front ends reorder them when they load the weights.
 
     FP8 weights: with a `quantization`, `w13` and `w2` are `f8E4M3FN` with
     fp32 scales `scales(%w13_scales, %w2_scales)` of the shapes the
@@ -98,6 +111,18 @@ def Moe_FusedMoeOp : Moe_Op<"fused_moe", [AttrSizedOperandSegments]> {
             tensor<8x4096x14336xf8E4M3FN>, tensor<8xf32>, tensor<8xf32>,
             tensor<1xf32>, tensor<1xf32>) -> tensor<?x4096xbf16>
     ```
+
+    gpt-oss-20b's layer (its router's linear computes the logits):
+
+    ```mlir
+    %y = moe.fused_moe %x, %logits, %w13, %w2 biases(%b13, %b2)
+           activation(clamped_swiglu)
+           {router = #moe.router<scoring = softmax, top_k = 4, renormalize = true>,
+            swiglu = #moe.swiglu<alpha = 1.702, limit = 7.0>}
+         : (tensor<?x2880xbf16>, tensor<?x32xf32>, tensor<32x5760x2880xbf16>,
+            tensor<32x2880x2880xbf16>, tensor<32x5760xbf16>,
+            tensor<32x2880xbf16>) -> tensor<?x2880xbf16>
+    ```
   }];
   let arguments = (ins
     Moe_FloatTensor:$hidden_states,
@@ -105,18 +130,22 @@ def Moe_FusedMoeOp : Moe_Op<"fused_moe", [AttrSizedOperandSegments]> {
     Moe_GemmTensor:$w13,
     Moe_GemmTensor:$w2,
     Optional<Moe_F32Tensor>:$correction_bias,
+    Optional<Moe_FloatTensor>:$w13_bias,
+    Optional<Moe_FloatTensor>:$w2_bias,
     Optional<Moe_ScaleTensor>:$w13_scales,
     Optional<Moe_ScaleTensor>:$w2_scales,
     Optional<Moe_F32Tensor>:$w13_input_scale,
     Optional<Moe_F32Tensor>:$w2_input_scale,
     Moe_RouterAttr:$router,
     Moe_ActivationAttr:$activation,
+    OptionalAttr<Moe_SwigluAttr>:$swiglu,
     OptionalAttr<Moe_QuantizationAttr>:$quantization
   );
   let results = (outs Moe_FloatTensor:$output);
   let assemblyFormat = [{
     $hidden_states `,` $router_logits `,` $w13 `,` $w2
     (`bias` `(` $correction_bias^ `)`)?
+    (`biases` `(` $w13_bias^ `,` $w2_bias `)`)?
     (`scales` `(` $w13_scales^ `,` $w2_scales `)`)?
     (`input_scales` `(` $w13_input_scale^ `,` $w2_input_scale `)`)?
     `activation` `(` $activation `)`
@@ -136,7 +165,7 @@ def Moe_FusedExpertsOp : Moe_Op<"fused_experts",
 
     ```
     y[t] = sum over slots s with 0 <= ids[t,s] < E of
-             weights[t,s] * ((act(x[t] w13[e,:I]^T) * (x[t] w13[e,I:]^T)) w2[e]^T)
+             weights[t,s] * (act(x[t] w13[e]^T + w13_bias[e]) w2[e]^T + w2_bias[e])
     ```
 
     with e = ids[t, s], `w13` `[E, 2I, H]` (gate rows then up rows) and `w2`
@@ -144,9 +173,10 @@ def Moe_FusedExpertsOp : Moe_Op<"fused_experts",
     convention of expert parallelism, where experts held elsewhere are -1);
     an expert named by several slots of a token runs once per slot. The
     result has the type of `hidden_states`. `moe-decompose` rewrites this op
-    into `moe.route`, two `moe.grouped_matmul`s and `moe.combine`. FP8
-    weights take `scales(...)`, a `quantization` and, for static activation
-    scales, `input_scales(...)` as in `moe.fused_moe`.
+    into `moe.route`, two `moe.grouped_matmul`s and `moe.combine`. The
+    activations, `swiglu` and the expert biases `biases(...)` are those of
+    `moe.fused_moe`; FP8 weights take `scales(...)`, a `quantization` and,
+    for static activation scales, `input_scales(...)` as there.
 
     Examples (Qwen3-30B-A3B's experts in bf16, and in FP8 with channel
     weight scales and static activation scales):
@@ -172,16 +202,20 @@ def Moe_FusedExpertsOp : Moe_Op<"fused_experts",
     Moe_F32Tensor:$weights,
     Moe_GemmTensor:$w13,
     Moe_GemmTensor:$w2,
+    Optional<Moe_FloatTensor>:$w13_bias,
+    Optional<Moe_FloatTensor>:$w2_bias,
     Optional<Moe_ScaleTensor>:$w13_scales,
     Optional<Moe_ScaleTensor>:$w2_scales,
     Optional<Moe_F32Tensor>:$w13_input_scale,
     Optional<Moe_F32Tensor>:$w2_input_scale,
     Moe_ActivationAttr:$activation,
+    OptionalAttr<Moe_SwigluAttr>:$swiglu,
     OptionalAttr<Moe_QuantizationAttr>:$quantization
   );
   let results = (outs Moe_FloatTensor:$output);
   let assemblyFormat = [{
     $hidden_states `,` $ids `,` $weights `,` $w13 `,` $w2
+    (`biases` `(` $w13_bias^ `,` $w2_bias `)`)?
     (`scales` `(` $w13_scales^ `,` $w2_scales `)`)?
     (`input_scales` `(` $w13_input_scale^ `,` $w2_input_scale `)`)?
     `activation` `(` $activation `)` attr-dict `:`
@@ -307,8 +341,13 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
     * `input_order = token`: A is `[T, K]` and src(r) = `sorted_ids[r]` / S
       (`num_slots` = S); `input_order = sorted`: A is `[C, K]` in the order of
       `sorted_ids` and src(r) = r.
+    * with `bias` `[E', N]` (f32 or a 16-bit float, read as fp32), h[n] +=
+      bias[e, n], after any fp8 scaling below and before the activation.
     * `activation` (fp32): `silu_and_mul` / `gelu_and_mul` give
-      `out[j] = act(h[j]) * h[j + N/2]`, halving N; `none` keeps h.
+      `out[j] = act(h[j]) * h[j + N/2]`, halving N, and `clamped_swiglu`
+      gpt-oss's activation of the pair (h[j], h[j + N/2]) with the
+      parameters of `swiglu` (`#moe.swiglu`, given exactly with it); `none`
+      keeps h.
     * with `routed_weights` `[T, S] f32`, the row is multiplied by the weight
       of its slot after the activation.
     * `output_order = sorted`: the result is `[C, N']` in the order of
@@ -374,6 +413,7 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
     Moe_I32Tensor:$expert_ids,
     Moe_CountTensor:$num_padded,
     Optional<Moe_F32Tensor>:$routed_weights,
+    Optional<Moe_FloatTensor>:$bias,
     Optional<Moe_F32Tensor>:$input_scales,
     Optional<Moe_ScaleTensor>:$weight_scales,
     Optional<Moe_TensorMapType>:$input_map,
@@ -383,6 +423,7 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
     Moe_RowOrderAttr:$input_order,
     Moe_RowOrderAttr:$output_order,
     DefaultValuedAttr<Moe_ActivationAttr, "::mlir::moe::Activation::none">:$activation,
+    OptionalAttr<Moe_SwigluAttr>:$swiglu,
     OptionalAttr<Moe_GemmConfigAttr>:$config,
     OptionalAttr<Moe_QuantizationAttr>:$quantization
   );
@@ -390,6 +431,7 @@ def Moe_GroupedMatmulOp : Moe_Op<"grouped_matmul",
   let assemblyFormat = [{
     $input `,` $weights `,` $sorted_ids `,` $expert_ids `,` $num_padded
     (`routed_weights` `(` $routed_weights^ `)`)?
+    (`bias` `(` $bias^ `)`)?
     custom<GemmScales>($input_scales, $weight_scales)
     (`input_map` `(` $input_map^ `)`)?
     (`weights_map` `(` $weights_map^ `)`)?
