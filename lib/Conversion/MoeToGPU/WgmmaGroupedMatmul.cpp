@@ -1239,27 +1239,24 @@ void WgmmaGroupedMatmulEmitter::produce(const Tile &tile,
 
 /// MXFP4: every producer thread runs `lag` K tiles past the split's. K tile
 /// `step` first waits for its stage and has its loads issued (the leader's
-/// TMA of the packed weights on `staged`, the rows) and the thread's weight
-/// scales loaded into registers; `lag` tiles later the thread decodes its
-/// share of the packed tile into the stage's weight tile and reports the
-/// stage on `full`, with its gathered rows. The loop carries the scales of
-/// the `lag` tiles in between, whose load latency they hide.
+/// TMA of the packed weights on `staged`, the rows); `lag` tiles later the
+/// thread decodes its share of the packed tile into the stage's weight tile
+/// and reports the stage on `full`, with its gathered rows. The thread's
+/// weight scales of a K tile load one iteration before its decode, at the
+/// end of the previous one, and ride to it in registers: carried further,
+/// ptxas moves them at every back edge, which waits for the loads.
 void WgmmaGroupedMatmulEmitter::producePacked(const Tile &tile,
                                               const GatherSources &sources) {
   int64_t lag = ring.stages - 2;
-  int64_t perStep = blockN / kDecodeRowsPerPass;
-  SmallVector<Value> init(lag * perStep, wb.i32(0));
+  SmallVector<Value> init(blockN / kDecodeRowsPerPass, wb.i32(0));
   Value lastStep = arith::SubIOp::create(b, tile.numSteps, wb.index(1));
   wb.loop(
       wb.index(0), arith::AddIOp::create(b, tile.numSteps, wb.index(lag)), init,
-      [&](Value step, ValueRange carried) -> SmallVector<Value> {
+      [&](Value step, ValueRange scales) -> SmallVector<Value> {
         wb.ifThen(wb.cmpi(arith::CmpIPredicate::ult, step, tile.numSteps), [&] {
           waitEmpty(tile, step);
           loadStage(tile, step, sources);
         });
-        // Past the split, the scales of its last K tile again (unused).
-        SmallVector<Value> scales =
-            loadMxScales(tile, arith::MinUIOp::create(b, step, lastStep));
         // One cp.async group per K tile, empty past the split, keeps the
         // group counts uniform.
         if (tokenInput)
@@ -1271,13 +1268,18 @@ void WgmmaGroupedMatmulEmitter::producePacked(const Tile &tile,
           nvgpu::MBarrierTryWaitParityOp::create(
               b, staged, parityOf(tile, decoded, 0),
               wb.index(kMbarrierWaitTicks), stageOf(tile, decoded));
-          decodeStage(tile, decoded, carried.take_front(perStep));
+          decodeStage(tile, decoded, scales);
           fenceAsyncProxy();
           nvgpu::MBarrierArriveOp::create(b, full, stageOf(tile, decoded));
         });
-        SmallVector<Value> next(carried.drop_front(perStep));
-        llvm::append_range(next, scales);
-        return next;
+        // The next iteration decodes K tile step + 1 - lag (clamped into
+        // the split: before it and past it, the values go unused).
+        Value next = arith::SubIOp::create(
+            b,
+            arith::MaxUIOp::create(
+                b, arith::AddIOp::create(b, step, wb.index(1)), wb.index(lag)),
+            wb.index(lag));
+        return loadMxScales(tile, arith::MinUIOp::create(b, next, lastStep));
       });
 }
 
@@ -1351,12 +1353,6 @@ void WgmmaGroupedMatmulEmitter::decodeStage(const Tile &tile, Value step,
   Value firstRow = arith::DivUIOp::create(b, loader, wb.index(kDecodeChunks));
   Value swizzledChunk = arith::XOrIOp::create(
       b, chunk, arith::RemUIOp::create(b, firstRow, wb.index(kDecodeChunks)));
-  auto bits = [&](Value word, int64_t mask, int64_t shift) -> Value {
-    Value masked = arith::AndIOp::create(b, word, wb.i32(mask));
-    if (shift >= 0)
-      return arith::ShLIOp::create(b, masked, wb.i32(shift));
-    return arith::ShRUIOp::create(b, masked, wb.i32(-shift));
-  };
   auto splat = [&](int64_t bf16Bits) -> Value {
     return LLVM::BitcastOp::create(b, pairType,
                                    wb.i32(bf16Bits | bf16Bits << 16));
@@ -1366,18 +1362,26 @@ void WgmmaGroupedMatmulEmitter::decodeStage(const Tile &tile, Value step,
   auto scalesType = cast<MemRefType>(weightScales.getType());
   Value kValid = wb.cmpi(arith::CmpIPredicate::ult, mxScaleBlock(tile, step),
                          wb.index(scalesType.getDimSize(2)));
-  for (auto [pass, loaded] : llvm::enumerate(scales)) {
+  // Every pass's packed word first: ptxas cannot tell the tiles apart and
+  // would keep each load behind the previous pass's store.
+  auto rowOf = [&](int64_t pass) -> Value {
+    return arith::AddIOp::create(b, firstRow,
+                                 wb.index(pass * kDecodeRowsPerPass));
+  };
+  SmallVector<Value> words;
+  for (int64_t pass = 0, e = scales.size(); pass < e; ++pass)
+    words.push_back(wb.load(
+        packedTile,
+        {arith::AddIOp::create(
+            b, arith::MulIOp::create(b, rowOf(pass), wb.index(packedWords)),
+            chunk)}));
+  for (auto [pass, loaded, word] : llvm::enumerate(scales, words)) {
     Value valid = arith::AndIOp::create(
         b, kValid,
         wb.cmpi(arith::CmpIPredicate::ult, mxScaleRow(tile, pass),
                 wb.index(scalesType.getDimSize(1))));
     Value scale = wb.select(valid, loaded, wb.i32(127));
-    Value row =
-        arith::AddIOp::create(b, firstRow, wb.index(pass * kDecodeRowsPerPass));
-    Value word = wb.load(
-        packedTile,
-        {arith::AddIOp::create(
-            b, arith::MulIOp::create(b, row, wb.index(packedWords)), chunk)});
+    Value row = rowOf(pass);
     // 2^(scale - 127) as bf16: the exponent field, 2^-127 (subnormal) for
     // 0, NaN for 0xFF.
     Value scaleBits = wb.select(
@@ -1388,29 +1392,36 @@ void WgmmaGroupedMatmulEmitter::decodeStage(const Tile &tile, Value step,
         b, pairType,
         arith::OrIOp::create(b, scaleBits,
                              arith::ShLIOp::create(b, scaleBits, wb.i32(16))));
-    SmallVector<Value> pairs;
-    for (int64_t byte = 0; byte < 4; ++byte) {
-      // Byte `byte`'s low nibble to bits 0-15 (sign 15, value 6-8), its
-      // high nibble to bits 16-31.
-      int64_t at = 8 * byte;
-      Value pair = bits(word, 0x8 << at, 12 - at);
-      for (auto [mask, shift] : {std::pair<int64_t, int64_t>{0x7, 6 - at},
-                                 {0x80, 24 - at},
-                                 {0x70, 18 - at}})
-        pair = arith::OrIOp::create(b, pair, bits(word, mask << at, shift));
-      Value value = arith::MulFOp::create(
+    // Nibbles j and j + 4 (values j and j + 4 of the chunk) shifted to the
+    // tops of the two 16-bit halves decode with one mask and shift for
+    // both: sign bits 15 and 31, exponent-mantissa bits 6-8 and 22-24.
+    SmallVector<Value> spread;
+    for (int64_t j = 0; j < 4; ++j) {
+      Value top = arith::ShLIOp::create(b, word, wb.i32(12 - 4 * j));
+      Value pair = arith::OrIOp::create(
+          b, arith::AndIOp::create(b, top, wb.i32(0x80008000)),
+          arith::AndIOp::create(b, arith::ShRUIOp::create(b, top, wb.i32(6)),
+                                wb.i32(0x01C001C0)));
+      spread.push_back(arith::MulFOp::create(
           b,
           arith::MulFOp::create(b, LLVM::BitcastOp::create(b, pairType, pair),
                                 twoPow126),
-          scalePair);
-      pairs.push_back(LLVM::BitcastOp::create(b, i32, value));
+          scalePair));
     }
-    Value words =
+    // Back to K order: (v0, v1), (v2, v3), (v4, v5), (v6, v7).
+    SmallVector<Value> pairs;
+    for (int64_t half = 0; half < 2; ++half)
+      for (int64_t j = 0; j < 4; j += 2)
+        pairs.push_back(LLVM::BitcastOp::create(
+            b, i32,
+            vector::ShuffleOp::create(b, spread[j], spread[j + 1],
+                                      ArrayRef<int64_t>{half, half + 2})));
+    Value decoded =
         vector::FromElementsOp::create(b, VectorType::get({4}, i32), pairs);
     Value at = arith::AddIOp::create(
         b, arith::MulIOp::create(b, row, wb.index(tileWords)),
         arith::MulIOp::create(b, swizzledChunk, wb.index(kCopyBytes / 4)));
-    vector::StoreOp::create(b, words, weightTile, ValueRange{at},
+    vector::StoreOp::create(b, decoded, weightTile, ValueRange{at},
                             /*nontemporal=*/false, llvm::Align(kCopyBytes));
   }
 }

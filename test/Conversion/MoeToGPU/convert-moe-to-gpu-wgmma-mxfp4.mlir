@@ -2,7 +2,8 @@
 // moe-split-k, moe-tma at T=1000): warp-specialized kernels whose producer
 // warpgroup has the packed weight boxes (i8, unswizzled, half of block_k)
 // TMA'd onto `staged`, and each producer thread decodes its share of a
-// stage two K tiles later (its e8m0 scales carried in registers): bf16
+// stage two K tiles later (its e8m0 scales loaded the iteration before and
+// carried in registers): bf16
 // pairs of e2m1 bits times 2^126 times the scale, stored as 16 bytes in the
 // 128-byte swizzle, fenced for the async proxy and reported on `full`. The
 // consumers run plain bf16 wgmmas on the decoded tiles. With gathered rows
@@ -31,14 +32,16 @@
 // CHECK: nvgpu.mbarrier.arrive.expect_tx %[[STAGED]][%{{.*}}], %c4096
 // CHECK: nvgpu.tma.async.load %{{.*}}, %[[STAGED]][%{{.*}}] to %{{.*}} : <tensor = memref<1x64x32xi8, 3>, swizzle = none
 // CHECK: nvgpu.tma.async.load %{{.*}}, %[[STAGED]][%{{.*}}] to %{{.*}} : <tensor = memref<1x64x32xi8, 3>, swizzle = none
-// The gathers, then this K tile's scales into registers.
+// The gathers.
 // CHECK: nvgpu.device_async_copy
-// CHECK: memref.load %[[SCALES]]
 // CHECK: nvvm.cp.async.commit.group
-// Two K tiles later: the rows, the packed tile, the decode.
+// Two K tiles later: the rows, the packed tile, its 8 words per thread
+// loaded before any decoded store, the decode.
 // CHECK: nvvm.cp.async.wait.group 2
 // CHECK: nvgpu.mbarrier.try_wait.parity %[[STAGED]]
 // CHECK: %[[POW126:.*]] = llvm.bitcast %c2122350208_i32 : i32 to vector<2xbf16>
+// CHECK-COUNT-8: memref.load %{{.*}} : memref<1024xi32, 3>
+// CHECK-NOT: vector.store
 // CHECK: %[[SCALE:.*]] = llvm.bitcast %{{.*}} : i32 to vector<2xbf16>
 // CHECK: %[[CODES:.*]] = llvm.bitcast %{{.*}} : i32 to vector<2xbf16>
 // CHECK-NEXT: %[[VALUES:.*]] = arith.mulf %[[CODES]], %[[POW126]] : vector<2xbf16>
@@ -48,6 +51,9 @@
 // CHECK-NEXT: arith.constant 4
 // CHECK-NEXT: arith.remui
 // CHECK-NEXT: nvgpu.mbarrier.arrive %[[FULL]]
+// Then the scales of the K tile the next iteration decodes, carried to it.
+// CHECK: memref.load %[[SCALES]]
+// CHECK: scf.yield
 // The consumers: bf16 wgmmas on the decoded tiles.
 // CHECK: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 128, k = 16>, D[<f32>, <zero>], A[<bf16>, <one>, <row>], B[<bf16>, <one>, <col>]
 
