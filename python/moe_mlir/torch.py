@@ -49,10 +49,9 @@ _E4M3_MAX = 448.0
 # an e8m0 exponent per MX_BLOCK values of K. The bundle reads both as u8.
 _MXFP4 = torch.float4_e2m1fn_x2
 _E8M0 = torch.float8_e8m0fnu
-# The largest e2m1 value, and the midpoints between neighbouring e2m1
-# magnitudes (0, 0.5, 1, 1.5, 2, 3, 4, 6): a magnitude rounds to the code of
-# the number of midpoints below it, ties to the even code.
-_E2M1_MAX = 6.0
+# The midpoints between neighbouring e2m1 magnitudes (0, 0.5, 1, 1.5, 2, 3,
+# 4, 6): a magnitude rounds to the code of the number of midpoints below
+# it, ties to the even code.
 _E2M1_MIDPOINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
 # The fp8 scales' parameter names, as the checkpoints and vLLM name them:
 # block scales `weight_scale_inv` (DeepSeek-V3's name; multipliers all the
@@ -415,27 +414,26 @@ def quantize_mxfp4_weights(weights):
     K/32] float8_e8m0fnu, each the least power of two 2^e (e in [-127,
     127]) with amax / 2^e <= 6 over its 32 values, each code the value over
     its scale rounded to the nearest e2m1 value (ties to the even code; a
-    value's sign kept, -0 included). Computes in float32 on the weights'
-    device with a few float32 temporaries of their size: quantize a large
-    layer an expert at a time. Values must be finite.
+    value's sign kept, -0 included). Computes exactly, in float64 on the
+    weights' device, with a few float64 temporaries of their size:
+    quantize a large layer an expert at a time. Values must be finite.
     """
-    values = weights.float()
-    k = values.shape[-1]
-    if values.dim() < 2 or k % layers.MX_BLOCK:
+    k = weights.shape[-1]
+    if weights.dim() < 2 or k % layers.MX_BLOCK:
         raise ValueError(f"weights must be [..., N, K] with K a multiple of "
-                         f"{layers.MX_BLOCK}, got {list(values.shape)}")
-    blocks = values.unflatten(-1, (k // layers.MX_BLOCK, layers.MX_BLOCK))
-    amax = blocks.abs().amax(dim=-1)
-    # amax / 6 = m 2^x with m in [0.5, 1) puts the least e at x - 1 or x
-    # (the quotient's rounding moves it by an ulp at most); an exact
-    # comparison decides.
-    exponent = torch.frexp(amax / _E2M1_MAX).exponent - 1
-    exponent += amax > torch.ldexp(torch.full_like(amax, _E2M1_MAX),
-                                   exponent)
-    exponent = exponent.clamp(-127, 127)
-    scaled = torch.ldexp(blocks, -exponent[..., None]).flatten(-2)
+                         f"{layers.MX_BLOCK}, got {list(weights.shape)}")
+    blocks = weights.double().unflatten(-1, (k // layers.MX_BLOCK,
+                                             layers.MX_BLOCK))
+    # amax = m 2^x exactly, m in [0.5, 1): m 2^(x - e) <= 6 holds for
+    # e = x - 3 when m <= 0.75, else first for e = x - 2.
+    mantissa, exponent = torch.frexp(blocks.abs().amax(dim=-1))
+    exponent = (exponent - 2 - (mantissa <= 0.75).int()).clamp(-127, 127)
+    # 2^-e exactly, from its float64 bits.
+    inverse = ((1023 - exponent.long()) << 52).view(torch.float64)
+    scaled = (blocks * inverse[..., None]).flatten(-2)
     magnitudes = scaled.abs()
-    midpoints = torch.tensor(_E2M1_MIDPOINTS, device=values.device)
+    midpoints = torch.tensor(_E2M1_MIDPOINTS, dtype=torch.float64,
+                             device=weights.device)
     codes = torch.bucketize(magnitudes, midpoints)
     # bucketize sends a magnitude on a midpoint to the lower neighbour:
     # ties go up where that neighbour's code is odd.
