@@ -151,6 +151,7 @@ if [[ $what == tests || $what == all ]]; then
   step python-tests 400 python3 test/GPU/python_test.py
   step torch-tests 400 python3 test/GPU/torch_test.py
   step transformers-tests 400 python3 test/GPU/transformers_test.py
+  step gpt-oss-torch-tests 540 python3 test/GPU/gpt_oss_torch_test.py
   step sanitizer 400 compute-sanitizer --tool memcheck --error-exitcode 1 \
     python3 test/GPU/routing_test.py --tokens 7,300 --only routing-deepseek
   step experts-sanitizer 400 compute-sanitizer --tool memcheck \

@@ -5,13 +5,16 @@ moe_mlir.transformers imports it when a model first needs it; the names
 modules and the use_experts_implementation decorator."""
 
 import ast
+import collections
+import dataclasses
 import inspect
 import textwrap
 
 import torch
 import torch.nn.functional as F
 
-from .torch import FusedExperts, FusedMoE, _readable_in_place
+from .layers import Layer, Router
+from .torch import FusedExperts, FusedMoE, _readable_in_place, gpt_oss_weights
 
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 # An experts module keeps its FusedExperts in its __dict__, not as a
@@ -39,11 +42,54 @@ def _default_apply_gate():
     return getattr(moe, "_default_apply_gate", None)
 
 
+def _clamped_swiglu(module):
+    """(alpha, limit) of gpt-oss's clamped SwiGLU when experts module
+    `module`'s _apply_gate computes it on interleaved gate and up columns
+    (transformers' GptOssExperts), by its values on both sides of both
+    clamps; else None."""
+    alpha, limit = (getattr(module, name, None) for name in ("alpha", "limit"))
+    gate = getattr(module, "_apply_gate", None)
+    if not (isinstance(alpha, (int, float)) and isinstance(limit, (int, float))
+            and limit > 0 and callable(gate)):
+        return None
+    probe = torch.linspace(-2.0 * limit, 2.0 * limit, 64).view(4, 16)
+    gate_columns, up_columns = probe[:, 0::2], probe[:, 1::2]
+    clamped = gate_columns.clamp(max=limit)
+    expected = ((up_columns.clamp(-limit, limit) + 1) * clamped
+                * torch.sigmoid(alpha * clamped))
+    with torch.no_grad():
+        values = gate(probe)
+    if not (isinstance(values, torch.Tensor)
+            and values.shape == expected.shape
+            and torch.allclose(values, expected, rtol=1e-5, atol=1e-6)):
+        return None
+    return float(alpha), float(limit)
+
+
+# What run_experts and fused_moe_block read an experts module as: its
+# sizes, whether its weights are transposed, and gpt-oss's clamped SwiGLU
+# (alpha, limit) for its experts with biases and interleaved gate and up
+# (None for SiLU-and-mul experts without biases).
+_Layout = collections.namedtuple(
+    "_Layout", "experts hidden intermediate transposed swiglu")
+
+
+def _is_gpt_oss(module):
+    """gpt-oss's experts' (alpha, limit) when `module` is of their kind:
+    biases, gate and up interleaved, the clamped SwiGLU; else None."""
+    if not (getattr(module, "has_bias", False)
+            and getattr(module, "is_concatenated", True) is False):
+        return None
+    return _clamped_swiglu(module)
+
+
 def _experts_layout(module):
-    """(E, H, I, transposed) of transformers experts module `module`, checked
-    to be what FusedExperts computes: gate_up_proj [E, 2I, H] (gate rows,
-    then up rows) and down_proj [E, H, I], or both transposed
-    (is_transposed), a SiLU gate, no biases."""
+    """The _Layout of transformers experts module `module`, checked to be
+    what FusedExperts computes: gate_up_proj [E, 2I, H] (gate rows, then up
+    rows) and down_proj [E, H, I], or both transposed (is_transposed), a
+    SiLU gate, no biases; or gpt-oss's experts (gate and up interleaved,
+    gate_up_proj_bias [E, 2I] and down_proj_bias [E, H], the clamped
+    SwiGLU)."""
     name = type(module).__name__
     gate_up = getattr(module, "gate_up_proj", None)
     down = getattr(module, "down_proj", None)
@@ -51,6 +97,34 @@ def _experts_layout(module):
             and isinstance(down, torch.Tensor) and down.dim() == 3):
         raise ValueError(f"{name} has no 3-D gate_up_proj and down_proj "
                          "(the fused experts of transformers 5.x)")
+    swiglu = _is_gpt_oss(module)
+    if swiglu is None:
+        _check_silu_experts(module, name)
+    transposed = bool(getattr(module, "is_transposed", False))
+    if transposed:
+        experts, hidden, gate_and_up = gate_up.shape
+        expected = (experts, gate_and_up // 2, hidden)
+    else:
+        experts, gate_and_up, hidden = gate_up.shape
+        expected = (experts, hidden, gate_and_up // 2)
+    if gate_and_up % 2 or tuple(down.shape) != expected:
+        raise ValueError(f"{name}'s gate_up_proj {list(gate_up.shape)} and "
+                         f"down_proj {list(down.shape)} are not the two "
+                         f"projections of {experts} experts"
+                         + (" (transposed)" if transposed else ""))
+    if swiglu is not None:
+        for bias, shape in (("gate_up_proj_bias", (experts, gate_and_up)),
+                            ("down_proj_bias", (experts, hidden))):
+            tensor = getattr(module, bias, None)
+            if (not isinstance(tensor, torch.Tensor)
+                    or tuple(tensor.shape) != shape):
+                raise ValueError(f"{name} has no {bias} {list(shape)}")
+    return _Layout(experts, hidden, gate_and_up // 2, transposed, swiglu)
+
+
+def _check_silu_experts(module, name):
+    """Raises ValueError unless experts module `module` computes
+    SiLU-and-mul on gate rows then up rows, without biases."""
     if getattr(module, "has_bias", False) or any(
             getattr(module, bias, None) is not None
             for bias in ("gate_up_proj_bias", "down_proj_bias")):
@@ -73,19 +147,33 @@ def _experts_layout(module):
     if not _is_silu(getattr(module, "act_fn", None)):
         raise ValueError(f"{name}'s act_fn is not SiLU; moe-mlir computes "
                          "SiLU-and-mul")
-    transposed = bool(getattr(module, "is_transposed", False))
-    if transposed:
-        experts, hidden, gate_and_up = gate_up.shape
-        expected = (experts, gate_and_up // 2, hidden)
-    else:
-        experts, gate_and_up, hidden = gate_up.shape
-        expected = (experts, hidden, gate_and_up // 2)
-    if gate_and_up % 2 or tuple(down.shape) != expected:
-        raise ValueError(f"{name}'s gate_up_proj {list(gate_up.shape)} and "
-                         f"down_proj {list(down.shape)} are not the two "
-                         f"projections of {experts} experts"
-                         + (" (transposed)" if transposed else ""))
-    return experts, hidden, gate_and_up // 2, transposed
+
+
+def _experts_module_layer(layout, top_k):
+    """The moe_mlir.Layer of an experts module of `layout` routed to
+    `top_k` experts a token."""
+    return Layer(layout.hidden, layout.intermediate, layout.experts,
+                 Router("softmax", top_k), swiglu=layout.swiglu,
+                 expert_biases=layout.swiglu is not None)
+
+
+def _moe_weights(module, layout):
+    """{"w13", "w2"[, "w13_bias", "w2_bias"]} of experts module `module`
+    in FusedExperts' layout, detached (FusedExperts does no autograd): its
+    parameters themselves where they have that layout and are readable in
+    place, else contiguous copies (gpt-oss's by gpt_oss_weights)."""
+    gate_up, down = module.gate_up_proj.detach(), module.down_proj.detach()
+    if layout.swiglu is not None:
+        if not layout.transposed:
+            gate_up, down = gate_up.transpose(1, 2), down.transpose(1, 2)
+        return gpt_oss_weights(gate_up, module.gate_up_proj_bias.detach(),
+                               down, module.down_proj_bias.detach())
+    if layout.transposed:
+        gate_up, down = gate_up.transpose(1, 2), down.transpose(1, 2)
+    elif _readable_in_place(gate_up) and _readable_in_place(down):
+        return {"w13": gate_up, "w2": down}
+    return {"w13": gate_up.clone(memory_format=torch.contiguous_format),
+            "w2": down.clone(memory_format=torch.contiguous_format)}
 
 
 def _check_dtype(tensor, what):
@@ -111,36 +199,36 @@ def _version(tensor):
 
 
 class _ExpertsState:
-    """An experts module's FusedExperts, what it was built for (`key`), and
-    the weights it reads (`sources`: None until bound)."""
+    """An experts module's FusedExperts, what it was built for (`key`), the
+    module's _Layout, and the weights it reads (`sources`: None until
+    bound)."""
 
-    def __init__(self, key, fused):
+    def __init__(self, key, fused, layout):
         self.key = key
         self.fused = fused
+        self.layout = layout
         self.sources = None
 
 
-def _bind(state, gate_up, down, transposed):
-    """Points state.fused's w13 and w2 at the module's weights: their
-    storage itself (detached: FusedExperts does no autograd) when their
-    layout and addresses are FusedExperts', else contiguous copies in its
-    layout; again whenever the weights change (a new tensor, address or
+# The experts module's weights and biases, in _moe_weights' order.
+_SOURCES = ("gate_up_proj", "down_proj", "gate_up_proj_bias",
+            "down_proj_bias")
+
+
+def _bind(state, module, layout):
+    """Points state.fused's weights (and biases) at the module's
+    (_moe_weights: their storage itself where it can, else converted
+    copies); again whenever they change (a new tensor, address or
     version)."""
-    sources = (id(gate_up), gate_up.data_ptr(), _version(gate_up),
-               id(down), down.data_ptr(), _version(down))
+    tensors = [getattr(module, name) for name in
+               _SOURCES[:4 if layout.swiglu is not None else 2]]
+    sources = tuple((id(tensor), tensor.data_ptr(), _version(tensor))
+                    for tensor in tensors)
     if state.sources == sources:
         return
-    fused = state.fused
-    if (not transposed and _readable_in_place(gate_up)
-            and _readable_in_place(down)):
-        w13, w2 = gate_up.detach(), down.detach()
-    else:
-        w13 = (gate_up.transpose(1, 2) if transposed else gate_up).detach()
-        w2 = (down.transpose(1, 2) if transposed else down).detach()
-        w13 = w13.clone(memory_format=torch.contiguous_format)
-        w2 = w2.clone(memory_format=torch.contiguous_format)
-    fused.w13 = torch.nn.Parameter(w13, requires_grad=False)
-    fused.w2 = torch.nn.Parameter(w2, requires_grad=False)
+    for name, tensor in _moe_weights(module, layout).items():
+        setattr(state.fused, name,
+                torch.nn.Parameter(tensor, requires_grad=False))
     state.sources = sources
 
 
@@ -172,17 +260,17 @@ def run_experts(module, hidden_states, top_k_index, top_k_weights, options):
            options)
     state = module.__dict__.get(_CACHE_ATTR)
     if state is None or state.key != key:
-        experts, hidden, intermediate, transposed = _experts_layout(module)
+        layout = _experts_layout(module)
         _check_dtype(gate_up, f"{type(module).__name__}'s weights")
         if gate_up.device != device or down.device != device:
             raise ValueError(f"{type(module).__name__}'s weights are on "
                              f"{gate_up.device}, hidden_states on {device}")
-        fused = FusedExperts(experts, hidden, intermediate,
-                             top_k_index.shape[1], dtype=gate_up.dtype,
-                             device=device, **options)
-        state = _ExpertsState(key, fused)
+        fused = FusedExperts(
+            layer=_experts_module_layer(layout, top_k_index.shape[1]),
+            dtype=gate_up.dtype, device=device, **options)
+        state = _ExpertsState(key, fused, layout)
         module.__dict__[_CACHE_ATTR] = state
-    _bind(state, gate_up, down, transposed)
+    _bind(state, module, state.layout)
     output = _in_pieces(state.fused, options["tokens_max"],
                         hidden_states.to(gate_up.dtype), top_k_index,
                         top_k_weights)
@@ -282,34 +370,43 @@ class FusedMoEBlock(torch.nn.Module):
     """A transformers MoE block run by moe-mlir (from
     moe_mlir.transformers.fused_moe_from_hf).
 
-    ``gate_weight`` [E, H], a copy of the block's router weight, gives the
-    router logits as the block's router computes them (router_logits: in
-    float32 with ``float32_logits``, else in the hidden states' dtype);
-    ``moe``, a moe_mlir.torch.FusedMoE carrying copies of the block's
-    experts, routes and computes the layer. forward takes hidden states
-    [..., H] and returns the output in their shape, and with
-    ``returns_router_logits`` the router logits [tokens, E] too, as the
-    block's forward does. Inference only.
+    ``gate_weight`` [E, H] and ``gate_bias`` [E] (gpt-oss's; None for the
+    routers without), copies of the block's router's, give the router
+    logits as the block's router computes them (router_logits: in float32
+    with ``float32_logits``, else in the hidden states' dtype); ``moe``, a
+    moe_mlir.torch.FusedMoE carrying copies of the block's experts, routes
+    and computes the layer. forward takes hidden states [..., H] and
+    returns the output in their shape, and with ``returns_router_logits``
+    a second output too, as the block's forward does: the router logits
+    [tokens, E], or with ``returns_router_scores`` the routing weights
+    [tokens, top_k] that gpt-oss's router returns (a softmax over the
+    top-k logits). Inference only.
     """
 
     def __init__(self, moe, gate_weight, float32_logits,
-                 returns_router_logits):
+                 returns_router_logits, gate_bias=None,
+                 returns_router_scores=False):
         super().__init__()
         self.moe = moe
         self.gate_weight = torch.nn.Parameter(gate_weight,
                                               requires_grad=False)
+        self.gate_bias = (None if gate_bias is None else torch.nn.Parameter(
+            gate_bias, requires_grad=False))
         self.float32_logits = float32_logits
         self.returns_router_logits = returns_router_logits
+        self.returns_router_scores = returns_router_scores
 
     def router_logits(self, hidden_states):
         """The router logits [T, E] of hidden states [T, H]."""
         if self.float32_logits:
-            return F.linear(hidden_states.float(), self.gate_weight.float())
-        return F.linear(hidden_states, self.gate_weight)
+            return F.linear(hidden_states.float(), self.gate_weight.float(),
+                            None if self.gate_bias is None
+                            else self.gate_bias.float())
+        return F.linear(hidden_states, self.gate_weight, self.gate_bias)
 
     def forward(self, hidden_states):
         """The block's output for hidden states [..., H] (and the router
-        logits with returns_router_logits)."""
+        logits or scores with returns_router_logits)."""
         hidden_size = self.moe.layer.hidden_size
         if not isinstance(hidden_states, torch.Tensor):
             raise TypeError(f"hidden_states must be a torch.Tensor, got "
@@ -322,35 +419,55 @@ class FusedMoEBlock(torch.nn.Module):
         logits = self.router_logits(flat)
         output = _in_pieces(self.moe, self.moe.tokens_max, flat, logits)
         output = output.view(hidden_states.shape)
-        return (output, logits) if self.returns_router_logits else output
+        if not self.returns_router_logits:
+            return output
+        if self.returns_router_scores:
+            top = logits.topk(self.moe.layer.router.top_k, dim=-1).values
+            return output, F.softmax(top, dim=1, dtype=top.dtype)
+        return output, logits
 
     def extra_repr(self):
         return (f"float32_logits={self.float32_logits}, "
-                f"returns_router_logits={self.returns_router_logits}")
+                f"returns_router_logits={self.returns_router_logits}, "
+                f"returns_router_scores={self.returns_router_scores}")
 
 
-def fused_moe_block(block, layer, float32_logits, strict,
-                    returns_router_logits, options):
+def fused_moe_block(block, layer, family, strict, returns_router_logits,
+                    options):
     """The FusedMoEBlock of transformers MoE block `block`, whose routing is
-    `layer`'s (see moe_mlir.transformers.fused_moe_from_hf)."""
+    `layer`'s and whose family's is `family` (moe_mlir.transformers'
+    _Family; see moe_mlir.transformers.fused_moe_from_hf)."""
     name = type(block).__name__
-    experts = block.experts
-    num_experts, hidden, inter, transposed = _experts_layout(experts)
-    if (num_experts, hidden, inter) != (layer.num_experts, layer.hidden_size,
-                                        layer.intermediate_size):
-        raise ValueError(f"{name}'s experts are E={num_experts}, H={hidden}, "
-                         f"I={inter}; its config says E={layer.num_experts}, "
+    layout = _experts_layout(block.experts)
+    if (layout.experts, layout.hidden, layout.intermediate) != (
+            layer.num_experts, layer.hidden_size, layer.intermediate_size):
+        raise ValueError(f"{name}'s experts are E={layout.experts}, "
+                         f"H={layout.hidden}, I={layout.intermediate}; its "
+                         f"config says E={layer.num_experts}, "
                          f"H={layer.hidden_size}, "
                          f"I={layer.intermediate_size}")
-    gate_weight = getattr(block.gate, "weight", None)
+    if (layout.swiglu is None) != (layer.swiglu is None):
+        raise ValueError(f"{name}'s experts compute "
+                         + ("SiLU-and-mul without biases"
+                            if layout.swiglu is None
+                            else "gpt-oss's clamped SwiGLU with biases")
+                         + f"; its config's layer {layer} does not")
+    # The experts module's own limit and alpha are what the block computes.
+    layer = dataclasses.replace(layer, swiglu=layout.swiglu)
+    router = getattr(block, family.router)
+    gate_weight = getattr(router, "weight", None)
     if (not isinstance(gate_weight, torch.Tensor)
-            or tuple(gate_weight.shape) != (num_experts, hidden)):
-        raise ValueError(f"{name}'s router has no weight [{num_experts}, "
-                         f"{hidden}]")
-    if getattr(block.gate, "bias", None) is not None:
+            or tuple(gate_weight.shape) != (layout.experts, layout.hidden)):
+        raise ValueError(f"{name}'s router has no weight [{layout.experts}, "
+                         f"{layout.hidden}]")
+    gate_bias = getattr(router, "bias", None)
+    if gate_bias is not None and not family.router_bias:
         raise ValueError(f"{name}'s router has a bias; moe.gate takes the "
                          "logits of a linear layer without one")
-    gate_up, down = experts.gate_up_proj, experts.down_proj
+    if family.router_bias and (not isinstance(gate_bias, torch.Tensor) or
+                               tuple(gate_bias.shape) != (layout.experts,)):
+        raise ValueError(f"{name}'s router has no bias [{layout.experts}]")
+    gate_up = block.experts.gate_up_proj
     _check_dtype(gate_up, f"{name}'s expert weights")
     if gate_up.device.type != "cuda":
         raise ValueError(f"{name} is on {gate_up.device}; FusedMoE runs on "
@@ -359,17 +476,19 @@ def fused_moe_block(block, layer, float32_logits, strict,
     bias = _correction_bias(block, layer, strict)
     moe = FusedMoE(layer=layer, dtype=gate_up.dtype, device=gate_up.device,
                    **options)
+    experts = layout.experts
     with torch.no_grad():
-        moe.w13[:num_experts].copy_(gate_up.transpose(1, 2) if transposed
-                                    else gate_up)
-        moe.w2[:num_experts].copy_(down.transpose(1, 2) if transposed
-                                   else down)
+        for weight, tensor in _moe_weights(block.experts, layout).items():
+            getattr(moe, weight)[:experts].copy_(tensor)
         if shared is not None:
-            moe.w13[num_experts:].copy_(shared[0])
-            moe.w2[num_experts:].copy_(shared[1])
+            moe.w13[experts:].copy_(shared[0])
+            moe.w2[experts:].copy_(shared[1])
         if bias is not None:
             moe.correction_bias.copy_(bias)
     if returns_router_logits is None:
         returns_router_logits = _returns_pair(block)
-    return FusedMoEBlock(moe, gate_weight.detach().clone(), float32_logits,
-                         returns_router_logits)
+    return FusedMoEBlock(
+        moe, gate_weight.detach().clone(), family.float32_logits,
+        returns_router_logits,
+        None if gate_bias is None else gate_bias.detach().clone(),
+        family.returns_scores)

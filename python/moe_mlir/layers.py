@@ -36,6 +36,16 @@ LAYER_DTYPES = ("bf16", "f16", "f32")
 #: the layer's dtype.
 WEIGHT_SCALINGS = ("tensor", "channel", "block")
 SCALE_BLOCK = 128
+#: MXFP4 weights (W4A16, as gpt-oss ships them): e2m1 values packed two per
+#: byte along K, the even K index in the low nibble, with an e8m0 scale (a
+#: power of two) per MX_BLOCK values of K; the activations stay unquantized
+#: (bf16 on the GPU).
+MXFP4 = "mxfp4"
+MX_BLOCK = 32
+#: Every quantization a layer's weights may have (the ``quantization`` of
+#: the methods below and of layer_bundle; None: weights in the layer's
+#: dtype).
+QUANTIZATIONS = WEIGHT_SCALINGS + (MXFP4,)
 
 
 def require_compiler(what):
@@ -69,15 +79,15 @@ def _check_count(name, value, least):
 
 def _check_quantization(quantization):
     """``quantization`` as the compiler takes it: "" for None, else one of
-    WEIGHT_SCALINGS."""
+    QUANTIZATIONS."""
     if quantization is None:
         return ""
     if not isinstance(quantization, str):
         raise TypeError(f"quantization must be a str or None, got "
                         f"{type(quantization).__name__}")
-    if quantization not in WEIGHT_SCALINGS:
+    if quantization not in QUANTIZATIONS:
         raise ValueError(f"unknown quantization {quantization!r} "
-                         f"({', '.join(WEIGHT_SCALINGS)}, or None for "
+                         f"({', '.join(QUANTIZATIONS)}, or None for "
                          "weights in the layer's dtype)")
     return quantization
 
@@ -161,10 +171,11 @@ class Layer:
     [E+X, 2I, H] (gate rows, then up rows), w2 [E+X, H, I], and with
     ``correction_bias`` a bias [E] (fp32) added to the scores for selection
     only; with ``expert_biases`` the experts' biases w13_bias [E+X, 2I] and
-    w2_bias [E+X, H] (in the layer's dtype) after those; with fp8 weights (a
-    ``quantization`` of WEIGHT_SCALINGS where a method takes one) w13 and
-    w2 are e4m3 and their fp32 scales (w13_scales_shape, w2_scales_shape)
-    follow, last. The activation is SiLU-and-mul, or with ``swiglu``
+    w2_bias [E+X, H] (in the layer's dtype) after those; with quantized
+    weights (a ``quantization`` of QUANTIZATIONS where a method takes one)
+    w13 and w2 are e4m3 with fp32 scales (WEIGHT_SCALINGS), or packed MXFP4
+    codes (w13_stored_shape, w2_stored_shape) with e8m0 scales, and the
+    scales (w13_scales_shape, w2_scales_shape) follow, last. The activation is SiLU-and-mul, or with ``swiglu``
     (alpha, limit) gpt-oss's clamped SwiGLU (#moe.swiglu).
     """
 
@@ -232,7 +243,9 @@ class Layer:
         with "block" scales and more than one rank I / world_size is not a
         multiple of SCALE_BLOCK: a scale block of a shard would then hold
         rows of two blocks of the full weights, one scale for two, and an
-        activation group of SCALE_BLOCK columns would straddle two ranks.
+        activation group of SCALE_BLOCK columns would straddle two ranks;
+        likewise for MXFP4 weights when I / world_size is not a multiple of
+        MX_BLOCK (w2's scale blocks run along I).
 
         Raises NotImplementedError for expert biases on more than one rank:
         each rank would add w2's bias to the sum.
@@ -249,13 +262,16 @@ class Layer:
                              f"divisible by {world_size} tensor-parallel "
                              "ranks")
         shard = intermediate // world_size
-        if scaling == "block" and world_size > 1 and shard % SCALE_BLOCK:
+        block = {"block": (SCALE_BLOCK, f"{SCALE_BLOCK} x {SCALE_BLOCK} "
+                           "scale blocks"),
+                 MXFP4: (MX_BLOCK, f"mxfp4 blocks of {MX_BLOCK} values")
+                 }.get(scaling)
+        if block and world_size > 1 and shard % block[0]:
             raise ValueError(
                 f"{world_size} tensor-parallel ranks would hold "
                 f"intermediate_size {intermediate} / {world_size} = {shard} "
-                f"each, not a multiple of the {SCALE_BLOCK} x {SCALE_BLOCK} "
-                "scale blocks: a block astride two ranks would need one "
-                "scale for both")
+                f"each, not a multiple of the {block[1]}: a block astride "
+                "two ranks would need one scale for both")
         return dataclasses.replace(self, intermediate_size=shard)
 
     def shard_slices(self, world_size, rank, quantization=None):
@@ -269,10 +285,11 @@ class Layer:
 
         With i = I / world_size and r = rank, w13's rows are the rank's gate
         rows [r*i, (r+1)*i), then its up rows [I + r*i, I + (r+1)*i), and
-        w2's columns [r*i, (r+1)*i). Block scales follow the blocks of those
-        rows and columns, and w13's channel scales its rows; w2's channel
-        scales and per-tensor scales (H is not split) are whole, as is
-        every weight with one rank.
+        w2's columns [r*i, (r+1)*i) (packed MXFP4: its bytes [r*i/2,
+        (r+1)*i/2)). Block scales follow the blocks of those rows and
+        columns, w13's channel and MXFP4 scales its rows, w2's MXFP4 scales
+        its blocks of columns; w2's channel scales and per-tensor scales (H
+        is not split) are whole, as is every weight with one rank.
         """
         shard = self.tensor_parallel(world_size, quantization)
         scaling = _check_quantization(quantization)
@@ -300,8 +317,12 @@ class Layer:
                      + rest)
                     for half in range(halves)]
 
-        slices = {"w13": split(1, 2, 1), "w2": split(1, 1, 0)}
-        if scaling == "block":
+        slices = {"w13": split(1, 2, 1),
+                  "w2": split(2 if scaling == MXFP4 else 1, 1, 0)}
+        if scaling == MXFP4:
+            slices.update(w13_scales=split(1, 2, 1),
+                          w2_scales=split(MX_BLOCK, 1, 0))
+        elif scaling == "block":
             slices.update(w13_scales=split(SCALE_BLOCK, 2, 1),
                           w2_scales=split(SCALE_BLOCK, 1, 0))
         elif scaling == "channel":
@@ -325,15 +346,33 @@ class Layer:
         return (self.num_stored_experts, self.hidden_size,
                 self.intermediate_size)
 
+    def w13_stored_shape(self, quantization=None):
+        """The shape w13 is stored in with ``quantization``: w13_shape, or
+        for MXFP4's two codes a byte [E+X, 2I, H/2]."""
+        return self._stored_shape(quantization, self.w13_shape)
+
+    def w2_stored_shape(self, quantization=None):
+        """The shape w2 is stored in (see w13_stored_shape): w2_shape, or
+        [E+X, H, I/2] for MXFP4."""
+        return self._stored_shape(quantization, self.w2_shape)
+
+    @staticmethod
+    def _stored_shape(quantization, shape):
+        if _check_quantization(quantization) != MXFP4:
+            return shape
+        return (*shape[:2], shape[2] // 2)
+
     def w13_scales_shape(self, quantization):
-        """The shape of w13's fp32 scales when its weights are fp8 scaled
-        per ``quantization`` (WEIGHT_SCALINGS): [E+X], [E+X, 2I] or
-        [E+X, ceil(2I/128), ceil(H/128)]."""
+        """The shape of w13's scales when its weights are quantized per
+        ``quantization`` (QUANTIZATIONS): fp32 [E+X], [E+X, 2I] or
+        [E+X, ceil(2I/128), ceil(H/128)] for fp8, e8m0 [E+X, 2I,
+        ceil(H/32)] for MXFP4."""
         return self._scales_shape(quantization, *self.w13_shape[1:])
 
     def w2_scales_shape(self, quantization):
-        """The shape of w2's fp32 scales (see w13_scales_shape): [E+X],
-        [E+X, H] or [E+X, ceil(H/128), ceil(I/128)]."""
+        """The shape of w2's scales (see w13_scales_shape): [E+X],
+        [E+X, H] or [E+X, ceil(H/128), ceil(I/128)] for fp8, [E+X, H,
+        ceil(I/32)] for MXFP4."""
         return self._scales_shape(quantization, *self.w2_shape[1:])
 
     def _scales_shape(self, quantization, rows, columns):
@@ -342,12 +381,14 @@ class Layer:
         if not scaling:
             raise ValueError("weights in the layer's dtype have no scales; "
                              "give a quantization "
-                             f"({', '.join(WEIGHT_SCALINGS)})")
+                             f"({', '.join(QUANTIZATIONS)})")
         experts = self.num_stored_experts
         if scaling == "tensor":
             return (experts,)
         if scaling == "channel":
             return (experts, rows)
+        if scaling == MXFP4:
+            return (experts, rows, -(-columns // MX_BLOCK))
         return (experts, -(-rows // SCALE_BLOCK), -(-columns // SCALE_BLOCK))
 
     @property
@@ -363,8 +404,9 @@ class Layer:
         %bias][, %w13_bias, %w2_bias][, %w13_scales, %w2_scales])`` of one
         moe.fused_moe,
         activations in ``dtype`` (bf16, f16, f32), weights too or with a
-        ``quantization`` (WEIGHT_SCALINGS) e4m3 with their fp32 scales,
-        logits and bias in f32, T dynamic."""
+        ``quantization`` (QUANTIZATIONS) e4m3 with their fp32 scales or
+        packed MXFP4 (i8) with their e8m0 scales, logits and bias in f32, T
+        dynamic."""
         return self._part_source("layer", dtype, quantization=quantization)
 
     def experts_source(self, dtype="bf16", quantization=None):
@@ -440,9 +482,9 @@ def layer_bundle(layer, dtype="bf16", *, quantization=None, part="layer",
     ``part`` "layer" compiles the whole layer (Layer.source: hidden states,
     router logits, w13, w2[, bias] -> output); "experts" its experts given
     routing (Layer.experts_source: hidden states, ids, weights, w13, w2 ->
-    output). With a ``quantization`` (WEIGHT_SCALINGS) the weights are fp8
-    and their scales follow as the last inputs; ``dtype`` is then the
-    hidden states'.
+    output). With a ``quantization`` (QUANTIZATIONS) the weights are fp8
+    or MXFP4 and their scales follow as the last inputs; ``dtype`` is then
+    the hidden states' (bf16 for MXFP4 on the GPU).
 
     The bundle serves every token count up to ``tokens_max`` with a variant
     per range of token counts, each with the routing blocks, tiles and K
@@ -478,7 +520,7 @@ def layer_bundle(layer, dtype="bf16", *, quantization=None, part="layer",
     if part not in BUNDLE_PARTS:
         raise ValueError(f"unknown bundle part {part!r} "
                          f"({', '.join(BUNDLE_PARTS)})")
-    fp8 = _check_quantization(quantization)
+    scaling = _check_quantization(quantization)
     database = None
     if config_db is not None:
         with open(config_db, "rb") as file:
@@ -491,7 +533,9 @@ def layer_bundle(layer, dtype="bf16", *, quantization=None, part="layer",
            "bundle_format": 2}
     key_text = json.dumps(key, sort_keys=True, indent=1)
     digest = hashlib.sha256(key_text.encode()).hexdigest()[:16]
-    weights = f"-fp8{fp8}" if fp8 else ""
+    weights, described = (
+        ("", "") if not scaling else ("-mxfp4", ", mxfp4 weights")
+        if scaling == MXFP4 else (f"-fp8{scaling}", f", fp8 {scaling} scales"))
     name = (f"{part}-e{layer.num_stored_experts}-h{layer.hidden_size}-"
             f"i{layer.intermediate_size}-{dtype}{weights}-{digest}.moeb")
     # The default directory is this user's alone; a given one is the
@@ -520,7 +564,7 @@ def layer_bundle(layer, dtype="bf16", *, quantization=None, part="layer",
                         f"{layer.router.num_shared_experts}, "
                         f"H={layer.hidden_size}, "
                         f"I={layer.intermediate_size}, {dtype}"
-                        f"{', fp8 ' + fp8 + ' scales' if fp8 else ''}) to a "
+                        f"{described}) to a "
                         f"bundle: {error}") from error
         with open(os.path.join(staging, "layer.mlir"), "w") as file:
             file.write(source)

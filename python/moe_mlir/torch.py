@@ -1,11 +1,13 @@
 """torch glue: FusedMoE and FusedExperts, nn.Modules that run a MoE layer's
 bundle (the whole layer, or its experts routed by the caller) on CUDA
-tensors, with weights in the activations' dtype or in fp8 (e4m3) with
-their scales, on one GPU or tensor-parallel over the ranks of a
-torch.distributed group; the torch.library ops they call,
-``moe_mlir::fused_moe`` and ``moe_mlir::fused_experts``;
-quantize_fp8_weights and fuse_gate_up for making and loading fp8 weights;
-and empty_outputs for running any bundle on torch tensors.
+tensors, with weights in the activations' dtype, in fp8 (e4m3) or MXFP4
+with their scales, and gpt-oss's expert biases, on one GPU or
+tensor-parallel over the ranks of a torch.distributed group; the
+torch.library ops they call, ``moe_mlir::fused_moe`` and
+``moe_mlir::fused_experts``; quantize_fp8_weights and fuse_gate_up for
+making and loading fp8 weights, quantize_mxfp4_weights, gpt_oss_weights
+and gpt_oss_mxfp4_weights for MXFP4 and gpt-oss's checkpoints; and
+empty_outputs for running any bundle on torch tensors.
 
 The modules check their arguments in Python and then call the ops, which
 torch.compile, torch.export and FX see as single opaque nodes (their fake
@@ -28,8 +30,9 @@ from ._errors import Error
 from .runtime import Bundle
 
 __all__ = ["FusedExperts", "FusedMoE", "TORCH_DTYPES", "empty_outputs",
-           "fuse_gate_up", "fused_experts", "fused_moe",
-           "quantize_fp8_weights", "unload_bundles"]
+           "fuse_gate_up", "fused_experts", "fused_moe", "gpt_oss_weights",
+           "gpt_oss_mxfp4_weights", "quantize_fp8_weights",
+           "quantize_mxfp4_weights", "unload_bundles"]
 
 #: torch's dtype of each bundle element type.
 TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16,
@@ -42,13 +45,22 @@ _LAYER_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16",
 _FP8 = torch.float8_e4m3fn
 # The largest finite e4m3 value: a scale maps a block's amax to it.
 _E4M3_MAX = 448.0
+# MXFP4 weights: two e2m1 codes a byte (the even K index in the low nibble),
+# an e8m0 exponent per MX_BLOCK values of K. The bundle reads both as u8.
+_MXFP4 = torch.float4_e2m1fn_x2
+_E8M0 = torch.float8_e8m0fnu
+# The midpoints between neighbouring e2m1 magnitudes (0, 0.5, 1, 1.5, 2, 3,
+# 4, 6): a magnitude rounds to the code of the number of midpoints below
+# it, ties to the even code.
+_E2M1_MIDPOINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
 # The fp8 scales' parameter names, as the checkpoints and vLLM name them:
 # block scales `weight_scale_inv` (DeepSeek-V3's name; multipliers all the
 # same, value = e4m3 * scale), per-tensor and per-channel ones
 # `weight_scale`.
 _SCALE_NAMES = {"block": ("w13_weight_scale_inv", "w2_weight_scale_inv"),
                 "channel": ("w13_weight_scale", "w2_weight_scale"),
-                "tensor": ("w13_weight_scale", "w2_weight_scale")}
+                "tensor": ("w13_weight_scale", "w2_weight_scale"),
+                layers.MXFP4: ("w13_weight_scale", "w2_weight_scale")}
 # The expert ids FusedExperts takes: torch's integer types with full
 # support on CUDA (the unsigned 16- to 64-bit ones lack comparisons there).
 _ID_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
@@ -148,8 +160,10 @@ def _run_bundle(path, activations, weights, tp_group_name=None):
         if not _readable_in_place(weight):
             raise ValueError(f"{name} must be contiguous and {_ALIGNMENT}-"
                              "byte aligned")
+    # The runtime reads packed MXFP4 codes and e8m0 scales as bytes.
     tensors = ([_aligned(tensor.contiguous()) for tensor in activations]
-               + [weight for _, weight in weights] + [output])
+               + [weight.view(torch.uint8) if weight.dtype in (_MXFP4, _E8M0)
+                  else weight for _, weight in weights] + [output])
     bundle = _loaded_bundle(path, tokens, tensors)
     device = hidden_states.device
     bundle.run(tokens, tensors, torch.cuda.current_stream(device).cuda_stream)
@@ -176,15 +190,24 @@ def _aligned(tensor):
     return tensor.clone() if tensor.data_ptr() % _ALIGNMENT else tensor
 
 
-def _scale_weights(w13_scales, w2_scales):
-    """The bundle's (name, tensor) pairs of fp8 weights' scales: both or
+def _pair(names, w13_tensor, w2_tensor, what):
+    """The bundle's (name, tensor) pairs of an optional pair of inputs
+    ``names`` (scales of quantized weights, expert biases): both or
     neither."""
-    if (w13_scales is None) != (w2_scales is None):
-        raise ValueError("give both w13_scales and w2_scales (fp8 weights) "
-                         "or neither")
-    if w13_scales is None:
+    if (w13_tensor is None) != (w2_tensor is None):
+        raise ValueError(f"give both {names[0]} and {names[1]} ({what}) or "
+                         "neither")
+    if w13_tensor is None:
         return []
-    return [("w13_scales", w13_scales), ("w2_scales", w2_scales)]
+    return list(zip(names, (w13_tensor, w2_tensor)))
+
+
+def _biases_and_scales(w13_bias, w2_bias, w13_scales, w2_scales):
+    """The bundle's last inputs: the expert biases, then the scales."""
+    return (_pair(("w13_bias", "w2_bias"), w13_bias, w2_bias,
+                  "expert biases")
+            + _pair(("w13_scales", "w2_scales"), w13_scales, w2_scales,
+                    "quantized weights"))
 
 
 def _fused_moe(hidden_states: torch.Tensor, router_logits: torch.Tensor,
@@ -192,7 +215,9 @@ def _fused_moe(hidden_states: torch.Tensor, router_logits: torch.Tensor,
               correction_bias: Optional[torch.Tensor], bundle_path: str,
               w13_scales: Optional[torch.Tensor] = None,
               w2_scales: Optional[torch.Tensor] = None,
-              tp_group_name: Optional[str] = None) -> torch.Tensor:
+              tp_group_name: Optional[str] = None,
+              w13_bias: Optional[torch.Tensor] = None,
+              w2_bias: Optional[torch.Tensor] = None) -> torch.Tensor:
     """One MoE layer (moe.fused_moe) by its bundle at ``bundle_path``
     (moe_mlir.layer_bundle, part "layer"): the output [T, H]; with
     ``tp_group_name`` the bundle is a tensor-parallel rank's
@@ -203,15 +228,18 @@ def _fused_moe(hidden_states: torch.Tensor, router_logits: torch.Tensor,
     ``hidden_states`` [T, H] in the layer's activation dtype, the weights
     in it too or, for a bundle of fp8 weights, float8_e4m3fn with their
     float32 ``w13_scales`` and ``w2_scales`` (the bundle's last inputs),
-    ``router_logits`` [T, E] and ``correction_bias`` [E] (None when the
-    layer has none) in float32. FusedMoE.forward checks them and converts
-    the logits; called directly, the runtime's checks raise
+    for MXFP4 ones float4_e2m1fn_x2 (or uint8) with float8_e8m0fnu (or
+    uint8) scales; ``router_logits`` [T, E] and ``correction_bias`` [E]
+    (None when the layer has none) in float32; the expert biases
+    ``w13_bias`` [E+X, 2I] and ``w2_bias`` [E+X, H] in the activation
+    dtype for a layer with them, else None. FusedMoE.forward checks them
+    and converts the logits; called directly, the runtime's checks raise
     moe_mlir.Error.
     """
     weights = [("w13", w13), ("w2", w2)]
     if correction_bias is not None:
         weights.append(("correction_bias", correction_bias))
-    weights += _scale_weights(w13_scales, w2_scales)
+    weights += _biases_and_scales(w13_bias, w2_bias, w13_scales, w2_scales)
     return _run_bundle(bundle_path, [hidden_states, router_logits], weights,
                        tp_group_name)
 
@@ -221,7 +249,9 @@ def _fused_experts(hidden_states: torch.Tensor, topk_ids: torch.Tensor,
                   w2: torch.Tensor, bundle_path: str,
                   w13_scales: Optional[torch.Tensor] = None,
                   w2_scales: Optional[torch.Tensor] = None,
-                  tp_group_name: Optional[str] = None) -> torch.Tensor:
+                  tp_group_name: Optional[str] = None,
+                  w13_bias: Optional[torch.Tensor] = None,
+                  w2_bias: Optional[torch.Tensor] = None) -> torch.Tensor:
     """A MoE layer's experts routed by the caller (moe.fused_experts) by
     their bundle at ``bundle_path`` (moe_mlir.layer_bundle, part
     "experts"): the output [T, H], summed over the ranks of the
@@ -229,17 +259,20 @@ def _fused_experts(hidden_states: torch.Tensor, topk_ids: torch.Tensor,
 
     out[t] = sum over the slots s whose id e = topk_ids[t, s] is in
     [0, E+X) of topk_weights[t, s] * (silu(x w13[e, :I]^T) *
-    (x w13[e, I:]^T)) w2[e]^T; ids outside that range (vLLM's -1 for an
-    expert of another rank) add nothing, and an expert named in two slots
-    of a token counts twice. ``hidden_states`` [T, H] and the weights in
-    the layer's activation dtype, or fp8 weights with their scales as for
-    fused_moe; ``topk_ids`` [T, S] int32, ``topk_weights`` [T, S] float32,
-    on one CUDA device. FusedExperts.forward checks them and converts ids
-    and weights of other types.
+    (x w13[e, I:]^T)) w2[e]^T (with expert biases and gpt-oss's clamped
+    SwiGLU where the layer has them); ids outside that range (vLLM's -1
+    for an expert of another rank) add nothing, and an expert named in two
+    slots of a token counts twice. ``hidden_states`` [T, H] and the weights
+    in the layer's activation dtype, or quantized weights with their
+    scales, and the expert biases, as for fused_moe; ``topk_ids`` [T, S]
+    int32, ``topk_weights`` [T, S] float32, on one CUDA device.
+    FusedExperts.forward checks them and converts ids and weights of other
+    types.
     """
     return _run_bundle(bundle_path, [hidden_states, topk_ids, topk_weights],
                        [("w13", w13), ("w2", w2)]
-                       + _scale_weights(w13_scales, w2_scales), tp_group_name)
+                       + _biases_and_scales(w13_bias, w2_bias, w13_scales,
+                                            w2_scales), tp_group_name)
 
 
 def _output_like_hidden_states(hidden_states, *_, **__):
@@ -373,12 +406,147 @@ def fuse_gate_up(gate_proj, up_proj, gate_scale, up_scale, *,
                       "block" else -1).to(torch.float32))
 
 
+def quantize_mxfp4_weights(weights):
+    """(codes, scales): float ``weights`` [..., N, K] (an expert's [N, K],
+    or experts' [E, N, K]; K a multiple of 32) as MXFP4, the way gpt-oss's
+    checkpoints are made: codes [..., N, K/2] float4_e2m1fn_x2 (two e2m1
+    codes a byte, the even K index in the low nibble) and scales [..., N,
+    K/32] float8_e8m0fnu, each the least power of two 2^e (e in [-127,
+    127]) with amax / 2^e <= 6 over its 32 values, each code the value over
+    its scale rounded to the nearest e2m1 value (ties to the even code; a
+    value's sign kept, -0 included). Computes exactly, in float64 on the
+    weights' device, with a few float64 temporaries of their size:
+    quantize a large layer an expert at a time. Values must be finite.
+    """
+    k = weights.shape[-1]
+    if weights.dim() < 2 or k % layers.MX_BLOCK:
+        raise ValueError(f"weights must be [..., N, K] with K a multiple of "
+                         f"{layers.MX_BLOCK}, got {list(weights.shape)}")
+    blocks = weights.double().unflatten(-1, (k // layers.MX_BLOCK,
+                                             layers.MX_BLOCK))
+    # amax = m 2^x exactly, m in [0.5, 1): m 2^(x - e) <= 6 holds for
+    # e = x - 3 when m <= 0.75, else first for e = x - 2.
+    mantissa, exponent = torch.frexp(blocks.abs().amax(dim=-1))
+    exponent = (exponent - 2 - (mantissa <= 0.75).int()).clamp(-127, 127)
+    # 2^-e exactly, from its float64 bits.
+    inverse = ((1023 - exponent.long()) << 52).view(torch.float64)
+    scaled = (blocks * inverse[..., None]).flatten(-2)
+    magnitudes = scaled.abs()
+    midpoints = torch.tensor(_E2M1_MIDPOINTS, dtype=torch.float64,
+                             device=weights.device)
+    codes = torch.bucketize(magnitudes, midpoints)
+    # bucketize sends a magnitude on a midpoint to the lower neighbour:
+    # ties go up where that neighbour's code is odd.
+    tie = magnitudes == midpoints[codes.clamp(max=len(_E2M1_MIDPOINTS) - 1)]
+    codes = (codes + (tie & (codes % 2 == 1))).to(torch.uint8)
+    codes |= torch.signbit(scaled).to(torch.uint8) << 3
+    packed = codes[..., 0::2] | (codes[..., 1::2] << 4)
+    return (packed.view(_MXFP4),
+            (exponent + 127).to(torch.uint8).view(_E8M0))
+
+
+def _gate_then_up(tensor, dim):
+    """gpt-oss's interleaved gate and up (gate at the even, up at the odd
+    indices of dimension ``dim``) as moe's gate half, then up half, in a
+    new contiguous tensor."""
+    moved = tensor.movedim(dim, 0)
+    return torch.cat([moved[0::2], moved[1::2]]).movedim(0, dim).contiguous()
+
+
+def gpt_oss_weights(gate_up_proj, gate_up_proj_bias, down_proj,
+                    down_proj_bias):
+    """FusedMoE's (and FusedExperts') expert weights of a gpt-oss layer in
+    Hugging Face transformers' layout (GptOssExperts, bf16): {"w13",
+    "w13_bias", "w2", "w2_bias"}, new contiguous tensors for the module's
+    parameters of those names (``moe.load_state_dict(weights,
+    strict=False)``).
+
+    transformers keeps ``gate_up_proj`` [E, H, 2I] (transposed, gate at the
+    even and up at the odd columns) and ``gate_up_proj_bias`` [E, 2I]
+    interleaved alike, ``down_proj`` [E, I, H] and ``down_proj_bias`` [E,
+    H]; moe's w13 is [E, 2I, H] with the gate rows before the up rows, w2
+    [E, H, I]. Any leading dimensions (one expert's [H, 2I], ...) are kept.
+    """
+    hidden, twice = gate_up_proj.shape[-2:]
+    if twice % 2 or tuple(down_proj.shape[-2:]) != (twice // 2, hidden):
+        raise ValueError(f"gate_up_proj [..., H, 2I] and down_proj [..., I, "
+                         f"H] do not fit: {list(gate_up_proj.shape)} and "
+                         f"{list(down_proj.shape)}")
+    return {"w13": _gate_then_up(gate_up_proj, -1).transpose(-1, -2)
+            .contiguous(),
+            "w13_bias": _gate_then_up(gate_up_proj_bias, -1),
+            "w2": down_proj.transpose(-1, -2).contiguous(),
+            "w2_bias": down_proj_bias.contiguous()}
+
+
+def gpt_oss_mxfp4_weights(gate_up_proj_blocks, gate_up_proj_scales,
+                          gate_up_proj_bias, down_proj_blocks,
+                          down_proj_scales, down_proj_bias):
+    """FusedMoE's (and FusedExperts') MXFP4 expert weights
+    (``dtype=torch.float4_e2m1fn_x2``) of a gpt-oss checkpoint's: {"w13",
+    "w13_weight_scale", "w13_bias", "w2", "w2_weight_scale", "w2_bias"},
+    new contiguous tensors for the module's parameters of those names
+    (``moe.load_state_dict(weights, strict=False)``).
+
+    The checkpoint's ``*_blocks`` are uint8 [E, N, K/32, 16] (two e2m1
+    codes a byte along K, the even K index in the low nibble, as moe's), its
+    ``*_scales`` uint8 e8m0 exponents [E, N, K/32]; gate_up_proj's rows
+    (and ``gate_up_proj_bias`` [E, 2I]) interleave gate (even) and up
+    (odd), which moe stores as the gate rows then the up rows. The codes
+    come back float4_e2m1fn_x2 [E, 2I, H/2] and [E, H, I/2], the scales
+    float8_e8m0fnu [E, 2I, H/32] and [E, H, I/32], the biases as given
+    ([E, 2I] and ``down_proj_bias`` [E, H]). Any leading dimensions (one
+    expert's, ...) are kept, so a checkpoint loads an expert at a time::
+
+        for e in range(num_experts):
+            for name, tensor in gpt_oss_mxfp4_weights(
+                    gate_up_blocks[e], gate_up_scales[e], gate_up_bias[e],
+                    down_blocks[e], down_scales[e], down_bias[e]).items():
+                getattr(moe, name)[e].copy_(tensor)
+    """
+    def codes(name, blocks, scales):
+        blocks, scales = blocks.view(torch.uint8), scales.view(torch.uint8)
+        if (blocks.dim() < 3 or blocks.shape[-1] != layers.MX_BLOCK // 2
+                or blocks.shape[:-1] != scales.shape):
+            raise ValueError(f"{name}_blocks must be [..., N, K/32, 16] and "
+                             f"{name}_scales [..., N, K/32], got "
+                             f"{list(blocks.shape)} and {list(scales.shape)}")
+        return blocks.flatten(-2), scales
+
+    w13, w13_scales = codes("gate_up_proj", gate_up_proj_blocks,
+                            gate_up_proj_scales)
+    w2, w2_scales = codes("down_proj", down_proj_blocks, down_proj_scales)
+    if (w13.shape[-2] != 4 * w2.shape[-1]
+            or w2.shape[-2] != 2 * w13.shape[-1]):
+        raise ValueError(f"gate_up_proj_blocks [..., 2I, H/32, 16] and "
+                         f"down_proj_blocks [..., H, I/32, 16] do not fit: "
+                         f"{list(gate_up_proj_blocks.shape)} and "
+                         f"{list(down_proj_blocks.shape)}")
+    return {"w13": _gate_then_up(w13, -2).view(_MXFP4),
+            "w13_weight_scale": _gate_then_up(w13_scales, -2).view(_E8M0),
+            "w13_bias": _gate_then_up(gate_up_proj_bias, -1),
+            "w2": w2.contiguous().view(_MXFP4),
+            "w2_weight_scale": w2_scales.contiguous().view(_E8M0),
+            "w2_bias": down_proj_bias.contiguous()}
+
+
+def _copy_codes(target, source):
+    """target.copy_(source), byte for byte for MXFP4 codes and e8m0 scales
+    (which torch's copy kernels do not all take; ``source`` may be their
+    uint8 bytes)."""
+    if target.dtype in (_MXFP4, _E8M0):
+        target.view(torch.uint8).copy_(source.view(torch.uint8))
+    else:
+        target.copy_(source)
+
+
 class _LayerModule(torch.nn.Module):
     """What FusedMoE and FusedExperts share: the layer, the rank's shard of
     it with a tp_group, its bundle (the ``part`` of moe_mlir.layer_bundle)
-    compiled at construction, the expert weights w13 and w2 and, for fp8
-    weights, their scales, loading them from full-size weights, and the
-    checks of forward's arguments."""
+    compiled at construction, the expert weights w13 and w2, their scales
+    for fp8 and MXFP4 weights and the expert biases of a layer with them,
+    loading them from full-size weights, and the checks of forward's
+    arguments."""
 
     def __init__(self, layer, part, *, dtype, activation_dtype,
                  weight_scaling, weight_block_size, device, tokens_max,
@@ -418,21 +586,28 @@ class _LayerModule(torch.nn.Module):
         except Error as error:
             raise Error(f"{type(self).__name__} has no GPU bundle for its "
                         f"layer: {error}") from error
-        self.w13 = torch.nn.Parameter(
-            torch.empty(self.shard_layer.w13_shape, dtype=dtype,
-                        device=device),
-            requires_grad=False)
-        self.w2 = torch.nn.Parameter(
-            torch.empty(self.shard_layer.w2_shape, dtype=dtype,
-                        device=device),
-            requires_grad=False)
-        for name, shape in self._scale_shapes():
+        shard, scaling = self.shard_layer, self.weight_scaling
+        # MXFP4 scales are e8m0 exponents, fp8 ones float32.
+        self._scale_dtype = (_E8M0 if scaling == layers.MXFP4
+                             else torch.float32)
+        parameters = [("w13", shard.w13_stored_shape(scaling), dtype),
+                      ("w2", shard.w2_stored_shape(scaling), dtype)]
+        parameters += [(name, shape, self._scale_dtype)
+                       for name, shape in self._scale_shapes()]
+        if layer.expert_biases:
+            parameters += [
+                ("w13_bias", shard.w13_bias_shape, self.activation_dtype),
+                ("w2_bias", shard.w2_bias_shape, self.activation_dtype)]
+        else:
+            self.register_parameter("w13_bias", None)
+            self.register_parameter("w2_bias", None)
+        for name, shape, parameter_dtype in parameters:
             setattr(self, name, torch.nn.Parameter(
-                torch.empty(shape, dtype=torch.float32, device=device),
+                torch.empty(shape, dtype=parameter_dtype, device=device),
                 requires_grad=False))
 
     def _scale_shapes(self):
-        """(parameter name, shape) of w13's and w2's fp8 scales (the rank's
+        """(parameter name, shape) of w13's and w2's scales (the rank's
         shard); none for weights in the activations' dtype."""
         scaling = self.weight_scaling
         if scaling is None:
@@ -442,87 +617,130 @@ class _LayerModule(torch.nn.Module):
                          self.shard_layer.w2_scales_shape(scaling))))
 
     def _scales(self):
-        """The fp8 scale parameters of w13 and w2, (None, None) for weights
-        in the activations' dtype: the ops' last arguments."""
+        """The scale parameters of w13 and w2, (None, None) for weights in
+        the activations' dtype: arguments of the ops."""
         return tuple(getattr(self, name)
                      for name, _ in self._scale_shapes()) or (None, None)
+
+    def _biases(self):
+        """The expert biases (w13_bias, w2_bias), (None, None) for a layer
+        without: the ops' last arguments."""
+        return self.w13_bias, self.w2_bias
 
     def reset_parameters(self):
         """Weights uniform in +-1/sqrt(fan-in), as nn.Linear's, the fan-in
         the whole layer's (H for w13, I for w2, also on a tensor-parallel
-        rank); fp8 weights quantized from such values, an expert at a time
-        (no float32 copy of all experts), with their scales
-        (quantize_fp8_weights)."""
-        scales = self._scales()
+        rank), and expert biases alike; fp8 and MXFP4 weights quantized
+        from such values, an expert at a time (no float32 copy of all
+        experts), with their scales (quantize_fp8_weights,
+        quantize_mxfp4_weights)."""
+        scales, biases = self._scales(), self._biases()
+        scaling = self.weight_scaling
         with torch.no_grad():
-            for weight, scale, fan_in in (
-                    (self.w13, scales[0], self.layer.hidden_size),
-                    (self.w2, scales[1], self.layer.intermediate_size)):
+            for weight, scale, bias, fan_in, shape in (
+                    (self.w13, scales[0], biases[0], self.layer.hidden_size,
+                     self.shard_layer.w13_shape),
+                    (self.w2, scales[1], biases[1],
+                     self.layer.intermediate_size,
+                     self.shard_layer.w2_shape)):
                 bound = 1 / math.sqrt(fan_in)
+                if bias is not None:
+                    bias.uniform_(-bound, bound)
                 if scale is None:
                     weight.uniform_(-bound, bound)
                     continue
                 for expert in range(weight.shape[0]):
-                    values = torch.empty(weight.shape[1:],
-                                         dtype=torch.float32,
+                    values = torch.empty(shape[1:], dtype=torch.float32,
                                          device=weight.device)
-                    codes, expert_scales = quantize_fp8_weights(
-                        values.uniform_(-bound, bound), self.weight_scaling)
-                    weight[expert].copy_(codes)
-                    scale[expert].copy_(expert_scales)
+                    values.uniform_(-bound, bound)
+                    codes, expert_scales = (
+                        quantize_mxfp4_weights(values)
+                        if scaling == layers.MXFP4
+                        else quantize_fp8_weights(values, scaling))
+                    _copy_codes(weight[expert], codes)
+                    _copy_codes(scale[expert], expert_scales)
 
-    def load_full_weights(self, w13, w2, w13_scales=None, w2_scales=None):
+    def load_full_weights(self, w13, w2, w13_scales=None, w2_scales=None, *,
+                          w13_bias=None, w2_bias=None):
         """Copies the module's shard of a whole layer's expert weights into
         its parameters: all of them without a tp_group, else the rows and
         columns Layer.shard_slices gives this rank (with i = I / world and
         r the rank: w13's gate rows [r*i, (r+1)*i) and up rows [I + r*i,
         I + (r+1)*i), w2's columns [r*i, (r+1)*i), and the scales of those
         rows and columns). ``w13`` [E+X, 2I, H] and ``w2`` [E+X, H, I] in
-        the module's dtype and, for fp8 weights, ``w13_scales`` and
-        ``w2_scales`` (any float dtype, stored as float32) have the whole
-        layer's shapes (those of the module's parameters without a
-        tp_group); they may be on any device (the CPU, a memory-mapped
-        checkpoint): only the rank's slices are read. Checks every tensor
-        before copying any: TypeError for a wrong type or dtype,
-        ValueError for a wrong shape or for scales given to weights
-        without (or missing from fp8 ones), naming the tensor."""
+        the module's dtype (MXFP4: [E+X, 2I, H/2] and [E+X, H, I/2], packed
+        float4_e2m1fn_x2 or their uint8 bytes) and, for fp8 weights,
+        ``w13_scales`` and ``w2_scales`` (any float dtype, stored as
+        float32; MXFP4: float8_e8m0fnu or uint8) have the whole layer's
+        shapes (those of the module's parameters without a tp_group); they
+        may be on any device (the CPU, a memory-mapped checkpoint): only
+        the rank's slices are read. The expert biases ``w13_bias`` [E+X,
+        2I] and ``w2_bias`` [E+X, H] (any float dtype) of a layer with them
+        replace the module's (None leaves them). Checks every tensor before
+        copying any: TypeError for a wrong type or dtype, ValueError for a
+        wrong shape, for scales given to weights without (or missing from
+        quantized ones) or biases to a layer without, naming the tensor."""
         layer, scaling = self.layer, self.weight_scaling
-        full = [("w13", w13, self.w13, layer.w13_shape),
-                ("w2", w2, self.w2, layer.w2_shape)]
+        full = [("w13", w13, self.w13, layer.w13_stored_shape(scaling)),
+                ("w2", w2, self.w2, layer.w2_stored_shape(scaling))]
         given_scales = (("w13_scales", w13_scales), ("w2_scales", w2_scales))
         for name, scale in given_scales:
             if scaling is None and scale is not None:
                 raise ValueError(f"{name} given, but the module's weights "
                                  f"are {self.dtype}, without scales")
             if scaling is not None and scale is None:
-                raise ValueError(f"{name} missing: fp8 weights with "
-                                 f"{scaling} scales need w13_scales and "
-                                 "w2_scales")
+                raise ValueError(f"{name} missing: {self.dtype} weights "
+                                 f"with {scaling} scales need w13_scales "
+                                 "and w2_scales")
         if scaling is not None:
             full += [(name, scale, parameter, shape)
                      for (name, scale), parameter, shape in zip(
                          given_scales, self._scales(),
                          (layer.w13_scales_shape(scaling),
                           layer.w2_scales_shape(scaling)))]
-        for name, tensor, _, shape in full:
-            _check_full_weight(name, tensor, None if name.endswith("_scales")
-                               else self.dtype, shape)
+        for (name, bias), parameter, shape in zip(
+                (("w13_bias", w13_bias), ("w2_bias", w2_bias)),
+                self._biases(), (layer.w13_bias_shape, layer.w2_bias_shape)):
+            if bias is not None:
+                if parameter is None:
+                    raise ValueError(f"{name} given, but the layer has no "
+                                     "expert biases")
+                full.append((name, bias, parameter, shape))
+        for index, (name, tensor, parameter, shape) in enumerate(full):
+            if (parameter.dtype in (_MXFP4, _E8M0)
+                    and isinstance(tensor, torch.Tensor)
+                    and tensor.dtype == torch.uint8):
+                # A checkpoint's bytes of MXFP4 codes or e8m0 scales.
+                tensor = tensor.view(parameter.dtype)
+                full[index] = (name, tensor, parameter, shape)
+            # Any float for fp8 scales and biases, which copy_ converts.
+            exact = name in ("w13", "w2") or parameter.dtype == _E8M0
+            _check_full_weight(
+                name, tensor, parameter.dtype if exact else None, shape)
         slices = layer.shard_slices(self.tp_world_size, self.tp_rank,
                                     scaling)
+        whole = [((Ellipsis,), (Ellipsis,))]
         with torch.no_grad():
             for name, tensor, parameter, _ in full:
-                for shard_index, full_index in slices[name]:
-                    parameter[shard_index].copy_(tensor[full_index])
+                for shard_index, full_index in slices.get(name, whole):
+                    _copy_codes(parameter[shard_index], tensor[full_index])
 
     def _weights(self):
         """(name, parameter, dtype, shape) of each weight the bundle takes,
-        in its order: w13, w2, the router's (_router_weights), the fp8
-        scales."""
-        shard = self.shard_layer
-        weights = [("w13", self.w13, self.dtype, shard.w13_shape),
-                   ("w2", self.w2, self.dtype, shard.w2_shape)]
+        in its order: w13, w2, the router's (_router_weights), the expert
+        biases, the scales."""
+        shard, scaling = self.shard_layer, self.weight_scaling
+        weights = [("w13", self.w13, self.dtype,
+                    shard.w13_stored_shape(scaling)),
+                   ("w2", self.w2, self.dtype,
+                    shard.w2_stored_shape(scaling))]
         weights += self._router_weights()
-        weights += [(name, getattr(self, name), torch.float32, shape)
+        if self.w13_bias is not None:
+            weights += [("w13_bias", self.w13_bias, self.activation_dtype,
+                         shard.w13_bias_shape),
+                        ("w2_bias", self.w2_bias, self.activation_dtype,
+                         shard.w2_bias_shape)]
+        weights += [(name, getattr(self, name), self._scale_dtype, shape)
                     for name, shape in self._scale_shapes()]
         return weights
 
@@ -531,9 +749,13 @@ class _LayerModule(torch.nn.Module):
         return []
 
     def _describe_weights(self):
-        """extra_repr's words for the dtypes, the fp8 scaling and the
-        tensor-parallel rank."""
+        """extra_repr's words for gpt-oss's activation and biases, the
+        dtypes, the weights' scaling and the tensor-parallel rank."""
         words = f"dtype={self.dtype}"
+        if self.layer.swiglu is not None:
+            words = f"swiglu={self.layer.swiglu}, " + words
+        if self.layer.expert_biases:
+            words = "expert_biases=True, " + words
         if self.weight_scaling is not None:
             words += (f", weight_scaling={self.weight_scaling}, "
                       f"activation_dtype={self.activation_dtype}")
@@ -642,6 +864,20 @@ class FusedMoE(_LayerModule):
     scales from a checkpoint's gate_proj and up_proj, and
     quantize_fp8_weights quantizes higher-precision weights.
 
+    gpt-oss (``preset="gpt-oss-20b"`` or ``"gpt-oss-120b"``, or a Layer with
+    ``swiglu`` and ``expert_biases``): the experts gate with the clamped
+    SwiGLU, and ``w13_bias`` [E+X, 2I] and ``w2_bias`` [E+X, H] in the
+    activation dtype add to each expert's projections. Its MXFP4 weights
+    (W4A16) as vLLM names them: ``dtype=torch.float4_e2m1fn_x2`` makes w13
+    [E+X, 2I, H/2] and w2 [E+X, H, I/2] packed e2m1 codes (two a byte along
+    K, the even K index in the low nibble) with ``w13_weight_scale`` [E+X,
+    2I, H/32] and ``w2_weight_scale`` [E+X, H, I/32] float8_e8m0fnu
+    exponents, a weight standing for its e2m1 value times 2^(scale - 127);
+    the activations stay bfloat16 (the kernels decode the weights to it).
+    gpt_oss_mxfp4_weights converts a gpt-oss checkpoint's ``*_blocks``,
+    ``*_scales`` and biases, gpt_oss_weights transformers' bf16
+    GptOssExperts, and quantize_mxfp4_weights quantizes other weights.
+
     The bundle is compiled at construction (moe_mlir.layer_bundle, cached in
     ``cache_dir``; a machine without the compiler needs it there already)
     for up to ``tokens_max`` tokens, with the grouped matmuls' tile configs
@@ -725,18 +961,20 @@ class FusedMoE(_LayerModule):
                 self.correction_bias.zero_()
 
     def load_full_weights(self, w13, w2, w13_scales=None, w2_scales=None, *,
-                          correction_bias=None):
+                          correction_bias=None, w13_bias=None, w2_bias=None):
         """_LayerModule.load_full_weights: the rank's shard of the whole
-        layer's w13, w2 and fp8 scales; and ``correction_bias`` [E] (any
-        float dtype), which every rank holds whole (None leaves the
-        module's as it is; a layer without one takes none)."""
+        layer's w13, w2 and their scales, the expert biases; and
+        ``correction_bias`` [E] (any float dtype), which every rank holds
+        whole (None leaves the module's as it is; a layer without one
+        takes none)."""
         if correction_bias is not None:
             if self.correction_bias is None:
                 raise ValueError("correction_bias given, but the layer has "
                                  "none")
             _check_full_weight("correction_bias", correction_bias, None,
                                (self.layer.num_experts,))
-        super().load_full_weights(w13, w2, w13_scales, w2_scales)
+        super().load_full_weights(w13, w2, w13_scales, w2_scales,
+                                  w13_bias=w13_bias, w2_bias=w2_bias)
         if correction_bias is not None:
             with torch.no_grad():
                 self.correction_bias.copy_(correction_bias)
@@ -745,7 +983,7 @@ class FusedMoE(_LayerModule):
         """The layer's output [T, H] in the layer's activation dtype.
 
         ``hidden_states`` [T, H] in the layer's activation dtype (its dtype
-        unless the weights are fp8) and ``router_logits``
+        unless the weights are quantized) and ``router_logits``
         [T, E] (any float dtype; routing computes in float32, so they are
         converted) on the parameters' CUDA device. Wrong types raise
         TypeError, wrong shapes or devices ValueError. With a tp_group,
@@ -757,7 +995,7 @@ class FusedMoE(_LayerModule):
         return _call(torch.ops.moe_mlir.fused_moe, _fused_moe, hidden_states,
                      router_logits.to(torch.float32), self.w13, self.w2,
                      self.correction_bias, self.bundle_path, *self._scales(),
-                     self._tp_group_name)
+                     self._tp_group_name, *self._biases())
 
     def extra_repr(self):
         layer, router = self.layer, self.layer.router
@@ -795,8 +1033,9 @@ class FusedExperts(_LayerModule):
     Parameters, the bundle and its keywords (dtype, activation_dtype,
     weight_scaling, weight_block_size, device, tokens_max, block_m,
     cache_dir, config_db, device_name, num_sms, chip, toolkit, tp_group)
-    are those of FusedMoE, fp8 weights and their scales and the tensor
-    parallel shards included, without the correction bias; forward calls
+    are those of FusedMoE, fp8 and MXFP4 weights and their scales, gpt-oss's
+    expert biases and the tensor parallel shards included, without the
+    correction bias; forward calls
     the op ``torch.ops.moe_mlir.fused_experts``, with FusedMoE's rules for
     torch.compile, torch.export, CUDA graphs, streams and tensor-parallel
     groups (every rank gives the same ids and weights).
@@ -828,7 +1067,7 @@ class FusedExperts(_LayerModule):
         """The experts' output [T, H] in the layer's activation dtype.
 
         ``hidden_states`` [T, H] in the layer's activation dtype (its dtype
-        unless the weights are fp8); ``topk_ids`` [T, S]
+        unless the weights are quantized); ``topk_ids`` [T, S]
         of an integer type (torch.topk's int64 is converted to int32 on the
         device, ids outside [0, E+X) becoming -1 first so that none beyond
         int32's range wraps into a valid one; such ids add nothing) and
@@ -845,7 +1084,8 @@ class FusedExperts(_LayerModule):
                      hidden_states,
                      _int32_ids(topk_ids, layer.num_stored_experts),
                      topk_weights.to(torch.float32), self.w13, self.w2,
-                     self.bundle_path, *self._scales(), self._tp_group_name)
+                     self.bundle_path, *self._scales(), self._tp_group_name,
+                     *self._biases())
 
     def extra_repr(self):
         layer = self.layer
@@ -879,7 +1119,7 @@ def _check_full_weight(name, tensor, dtype, shape):
         raise TypeError(f"{name} must be a torch.Tensor, got "
                         f"{type(tensor).__name__}")
     if dtype is not None and tensor.dtype != dtype:
-        raise TypeError(f"{name} must be {dtype} (the module's weights), got "
+        raise TypeError(f"{name} must be {dtype} (the module's), got "
                         f"{tensor.dtype}")
     if dtype is None and not tensor.is_floating_point():
         raise TypeError(f"{name} must be floating-point, got {tensor.dtype}")
@@ -917,16 +1157,31 @@ def _weight_format(dtype, activation_dtype, weight_scaling,
     """(activation dtype, weight scaling or None) of a module's dtype
     arguments: fp8 weights (``dtype`` float8_e4m3fn) take their scaling
     from ``weight_block_size`` (128, 128) or ``weight_scaling``, and their
-    activations default to bfloat16; other weights are in the activations'
-    dtype and have no scaling."""
+    activations default to bfloat16; MXFP4 weights (float4_e2m1fn_x2) have
+    their own and bfloat16 activations; other weights are in the
+    activations' dtype and have no scaling."""
+    if dtype == _MXFP4:
+        if weight_block_size is not None or weight_scaling not in (
+                None, layers.MXFP4):
+            raise ValueError("MXFP4 weights (dtype=torch.float4_e2m1fn_x2) "
+                             "have their own scales, an e8m0 one per 32 "
+                             "values: give no weight_block_size, and "
+                             "weight_scaling None or 'mxfp4'")
+        if activation_dtype not in (None, torch.bfloat16):
+            raise TypeError(f"MXFP4 weights run with torch.bfloat16 "
+                            f"activations (the kernels decode the weights "
+                            f"to bf16), got activation_dtype "
+                            f"{activation_dtype}")
+        return torch.bfloat16, layers.MXFP4
     if dtype != _FP8:
         if dtype not in _LAYER_DTYPES:
             raise TypeError(f"dtype must be torch.bfloat16, torch.float16, "
-                            f"torch.float32 or torch.float8_e4m3fn, got "
-                            f"{dtype}")
+                            f"torch.float32, torch.float8_e4m3fn or "
+                            f"torch.float4_e2m1fn_x2, got {dtype}")
         if weight_scaling is not None or weight_block_size is not None:
             raise ValueError("weight_scaling and weight_block_size are for "
-                             "fp8 weights (dtype=torch.float8_e4m3fn)")
+                             "fp8 weights (dtype=torch.float8_e4m3fn) and "
+                             "MXFP4 ones (torch.float4_e2m1fn_x2)")
         if activation_dtype is not None and activation_dtype != dtype:
             raise ValueError(f"activation_dtype ({activation_dtype}) differs "
                              f"from dtype ({dtype}) only with fp8 weights")
@@ -948,8 +1203,8 @@ def _weight_format(dtype, activation_dtype, weight_scaling,
                          "scales (DeepSeek-V3, Kimi-K2), or "
                          "weight_scaling='channel' or 'tensor'")
     if weight_scaling not in layers.WEIGHT_SCALINGS:
-        raise ValueError(f"unknown weight_scaling {weight_scaling!r} "
-                         f"({', '.join(layers.WEIGHT_SCALINGS)})")
+        raise ValueError(f"unknown weight_scaling {weight_scaling!r} for fp8 "
+                         f"weights ({', '.join(layers.WEIGHT_SCALINGS)})")
     if activation_dtype is None:
         activation_dtype = torch.bfloat16
     if activation_dtype not in _LAYER_DTYPES:

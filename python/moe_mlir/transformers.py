@@ -12,11 +12,12 @@ first forward::
     moe_mlir.transformers.register()
     model.set_experts_implementation("moe_mlir")
 
-The whole block: fused_moe_from_hf(block) turns a Mixtral, Qwen3-MoE or
-DeepSeek-V3 MoE block into a FusedMoEBlock: the block's router logits, then
-moe_mlir.torch.FusedMoE with moe's router (moe.gate), carrying copies of the
-block's router, routed and shared experts' weights. It refuses a block whose
-routing moe.gate does not compute.
+The whole block: fused_moe_from_hf(block) turns a Mixtral, Qwen3-MoE,
+DeepSeek-V3 or gpt-oss MoE block into a FusedMoEBlock: the block's router
+logits, then moe_mlir.torch.FusedMoE with moe's router (moe.gate), carrying
+copies of the block's router, routed and shared experts' weights (and
+gpt-oss's expert biases). It refuses a block whose routing moe.gate does
+not compute.
 
 layer_from_config(config) is the moe_mlir.Layer of a model's MoE blocks,
 from its config (a transformers config or a plain dict with the same keys);
@@ -68,6 +69,7 @@ def _check_silu(config, model_type):
 
 def _mixtral_layer(config):
     """Mixtral: softmax over the experts, top-k, renormalized."""
+    _check_silu(config, "mixtral")
     return Layer(_field(config, "hidden_size"),
                  _field(config, "intermediate_size"),
                  _field(config, "num_local_experts"),
@@ -77,6 +79,7 @@ def _mixtral_layer(config):
 
 def _qwen3_moe_layer(config):
     """Qwen3-MoE: softmax, top-k, renormalized when norm_topk_prob."""
+    _check_silu(config, "qwen3_moe")
     return Layer(_field(config, "hidden_size"),
                  _field(config, "moe_intermediate_size"),
                  _field(config, "num_experts"),
@@ -89,6 +92,7 @@ def _deepseek_v3_layer(config):
     best topk_group of n_group groups (a group scores its two best),
     top-k, renormalized when norm_topk_prob, times routed_scaling_factor;
     n_shared_experts shared experts of moe_intermediate_size each."""
+    _check_silu(config, "deepseek_v3")
     for name, expected in (("topk_method", "noaux_tc"),
                            ("scoring_func", "sigmoid")):
         value = _field(config, name, expected, required=False)
@@ -116,15 +120,46 @@ def _deepseek_v3_layer(config):
                  correction_bias=True)
 
 
+#: The alpha of gpt-oss's clamped SwiGLU (transformers' GptOssExperts fixes
+#: it; its limit is the config's swiglu_limit).
+GPT_OSS_ALPHA = 1.702
+
+
+def _gpt_oss_layer(config):
+    """gpt-oss: the router's linear layer (with bias) gives logits, of which
+    top-k are softmaxed, which is moe.gate's softmax, top-k, renormalized
+    (softmax is monotonic, and the renormalized weights are the softmax
+    over the chosen: DESIGN.md, section 2); experts with biases and the
+    clamped SwiGLU (alpha 1.702, limit swiglu_limit, 7 unless given), which
+    ignore hidden_act."""
+    return Layer(_field(config, "hidden_size"),
+                 _field(config, "intermediate_size"),
+                 _field(config, "num_local_experts"),
+                 Router("softmax", _field(config, "num_experts_per_tok"),
+                        renormalize=True),
+                 swiglu=(GPT_OSS_ALPHA, _field(config, "swiglu_limit", 7.0,
+                                               required=False)),
+                 expert_biases=True)
+
+
 # What moe-mlir knows of each model family: its layer from the config, the
-# class of its MoE block, and whether the block's router computes its
-# logits in float32 (else in the hidden states' dtype).
-_Family = collections.namedtuple("_Family",
-                                 "layer block_class float32_logits")
+# class of its MoE block, whether the block's router computes its logits in
+# float32 (else in the hidden states' dtype), the block's attribute holding
+# its router, whether the router's linear layer has a bias, and what the
+# second of a pair the block returns is: its router logits, or (gpt-oss)
+# its top-k routing weights.
+_Family = collections.namedtuple(
+    "_Family",
+    "layer block_class float32_logits router router_bias returns_scores")
 _FAMILIES = {
-    "mixtral": _Family(_mixtral_layer, "MixtralSparseMoeBlock", False),
-    "qwen3_moe": _Family(_qwen3_moe_layer, "Qwen3MoeSparseMoeBlock", False),
-    "deepseek_v3": _Family(_deepseek_v3_layer, "DeepseekV3MoE", True),
+    "mixtral": _Family(_mixtral_layer, "MixtralSparseMoeBlock", False,
+                       "gate", False, False),
+    "qwen3_moe": _Family(_qwen3_moe_layer, "Qwen3MoeSparseMoeBlock", False,
+                         "gate", False, False),
+    "deepseek_v3": _Family(_deepseek_v3_layer, "DeepseekV3MoE", True, "gate",
+                           False, False),
+    "gpt_oss": _Family(_gpt_oss_layer, "GptOssMLP", False, "router", True,
+                       True),
 }
 
 #: The model types whose MoE blocks layer_from_config and fused_moe_from_hf
@@ -141,10 +176,12 @@ def layer_from_config(config, model_type=None):
     """The moe_mlir.Layer of the MoE blocks of a model with `config` (a
     transformers config, or a dict with its keys, "model_type" among them
     unless `model_type` is given): sizes, router, shared experts, correction
-    bias, exactly as transformers routes that family.
+    bias, gpt-oss's expert biases and clamped SwiGLU, exactly as
+    transformers routes and computes that family.
 
     Raises ValueError for a model type outside SUPPORTED_MODEL_TYPES, an
-    activation other than SiLU, or routing moe.gate does not compute.
+    activation other than SiLU (but for gpt-oss, whose experts have their
+    own), or routing moe.gate does not compute.
     """
     model_type = model_type or _field(config, "model_type")
     family = _FAMILIES.get(model_type)
@@ -152,16 +189,17 @@ def layer_from_config(config, model_type=None):
         raise ValueError(f"moe-mlir maps the MoE blocks of "
                          f"{', '.join(SUPPORTED_MODEL_TYPES)}; not of "
                          f"model_type {model_type!r}")
-    _check_silu(config, model_type)
     return family.layer(config)
 
 
 def experts_layer(layer):
     """The routed experts of `layer` alone, as the experts interface runs
-    them (the model routes; its shared experts stay outside): E, H, I and
-    top_k of `layer`, no shared experts, no correction bias."""
+    them (the model routes; its shared experts stay outside): E, H, I,
+    top_k, the activation and expert biases of `layer`, no shared experts,
+    no correction bias."""
     return Layer(layer.hidden_size, layer.intermediate_size,
-                 layer.num_experts, Router("softmax", layer.router.top_k))
+                 layer.num_experts, Router("softmax", layer.router.top_k),
+                 swiglu=layer.swiglu, expert_biases=layer.expert_biases)
 
 
 def _experts_bundle(layer, dtype, cache_dir, tokens_max, config_db):
@@ -220,13 +258,15 @@ def register(*, tokens_max=16384, cache_dir=None, config_db=None):
     from_config with ``experts_implementation="moe_mlir"``, or
     ``model.set_experts_implementation("moe_mlir")``. Each experts module
     (gate_up_proj [E, 2I, H] and down_proj [E, H, I], or transposed, with a
-    SiLU gate and no biases) gets a moe_mlir.torch.FusedExperts at its first
+    SiLU gate and no biases; or gpt-oss's, gate and up interleaved, with
+    biases and the clamped SwiGLU) gets a moe_mlir.torch.FusedExperts at its first
     forward, kept on the module (fused_experts_of), compiled (or found in
     `cache_dir`) for up to `tokens_max` tokens per call -- longer inputs
     run in pieces -- with the tuned configs of `config_db`. It reads the
     module's weights in place when their layout is FusedExperts' (w13 [E,
     2I, H], gate rows then up rows; w2 [E, H, I]), else converts them once
-    and again whenever the parameters change (their version: an in-place
+    (gpt-oss's: moe_mlir.torch.gpt_oss_weights) and again whenever the
+    parameters change (their version: an in-place
     change through ``.data`` goes unseen) or are replaced. The module's
     weights' dtype (bf16, f16 or f32) is the one it computes in.
 
@@ -267,18 +307,23 @@ def fused_moe_from_hf(block, *, strict=True, tokens_max=16384,
                       cache_dir=None, config_db=None,
                       returns_router_logits=None):
     """A FusedMoEBlock for transformers MoE block `block`: a Mixtral
-    (MixtralSparseMoeBlock), Qwen3-MoE (Qwen3MoeSparseMoeBlock) or
-    DeepSeek-V3 (DeepseekV3MoE) block of transformers 5.x on a CUDA device.
+    (MixtralSparseMoeBlock), Qwen3-MoE (Qwen3MoeSparseMoeBlock),
+    DeepSeek-V3 (DeepseekV3MoE) or gpt-oss (GptOssMLP) block of
+    transformers 5.x on a CUDA device.
 
     The FusedMoEBlock computes the block's router logits as the block does
-    (its gate's linear layer), then runs moe_mlir.torch.FusedMoE (its
-    ``moe``) with the layer of layer_from_config: moe.gate routes as the
-    block's router does, the routed experts and DeepSeek's shared experts
-    (split into experts of the routed size, weight 1) are copies of the
-    block's weights. Its forward takes hidden states [..., H] as the block's
-    does and returns what the block returns: the output in the input's
-    shape, and the router logits too when the block's forward returns a
-    pair (`returns_router_logits` overrides what its source says).
+    (its router's linear layer, gpt-oss's with its bias), then runs
+    moe_mlir.torch.FusedMoE (its ``moe``) with the layer of
+    layer_from_config: moe.gate routes as the block's router does, the
+    routed experts and DeepSeek's shared experts (split into experts of the
+    routed size, weight 1) are copies of the block's weights (gpt-oss's
+    converted by moe_mlir.torch.gpt_oss_weights, biases included). Its
+    forward takes hidden states [..., H] as the block's does and returns
+    what the block returns: the output in the input's shape, and the
+    router logits too when the block's forward returns a pair
+    (`returns_router_logits` overrides what its source says), for gpt-oss
+    its routing weights [tokens, top_k] (the softmax over the top-k
+    logits, as GptOssTopKRouter computes them).
     Inference only; FusedMoE is compiled (or found in `cache_dir`) for up to
     `tokens_max` tokens per call (longer inputs run in pieces) with the
     tuned configs of `config_db`.
@@ -305,7 +350,7 @@ def fused_moe_from_hf(block, *, strict=True, tokens_max=16384,
     config = _hf_torch.block_config(block)
     layer = layer_from_config(config, model_type)
     return _hf_torch.fused_moe_block(
-        block, layer, _FAMILIES[model_type].float32_logits, strict=strict,
+        block, layer, _FAMILIES[model_type], strict=strict,
         returns_router_logits=returns_router_logits,
         options={"tokens_max": tokens_max, "cache_dir": cache_dir,
                  "config_db": config_db})

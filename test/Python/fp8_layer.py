@@ -75,9 +75,9 @@ with open(os.path.join(paths["block"], "manifest.txt")) as file:
 # CHECK-NEXT: tensor result0 output bf16 T 224
 
 report("unknown", lambda: deepseek.source("bf16", quantization="fp8"))
-# CHECK: unknown: ValueError: unknown quantization 'fp8' (tensor, channel, block, or None for weights in the layer's dtype)
+# CHECK: unknown: ValueError: unknown quantization 'fp8' (tensor, channel, block, mxfp4, or None for weights in the layer's dtype)
 report("not a str", lambda: moe_mlir.layer_bundle(deepseek, quantization=True,
                                                   cache_dir=cache))
 # CHECK: not a str: TypeError: quantization must be a str or None, got bool
 report("no scales", lambda: deepseek.w13_scales_shape(None))
-# CHECK: no scales: ValueError: weights in the layer's dtype have no scales; give a quantization (tensor, channel, block)
+# CHECK: no scales: ValueError: weights in the layer's dtype have no scales; give a quantization (tensor, channel, block, mxfp4)

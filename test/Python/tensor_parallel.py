@@ -153,4 +153,4 @@ report("no ranks", lambda: layer.tensor_parallel(0))
 report("world size type", lambda: layer.tensor_parallel(2.0))
 # CHECK: world size type: TypeError: world_size must be an int, got float
 report("quantization", lambda: layer.tensor_parallel(2, "row"))
-# CHECK: quantization: ValueError: unknown quantization 'row' (tensor, channel, block, or None for weights in the layer's dtype)
+# CHECK: quantization: ValueError: unknown quantization 'row' (tensor, channel, block, mxfp4, or None for weights in the layer's dtype)

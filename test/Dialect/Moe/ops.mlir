@@ -353,6 +353,29 @@ func.func @fused_moe_mxfp4(%x: tensor<?x64xbf16>, %logits: tensor<?x4xf32>,
   return %y : tensor<?x64xbf16>
 }
 
+// gpt-oss's MXFP4 layer: expert biases [E, 2I] and [E, H] beside packed
+// weights, whose last dimension is K/2.
+
+// CHECK-LABEL: func @fused_experts_mxfp4_biases
+// CHECK: moe.fused_experts %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} biases(%{{.*}}, %{{.*}}) scales(%{{.*}}, %{{.*}}) activation(clamped_swiglu)
+// CHECK-SAME: tensor<4x128x32xi8>, tensor<4x64x32xi8>, tensor<4x128xbf16>, tensor<4x64xbf16>, tensor<4x128x2xf8E8M0FNU>, tensor<4x64x2xf8E8M0FNU>) -> tensor<?x64xbf16>
+func.func @fused_experts_mxfp4_biases(
+    %x: tensor<?x64xbf16>, %ids: tensor<?x2xi32>, %w: tensor<?x2xf32>,
+    %w13: tensor<4x128x32xi8>, %w2: tensor<4x64x32xi8>,
+    %b13: tensor<4x128xbf16>, %b2: tensor<4x64xbf16>,
+    %s13: tensor<4x128x2xf8E8M0FNU>,
+    %s2: tensor<4x64x2xf8E8M0FNU>) -> tensor<?x64xbf16> {
+  %y = moe.fused_experts %x, %ids, %w, %w13, %w2 biases(%b13, %b2)
+         scales(%s13, %s2) activation(clamped_swiglu) {
+         swiglu = #moe.swiglu<alpha = 1.702, limit = 7.0>,
+         quantization = #moe.quantization<weights = mxfp4, activations = none, block_size = 32>}
+       : (tensor<?x64xbf16>, tensor<?x2xi32>, tensor<?x2xf32>,
+          tensor<4x128x32xi8>, tensor<4x64x32xi8>, tensor<4x128xbf16>,
+          tensor<4x64xbf16>, tensor<4x128x2xf8E8M0FNU>,
+          tensor<4x64x2xf8E8M0FNU>) -> tensor<?x64xbf16>
+  return %y : tensor<?x64xbf16>
+}
+
 // CHECK-LABEL: func @grouped_matmul_mxfp4
 // CHECK: moe.grouped_matmul %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} weight_scales(%{{.*}}) input(token) output(sorted) activation(silu_and_mul)
 func.func @grouped_matmul_mxfp4(%x: tensor<?x64xbf16>, %w: tensor<4x128x32xi8>,

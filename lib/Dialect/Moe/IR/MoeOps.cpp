@@ -207,13 +207,15 @@ static LogicalResult verifyExpertBiases(Operation *op,
     return op->emitOpError() << "expects 'w13_bias' and 'w2_bias' together";
   if (!experts.w13Bias)
     return success();
+  // H from w2's rows: w13's last dimension is H/2 for packed weights.
   auto w13 = cast<RankedTensorType>(experts.w13.getType());
+  auto w2 = cast<RankedTensorType>(experts.w2.getType());
   if (failed(verifyShape(op, "w13_bias", experts.w13Bias,
                          {w13.getDimSize(0), w13.getDimSize(1)},
                          ("[" + storedName + ", 2I]").str())))
     return failure();
   return verifyShape(op, "w2_bias", experts.w2Bias,
-                     {w13.getDimSize(0), w13.getDimSize(2)},
+                     {w2.getDimSize(0), w2.getDimSize(1)},
                      ("[" + storedName + ", H]").str());
 }
 
