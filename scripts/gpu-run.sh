@@ -6,7 +6,9 @@
 # compute-sanitizer passes, then the router and grouped-matmul
 # benchmarks. Bundles come prebuilt in out/gpu-bundles
 # (scripts/make-gpu-bundles.sh, carried). Logs go to $OUT; every step has a
-# timeout, since a lost wait hangs forever. `gemm` runs only
+# timeout, since a lost wait hangs forever; ONLY=step1,step2 runs only
+# those steps of the mode (`tests` takes longer than one call of the device
+# tool: run it in parts). `gemm` runs only
 # the grouped-matmul test, its sanitizer pass and its benchmark. `tune` runs
 # moe-tune (the four presets at 64-row routing blocks unless told: --presets,
 # --layer FILE, --sizes, --block-m 64,128, --tokens, --quantization
@@ -53,6 +55,11 @@ status=0
 step() {
   local name=$1 limit=$2
   shift 2
+  # ONLY=a,b runs only those steps of the mode (and the build): the whole
+  # `tests` mode outlasts one device call.
+  if [[ -n ${ONLY:-} && $name != build && ",$ONLY," != *",$name,"* ]]; then
+    return
+  fi
   echo "=== $name"
   timeout "$limit" "$@" 2>&1 | tee "$OUT/$name.log"
   local result=${PIPESTATUS[0]}
