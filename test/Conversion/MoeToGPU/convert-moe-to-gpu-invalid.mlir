@@ -215,3 +215,14 @@ func.func @sub_byte_argument(%l: tensor<?x8xf32>, %x: tensor<4xi22>) -> (tensor<
     : (tensor<?x8xf32>) -> (tensor<?x2xf32>, tensor<?x2xi32>)
   return %w, %i : tensor<?x2xf32>, tensor<?x2xi32>
 }
+
+// -----
+
+// MXFP4 weights are decoded by a producer warpgroup: a config without one
+// has no kernel.
+func.func @mxfp4_without_producer(%x: tensor<?x2880xbf16>, %w: tensor<32x5760x1440xi8>, %s: tensor<32x5760x90xf8E8M0FNU>, %sorted: tensor<?xi32>, %experts: tensor<?xi32>, %n: tensor<i32>) -> tensor<?x2880xbf16> {
+  %m = moe.tensor_map %w : tensor<32x5760x1440xi8> -> !moe.tensor_map<i8, box = [1, 64, 32], swizzle = 0>
+  // expected-error @below {{has no wgmma lowering for #moe.gemm_config<block_m = 64, block_n = 128, block_k = 64, num_stages = 4>: mxfp4 weights need warp_specialized (its producer decodes them)}}
+  %h = moe.grouped_matmul %x, %w, %sorted, %experts, %n weight_scales(%s) weights_map(%m) input(token) output(sorted) activation(silu_and_mul) {block_m = 64, num_slots = 4, config = #moe.gemm_config<block_m = 64, block_n = 128, block_k = 64, num_stages = 4>, quantization = #moe.quantization<weights = mxfp4, activations = none, block_size = 32>} : (tensor<?x2880xbf16>, tensor<32x5760x1440xi8>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, tensor<32x5760x90xf8E8M0FNU>, !moe.tensor_map<i8, box = [1, 64, 32], swizzle = 0>) -> tensor<?x2880xbf16>
+  return %h : tensor<?x2880xbf16>
+}

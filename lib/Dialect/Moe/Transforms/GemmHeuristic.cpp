@@ -92,13 +92,16 @@ int64_t mlir::moe::chooseRoutingBlockM(int64_t tokens, int64_t numSlots,
 GemmConfigAttr mlir::moe::chooseGemmConfig(GroupedMatmulOp op, int64_t tokens) {
   int64_t elementBytes = getTileElementBytes(op);
   int64_t blockK = std::max<int64_t>(16, kSwizzleBytes / elementBytes);
-  // Promoting fp8 block sums holds a second set of accumulators; MXFP4's
-  // producer decodes each weight tile, which 128 threads keep up with for
-  // 128 rows.
-  int64_t blockN =
-      tokens >= kWideTileTokens && !hasBlockScales(op) && !hasPackedWeights(op)
-          ? 256
-          : 128;
+  // Promoting fp8 block sums holds a second set of accumulators. MXFP4's
+  // producer decodes each weight tile: 128 columns at most, 64 while the
+  // weights stream at a row per expert, where twice the blocks decode them
+  // (gpt-oss-20b's experts at T = 1: 114 -> 96 us; from T = 16 on, 64
+  // columns lost 2-4 %, bench/RESULTS.md).
+  bool packed = hasPackedWeights(op);
+  int64_t blockN = packed && isWeightStreaming(op, tokens) ? 64
+                   : tokens >= kWideTileTokens && !hasBlockScales(op) && !packed
+                       ? 256
+                       : 128;
   // Routing blocks of 128 rows and more give two warpgroups one expert's
   // rows: 128-row tiles against one weight tile halve the weight traffic
   // per flop, which bounds the 64-row tiles at large T (L2, ncu).
