@@ -32,7 +32,7 @@ expert biases, the clamped SwiGLU and MXFP4 weights.
 - Argument errors: biases and MXFP4 weights or scales of a wrong shape or
   dtype, one bias without the other, the constructor's MXFP4 arguments.
 - transformers' GptOssMLP from a GptOssConfig (SMALL_CONFIG, and the 20b
-  size) with random bf16 weights: fused_moe_from_hf against the block's own
+  and 120b sizes) with random bf16 weights: fused_moe_from_hf against the block's own
   forward (eager experts), bf16 throughout, within BLOCK_TOLERANCE over the
   tokens without a near-tie (bf16 logits tie often), the routing weights
   the block returns bit for bit; the experts interface ("moe_mlir")
@@ -77,14 +77,16 @@ NORM_TOLERANCE, MAX_TOLERANCE = 1e-2, 2e-2
 # transformers_test.py).
 BLOCK_TOLERANCE = 2e-2
 TIE_MARGIN = 1e-5
-# A GptOssConfig's MoE keys: small, and gpt-oss-20b's sizes.
+# A GptOssConfig's MoE keys: small, and gpt-oss-20b's and -120b's sizes.
 SMALL_CONFIG = {"model_type": "gpt_oss", "hidden_size": 256,
                 "intermediate_size": 128, "num_local_experts": 16,
                 "num_experts_per_tok": 4, "swiglu_limit": 7.0,
                 "hidden_act": "silu"}
 CONFIGS = {"small": SMALL_CONFIG,
            "20b": dict(SMALL_CONFIG, hidden_size=2880,
-                       intermediate_size=2880, num_local_experts=32)}
+                       intermediate_size=2880, num_local_experts=32),
+           "120b": dict(SMALL_CONFIG, hidden_size=2880,
+                        intermediate_size=2880, num_local_experts=128)}
 TRANSFORMERS_TOKENS = 300
 E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 
@@ -459,12 +461,21 @@ def quantize_block(block):
     with torch.no_grad():
         for name in ("gate_up_proj", "down_proj"):
             weights = getattr(experts, name)
-            # [E, K, N] -> the checkpoint's rows [E, N, K].
-            codes, scales = quantize_mxfp4_weights(weights.transpose(1, 2))
-            weights.copy_(decode(bytes_of(codes), bytes_of(scales),
-                                 torch.bfloat16).transpose(1, 2))
-            checkpoint += [bytes_of(codes).unflatten(-1, (-1, 16)),
-                           bytes_of(scales), getattr(experts, name + "_bias")]
+            # An expert at a time (120b's float32 temporaries of all experts
+            # would not fit beside the block): [K, N] -> the checkpoint's
+            # rows [N, K].
+            codes, scales = [], []
+            for expert in weights:
+                expert_codes, expert_scales = quantize_mxfp4_weights(
+                    expert.transpose(0, 1))
+                expert.copy_(decode(bytes_of(expert_codes)[None],
+                                    bytes_of(expert_scales)[None],
+                                    torch.bfloat16)[0].transpose(0, 1))
+                codes.append(bytes_of(expert_codes))
+                scales.append(bytes_of(expert_scales))
+            checkpoint += [torch.stack(codes).unflatten(-1, (-1, 16)),
+                           torch.stack(scales),
+                           getattr(experts, name + "_bias")]
     return checkpoint
 
 
