@@ -257,8 +257,13 @@ py::array toArray(const HostTensor &tensor) {
     std::copy(values.begin(), values.end(), array.mutable_data());
     return array;
   }
+  case ElementType::I8:
+  case ElementType::F8E8M0FNU:
+    // No layer returns codes; their bytes would be all numpy could hold.
+    break;
   }
-  throw Error("unknown element type");
+  throw Error("no numpy array for results of element type " +
+              std::string(elementTypeName(tensor.type)));
 }
 
 /// A function of tensors compiled for the CPU (moe-cpu-pipeline and the

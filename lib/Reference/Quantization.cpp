@@ -55,6 +55,44 @@ std::vector<float> mlir::moe::reference::decodeMxfp4(int64_t rows, int64_t k,
   return values;
 }
 
+/// The e2m1 code of `x` (already divided by its block's scale): the
+/// nearest magnitude, ties to the even code, beyond 6 saturating.
+static uint8_t toE2M1(double x) {
+  uint8_t best = 0;
+  for (uint8_t code = 1; code < 8; ++code) {
+    double distance = std::fabs(std::fabs(x) - fromE2M1(code));
+    double bestDistance = std::fabs(std::fabs(x) - fromE2M1(best));
+    if (distance < bestDistance || (distance == bestDistance && code % 2 == 0))
+      best = code;
+  }
+  return std::signbit(x) ? best | 0x8 : best;
+}
+
+void mlir::moe::reference::quantizeMxfp4(int64_t rows, int64_t k,
+                                         const float *values, uint8_t *codes,
+                                         uint8_t *scales) {
+  for (int64_t row = 0; row < rows; ++row)
+    for (int64_t block = 0; block < k / kMxBlockSize; ++block) {
+      const float *x = values + row * k + block * kMxBlockSize;
+      float amax = 0.0f;
+      for (int64_t i = 0; i < kMxBlockSize; ++i)
+        amax = std::max(amax, std::fabs(x[i]));
+      // amax = m 2^p, m in [0.5, 1): m 2^(p - e) <= 6 first holds for
+      // e = p - 3 when m <= 0.75, else for e = p - 2.
+      int power;
+      float mantissa = std::frexp(amax, &power);
+      int exponent = std::clamp(
+          amax == 0.0f ? -127 : power - (mantissa <= 0.75f ? 3 : 2), -127, 127);
+      scales[row * (k / kMxBlockSize) + block] =
+          static_cast<uint8_t>(exponent + 127);
+      for (int64_t i = 0; i < kMxBlockSize; ++i) {
+        uint8_t code = toE2M1(std::ldexp(double(x[i]), -exponent));
+        uint8_t &byte = codes[(row * k + block * kMxBlockSize + i) / 2];
+        byte = i % 2 ? (byte & 0x0F) | (code << 4) : code;
+      }
+    }
+}
+
 /// The values of the non-negative finite codes 0x00 to 0x7E, increasing.
 static const std::array<double, 0x7F> &nonNegativeE4M3Values() {
   static const std::array<double, 0x7F> values = [] {

@@ -73,9 +73,10 @@ static cl::opt<std::string>
               cl::init("bf16"), cl::cat(moeRunCategory));
 static cl::opt<std::string> quantization(
     "quantization",
-    cl::desc("FP8 (e4m3) weights of the preset with fp32 scales per "
-             "'tensor', 'channel' or 'block' (128 x 128), as moe-compile "
-             "--quantization"),
+    cl::desc("Quantized weights of the preset, as moe-compile "
+             "--quantization: FP8 (e4m3) with fp32 scales per 'tensor', "
+             "'channel' or 'block' (128 x 128), or 'mxfp4' (checked on the "
+             "weights they decode to)"),
     cl::init(""), cl::cat(moeRunCategory));
 static cl::opt<unsigned> seed("seed", cl::desc("Random seed of the inputs"),
                               cl::init(0), cl::cat(moeRunCategory));
@@ -270,7 +271,8 @@ FailureOr<Layer> findLayer(func::FuncOp function, std::string &error) {
                             : dims(function.getArgument(layer.w13))[0];
   layer.numSlots = routed ? layer.router.getNumSlots()
                           : dims(function.getArgument(layer.ids))[1];
-  layer.intermediate = dims(function.getArgument(layer.w2))[2];
+  // I from w13's rows: w2's last dimension holds I/2 packed MXFP4 bytes.
+  layer.intermediate = dims(function.getArgument(layer.w13))[1] / 2;
   return layer;
 }
 
@@ -371,6 +373,19 @@ void quantizeWeights(const reference::Fp8Scheme &scheme,
   scales = HostTensor::fromFloats(ElementType::F32, scalesShape, amax);
 }
 
+/// MXFP4 weights of packed `shape` [E, N, K/2] as gpt-oss's checkpoints
+/// make them from `values` [E, N, K] (reference::quantizeMxfp4): `codes`
+/// and `scales` (of `scalesShape`, [E, N, K/32]).
+void quantizeMxfp4Weights(const std::vector<int64_t> &shape,
+                          const std::vector<float> &values,
+                          const std::vector<int64_t> &scalesShape,
+                          HostTensor &codes, HostTensor &scales) {
+  codes = HostTensor(ElementType::I8, shape);
+  scales = HostTensor(ElementType::F8E8M0FNU, scalesShape);
+  reference::quantizeMxfp4(shape[0] * shape[1], 2 * shape[2], values.data(),
+                           codes.bytes.data(), scales.bytes.data());
+}
+
 /// Tokens of the draw that static activation scales are calibrated on.
 constexpr int64_t kCalibrationTokens = 16;
 
@@ -441,9 +456,11 @@ bool makeInputs(func::FuncOp function, const Layer &layer,
       continue;
     FailureOr<ElementType> type = getHostElementType(
         cast<RankedTensorType>(argument.getType()).getElementType());
-    bool fp8Weights = index == layer.w13 || index == layer.w2;
+    bool quantizedWeights = index == layer.w13 || index == layer.w2;
     if (failed(type) || *type == ElementType::I32 ||
-        (*type == ElementType::F8E4M3FN && !fp8Weights)) {
+        *type == ElementType::F8E8M0FNU ||
+        ((*type == ElementType::F8E4M3FN || *type == ElementType::I8) &&
+         !quantizedWeights)) {
       error = "argument #" + std::to_string(index) +
               " must be a tensor of f32, bf16 or f16";
       return false;
@@ -461,14 +478,22 @@ bool makeInputs(func::FuncOp function, const Layer &layer,
       high = 0.5f;
     float low = index == layer.slotWeights ? 0.0f : -high;
     std::uniform_real_distribution<float> uniform(low, high);
-    std::vector<float> data(HostTensor(*type, shape).numElements());
+    // Packed MXFP4 weights hold two values of K per element.
+    bool mxfp4 = *type == ElementType::I8;
+    std::vector<float> data(HostTensor(*type, shape).numElements() *
+                            (mxfp4 ? 2 : 1));
     for (float &value : data)
       value = uniform(generator);
+    int scalesIndex = index == layer.w13 ? layer.w13Scales : layer.w2Scales;
+    if (mxfp4) {
+      quantizeMxfp4Weights(shape, data, shapeOf(scalesIndex), inputs[index],
+                           inputs[scalesIndex]);
+      continue;
+    }
     if (*type != ElementType::F8E4M3FN) {
       inputs[index] = HostTensor::fromFloats(*type, shape, data);
       continue;
     }
-    int scalesIndex = index == layer.w13 ? layer.w13Scales : layer.w2Scales;
     quantizeWeights(toReference(layer.quantization), shape, data,
                     shapeOf(scalesIndex), inputs[index], inputs[scalesIndex]);
   }
@@ -511,8 +536,18 @@ std::vector<float> referenceOutput(const Layer &layer,
   reference::ExpertBiases biases;
   if (layer.expertBiases)
     biases = {w13Bias.data(), w2Bias.data()};
-  if (!layer.quantization) {
-    std::vector<float> w13 = floats(layer.w13), w2 = floats(layer.w2);
+  // MXFP4: the layer on the weights the codes decode to (exactly).
+  auto weights = [&](int index, int scalesIndex) {
+    const HostTensor &codes = inputs[index];
+    if (codes.type != ElementType::I8)
+      return floats(index);
+    return reference::decodeMxfp4(codes.shape[0] * codes.shape[1],
+                                  2 * codes.shape[2], codes.bytes.data(),
+                                  inputs[scalesIndex].bytes.data());
+  };
+  if (!layer.quantization || layer.quantization.isWeightOnly()) {
+    std::vector<float> w13 = weights(layer.w13, layer.w13Scales),
+                       w2 = weights(layer.w2, layer.w2Scales);
     reference::fusedExperts(activation, numTokens, layer.hiddenSize,
                             storedExperts, layer.intermediate, layer.numSlots,
                             hidden.data(), slotIds.data(), slotWeights.data(),
@@ -563,6 +598,9 @@ MoeDtype runtimeDtype(ElementType type) {
     return MOE_DTYPE_I32;
   case ElementType::F8E4M3FN:
     return MOE_DTYPE_F8E4M3;
+  case ElementType::I8:
+  case ElementType::F8E8M0FNU:
+    return MOE_DTYPE_U8;
   }
   return MOE_DTYPE_F32;
 }

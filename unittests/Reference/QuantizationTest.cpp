@@ -958,4 +958,28 @@ TEST(Mxfp4, DecodesPackedRowsLowNibbleFirst) {
   EXPECT_TRUE(std::isinf(decodeMxfp4(1, 32, six.data(), top.data())[0]));
 }
 
+TEST(Mxfp4, QuantizesWithTheLeastScaleAndNearestCodes) {
+  // Block 0: amax 6 (scale 2^0), ties between e2m1 values go to the even
+  // code; block 1: amax 7 needs 2^1 (7 / 2^0 > 6); block 2: zeros.
+  std::vector<float> values(96, 0.0f);
+  const float ties[] = {6.0f, 0.25f, 0.75f, 2.5f, 5.0f, -1.25f, -0.1f};
+  const float nearest[] = {6.0f, 0.0f, 1.0f, 2.0f, 4.0f, -1.0f, -0.0f};
+  std::copy(std::begin(ties), std::end(ties), values.begin());
+  values[32] = 7.0f;
+  values[33] = -2.9f;
+  std::vector<uint8_t> codes(48), scales(3);
+  quantizeMxfp4(1, 96, values.data(), codes.data(), scales.data());
+  EXPECT_EQ(scales[0], 127);
+  EXPECT_EQ(scales[1], 128);
+  EXPECT_EQ(scales[2], 0);
+  std::vector<float> decoded = decodeMxfp4(1, 96, codes.data(), scales.data());
+  for (size_t i = 0; i < std::size(nearest); ++i) {
+    EXPECT_EQ(decoded[i], nearest[i]) << values[i];
+    EXPECT_EQ(std::signbit(decoded[i]), std::signbit(nearest[i])) << values[i];
+  }
+  EXPECT_EQ(decoded[32], 8.0f);  // 3.5 x 2, a tie of 3 and 4: 4 (even)
+  EXPECT_EQ(decoded[33], -3.0f); // -1.45 x 2: -1.5
+  EXPECT_EQ(decoded[64], 0.0f);
+}
+
 } // namespace

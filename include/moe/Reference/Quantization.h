@@ -69,6 +69,15 @@ float fromE8M0(uint8_t code);
 std::vector<float> decodeMxfp4(int64_t rows, int64_t k, const uint8_t *codes,
                                const uint8_t *scales);
 
+/// Quantizes finite `values` [rows, k] (k a multiple of kMxBlockSize) to
+/// MXFP4 as gpt-oss's checkpoints are made: each block's scale the least
+/// power of two 2^e (e in [-127, 127]) with amax / 2^e <= 6, each code the
+/// nearest e2m1 value of value / 2^e, ties to the even code, the sign kept.
+/// Fills `codes` [rows, k/2] (the even k in the low nibble) and `scales`
+/// [rows, k/32] (e + 127).
+void quantizeMxfp4(int64_t rows, int64_t k, const float *values, uint8_t *codes,
+                   uint8_t *scales);
+
 //===----------------------------------------------------------------------===//
 // Dynamic quantization
 //===----------------------------------------------------------------------===//
