@@ -16,7 +16,8 @@
 //         block barrier ; load step + S - 1 into the stage step - 1 freed
 //       epilogue (or split-K partials)
 //
-//   warp-specialized (a producer warpgroup after the consumers):
+//   warp-specialized (producer warpgroups after the consumers: one, or for
+//   MXFP4 weights one per consumer warpgroup):
 //     init ring
 //     for tile in tiles of this block:
 //       producer:  for step: wait empty[stage(step)] (from the second round
@@ -85,9 +86,8 @@ namespace {
 /// Row blocks per group of the tile order (see tileAt).
 constexpr int64_t kRasterRowBlocks = 16;
 /// MXFP4 decoding: a row of a K tile is 8 chunks of 16 decoded bytes, so
-/// the producer warpgroup's 128 threads decode 16 rows per pass.
+/// each producer warpgroup's 128 threads decode 16 rows per pass.
 constexpr int64_t kDecodeChunks = kSwizzleBytes / kCopyBytes;
-constexpr int64_t kDecodeRowsPerPass = kWarpgroupThreads / kDecodeChunks;
 
 /// One tile of the grid, (row block, N tile, K split), as a block sees it.
 struct Tile {
@@ -255,6 +255,10 @@ private:
   int64_t tileRows, blockRows;
   /// Threads, and those that load (all, or the producer warpgroup).
   int64_t threads, loaders;
+  /// Warp-specialized, the producer warpgroups: one, or with MXFP4 one per
+  /// consumer warpgroup, since decoding the weights bounds the kernel
+  /// (bench/RESULTS.md); and the rows their threads decode per pass.
+  int64_t producerWarpgroups, decodeRowsPerPass;
   /// Gated: the gate and up halves of the output columns side by side, so
   /// act(gate) * up pairs registers of one thread.
   int64_t outputColumnsPerBlock;
@@ -310,8 +314,10 @@ WgmmaGroupedMatmulEmitter::WgmmaGroupedMatmulEmitter(
   warpgroups = config.getNumWarpgroups();
   tileRows = getInputTmaBox(config).front();
   warpSpecialized = config.getWarpSpecialized();
-  threads = (warpgroups + warpSpecialized) * kWarpgroupThreads;
-  loaders = warpSpecialized ? kWarpgroupThreads : threads;
+  producerWarpgroups = !warpSpecialized ? 0 : packed ? warpgroups : 1;
+  threads = (warpgroups + producerWarpgroups) * kWarpgroupThreads;
+  loaders = warpSpecialized ? producerWarpgroups * kWarpgroupThreads : threads;
+  decodeRowsPerPass = loaders / kDecodeChunks;
   blockRows = std::min(blockM, tileRows);
   outputColumnsPerBlock = gated ? blockN / 2 : blockN;
   boxRows = getWeightsTmaBox(op, config)[1];
@@ -425,7 +431,7 @@ void WgmmaGroupedMatmulEmitter::setUpKernel(gpu::GPUFuncOp kernel) {
   tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
   warp = arith::DivUIOp::create(b, tid, wb.index(32));
   lane = arith::RemUIOp::create(b, tid, wb.index(32));
-  // Warp-specialized, the last warpgroup loads; `loader` numbers the
+  // Warp-specialized, the producer warpgroups load; `loader` numbers the
   // loading threads (the leader issues TMA and initialises the barriers).
   loader = warpSpecialized
                ? arith::SubIOp::create(b, tid,
@@ -451,8 +457,8 @@ void WgmmaGroupedMatmulEmitter::initRing() {
   // or nothing else arrives), and each producer thread's once its gathered
   // rows or decoded weights are in.
   bool producerReports = warpSpecialized && (tokenInput || packed);
-  int64_t fullArrivals = (stageTmaBytes > 0 || !producerReports) +
-                         (producerReports ? kWarpgroupThreads : 0);
+  int64_t fullArrivals =
+      (stageTmaBytes > 0 || !producerReports) + (producerReports ? loaders : 0);
   wb.ifThen(leader, [&] {
     nvgpu::TmaPrefetchOp::create(b, weightMap, Value());
     if (rowMap)
@@ -1148,7 +1154,7 @@ Value WgmmaGroupedMatmulEmitter::multiplyPlain(const Tile &tile,
   return accumulators;
 }
 
-/// Warp-specialized: the last warpgroup loads, the others multiply (the
+/// Warp-specialized: the producer warpgroups load, the others multiply (the
 /// consumers keep the thread numbering of the kernel without a producer).
 void WgmmaGroupedMatmulEmitter::emitWarpSpecialized(const Tile &tile) {
   // The warpgroup index, broadcast from lane 0 so that ptxas sees the role
@@ -1162,7 +1168,7 @@ void WgmmaGroupedMatmulEmitter::emitWarpSpecialized(const Tile &tile) {
           gpu::ShuffleModeAttr::get(b.getContext(), gpu::ShuffleMode::IDX))
           .getShuffleResult());
   Value producer =
-      wb.cmpi(arith::CmpIPredicate::eq, warpgroupIndex, wb.index(warpgroups));
+      wb.cmpi(arith::CmpIPredicate::uge, warpgroupIndex, wb.index(warpgroups));
   // Only threads that load wait on `empty`: a parity wait is ambiguous once
   // the barrier has moved on two phases, which an idle thread could let
   // happen (and then wait forever). Gathering threads cannot fall behind:
@@ -1248,7 +1254,7 @@ void WgmmaGroupedMatmulEmitter::produce(const Tile &tile,
 void WgmmaGroupedMatmulEmitter::producePacked(const Tile &tile,
                                               const GatherSources &sources) {
   int64_t lag = ring.stages - 2;
-  SmallVector<Value> init(blockN / kDecodeRowsPerPass, wb.i32(0));
+  SmallVector<Value> init(blockN / decodeRowsPerPass, wb.i32(0));
   Value lastStep = arith::SubIOp::create(b, tile.numSteps, wb.index(1));
   wb.loop(
       wb.index(0), arith::AddIOp::create(b, tile.numSteps, wb.index(lag)), init,
@@ -1295,7 +1301,7 @@ SmallVector<Value> WgmmaGroupedMatmulEmitter::loadMxScales(const Tile &tile,
   Value kBlock = arith::MinUIOp::create(b, mxScaleBlock(tile, step),
                                         wb.index(kBlocks - 1));
   SmallVector<Value> scales;
-  for (int64_t pass = 0; pass < blockN / kDecodeRowsPerPass; ++pass) {
+  for (int64_t pass = 0; pass < blockN / decodeRowsPerPass; ++pass) {
     Value n = arith::MinUIOp::create(b, mxScaleRow(tile, pass),
                                      wb.index(rowsOfN - 1));
     Value code = wb.load(weightScales, {tile.expert, n, kBlock});
@@ -1319,10 +1325,10 @@ Value WgmmaGroupedMatmulEmitter::mxScaleBlock(const Tile &tile, Value step) {
           wb.index(blockSize)));
 }
 
-/// The row of N the thread decodes in pass `pass`: row `loader / 8 + 16
-/// pass` of the tile's weight boxes.
+/// The row of N the thread decodes in pass `pass`: row `loader / 8 +
+/// (loaders / 8) pass` of the tile's weight boxes.
 Value WgmmaGroupedMatmulEmitter::mxScaleRow(const Tile &tile, int64_t pass) {
-  int64_t tileRow = pass * kDecodeRowsPerPass;
+  int64_t tileRow = pass * decodeRowsPerPass;
   return arith::AddIOp::create(
       b, boxFirstRow(tile, tileRow / boxRows),
       arith::AddIOp::create(
@@ -1332,9 +1338,9 @@ Value WgmmaGroupedMatmulEmitter::mxScaleRow(const Tile &tile, int64_t pass) {
 
 /// Decodes this thread's share of the packed MXFP4 tile of K tile `step`
 /// into its stage's weight tile: per pass, 8 values (one 32-bit word, the
-/// even value in each byte's low nibble) of row `loader / 8 + 16 pass`,
-/// chunk `loader % 8`, stored as 16 bytes of bf16 in the 128-byte swizzle
-/// TMA would have written (chunk c of row r at c ^ (r % 8)): a warp's
+/// even value in each byte's low nibble) of row `loader / 8 + (loaders / 8)
+/// pass`, chunk `loader % 8`, stored as 16 bytes of bf16 in the 128-byte
+/// swizzle TMA would have written (chunk c of row r at c ^ (r % 8)): a warp's
 /// loads and stores each touch 128 contiguous bytes per row group, without
 /// bank conflicts. An e2m1 code's sign and exponent-mantissa bits placed
 /// in a bf16 read as 2^-126 times its value (code 1, 0.5, as a
@@ -1366,7 +1372,7 @@ void WgmmaGroupedMatmulEmitter::decodeStage(const Tile &tile, Value step,
   // would keep each load behind the previous pass's store.
   auto rowOf = [&](int64_t pass) -> Value {
     return arith::AddIOp::create(b, firstRow,
-                                 wb.index(pass * kDecodeRowsPerPass));
+                                 wb.index(pass * decodeRowsPerPass));
   };
   SmallVector<Value> words;
   for (int64_t pass = 0, e = scales.size(); pass < e; ++pass)

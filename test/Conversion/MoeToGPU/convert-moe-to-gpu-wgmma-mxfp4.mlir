@@ -9,9 +9,21 @@
 // consumers run plain bf16 wgmmas on the decoded tiles. With gathered rows
 // only the producer threads arrive on `full` (128); with sorted rows the
 // leader arrives too, with the row tile's TMA bytes (129).
+// With two consumer warpgroups (128-row routing blocks) two producer
+// warpgroups decode, which bounds the kernel: 512 threads, 256 of them
+// reporting on `full`.
 // RUN: moe-opt %S/../../GPU/Inputs/mxfp4-experts.mlir --moe-decompose=tokens=1000 \
 // RUN:   --moe-tile=tokens=1000 --moe-split-k=tokens=1000 --moe-tma \
 // RUN:   --convert-moe-to-gpu=tokens-max=1024 2>/dev/null | FileCheck %s
+// RUN: moe-opt %S/../../GPU/Inputs/mxfp4-experts.mlir \
+// RUN:   --moe-decompose="tokens=4096 block-m=0" --moe-tile=tokens=4096 \
+// RUN:   --moe-split-k=tokens=4096 --moe-tma --convert-moe-to-gpu=tokens-max=4096 \
+// RUN:   2>/dev/null | FileCheck %s --check-prefix=WG2
+
+// WG2: num_warpgroups = 2
+// WG2: gpu.func @moe_grouped_matmul_wgmma_{{[0-9]+}}
+// WG2-SAME: block = [512, 1, 1]
+// WG2: nvgpu.mbarrier.init %{{.*}}[%{{.*}}], %c256
 
 // The first GEMM: gathered bf16 rows, packed w13 through its map, e8m0 scales.
 // CHECK: gpu.func @moe_grouped_matmul_wgmma_{{[0-9]+}}(%{{.*}}: memref<1024x256xbf16>, %{{.*}}: !llvm.ptr, %{{.*}}: memref<4600xi32>, %{{.*}}: memref<72xi32>, %{{.*}}: memref<i32>, %[[SCALES:.*]]: memref<8x384x8xf8E8M0FNU>, %{{.*}}: memref<4600x192xbf16>, %{{.*}}: i32)
