@@ -84,6 +84,22 @@ std::vector<float> uniform(std::mt19937 &generator, int64_t count,
   return values;
 }
 
+/// Ids of `t` tokens x `s` slots (t * s >= 8) over `e` experts as a caller
+/// routes: uniform, but for -1 (an expert held elsewhere) at slot 1, E at
+/// slot 5, both out of range and skipped, and slot 7 naming slot 6's
+/// expert again, which runs twice.
+std::vector<int32_t> givenIds(std::mt19937 &generator, int64_t t, int64_t s,
+                              int64_t e) {
+  std::uniform_int_distribution<int32_t> expert(0, e - 1);
+  std::vector<int32_t> ids(t * s);
+  for (int32_t &id : ids)
+    id = expert(generator);
+  ids[1] = -1;
+  ids[5] = e;
+  ids[7] = ids[6];
+  return ids;
+}
+
 const char *name(ElementType type) { return elementTypeName(type); }
 
 //===----------------------------------------------------------------------===//
@@ -1202,13 +1218,7 @@ void checkFusedExpertsFp8(const reference::Fp8Scheme &scheme, ElementType type,
   std::mt19937 generator(23);
   HostTensor hidden =
       HostTensor::fromFloats(type, {t, h}, uniform(generator, t * h, 2.0f));
-  std::uniform_int_distribution<int32_t> expert(0, e - 1);
-  std::vector<int32_t> ids(t * s);
-  for (int32_t &id : ids)
-    id = expert(generator);
-  ids[1] = -1;
-  ids[5] = e;
-  ids[7] = ids[6];
+  std::vector<int32_t> ids = givenIds(generator, t, s, e);
   std::vector<float> weights = uniform(generator, t * s, 1.0f);
   Fp8Experts experts(generator, scheme, e, h, intermediate);
   std::vector<HostTensor> inputs = {
@@ -1312,13 +1322,8 @@ void checkGptOssLayer(ElementType type, ElementType biasType,
   HostTensor w2Bias =
       HostTensor::fromFloats(biasType, {e, h}, uniform(generator, e * h, 1.0f));
   std::vector<float> logits = uniform(generator, t * e, 3.0f);
-  std::vector<int32_t> ids(t * s);
+  std::vector<int32_t> ids = givenIds(generator, t, s, e);
   std::vector<float> weights = uniform(generator, t * s, 1.0f);
-  std::uniform_int_distribution<int32_t> expert(0, e - 1);
-  for (int32_t &id : ids)
-    id = expert(generator);
-  ids[2] = -1;
-  ids[9] = e;
 
   std::vector<HostTensor> inputs = {hidden};
   std::string op;
@@ -1459,14 +1464,8 @@ TEST(FusedExperts, Mxfp4BitExact) {
     SCOPED_TRACE(name(type));
     HostTensor hidden =
         HostTensor::fromFloats(type, {t, h}, uniform(generator, t * h, 2.0f));
-    std::uniform_int_distribution<int32_t> expert(0, e - 1);
     std::uniform_int_distribution<int> exponent(120, 125);
-    std::vector<int32_t> ids(t * s);
-    for (int32_t &id : ids)
-      id = expert(generator);
-    ids[1] = -1;
-    ids[5] = e;
-    ids[7] = ids[6];
+    std::vector<int32_t> ids = givenIds(generator, t, s, e);
     std::vector<float> weights = uniform(generator, t * s, 1.0f);
     auto randomScales = [&](int64_t count) {
       std::vector<uint8_t> scales(count);
