@@ -348,30 +348,20 @@ def test_compile(results, moe, generator):
     hidden = uniform(generator, 7, layer.hidden_size).to(
         torch.bfloat16).cuda()
     logits = uniform(generator, 7, layer.num_experts, scale=2.0).cuda()
-    try:
-        compiled = torch.compile(moe, fullgraph=True)(hidden, logits)
-        results.check("torch.compile(fullgraph=True) of the fp8 FusedMoE "
-                      "equals eager",
-                      torch.equal(bits(compiled), bits(moe(hidden, logits))))
-    except Exception as error:  # noqa: BLE001 - reported as a failure
-        results.check("torch.compile of the fp8 FusedMoE", False,
-                      f"raised {type(error).__name__}: {error}")
+    results.attempt(
+        "torch.compile(fullgraph=True) of the fp8 FusedMoE equals eager",
+        lambda: (torch.equal(bits(torch.compile(moe, fullgraph=True)(
+            hidden, logits)), bits(moe(hidden, logits))), ""))
     arguments = (hidden, logits, moe.w13.detach(), moe.w2.detach(),
                  moe.correction_bias.detach(), moe.bundle_path,
                  *(scale.detach() for scale in scales_of(moe)))
-    try:
-        # opcheck's test_schema compares inputs before and after by
-        # multiplying them, which torch has no fp8 kernel for.
-        torch.library.opcheck(torch.ops.moe_mlir.fused_moe.default,
-                              arguments,
-                              test_utils=("test_faketensor",
-                                          "test_aot_dispatch_dynamic"))
-        results.check("torch.library.opcheck(moe_mlir::fused_moe) with "
-                      "scales", True)
-    except Exception as error:  # noqa: BLE001 - reported as a failure
-        results.check("torch.library.opcheck(moe_mlir::fused_moe) with "
-                      "scales", False,
-                      f"raised {type(error).__name__}: {error}")
+    # opcheck's test_schema compares inputs before and after by
+    # multiplying them, which torch has no fp8 kernel for.
+    results.attempt(
+        "torch.library.opcheck(moe_mlir::fused_moe) with scales",
+        lambda: (True, str(torch.library.opcheck(
+            torch.ops.moe_mlir.fused_moe.default, arguments,
+            test_utils=("test_faketensor", "test_aot_dispatch_dynamic")))))
 
 
 def test_errors(results, moe, args, generator):
@@ -385,15 +375,8 @@ def test_errors(results, moe, args, generator):
     logits = uniform(generator, 5, layer.num_experts).cuda()
 
     def with_data(name, data, kind):
-        parameter = getattr(moe, name)
-        kept = parameter.data
-        parameter.data = data
-        try:
-            results.raises(f"fp8 FusedMoE: {name} {list(data.shape)} "
-                           f"{data.dtype}", kind,
-                           lambda: moe(hidden, logits))
-        finally:
-            parameter.data = kept
+        results.raises_with("fp8 FusedMoE", moe, name, data, kind,
+                            lambda: moe(hidden, logits))
 
     stored = layer.num_stored_experts
     with_data("w13_weight_scale_inv",

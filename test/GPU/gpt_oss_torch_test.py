@@ -323,29 +323,19 @@ def test_compile(results, moe, generator):
     hidden = uniform(generator, 7, layer.hidden_size).to(
         torch.bfloat16).cuda()
     logits = uniform(generator, 7, layer.num_experts, scale=2.0).cuda()
-    try:
-        compiled = torch.compile(moe, fullgraph=True)(hidden, logits)
-        results.check("torch.compile(fullgraph=True) of the MXFP4 FusedMoE "
-                      "equals eager",
-                      torch.equal(bits(compiled), bits(moe(hidden, logits))))
-    except Exception as error:  # noqa: BLE001 - reported as a failure
-        results.check("torch.compile of the MXFP4 FusedMoE", False,
-                      f"raised {type(error).__name__}: {error}")
+    results.attempt(
+        "torch.compile(fullgraph=True) of the MXFP4 FusedMoE equals eager",
+        lambda: (torch.equal(bits(torch.compile(moe, fullgraph=True)(
+            hidden, logits)), bits(moe(hidden, logits))), ""))
     arguments = (hidden, logits, moe.w13.detach(), moe.w2.detach(), None,
                  moe.bundle_path, moe.w13_weight_scale.detach(),
                  moe.w2_weight_scale.detach(), None, moe.w13_bias.detach(),
                  moe.w2_bias.detach())
-    try:
-        torch.library.opcheck(torch.ops.moe_mlir.fused_moe.default,
-                              arguments,
-                              test_utils=("test_faketensor",
-                                          "test_aot_dispatch_dynamic"))
-        results.check("torch.library.opcheck(moe_mlir::fused_moe) with "
-                      "MXFP4 weights and biases", True)
-    except Exception as error:  # noqa: BLE001 - reported as a failure
-        results.check("torch.library.opcheck(moe_mlir::fused_moe) with "
-                      "MXFP4 weights and biases", False,
-                      f"raised {type(error).__name__}: {error}")
+    results.attempt(
+        "torch.library.opcheck(moe_mlir::fused_moe) with MXFP4 weights and biases",
+        lambda: (True, str(torch.library.opcheck(
+            torch.ops.moe_mlir.fused_moe.default, arguments,
+            test_utils=("test_faketensor", "test_aot_dispatch_dynamic")))))
 
 
 def test_errors(results, moe, args, generator):
@@ -359,15 +349,8 @@ def test_errors(results, moe, args, generator):
     logits = uniform(generator, 5, layer.num_experts).cuda()
 
     def with_data(name, data, kind):
-        parameter = getattr(moe, name)
-        kept = parameter.data
-        parameter.data = data
-        try:
-            results.raises(f"MXFP4 FusedMoE: {name} {list(data.shape)} "
-                           f"{data.dtype}", kind,
-                           lambda: moe(hidden, logits))
-        finally:
-            parameter.data = kept
+        results.raises_with("MXFP4 FusedMoE", moe, name, data, kind,
+                            lambda: moe(hidden, logits))
 
     with_data("w13_bias", moe.w13_bias.data[:, 1:], ValueError)
     with_data("w2_bias", moe.w2_bias.data.float(), TypeError)

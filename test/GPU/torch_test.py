@@ -80,22 +80,6 @@ def prepare(cache_dir):
     print(f"{MODEL_LAYER} layer: {path}")
 
 
-def attempt(results, name, check):
-    """Runs ``check`` (returning (passed, detail)) as the check ``name``;
-    an exception fails it, with its message (compile and export failures
-    say much, so the message is cut)."""
-    try:
-        passed, detail = check()
-    except Exception as error:  # noqa: BLE001 - reported as a failure
-        message = str(error)
-        if len(message) > 3000:
-            message = message[:3000] + " ..."
-        results.check(name, False, f"raised {type(error).__name__}: "
-                                   f"{message}")
-        return
-    results.check(name, passed, detail)
-
-
 def reference_experts(hidden, ids, weights, w13, w2):
     """The experts in float64 on the host: out[t] = sum over the slots s
     whose id e = ids[t, s] is in [0, E+X) of weights[t, s] * (silu(g) * u)
@@ -368,9 +352,9 @@ def test_ops(results, moe, experts, generator):
     for name, (op, tensors, path) in calls.items():
         # opcheck raises on a failure and otherwise returns its tests'
         # results.
-        attempt(results, f"torch.library.opcheck(moe_mlir::{name})",
-                lambda: (True, str(torch.library.opcheck(op, (*tensors,
-                                                              path)))))
+        results.attempt(f"torch.library.opcheck(moe_mlir::{name})",
+                        lambda: (True, str(torch.library.opcheck(
+                            op, (*tensors, path)))))
 
         def fake_call():
             with FakeTensorMode() as mode:
@@ -385,7 +369,7 @@ def test_ops(results, moe, experts, generator):
                     f"{type(output).__name__} {list(output.shape)} "
                     f"{output.dtype} {output.device}")
 
-        attempt(results, f"moe_mlir::{name} under FakeTensorMode", fake_call)
+        results.attempt(f"moe_mlir::{name} under FakeTensorMode", fake_call)
 
 
 def test_compile_and_export(results, moe, experts, generator):
@@ -428,9 +412,9 @@ def test_compile_and_export(results, moe, experts, generator):
         return not mismatches, "; ".join(mismatches)
 
     compiled = torch.compile(block, fullgraph=True)
-    attempt(results, "torch.compile(fullgraph=True) of FusedMoE and "
-            "FusedExperts equals eager", lambda: same_as_eager(compiled,
-                                                               (7, 64)))
+    results.attempt("torch.compile(fullgraph=True) of FusedMoE and "
+                    "FusedExperts equals eager",
+                    lambda: same_as_eager(compiled, (7, 64)))
 
     ops = {torch.ops.moe_mlir.fused_moe.default,
            torch.ops.moe_mlir.fused_experts.default}
@@ -444,14 +428,16 @@ def test_compile_and_export(results, moe, experts, generator):
         return same_as_eager(exported.module(), (64,) if not options
                              else (7, 300))
 
-    attempt(results, "torch.export of FusedMoE and FusedExperts: both ops "
-            "in the graph, equal to eager", export)
+    results.attempt("torch.export of FusedMoE and FusedExperts: both ops "
+                    "in the graph, equal to eager", export)
     tokens = torch.export.Dim("tokens", min=2, max=TOKENS_MAX)
-    attempt(results, "torch.export with T dynamic: both ops in the graph, "
-            "equal to eager at other T",
-            lambda: export(dynamic_shapes={
-                "hidden_states": {0: tokens}, "router_logits": {0: tokens},
-                "topk_ids": {0: tokens}, "topk_weights": {0: tokens}}))
+    results.attempt("torch.export with T dynamic: both ops in the graph, "
+                    "equal to eager at other T",
+                    lambda: export(dynamic_shapes={
+                        "hidden_states": {0: tokens},
+                        "router_logits": {0: tokens},
+                        "topk_ids": {0: tokens},
+                        "topk_weights": {0: tokens}}))
 
 
 def test_readme_example(results, args):
@@ -477,7 +463,7 @@ def test_readme_example(results, args):
         return (output.shape == (16, 256) and output.dtype == torch.bfloat16,
                 f"y: {list(output.shape)} {output.dtype}")
 
-    attempt(results, "the README's FusedExperts example", run)
+    results.attempt("the README's FusedExperts example", run)
 
 
 def test_capture_before_load(results, experts, generator):

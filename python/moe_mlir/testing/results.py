@@ -32,6 +32,35 @@ class Results:
             return
         self.check(name, False, f"raised no {kind.__name__}")
 
+    def attempt(self, name, check):
+        """Runs ``check`` (returning (passed, detail)) as the check
+        ``name``; an exception fails it, with its message (compile and
+        export failures say much, so the message is cut)."""
+        try:
+            passed, detail = check()
+        except Exception as error:  # noqa: BLE001 - reported as a failure
+            message = str(error)
+            if len(message) > 3000:
+                message = message[:3000] + " ..."
+            self.check(name, False, f"raised {type(error).__name__}: "
+                                    f"{message}")
+            return
+        self.check(name, passed, detail)
+
+    def raises_with(self, name, module, parameter, data, kind, call):
+        """Checks that ``call`` raises ``kind`` while ``module``'s
+        ``parameter`` holds ``data`` (a wrong shape or dtype), named by
+        ``name`` and the data's shape and dtype; the parameter's own data
+        is put back."""
+        held = getattr(module, parameter)
+        kept = held.data
+        held.data = data
+        try:
+            self.raises(f"{name}: {parameter} {list(data.shape)} "
+                        f"{data.dtype}", kind, call)
+        finally:
+            held.data = kept
+
     def summary(self, name):
         """Prints `name`'s verdict and returns its exit code."""
         print(f"{name}: " + ("all passed" if not self.failed
