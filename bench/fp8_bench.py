@@ -39,7 +39,9 @@ import torch
 import torch.nn.functional as F
 
 from moe_mlir import Bundle
-from moe_mlir.testing.compiler import compile_bundle, list_presets
+from moe_mlir.testing.compiler import list_presets
+from moe_mlir.testing.experts_bench import (compile_experts, time_bundle,
+                                            torch_experts)
 from moe_mlir.testing.gemm import Fp8Rows, random_fp8_weights, random_ids
 from moe_mlir.testing.peers import scaled_grouped_mm
 from moe_mlir.testing.timing import BANDWIDTH, flush_buffer, graphed, time_us
@@ -65,33 +67,23 @@ def rowwise_quantized(rows):
 
 
 def torch_fp8_experts(x, ids, weights, w13, w2, inter):
-    """The experts composed in torch with torch._scaled_grouped_mm: a
-    function of no arguments."""
+    """The experts composed in torch with torch._scaled_grouped_mm, rows
+    quantized per row, weights with per-channel scales: a function of no
+    arguments."""
     experts = w13.shape[0]
-    tokens, slots = ids.shape
     w13_t, w2_t = w13.transpose(1, 2), w2.transpose(1, 2)
     s13 = torch.full((experts, w13.shape[1]), 1e-3, device=DEVICE)
     s2 = torch.full((experts, w2.shape[1]), 1e-3, device=DEVICE)
-    flat_ids = ids.reshape(-1).long()
-    flat_weights = weights.reshape(-1)
-    ones = torch.ones(tokens * slots, dtype=torch.int32, device=DEVICE)
 
-    def layer():
-        order = flat_ids.argsort(stable=True)
-        counts = torch.zeros(experts, dtype=torch.int32,
-                             device=DEVICE).scatter_add_(0, flat_ids, ones)
-        offs = counts.cumsum(0, dtype=torch.int32)
-        token = order // slots
-        q, qs = rowwise_quantized(x[token])
-        h = scaled_grouped_mm(q, w13_t, qs, s13, offs, torch.bfloat16)
-        h = F.silu(h[:, :inter]) * h[:, inter:]
-        q, qs = rowwise_quantized(h)
-        o = scaled_grouped_mm(q, w2_t, qs, s2, offs, torch.bfloat16)
-        o = o.float() * flat_weights[order].unsqueeze(1)
-        y = torch.zeros(tokens, x.shape[1], device=DEVICE)
-        return y.index_add_(0, token, o).to(x.dtype)
+    def gemm(weights_t, scales):
+        def multiply(rows, offs):
+            q, qs = rowwise_quantized(rows)
+            return scaled_grouped_mm(q, weights_t, qs, scales, offs,
+                                     torch.bfloat16)
+        return multiply
 
-    return layer
+    return torch_experts(x, ids, weights, experts, inter, gemm(w13_t, s13),
+                         gemm(w2_t, s2))
 
 
 def kernel_us(function, iterations, flush):
@@ -112,29 +104,17 @@ def kernel_us(function, iterations, flush):
     return {name: statistics.median(values) for name, values in times.items()}
 
 
-def compile_experts(args, name, arguments, fp8):
-    path = os.path.join(args.work, f"{name}-{'fp8' if fp8 else 'bf16'}.moeb")
-    extra = ["--quantization", "block"] if fp8 else []
-    for line in compile_bundle(args.compiler,
-                               [*arguments, "--part", "experts", *extra,
-                                "--tokens-max", str(args.tokens_max),
-                                "--token-buckets", args.buckets],
-                               path, args.config_db):
-        if "warning" in line:
-            print(f"# {name}: {line}", flush=True)
-    return path
-
-
 def gemm_part(args, flush):
     """The DeepGEMM-shape cell."""
     experts, hidden, inter, tokens = 4, 7168, 2048, 32768
     sizes = (f"experts={experts},hidden={hidden},intermediate={inter},"
              "top_k=1")
-    saved = args.tokens_max, args.buckets
-    args.tokens_max, args.buckets = tokens, "max"
-    paths = {fp8: compile_experts(args, "gemm", ["--layer-sizes", sizes], fp8)
+    saved = args.tokens_max
+    args.tokens_max = tokens
+    paths = {fp8: compile_experts(args, "gemm", ["--layer-sizes", sizes],
+                                  "block" if fp8 else None, buckets="max")
              for fp8 in (True, False)}
-    args.tokens_max, args.buckets = saved
+    args.tokens_max = saved
     generator = torch.Generator(DEVICE).manual_seed(args.seed)
     flops = 2 * tokens * 2 * inter * hidden
     x = torch.randn(tokens, hidden, dtype=torch.bfloat16, device=DEVICE,
@@ -193,7 +173,8 @@ def model_rows(args, flush, name, preset):
     hidden, inter, top_k = (preset["hidden"], preset["intermediate"],
                             preset["top_k"])
     stored, slots = routed + shared, top_k + shared
-    paths = {fp8: compile_experts(args, name, ["--preset", name], fp8)
+    paths = {fp8: compile_experts(args, name, ["--preset", name],
+                                  "block" if fp8 else None)
              for fp8 in (True, False)}
     generator = torch.Generator(DEVICE).manual_seed(args.seed)
     id_generator = torch.Generator().manual_seed(args.seed)
@@ -212,17 +193,11 @@ def model_rows(args, flush, name, preset):
                "floor": experts_floor_us(ids, hidden, inter, tokens, slots)}
         outputs = {}
         for fp8, path in paths.items():
-            bundle = Bundle(path)
             tensors = [x, ids, weights, *operands_of[fp8],
                        torch.full((tokens, hidden), float("nan"),
                                   dtype=torch.bfloat16, device=DEVICE)]
-            replay, _ = graphed(
-                lambda: bundle.run(tokens, tensors) or tensors[-1])
-            row["fp8" if fp8 else "bf16"] = time_us(replay, flush,
-                                                    args.iterations)
-            outputs[fp8] = tensors[-1].double()
-            del replay
-            bundle.close()
+            row["fp8" if fp8 else "bf16"], outputs[fp8] = time_bundle(
+                path, tokens, tensors, flush, args.iterations)
         row["vs_bf16"] = ((outputs[True] - outputs[False]).norm() /
                           outputs[False].norm()).item()
         try:
@@ -282,7 +257,6 @@ def main():
     args = parser.parse_args()
     tokens = [int(t) for t in args.tokens.split(",")]
     args.tokens_max = max(tokens)
-    args.buckets = args.tokens
     os.makedirs(args.work, exist_ok=True)
     flush = flush_buffer(DEVICE)
     torch.manual_seed(args.seed)  # random_fp8_weights draws from it

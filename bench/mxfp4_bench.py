@@ -25,10 +25,9 @@ import os
 import sys
 
 import torch
-import torch.nn.functional as F
 
-from moe_mlir import Bundle
-from moe_mlir.testing.compiler import compile_bundle
+from moe_mlir.testing.experts_bench import (compile_experts, time_bundle,
+                                            torch_experts)
 from moe_mlir.testing.gemm import random_ids
 from moe_mlir.testing.mxfp4 import decode, random_mxfp4
 from moe_mlir.testing.peers import grouped_mm
@@ -41,48 +40,6 @@ TOP_K = 4
 BITS_PER_WEIGHT = 4 + 8 / 32
 
 
-def compile_experts(args, name, experts, mxfp4):
-    path = os.path.join(args.work, f"{name}-{'mxfp4' if mxfp4 else 'bf16'}"
-                        ".moeb")
-    sizes = (f"experts={experts},hidden={HIDDEN},intermediate={INTER},"
-             f"top_k={TOP_K}")
-    extra = ["--quantization", "mxfp4"] if mxfp4 else []
-    for line in compile_bundle(args.compiler,
-                               ["--layer-sizes", sizes, "--part", "experts",
-                                *extra, "--tokens-max", str(args.tokens_max),
-                                "--token-buckets", args.tokens],
-                               path, args.config_db):
-        if "warning" in line:
-            print(f"# {name}: {line}", flush=True)
-    return path
-
-
-def torch_experts(x, ids, weights, w13, w2):
-    """The experts composed in torch with F.grouped_mm in bf16: a function
-    of no arguments."""
-    experts = w13.shape[0]
-    tokens, slots = ids.shape
-    w13_t, w2_t = w13.transpose(1, 2), w2.transpose(1, 2)
-    flat_ids = ids.reshape(-1).long()
-    flat_weights = weights.reshape(-1)
-    ones = torch.ones(tokens * slots, dtype=torch.int32, device=DEVICE)
-
-    def layer():
-        order = flat_ids.argsort(stable=True)
-        counts = torch.zeros(experts, dtype=torch.int32,
-                             device=DEVICE).scatter_add_(0, flat_ids, ones)
-        offs = counts.cumsum(0, dtype=torch.int32)
-        token = order // slots
-        h = grouped_mm(x[token], w13_t, offs)
-        h = F.silu(h[:, :INTER]) * h[:, INTER:]
-        o = grouped_mm(h, w2_t, offs)
-        o = o.float() * flat_weights[order].unsqueeze(1)
-        y = torch.zeros(tokens, x.shape[1], device=DEVICE)
-        return y.index_add_(0, token, o).to(x.dtype)
-
-    return layer
-
-
 def experts_floor_us(ids, tokens):
     active = int(torch.unique(ids).numel())
     weight_bytes = 3 * INTER * HIDDEN * BITS_PER_WEIGHT / 8
@@ -91,7 +48,10 @@ def experts_floor_us(ids, tokens):
 
 
 def model_rows(args, flush, name, experts):
-    paths = {mxfp4: compile_experts(args, name, experts, mxfp4)
+    sizes = (f"experts={experts},hidden={HIDDEN},intermediate={INTER},"
+             f"top_k={TOP_K}")
+    paths = {mxfp4: compile_experts(args, name, ["--layer-sizes", sizes],
+                                    "mxfp4" if mxfp4 else None)
              for mxfp4 in (True, False)}
     generator = torch.Generator(DEVICE).manual_seed(args.seed)
     id_generator = torch.Generator().manual_seed(args.seed)
@@ -100,6 +60,7 @@ def model_rows(args, flush, name, experts):
     w2 = random_mxfp4(generator, experts, HIDDEN, INTER, DEVICE)
     w13_values = decode(*w13, dtype=torch.bfloat16)
     w2_values = decode(*w2, dtype=torch.bfloat16)
+    w13_t, w2_t = w13_values.transpose(1, 2), w2_values.transpose(1, 2)
     operands_of = {True: [w13[0], w2[0], w13[1], w2[1]],
                    False: [w13_values, w2_values]}
     rows = []
@@ -113,21 +74,17 @@ def model_rows(args, flush, name, experts):
                "floor": experts_floor_us(ids, tokens)}
         outputs = {}
         for mxfp4, path in paths.items():
-            bundle = Bundle(path)
             tensors = [x, ids, weights, *operands_of[mxfp4],
                        torch.full((tokens, HIDDEN), float("nan"),
                                   dtype=torch.bfloat16, device=DEVICE)]
-            replay, _ = graphed(
-                lambda: bundle.run(tokens, tensors) or tensors[-1])
-            row["mxfp4" if mxfp4 else "bf16"] = time_us(replay, flush,
-                                                        args.iterations)
-            outputs[mxfp4] = tensors[-1].double()
-            del replay
-            bundle.close()
+            row["mxfp4" if mxfp4 else "bf16"], outputs[mxfp4] = time_bundle(
+                path, tokens, tensors, flush, args.iterations)
         row["vs_bf16"] = ((outputs[True] - outputs[False]).norm() /
                           outputs[False].norm()).item()
-        replay, _ = graphed(torch_experts(x, ids, weights, w13_values,
-                                          w2_values))
+        replay, _ = graphed(torch_experts(
+            x, ids, weights, experts, INTER,
+            lambda rows, offs: grouped_mm(rows, w13_t, offs),
+            lambda rows, offs: grouped_mm(rows, w2_t, offs)))
         row["torch"] = time_us(replay, flush, args.iterations)
         del replay
         rows.append(row)
