@@ -140,7 +140,8 @@ if [[ $what == tests || $what == all || $what == fp8 ]]; then
   step fp8-tests 300 python3 test/GPU/fp8_test.py
   step fp8-torch-tests 300 python3 test/GPU/fp8_torch_test.py
   step fp8-sanitizer 300 compute-sanitizer --tool memcheck --error-exitcode 1 \
-    python3 test/GPU/fp8_test.py --tokens 7,300 --only fp8-block-experts
+    python3 test/GPU/fp8_test.py --tokens 7,300 \
+    --only fp8-block-experts,fp8-block-experts-cluster
 fi
 [[ $what == fp8 ]] && exit $status
 if [[ $what == tests || $what == all || $what == mxfp4 ]]; then
@@ -169,7 +170,12 @@ if [[ $what != bench ]]; then
   step gemm-tests 400 python3 test/GPU/gemm_test.py
   step gemm-sanitizer 300 compute-sanitizer --tool memcheck --error-exitcode 1 \
     python3 test/GPU/gemm_test.py --cases 1:uniform,7:uniform,300:skewed \
-    --only gemm1-odd-f16,gemm2-odd-f16,gemm1-tail-bf16,gemm2-tail-f16,gemm1-splitk-bf16,gemm2-splitk-f16,gemm1-qwen3-f16,gemm2-deepseek-bf16,gemm1-mixtral-wg2-bf16,gemm2-deepseek-wg2-f16,gemm1-mixtral-ws-bf16,gemm2-deepseek-wg2-ws-f16,gemm1-deepseek-ws-splitk-bf16,gemm1-mixtral-persistent-bf16,gemm2-mixtral-persistent-bf16,gemm1-deepseek-persistent-splitk-bf16,gemm1-gpt-oss-bf16,gemm1-gpt-oss-splitk-bf16,gemm2-gpt-oss-ws-bf16,gemm1-gpt-oss-reduced-bf16
+    --only gemm1-odd-f16,gemm2-odd-f16,gemm1-tail-bf16,gemm2-tail-f16,gemm1-splitk-bf16,gemm2-splitk-f16,gemm1-qwen3-f16,gemm2-deepseek-bf16,gemm1-mixtral-wg2-bf16,gemm2-deepseek-wg2-f16,gemm1-mixtral-ws-bf16,gemm2-deepseek-wg2-ws-f16,gemm1-deepseek-ws-splitk-bf16,gemm1-mixtral-persistent-bf16,gemm2-mixtral-persistent-bf16,gemm1-deepseek-persistent-splitk-bf16,gemm1-gpt-oss-bf16,gemm1-gpt-oss-splitk-bf16,gemm2-gpt-oss-ws-bf16,gemm1-gpt-oss-reduced-bf16,gemm1-mixtral-cluster-bf16,gemm2-deepseek-wg2-cluster-f16
+  # Clusters: the peers' barriers and multicast stages, for shared-memory
+  # races.
+  step gemm-racecheck 300 compute-sanitizer --tool racecheck \
+    --error-exitcode 1 python3 test/GPU/gemm_test.py --cases 7:uniform,300:skewed \
+    --only gemm1-mixtral-cluster-bf16,gemm2-deepseek-wg2-cluster-f16
 fi
 if [[ $what == bench || $what == all ]]; then
   step router-bench 500 python3 bench/router_bench.py "$@"

@@ -52,6 +52,28 @@ unsigned mlir::moe::detail::defineOutput(PlanBuilder &plan,
 
 namespace {
 
+/// Whether the wgmma kernel can build the thread-block cluster of `config`:
+/// two blocks along M (consecutive row blocks) that multicast their shared
+/// weight tile, each loading half of it (whole 8-row swizzle atoms: boxes
+/// are multiples of 16 rows). Their producers signal each other's consumers
+/// through barriers that need warp specialization, one tile per block and
+/// one K split.
+LogicalResult checkCluster(GroupedMatmulOp op, GemmConfigAttr config,
+                           function_ref<LogicalResult(const Twine &)> fail) {
+  int64_t clusterM = config.getClusterM();
+  if (config.getClusterN() != 1)
+    return fail("cluster_n must be 1 (clusters pair row blocks, cluster_m)");
+  if (clusterM == 1)
+    return success();
+  if (clusterM != 2)
+    return fail("cluster_m must be 1 or 2");
+  if (!config.getWarpSpecialized() || config.getPersistent() ||
+      config.getSplitK() != 1 || hasPackedWeights(op))
+    return fail("cluster_m = 2 needs warp_specialized, no persistent grid, "
+                "split_k = 1 and unpacked weights");
+  return success();
+}
+
 /// Whether the wgmma kernel can run `op` under `config`; else says why.
 LogicalResult checkWgmmaConfig(GroupedMatmulOp op, GemmConfigAttr config) {
   int64_t elementBytes = getTileElementBytes(op);
@@ -76,8 +98,8 @@ LogicalResult checkWgmmaConfig(GroupedMatmulOp op, GemmConfigAttr config) {
                 " needs routing blocks (block_m) of at least " +
                 Twine(config.getNumWarpgroups() * kWgmmaRows) +
                 " rows, so that a block's rows are one expert's");
-  if (config.getClusterM() != 1 || config.getClusterN() != 1)
-    return fail("no thread-block clusters are built yet");
+  if (failed(checkCluster(op, config, fail)))
+    return failure();
   int64_t numSteps =
       llvm::divideCeil(op.getReductionSize(), config.getBlockK());
   int64_t splits = config.getSplitK();
@@ -86,7 +108,7 @@ LogicalResult checkWgmmaConfig(GroupedMatmulOp op, GemmConfigAttr config) {
                 " K tiles)");
   if (hasBlockScales(op)) {
     int64_t scaleBlock = op.getQuantizationAttr().getBlockSize();
-    int64_t boxRows = getWeightsTmaBox(op, config)[1];
+    int64_t boxRows = getWeightBoxRows(op, config);
     if (config.getBlockK() != scaleBlock)
       return fail("block_k must be the scale block (" + Twine(scaleBlock) +
                   ") of block-scaled fp8 weights");

@@ -100,6 +100,10 @@ struct Tile {
   /// K tiles the ring took before this tile; null when the tile is the
   /// block's only one.
   Value ringBase;
+  /// With a cluster (cluster_m = 2): whether this block and its peer, the
+  /// other block of the cluster, both have work and one expert, so that each
+  /// loads half of the weight tile for both by multicast; null without one.
+  Value multicast;
   /// Set inside the active region: this thread's 16-byte chunk and first row
   /// of the row gathers and the chunk's swizzled column, and the wgmma
   /// descriptors of stage 0's row and weight tiles.
@@ -156,7 +160,8 @@ private:
   gpu::GPUFuncOp declareKernel();
   // The kernel prologue: arguments, thread roles, the ring's barriers.
   void setUpKernel(gpu::GPUFuncOp kernel);
-  void initRing();
+  void initRing(Value multicast = Value());
+  void syncCluster();
   // The grid: one tile per block, or persistent blocks.
   void emitPersistentTiles(Value blockId);
   Value emitTile(Value tileIndex, Value numRowBlocks, Value ringBase);
@@ -176,6 +181,9 @@ private:
   GatherSources gatherSources(const Tile &tile);
   void loadStage(const Tile &tile, Value step,
                  ArrayRef<std::pair<Value, Value>> sources);
+  void loadWeightBox(const Tile &tile, Value stage, Value k0, int64_t box);
+  void loadWeightRows(const Tile &tile, Value stage, Value k0, int64_t box,
+                      Value part, Value multicastMask);
   void gatherRows(const Tile &tile, Value stage, Value k0,
                   ArrayRef<std::pair<Value, Value>> sources);
   void awaitGathers(int64_t pendingGroups);
@@ -208,6 +216,7 @@ private:
   void emitProducer(const Tile &tile);
   void produce(const Tile &tile, const GatherSources &sources);
   void waitEmpty(const Tile &tile, Value step);
+  void arrivePeerEmpty(Value stage);
   // MXFP4 weights, decoded by the producer.
   void producePacked(const Tile &tile, const GatherSources &sources);
   SmallVector<Value> loadMxScales(const Tile &tile, Value step);
@@ -262,8 +271,12 @@ private:
   /// Gated: the gate and up halves of the output columns side by side, so
   /// act(gate) * up pairs registers of one thread.
   int64_t outputColumnsPerBlock;
-  /// Weight box rows (moe-tma's weight box) and boxes per stage.
-  int64_t boxRows, numBoxes;
+  /// Weight box rows, boxes per stage, and the rows of a box that one TMA
+  /// load brings (moe-tma's weight box): all, or with a cluster a block's
+  /// part.
+  int64_t boxRows, numBoxes, loadRows;
+  /// Blocks per cluster along M (cluster_m): 1, or 2 sharing weight tiles.
+  int64_t clusterBlocks;
   /// Stage bytes: the row tile, the weight tile (decoded, for MXFP4), the
   /// packed MXFP4 weight tile, and what TMA brings in on `full`.
   int64_t rowTileBytes, weightTileBytes, packedTileBytes, stageTmaBytes,
@@ -289,6 +302,8 @@ private:
       staticScale, bias;
   Value numTokens, routedSlots, sharedBase, weightMap, rowMap;
   Value tid, warp, lane, loader, leader;
+  /// With a cluster: this block's rank in it, and its peer's.
+  Value clusterRank, peerRank;
   /// `full[s]`: stage s holds its K tile. Warp-specialized, `empty[s]`: the
   /// consumers are done with stage s. MXFP4, `staged[s]`: the packed weight
   /// tile of stage s is in.
@@ -320,8 +335,10 @@ WgmmaGroupedMatmulEmitter::WgmmaGroupedMatmulEmitter(
   decodeRowsPerPass = loaders / kDecodeChunks;
   blockRows = std::min(blockM, tileRows);
   outputColumnsPerBlock = gated ? blockN / 2 : blockN;
-  boxRows = getWeightsTmaBox(op, config)[1];
+  boxRows = getWeightBoxRows(op, config);
   numBoxes = 1 + gated;
+  loadRows = getWeightsTmaBox(op, config)[1];
+  clusterBlocks = config.getClusterM();
   rowTileBytes = tileRows * blockK * elementBytes;
   weightTileBytes = blockN * blockK * elementBytes;
   packedTileBytes = packed ? blockN * blockK * getWeightBits(op) / 8 : 0;
@@ -388,17 +405,24 @@ gpu::GPUFuncOp WgmmaGroupedMatmulEmitter::declareKernel() {
         args.addIf(weighted, [&] { return plan.use(op.getRoutedWeights()); });
     outputArg = args.add(defineOutput(plan, op));
   }
-  // A block per tile of the capacity's row blocks; persistent, as many as
-  // the multiprocessors hold at once.
-  SizeExpr gridSize =
-      PlanBuilder::ceilDiv(capacity, blockRows).times(numBlockColumns * splits);
+  // A block per tile of the capacity's row blocks (whole clusters of them);
+  // persistent, as many as the multiprocessors hold at once.
+  SizeExpr gridSize = PlanBuilder::ceilDiv(capacity, blockRows * clusterBlocks)
+                          .times(clusterBlocks * numBlockColumns * splits);
   if (config.getPersistent())
     gridSize = PlanBuilder::min(
         gridSize, plan.numSMs * residentBlocks(threads, blockN, sharedBytes));
-  return plan.createKernel(
+  gpu::GPUFuncOp kernel = plan.createKernel(
       builder, op.getLoc(), "moe_grouped_matmul_wgmma", args.get(),
       {gridSize, PlanBuilder::constant(1), PlanBuilder::constant(1)},
       {threads, 1, 1}, /*workgroup=*/{}, sharedBytes);
+  // Consecutive blocks form a cluster (.reqnctapercluster): launched as any
+  // kernel, the grid a whole number of clusters.
+  if (clusterBlocks > 1)
+    kernel->setAttr(NVVM::NVVMDialect::getClusterDimAttrName(),
+                    builder.getDenseI32ArrayAttr(
+                        {static_cast<int32_t>(clusterBlocks), 1, 1}));
+  return kernel;
 }
 
 void WgmmaGroupedMatmulEmitter::setUpKernel(gpu::GPUFuncOp kernel) {
@@ -451,14 +475,23 @@ void WgmmaGroupedMatmulEmitter::setUpKernel(gpu::GPUFuncOp kernel) {
 }
 
 /// Initialises the barriers before any thread uses them: once per block, by
-/// the blocks that have a tile.
-void WgmmaGroupedMatmulEmitter::initRing() {
+/// the blocks that have a tile. When the block and its peer `multicast`,
+/// each block's `empty` also counts the peer's consumer warps (its
+/// producer fills both blocks' stages), and neither block loads before both
+/// have their barriers.
+void WgmmaGroupedMatmulEmitter::initRing(Value multicast) {
   // The leader's arrival with the bytes TMA brings in (when it brings any
   // or nothing else arrives), and each producer thread's once its gathered
   // rows or decoded weights are in.
   bool producerReports = warpSpecialized && (tokenInput || packed);
   int64_t fullArrivals =
       (stageTmaBytes > 0 || !producerReports) + (producerReports ? loaders : 0);
+  int64_t consumerThreads = warpgroups * kWarpgroupThreads;
+  Value emptyArrivals = wb.index(consumerThreads);
+  if (multicast)
+    emptyArrivals =
+        wb.select(multicast, wb.index(consumerThreads + consumerThreads / 32),
+                  emptyArrivals);
   wb.ifThen(leader, [&] {
     nvgpu::TmaPrefetchOp::create(b, weightMap, Value());
     if (rowMap)
@@ -467,31 +500,46 @@ void WgmmaGroupedMatmulEmitter::initRing() {
       nvgpu::MBarrierInitOp::create(b, full, wb.index(fullArrivals),
                                     wb.index(stage), Value());
       if (empty)
-        nvgpu::MBarrierInitOp::create(b, empty,
-                                      wb.index(warpgroups * kWarpgroupThreads),
-                                      wb.index(stage), Value());
+        nvgpu::MBarrierInitOp::create(b, empty, emptyArrivals, wb.index(stage),
+                                      Value());
       if (staged)
         nvgpu::MBarrierInitOp::create(b, staged, wb.index(1), wb.index(stage),
                                       Value());
     }
+    if (multicast)
+      NVVM::FenceMbarrierInitOp::create(b);
   });
   gpu::BarrierOp::create(b);
+  if (multicast)
+    wb.ifThen(multicast, [&] { syncCluster(); });
+}
+
+/// Every thread of the cluster's blocks waits for all to arrive.
+void WgmmaGroupedMatmulEmitter::syncCluster() {
+  NVVM::ClusterArriveOp::create(b, b.getUnitAttr());
+  NVVM::ClusterWaitOp::create(b, b.getUnitAttr());
 }
 
 void WgmmaGroupedMatmulEmitter::emit() {
   OpBuilder::InsertionGuard guard(builder);
   setUpKernel(declareKernel());
   Value blockId = gpu::BlockIdOp::create(b, gpu::Dimension::x);
+  if (clusterBlocks > 1) {
+    clusterRank = arith::RemUIOp::create(b, blockId, wb.index(clusterBlocks));
+    peerRank = arith::XOrIOp::create(b, clusterRank, wb.index(1));
+  }
   if (!config.getPersistent()) {
-    // One block per tile of the row blocks the capacity bounds; those past
-    // the padded rows find nothing to do.
-    emitTile(blockId,
-             arith::CeilDivUIOp::create(
-                 b,
-                 arith::AddIOp::create(b, routedSlots,
-                                       wb.index(numExperts * (blockM - 1))),
-                 wb.index(blockRows)),
-             Value());
+    // One block per tile of the row blocks the capacity bounds, in whole
+    // clusters; those past the padded rows find nothing to do.
+    Value numRowBlocks = arith::MulIOp::create(
+        b,
+        arith::CeilDivUIOp::create(
+            b,
+            arith::AddIOp::create(b, routedSlots,
+                                  wb.index(numExperts * (blockM - 1))),
+            wb.index(blockRows * clusterBlocks)),
+        wb.index(clusterBlocks));
+    emitTile(blockId, numRowBlocks, Value());
   } else {
     emitPersistentTiles(blockId);
   }
@@ -636,9 +684,18 @@ std::pair<Value, Value> WgmmaGroupedMatmulEmitter::slotOf(const Tile &tile,
 Value WgmmaGroupedMatmulEmitter::emitTile(Value tileIndex, Value numRowBlocks,
                                           Value ringBase) {
   Tile tile = tileAt(tileIndex, numRowBlocks, ringBase);
+  if (clusterBlocks > 1) {
+    // The cluster's blocks are consecutive: its row blocks too (tileAt's
+    // groups hold whole clusters), with one column tile.
+    Tile peer = tileAt(arith::XOrIOp::create(b, tileIndex, wb.index(1)),
+                       numRowBlocks, ringBase);
+    tile.multicast = arith::AndIOp::create(
+        b, arith::AndIOp::create(b, tile.active, peer.active),
+        wb.cmpi(arith::CmpIPredicate::eq, tile.expert, peer.expert));
+  }
   wb.ifThen(tile.active, [&] {
     if (!ringBase)
-      initRing();
+      initRing(tile.multicast);
     setUpGathers(tile);
     setUpDescriptors(tile);
     if (fp8)
@@ -647,6 +704,11 @@ Value WgmmaGroupedMatmulEmitter::emitTile(Value tileIndex, Value numRowBlocks,
       emitWarpSpecialized(tile);
     else
       emitPlainLoop(tile);
+    // The peer may still arrive on this block's barriers, and this block's
+    // multicasts land in the peer's stages: neither leaves before both are
+    // done.
+    if (tile.multicast)
+      wb.ifThen(tile.multicast, [&] { syncCluster(); });
   });
   if (!ringBase)
     return Value();
@@ -764,10 +826,7 @@ void WgmmaGroupedMatmulEmitter::loadStage(
             stage, Value(), Value());
     }
     for (int64_t box = 0; box < numBoxes && !packed; ++box)
-      nvgpu::TmaAsyncLoadOp::create(
-          b, sharedView({1, boxRows, blockK}, weightBoxOffset(stage, box)),
-          full, weightMap, ValueRange{k0, boxFirstRow(tile, box), tile.expert},
-          stage, Value(), Value());
+      loadWeightBox(tile, stage, k0, box);
     if (rowMap)
       nvgpu::TmaAsyncLoadOp::create(
           b, sharedView({tileRows, blockK}, rowTileOffset(stage)), full, rowMap,
@@ -775,6 +834,47 @@ void WgmmaGroupedMatmulEmitter::loadStage(
   });
   if (tokenInput)
     gatherRows(tile, stage, k0, sources);
+}
+
+/// The leader's TMA loads of weight box `box` of K tile `k0` into `stage`:
+/// one, or with a cluster a load per part of the box's rows; when the
+/// cluster's blocks multicast, only this block's part, for both.
+void WgmmaGroupedMatmulEmitter::loadWeightBox(const Tile &tile, Value stage,
+                                              Value k0, int64_t box) {
+  if (!tile.multicast) {
+    loadWeightRows(tile, stage, k0, box, wb.index(0), Value());
+    return;
+  }
+  Value bothBlocks = arith::ConstantOp::create(
+      b, b.getI16IntegerAttr((1 << clusterBlocks) - 1));
+  wb.ifThenElse(
+      tile.multicast,
+      [&] { loadWeightRows(tile, stage, k0, box, clusterRank, bothBlocks); },
+      [&] {
+        for (int64_t part = 0; part < clusterBlocks; ++part)
+          loadWeightRows(tile, stage, k0, box, wb.index(part), Value());
+      });
+}
+
+/// The TMA load of part `part` (loadRows rows) of weight box `box`, into
+/// this block's stage or, with `multicastMask`, the same stage of those
+/// blocks of the cluster.
+void WgmmaGroupedMatmulEmitter::loadWeightRows(const Tile &tile, Value stage,
+                                               Value k0, int64_t box,
+                                               Value part,
+                                               Value multicastMask) {
+  Value partOffset = arith::MulIOp::create(
+      b, part, wb.index(loadRows * blockK * elementBytes));
+  Value firstRow =
+      arith::AddIOp::create(b, boxFirstRow(tile, box),
+                            arith::MulIOp::create(b, part, wb.index(loadRows)));
+  nvgpu::TmaAsyncLoadOp::create(
+      b,
+      sharedView(
+          {1, loadRows, blockK},
+          arith::AddIOp::create(b, weightBoxOffset(stage, box), partOffset)),
+      full, weightMap, ValueRange{k0, firstRow, tile.expert}, stage,
+      multicastMask, Value());
 }
 
 /// This thread's cp.async copies of its gathered row chunks of K tile `k0`
@@ -1216,6 +1316,26 @@ void WgmmaGroupedMatmulEmitter::waitEmpty(const Tile &tile, Value step) {
             });
 }
 
+/// A warp's arrival on the peer block's `empty` barrier of `stage`, once the
+/// warp's wgmmas are done with this block's copy of it.
+void WgmmaGroupedMatmulEmitter::arrivePeerEmpty(Value stage) {
+  auto sharedPointer =
+      LLVM::LLVMPointerType::get(b.getContext(), kSharedAddressSpace);
+  auto clusterPointer = LLVM::LLVMPointerType::get(
+      b.getContext(),
+      static_cast<unsigned>(NVVM::NVVMMemorySpace::SharedCluster));
+  Value address = nvgpu::MBarrierGetOp::create(b, b.getI32Type(), empty, stage);
+  Value local = LLVM::IntToPtrOp::create(b, sharedPointer, address);
+  Value remote =
+      NVVM::MapaOp::create(b, clusterPointer, local, wb.toI32(peerRank));
+  // CTA scope, as CUTLASS's cluster barriers arrive: what the arrival
+  // orders are wgmma reads that the wait already completed, and a cluster
+  // scope's fence would wait for this thread's prefetched scale loads.
+  NVVM::MBarrierArriveOp::create(
+      b, Type(), remote, Value(),
+      NVVM::MemScopeKindAttr::get(b.getContext(), NVVM::MemScopeKind::CTA));
+}
+
 /// The producer's K loop of one column tile.
 void WgmmaGroupedMatmulEmitter::produce(const Tile &tile,
                                         const GatherSources &sources) {
@@ -1440,10 +1560,17 @@ void WgmmaGroupedMatmulEmitter::emitConsumer(const Tile &tile, Value consumer) {
     Value accumulators =
         accumulate(column, consumer, [&](Value step, bool first) {
           NVVM::WgmmaWaitGroupSyncOp::create(b, 1);
-          if (!first)
-            nvgpu::MBarrierArriveOp::create(
-                b, empty,
-                stageOf(column, arith::SubIOp::create(b, step, wb.index(1))));
+          if (first)
+            return;
+          Value done =
+              stageOf(column, arith::SubIOp::create(b, step, wb.index(1)));
+          nvgpu::MBarrierArriveOp::create(b, empty, done);
+          // The peer's producer fills this stage here too.
+          if (column.multicast)
+            wb.ifThen(arith::AndIOp::create(
+                          b, column.multicast,
+                          wb.cmpi(arith::CmpIPredicate::eq, lane, wb.index(0))),
+                      [&] { arrivePeerEmpty(done); });
         });
     NVVM::WgmmaWaitGroupSyncOp::create(b, 0);
     // The block's next tile goes on in the ring: free the last stage too.

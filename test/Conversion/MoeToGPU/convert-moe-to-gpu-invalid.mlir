@@ -226,3 +226,35 @@ func.func @mxfp4_without_producer(%x: tensor<?x2880xbf16>, %w: tensor<32x5760x14
   %h = moe.grouped_matmul %x, %w, %sorted, %experts, %n weight_scales(%s) weights_map(%m) input(token) output(sorted) activation(silu_and_mul) {block_m = 64, num_slots = 4, config = #moe.gemm_config<block_m = 64, block_n = 128, block_k = 64, num_stages = 4>, quantization = #moe.quantization<weights = mxfp4, activations = none, block_size = 32>} : (tensor<?x2880xbf16>, tensor<32x5760x1440xi8>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, tensor<32x5760x90xf8E8M0FNU>, !moe.tensor_map<i8, box = [1, 64, 32], swizzle = 0>) -> tensor<?x2880xbf16>
   return %h : tensor<?x2880xbf16>
 }
+
+// -----
+
+func.func @gemm_cluster_n(%x: tensor<?x64xbf16>, %w: tensor<4x64x64xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>) -> tensor<?x64xbf16> {
+  // expected-error @below {{cluster_n must be 1 (clusters pair row blocks, cluster_m)}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n input(token) output(sorted)
+      {block_m = 64, num_slots = 2, config = #moe.gemm_config<block_m = 64, block_n = 64, block_k = 64, num_stages = 4, cluster_n = 2, warp_specialized = true>}
+    : (tensor<?x64xbf16>, tensor<4x64x64xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>) -> tensor<?x64xbf16>
+  return %o : tensor<?x64xbf16>
+}
+
+// -----
+
+func.func @gemm_cluster_4(%x: tensor<?x64xbf16>, %w: tensor<4x64x64xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>) -> tensor<?x64xbf16> {
+  // expected-error @below {{cluster_m must be 1 or 2}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n input(token) output(sorted)
+      {block_m = 64, num_slots = 2, config = #moe.gemm_config<block_m = 64, block_n = 64, block_k = 64, num_stages = 4, cluster_m = 4, warp_specialized = true>}
+    : (tensor<?x64xbf16>, tensor<4x64x64xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>) -> tensor<?x64xbf16>
+  return %o : tensor<?x64xbf16>
+}
+
+// -----
+
+// The peers' barriers need a producer warpgroup.
+func.func @gemm_cluster_plain(%x: tensor<?x64xbf16>, %w: tensor<4x64x64xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>) -> tensor<?x64xbf16> {
+  // expected-error @below {{cluster_m = 2 needs warp_specialized, no persistent grid, split_k = 1 and unpacked weights}}
+  %o = moe.grouped_matmul %x, %w, %s, %e, %n input(token) output(sorted)
+      {block_m = 64, num_slots = 2, config = #moe.gemm_config<block_m = 64, block_n = 64, block_k = 64, num_stages = 4, cluster_m = 2>}
+    : (tensor<?x64xbf16>, tensor<4x64x64xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>) -> tensor<?x64xbf16>
+  return %o : tensor<?x64xbf16>
+}
+

@@ -30,7 +30,6 @@
 // CHECK-SAME: block = [256, 1, 1], smem = 114688, args = ["arg0", map "arg3_map", "route_sorted_ids", "route_expert_ids", "route_num_padded", "arg5", "gemm_output", i32 "T"]
 // full: the 128 producer threads; empty: the consumers; staged: the leader.
 // CHECK: nvgpu.mbarrier.init %[[FULL:.*]][%{{.*}}], %c128
-// CHECK-NEXT: arith.constant 128
 // CHECK-NEXT: arith.constant 0
 // CHECK-NEXT: nvgpu.mbarrier.init %[[EMPTY:.*]][%{{.*}}], %c128
 // CHECK-NEXT: arith.constant 1

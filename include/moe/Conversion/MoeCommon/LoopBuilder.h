@@ -112,6 +112,16 @@ struct LoopBuilder {
     b.setInsertionPointToStart(ifOp.thenBlock());
     body();
   }
+  /// Emits `if (cond) thenBody else elseBody`.
+  void ifThenElse(Value cond, function_ref<void()> thenBody,
+                  function_ref<void()> elseBody) {
+    auto ifOp = scf::IfOp::create(b, cond, /*withElseRegion=*/true);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    thenBody();
+    b.setInsertionPointToStart(ifOp.elseBlock());
+    elseBody();
+  }
 
   Value cmpf(arith::CmpFPredicate predicate, Value lhs, Value rhs) {
     return arith::CmpFOp::create(b, predicate, lhs, rhs);

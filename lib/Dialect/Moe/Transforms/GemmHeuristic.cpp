@@ -58,10 +58,13 @@ int64_t mlir::moe::getWeightBits(GroupedMatmulOp op) {
          (quantization ? quantization.getWeightPacking() : 1);
 }
 
+int64_t mlir::moe::getWeightBoxRows(GroupedMatmulOp op, GemmConfigAttr config) {
+  return op.isGated() ? config.getBlockN() / 2 : config.getBlockN();
+}
+
 SmallVector<int64_t> mlir::moe::getWeightsTmaBox(GroupedMatmulOp op,
                                                  GemmConfigAttr config) {
-  int64_t rows = op.isGated() ? config.getBlockN() / 2 : config.getBlockN();
-  return {1, rows,
+  return {1, getWeightBoxRows(op, config) / config.getClusterM(),
           config.getBlockK() * getWeightBits(op) /
               op.getWeightsType().getElementTypeBitWidth()};
 }

@@ -47,9 +47,14 @@ int64_t getTileElementBytes(GroupedMatmulOp op);
 /// Bits the weights store per value (4 for MXFP4, scales aside).
 int64_t getWeightBits(GroupedMatmulOp op);
 
-/// The TMA box (outermost first) of the tensor-core kernel's weight tiles
-/// under `config`: one expert, block_n rows of N (two boxes of block_n / 2,
-/// the gate and the up rows, when the epilogue is gated), block_k values of
+/// Rows of N in each box of the tensor-core kernel's weight tile under
+/// `config`: block_n, or block_n / 2 when the epilogue is gated (two boxes,
+/// the gate and the up rows).
+int64_t getWeightBoxRows(GroupedMatmulOp op, GemmConfigAttr config);
+
+/// The TMA box (outermost first) of the tensor-core kernel's weight loads
+/// under `config`: one expert, a weight box's rows (getWeightBoxRows) shared
+/// out over the cluster_m blocks that multicast the tile, block_k values of
 /// K (block_k / 2 packed MXFP4 bytes).
 SmallVector<int64_t> getWeightsTmaBox(GroupedMatmulOp op,
                                       GemmConfigAttr config);
