@@ -12,6 +12,7 @@
 
 #include "moe/Conversion/MoeCommon/LoopBuilder.h"
 #include "moe/CpuJit/CpuFunction.h"
+#include "moe/Dialect/Moe/Transforms/Passes.h"
 #include "moe/Reference/Quantization.h"
 #include "moe/Reference/Reference.h"
 #include "moe/Registration/Registration.h"
@@ -19,6 +20,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include "gtest/gtest.h"
@@ -27,6 +29,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -1505,6 +1508,258 @@ TEST(FusedExperts, Mxfp4BitExact) {
                             expected.data(),
                             [&](float value) { return roundTo(type, value); });
     expectSameBits(output, expected);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Expert parallel: moe-expert-parallel's phases, the ranks in one process
+//===----------------------------------------------------------------------===//
+
+/// The layer of the expert-parallel tests: T tokens per rank, E routed
+/// experts (rank 0 of any world up to 8 holds at least top_k of them) and
+/// a shared one, softmax top-4 with a correction bias, expert biases.
+struct EpLayer {
+  static constexpr int64_t t = 6, h = 32, intermediate = 16, e = 32, x = 1;
+  ElementType type;
+
+  reference::Router router() const {
+    reference::Router router = softmaxTopK(4, /*renormalize=*/true);
+    router.numSharedExperts = x;
+    return router;
+  }
+  int64_t slots() const { return router().numSlots(); }
+
+  /// The layer's function on `weights` ({w13, w2, w13_bias, w2_bias}),
+  /// rank `rank` of `world` when `world` is given.
+  std::string source(const std::vector<HostTensor> &weights,
+                     std::optional<std::pair<int64_t, int64_t>> world) const {
+    std::vector<HostTensor> inputs = {HostTensor(type, {t, h}),
+                                      HostTensor(ElementType::F32, {t, e}),
+                                      weights[0],
+                                      weights[1],
+                                      HostTensor(ElementType::F32, {e}),
+                                      weights[2],
+                                      weights[3]};
+    std::string parallel =
+        world ? llvm::formatv(", expert_parallel = #moe.expert_parallel<world "
+                              "= {0}, rank = {1}>",
+                              world->first, world->second)
+                    .str()
+              : "";
+    return layerFunction(
+        inputs, /*perToken=*/0,
+        llvm::formatv("moe.fused_moe %a0, %a1, %a2, %a3 bias(%a4) biases(%a5, "
+                      "%a6) activation(silu_and_mul) {{router = {0}{1}}",
+                      routerText(router()), parallel),
+        llvm::formatv("tensor<{0}x{1}x{2}>", t, h, name(type)));
+  }
+};
+
+/// Experts [first, first + count) and the shared ones of `full`, [E+X, ...]:
+/// a rank's local experts.
+HostTensor localExperts(const HostTensor &full, int64_t first, int64_t count) {
+  int64_t bytes = full.bytes.size() / full.shape[0];
+  std::vector<int64_t> shape = full.shape;
+  shape[0] = count + EpLayer::x;
+  HostTensor local(full.type, shape);
+  auto copy = [&](int64_t from, int64_t to, int64_t experts) {
+    std::memcpy(local.bytes.data() + to * bytes,
+                full.bytes.data() + from * bytes, experts * bytes);
+  };
+  copy(first, 0, count);
+  copy(EpLayer::e, count, EpLayer::x);
+  return local;
+}
+
+/// One rank's phases of the expert-parallel layer, compiled.
+struct RankPhases {
+  std::unique_ptr<CpuFunction> dispatch, experts, combine;
+};
+
+/// Splits `source` by moe-expert-parallel and compiles its three phases.
+std::optional<RankPhases> compilePhases(const std::string &source) {
+  OwningOpRef<ModuleOp> module =
+      parseSourceString<ModuleOp>(source, &sharedContext());
+  PassManager pm(&sharedContext());
+  pm.addPass(createMoeExpertParallel());
+  if (!module || failed(pm.run(*module))) {
+    ADD_FAILURE() << "does not split:\n" << source;
+    return std::nullopt;
+  }
+  RankPhases phases;
+  for (auto [function, entry] : {std::pair{&phases.dispatch, "layer_dispatch"},
+                                 {&phases.experts, "layer_experts"},
+                                 {&phases.combine, "layer_combine"}}) {
+    // Each phase alone: compile lowers the whole module.
+    OwningOpRef<ModuleOp> phase = module->clone();
+    for (func::FuncOp other :
+         llvm::make_early_inc_range(phase->getOps<func::FuncOp>()))
+      if (other.getSymName() != entry)
+        other.erase();
+    auto compiled = CpuFunction::compile(*phase, entry);
+    if (!compiled) {
+      ADD_FAILURE() << llvm::toString(compiled.takeError());
+      return std::nullopt;
+    }
+    *function = std::move(*compiled);
+  }
+  return phases;
+}
+
+/// One rank's inputs: its tokens' hidden states and logits.
+struct RankTokens {
+  HostTensor hidden, logits;
+};
+
+/// W ranks of the layer in one process: each rank's phases and weights,
+/// and the exchange buffers of all ranks (on GPUs, the peers' symmetric
+/// memory), stale from the start as no call clears them: NaN rows,
+/// weights and returned rows, out-of-range slots, garbage counts.
+class SimulatedRanks {
+public:
+  SimulatedRanks(const EpLayer &layer, int64_t world,
+                 const std::vector<HostTensor> &weights, HostTensor bias)
+      : world(world), bias(std::move(bias)) {
+    int64_t perRank = EpLayer::e / world, local = perRank + EpLayer::x;
+    int64_t rows = local * world * EpLayer::t;
+    float nan = std::numeric_limits<float>::quiet_NaN();
+    buffers = {
+        HostTensor::fromFloats(
+            layer.type, {world, rows, EpLayer::h},
+            std::vector<float>(rows * world * EpLayer::h, nan)),
+        HostTensor::fromFloats(ElementType::F32, {world, rows},
+                               std::vector<float>(world * rows, nan)),
+        HostTensor::fromInts({world, rows},
+                             std::vector<int32_t>(world * rows, -7)),
+        HostTensor::fromInts({world, local, world},
+                             std::vector<int32_t>(world * local * world, 99))};
+    int64_t returned = world * EpLayer::t * layer.slots() * EpLayer::h;
+    this->returned = HostTensor::fromFloats(
+        layer.type, {world, EpLayer::t, layer.slots(), EpLayer::h},
+        std::vector<float>(returned, nan));
+    for (int64_t rank = 0; rank < world; ++rank) {
+      std::vector<HostTensor> mine;
+      for (const HostTensor &full : weights)
+        mine.push_back(localExperts(full, rank * perRank, perRank));
+      std::optional<RankPhases> compiled =
+          compilePhases(layer.source(mine, std::pair{world, rank}));
+      if (!compiled)
+        return;
+      phases.push_back(std::move(*compiled));
+      localWeights.push_back(std::move(mine));
+    }
+  }
+
+  bool compiled() const { return static_cast<int64_t>(phases.size()) == world; }
+
+  /// Each phase for ranks 0 .. W-1 in turn on the shared buffers; returns
+  /// every rank's output.
+  std::vector<std::vector<float>> call(const std::vector<RankTokens> &tokens) {
+    for (int64_t rank = 0; rank < world; ++rank) {
+      std::vector<HostTensor> inputs = {tokens[rank].hidden,
+                                        tokens[rank].logits, bias};
+      inputs.insert(inputs.end(), buffers.begin(), buffers.end());
+      buffers = run(*phases[rank].dispatch, inputs);
+      if (buffers.size() != 4)
+        return {};
+    }
+    for (int64_t rank = 0; rank < world; ++rank) {
+      std::vector<HostTensor> inputs = localWeights[rank];
+      inputs.insert(inputs.end(), buffers.begin(), buffers.end());
+      inputs.push_back(returned);
+      std::vector<HostTensor> outputs = run(*phases[rank].experts, inputs);
+      if (outputs.size() != 1)
+        return {};
+      returned = outputs[0];
+    }
+    std::vector<std::vector<float>> results;
+    for (int64_t rank = 0; rank < world; ++rank) {
+      std::vector<HostTensor> outputs = run(*phases[rank].combine, {returned});
+      if (outputs.size() != 1)
+        return {};
+      results.push_back(outputs[0].toFloats());
+    }
+    return results;
+  }
+
+private:
+  int64_t world;
+  HostTensor bias;
+  std::vector<RankPhases> phases;
+  std::vector<std::vector<HostTensor>> localWeights;
+  std::vector<HostTensor> buffers;
+  HostTensor returned;
+};
+
+/// Random tokens of `ranks` ranks; with `skewed`, logits that send every
+/// token's top_k to experts 0 .. 3, all on rank 0, filling its regions.
+std::vector<RankTokens> epTokens(std::mt19937 &generator, const EpLayer &layer,
+                                 int64_t ranks, bool skewed) {
+  std::vector<RankTokens> tokens;
+  for (int64_t rank = 0; rank < ranks; ++rank) {
+    std::vector<float> logits =
+        uniform(generator, EpLayer::t * EpLayer::e, 3.0f);
+    if (skewed)
+      for (int64_t t = 0; t < EpLayer::t; ++t)
+        for (int64_t e = 0; e < 4; ++e)
+          logits[t * EpLayer::e + e] += 20.0f;
+    tokens.push_back({HostTensor::fromFloats(
+                          layer.type, {EpLayer::t, EpLayer::h},
+                          uniform(generator, EpLayer::t * EpLayer::h, 2.0f)),
+                      HostTensor::fromFloats(
+                          ElementType::F32, {EpLayer::t, EpLayer::e}, logits)});
+  }
+  return tokens;
+}
+
+// For W = 1, 2, 4, 8 ranks, each rank's phases (gate and dispatch, local
+// experts, combine) run in turn in one process equal the single-device
+// layer on the same weights bit for bit, on random routing and then, on the
+// same uncleared buffers, with every token sent to rank 0's experts.
+TEST(ExpertParallel, EveryWorldEqualsTheSingleDeviceLayerBitForBit) {
+  for (ElementType type : {ElementType::BF16, ElementType::F32}) {
+    SCOPED_TRACE(name(type));
+    EpLayer layer{type};
+    const int64_t e = EpLayer::e, stored = e + EpLayer::x;
+    const int64_t h = EpLayer::h, i = EpLayer::intermediate;
+    std::mt19937 generator(19);
+    std::vector<HostTensor> weights = {
+        HostTensor::fromFloats(type, {stored, 2 * i, h},
+                               uniform(generator, stored * 2 * i * h, 0.3f)),
+        HostTensor::fromFloats(type, {stored, h, i},
+                               uniform(generator, stored * h * i, 0.3f)),
+        HostTensor::fromFloats(type, {stored, 2 * i},
+                               uniform(generator, stored * 2 * i, 0.5f)),
+        HostTensor::fromFloats(type, {stored, h},
+                               uniform(generator, stored * h, 0.5f))};
+    HostTensor bias = HostTensor::fromFloats(ElementType::F32, {e},
+                                             uniform(generator, e, 0.5f));
+    std::unique_ptr<CpuFunction> single =
+        compile(layer.source(weights, std::nullopt));
+    ASSERT_TRUE(single);
+    for (int64_t world : {1, 2, 4, 8}) {
+      SCOPED_TRACE(llvm::formatv("world = {0}", world).str());
+      SimulatedRanks ranks(layer, world, weights, bias);
+      ASSERT_TRUE(ranks.compiled());
+      for (bool skewed : {false, true}) {
+        SCOPED_TRACE(skewed ? "skewed" : "random");
+        std::vector<RankTokens> tokens =
+            epTokens(generator, layer, world, skewed);
+        std::vector<std::vector<float>> outputs = ranks.call(tokens);
+        ASSERT_EQ(static_cast<int64_t>(outputs.size()), world);
+        for (int64_t rank = 0; rank < world; ++rank) {
+          std::vector<HostTensor> expected = run(
+              *single, {tokens[rank].hidden, tokens[rank].logits, weights[0],
+                        weights[1], bias, weights[2], weights[3]});
+          ASSERT_EQ(expected.size(), 1u);
+          std::vector<float> values = expected[0].toFloats();
+          ASSERT_TRUE(std::none_of(values.begin(), values.end(),
+                                   [](float v) { return std::isnan(v); }));
+          SCOPED_TRACE(llvm::formatv("rank {0}", rank).str());
+          expectSameBits(outputs[rank], values);
+        }
+      }
+    }
   }
 }
 

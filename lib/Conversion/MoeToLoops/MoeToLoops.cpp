@@ -631,6 +631,197 @@ struct CombineToLoops : OpRewritePattern<CombineOp> {
   }
 };
 
+//===----------------------------------------------------------------------===//
+// Expert-parallel exchange
+//===----------------------------------------------------------------------===//
+
+/// A fresh buffer holding the contents of `tensor`: the buffers an exchange
+/// op updates keep what other ranks wrote.
+Value copyOf(LoopBuilder &lb, Value tensor) {
+  Value copy = lb.alloc(tensor.getType());
+  memref::CopyOp::create(lb.b, lb.toBuffer(tensor), copy);
+  return copy;
+}
+
+/// counts[indices] clamped to [0, capacity]: rows past a region's capacity
+/// were never written.
+Value regionRows(LoopBuilder &lb, Value counts, ValueRange indices,
+                 int64_t capacity) {
+  ImplicitLocOpBuilder &b = lb.b;
+  Value count = lb.toIndex(lb.load(counts, indices));
+  Value nonNegative = arith::MaxSIOp::create(b, count, lb.index(0));
+  return arith::MinSIOp::create(b, nonNegative, lb.index(capacity));
+}
+
+/// Row (e * W + src) * C + i of a receive buffer.
+Value receiveRow(LoopBuilder &lb, Value expert, Value source, Value i,
+                 int64_t world, int64_t capacity) {
+  ImplicitLocOpBuilder &b = lb.b;
+  Value region = arith::AddIOp::create(
+      b, arith::MulIOp::create(b, expert, lb.index(world)), source);
+  return arith::AddIOp::create(
+      b, arith::MulIOp::create(b, region, lb.index(capacity)), i);
+}
+
+/// Pattern: moe.ep_dispatch(x, ids, w) into(buffers) => copies of the
+/// buffers with this rank's counts reset, then per slot in order its row,
+/// weight and slot id appended to its expert's region from this rank.
+struct EpDispatchToLoops : OpRewritePattern<EpDispatchOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(EpDispatchOp op,
+                                PatternRewriter &rewriter) const override {
+    ImplicitLocOpBuilder b(op.getLoc(), rewriter);
+    LoopBuilder lb{b};
+    ExpertParallelAttr parallel = op.getExpertParallel();
+    int64_t world = parallel.getWorld(), numExperts = op.getNumExperts();
+    auto countsType = cast<RankedTensorType>(op.getRecvCounts().getType());
+    auto rowsType = cast<RankedTensorType>(op.getRecvRows().getType());
+    auto idsType = cast<RankedTensorType>(op.getIds().getType());
+    int64_t local = countsType.getDimSize(1);
+    int64_t routedLocal = parallel.getLocalExperts(numExperts);
+    int64_t capacity = rowsType.getDimSize(1) / (local * world);
+    int64_t numSlots = idsType.getDimSize(1);
+    int64_t hiddenSize = rowsType.getDimSize(2);
+
+    Value hidden = lb.toBuffer(op.getHiddenStates());
+    Value ids = lb.toBuffer(op.getIds());
+    Value weights = lb.toBuffer(op.getWeights());
+    Value rows = copyOf(lb, op.getRecvRows());
+    Value routedWeights = copyOf(lb, op.getRecvWeights());
+    Value slots = copyOf(lb, op.getRecvSlots());
+    Value counts = copyOf(lb, op.getRecvCounts());
+    Value rank = lb.index(parallel.getRank());
+    lb.loop(world, [&](Value d) {
+      lb.loop(local,
+              [&](Value e) { lb.store(lb.i32(0), counts, {d, e, rank}); });
+    });
+
+    Value firstShared = lb.i32(numExperts);
+    lb.loop(idsType.getDimSize(0), [&](Value t) {
+      lb.loop(numSlots, [&](Value s) {
+        Value id = lb.load(ids, {t, s});
+        Value stored = lb.i32(numExperts + local - routedLocal);
+        lb.ifThen(lb.inRange(id, lb.i32(0), stored), [&] {
+          // A routed expert's rank and index there; a shared one stays.
+          Value routed = lb.cmpi(arith::CmpIPredicate::slt, id, firstShared);
+          Value perRank = lb.i32(routedLocal);
+          Value d = lb.select(routed, arith::DivUIOp::create(b, id, perRank),
+                              lb.toI32(rank));
+          Value e = lb.select(
+              routed, arith::RemUIOp::create(b, id, perRank),
+              arith::AddIOp::create(
+                  b, arith::SubIOp::create(b, id, firstShared), perRank));
+          d = lb.toIndex(d);
+          e = lb.toIndex(e);
+          Value count = lb.load(counts, {d, e, rank});
+          lb.store(arith::AddIOp::create(b, count, lb.i32(1)), counts,
+                   {d, e, rank});
+          Value i = lb.toIndex(count);
+          lb.ifThen(
+              lb.cmpi(arith::CmpIPredicate::slt, i, lb.index(capacity)), [&] {
+                Value row = receiveRow(lb, e, rank, i, world, capacity);
+                lb.loop(hiddenSize, [&](Value h) {
+                  lb.store(lb.load(hidden, {t, h}), rows, {d, row, h});
+                });
+                lb.store(lb.load(weights, {t, s}), routedWeights, {d, row});
+                Value slot = arith::AddIOp::create(
+                    b, arith::MulIOp::create(b, t, lb.index(numSlots)), s);
+                lb.store(lb.toI32(slot), slots, {d, row});
+              });
+        });
+      });
+    });
+    rewriter.replaceOp(
+        op, {lb.toTensor(op.getRows().getType(), rows),
+             lb.toTensor(op.getRoutedWeights().getType(), routedWeights),
+             lb.toTensor(op.getSlots().getType(), slots),
+             lb.toTensor(op.getCounts().getType(), counts)});
+    return success();
+  }
+};
+
+/// Pattern: moe.ep_route(counts) => sorted_ids the row itself below its
+/// region's count (the sentinel past it), expert_ids the region's expert.
+struct EpRouteToLoops : OpRewritePattern<EpRouteOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(EpRouteOp op,
+                                PatternRewriter &rewriter) const override {
+    ImplicitLocOpBuilder b(op.getLoc(), rewriter);
+    LoopBuilder lb{b};
+    auto countsType = cast<RankedTensorType>(op.getCounts().getType());
+    int64_t local = countsType.getDimSize(0), world = countsType.getDimSize(1);
+    int64_t rows =
+        cast<RankedTensorType>(op.getSortedIds().getType()).getDimSize(0);
+    int64_t capacity = rows / (local * world);
+    Value counts = lb.toBuffer(op.getCounts());
+    Value sortedIds = lb.alloc(op.getSortedIds().getType());
+    Value expertIds = lb.alloc(op.getExpertIds().getType());
+    Value numPadded = lb.alloc(op.getNumPadded().getType());
+    lb.loop(local, [&](Value e) {
+      lb.loop(world, [&](Value src) {
+        Value current = regionRows(lb, counts, {e, src}, capacity);
+        lb.loop(capacity, [&](Value i) {
+          Value row = receiveRow(lb, e, src, i, world, capacity);
+          Value written = lb.cmpi(arith::CmpIPredicate::slt, i, current);
+          lb.store(lb.toI32(lb.select(written, row, lb.index(rows))), sortedIds,
+                   row);
+          lb.store(lb.toI32(e), expertIds, row);
+        });
+      });
+    });
+    lb.store(lb.i32(rows), numPadded, {});
+    rewriter.replaceOp(op,
+                       {lb.toTensor(op.getSortedIds().getType(), sortedIds),
+                        lb.toTensor(op.getExpertIds().getType(), expertIds),
+                        lb.toTensor(op.getNumPadded().getType(), numPadded)});
+    return success();
+  }
+};
+
+/// Pattern: moe.ep_combine(rows, slots, counts) into(returned) => a copy of
+/// returned with each current row stored at its source's slot.
+struct EpCombineToLoops : OpRewritePattern<EpCombineOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(EpCombineOp op,
+                                PatternRewriter &rewriter) const override {
+    ImplicitLocOpBuilder b(op.getLoc(), rewriter);
+    LoopBuilder lb{b};
+    auto returnedType = cast<RankedTensorType>(op.getReturned().getType());
+    auto countsType = cast<RankedTensorType>(op.getCounts().getType());
+    int64_t local = countsType.getDimSize(0), world = countsType.getDimSize(1);
+    int64_t capacity = returnedType.getDimSize(1);
+    int64_t numSlots = returnedType.getDimSize(2);
+    int64_t hiddenSize = returnedType.getDimSize(3);
+    Value rows = lb.toBuffer(op.getRows());
+    Value slots = lb.toBuffer(op.getSlots());
+    Value counts = lb.toBuffer(op.getCounts());
+    Value returned = copyOf(lb, op.getReturned());
+    lb.loop(local, [&](Value e) {
+      lb.loop(world, [&](Value src) {
+        Value current = regionRows(lb, counts, {e, src}, capacity);
+        lb.loop(lb.index(0), current, [&](Value i) {
+          Value row = receiveRow(lb, e, src, i, world, capacity);
+          Value slot = lb.toIndex(lb.load(slots, row));
+          lb.ifThen(
+              lb.inRange(slot, lb.index(0), lb.index(capacity * numSlots)),
+              [&] {
+                Value t = arith::DivUIOp::create(b, slot, lb.index(numSlots));
+                Value s = arith::RemUIOp::create(b, slot, lb.index(numSlots));
+                lb.loop(hiddenSize, [&](Value h) {
+                  lb.store(lb.load(rows, {row, h}), returned, {src, t, s, h});
+                });
+              });
+        });
+      });
+    });
+    rewriter.replaceOp(op, lb.toTensor(returnedType, returned));
+    return success();
+  }
+};
+
 struct ConvertMoeToLoopsPass
     : moe::impl::ConvertMoeToLoopsBase<ConvertMoeToLoopsPass> {
   void runOnOperation() override {
@@ -658,6 +849,8 @@ struct ConvertMoeToLoopsPass
 } // namespace
 
 void mlir::moe::populateMoeToLoopsPatterns(RewritePatternSet &patterns) {
-  patterns.add<GateToLoops, RouteToLoops, GroupedMatmulToLoops, QuantizeToLoops,
-               CombineToLoops>(patterns.getContext());
+  patterns
+      .add<GateToLoops, RouteToLoops, GroupedMatmulToLoops, QuantizeToLoops,
+           CombineToLoops, EpDispatchToLoops, EpRouteToLoops, EpCombineToLoops>(
+          patterns.getContext());
 }

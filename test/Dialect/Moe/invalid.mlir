@@ -1343,3 +1343,119 @@ func.func @i8_weights_without_quantization(%x: tensor<?x64xbf16>, %w: tensor<4x1
   %h = moe.grouped_matmul %x, %w, %sorted, %experts, %n input(token) output(sorted) activation(silu_and_mul) {block_m = 64, num_slots = 2} : (tensor<?x64xbf16>, tensor<4x128x32xi8>, tensor<?xi32>, tensor<?xi32>, tensor<i32>) -> tensor<?x64xbf16>
   return
 }
+
+//===----------------------------------------------------------------------===//
+// Expert parallel
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @ep_rank_past_world(%x: tensor<4x64xbf16>, %l: tensor<4x8xf32>, %w13: tensor<5x256x64xbf16>, %w2: tensor<5x64x128xbf16>) {
+  // expected-error @below {{rank must be in [0, world = 2), got 2}}
+  %y = moe.fused_moe %x, %l, %w13, %w2 activation(silu_and_mul) {router = #moe.router<scoring = softmax, top_k = 2, num_shared_experts = 1>, expert_parallel = #moe.expert_parallel<world = 2, rank = 2>} : (tensor<4x64xbf16>, tensor<4x8xf32>, tensor<5x256x64xbf16>, tensor<5x64x128xbf16>) -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+func.func @ep_no_world(%x: tensor<4x64xbf16>, %l: tensor<4x8xf32>, %w13: tensor<5x256x64xbf16>, %w2: tensor<5x64x128xbf16>) {
+  // expected-error @below {{world must be in [1, 2147483647], got 0}}
+  %y = moe.fused_moe %x, %l, %w13, %w2 activation(silu_and_mul) {router = #moe.router<scoring = softmax, top_k = 2, num_shared_experts = 1>, expert_parallel = #moe.expert_parallel<world = 0, rank = 0>} : (tensor<4x64xbf16>, tensor<4x8xf32>, tensor<5x256x64xbf16>, tensor<5x64x128xbf16>) -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+func.func @ep_uneven_split(%x: tensor<4x64xbf16>, %l: tensor<4x8xf32>, %w13: tensor<3x256x64xbf16>, %w2: tensor<3x64x128xbf16>) {
+  // expected-error @below {{'moe.fused_moe' op expects the 8 routed experts to split evenly over world = 3 ranks}}
+  %y = moe.fused_moe %x, %l, %w13, %w2 activation(silu_and_mul) {router = #moe.router<scoring = softmax, top_k = 2, num_shared_experts = 1>, expert_parallel = #moe.expert_parallel<world = 3, rank = 0>} : (tensor<4x64xbf16>, tensor<4x8xf32>, tensor<3x256x64xbf16>, tensor<3x64x128xbf16>) -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+func.func @ep_dynamic_tokens(%x: tensor<?x64xbf16>, %l: tensor<?x8xf32>, %w13: tensor<5x256x64xbf16>, %w2: tensor<5x64x128xbf16>) {
+  // expected-error @below {{'moe.fused_moe' op expects 'hidden_states' token count T (each rank's bucket, which sizes the exchange's buffers) to be static, got 'tensor<?x64xbf16>'}}
+  %y = moe.fused_moe %x, %l, %w13, %w2 activation(silu_and_mul) {router = #moe.router<scoring = softmax, top_k = 2, num_shared_experts = 1>, expert_parallel = #moe.expert_parallel<world = 2, rank = 0>} : (tensor<?x64xbf16>, tensor<?x8xf32>, tensor<5x256x64xbf16>, tensor<5x64x128xbf16>) -> tensor<?x64xbf16>
+  return
+}
+
+// -----
+
+func.func @ep_all_experts(%x: tensor<4x64xbf16>, %l: tensor<4x8xf32>, %w13: tensor<9x256x64xbf16>, %w2: tensor<9x64x128xbf16>) {
+  // expected-error @below {{'moe.fused_moe' op expects 'w13' of shape [E/W+X, 2I, H] = [5, 256, 64], got 'tensor<9x256x64xbf16>'}}
+  %y = moe.fused_moe %x, %l, %w13, %w2 activation(silu_and_mul) {router = #moe.router<scoring = softmax, top_k = 2, num_shared_experts = 1>, expert_parallel = #moe.expert_parallel<world = 2, rank = 0>} : (tensor<4x64xbf16>, tensor<4x8xf32>, tensor<9x256x64xbf16>, tensor<9x64x128xbf16>) -> tensor<4x64xbf16>
+  return
+}
+
+// -----
+
+func.func @ep_receive_rows_overflow(%x: tensor<1073741824x64xbf16>, %l: tensor<1073741824x8xf32>, %w13: tensor<4x256x64xbf16>, %w2: tensor<4x64x128xbf16>) {
+  // expected-error @below {{'moe.fused_moe' op expects a receive buffer of (E/W+X)*W*T = 4*2*1073741824 rows, at most 2147483647}}
+  %y = moe.fused_moe %x, %l, %w13, %w2 activation(silu_and_mul) {router = #moe.router<scoring = softmax, top_k = 1>, expert_parallel = #moe.expert_parallel<world = 2, rank = 0>} : (tensor<1073741824x64xbf16>, tensor<1073741824x8xf32>, tensor<4x256x64xbf16>, tensor<4x64x128xbf16>) -> tensor<1073741824x64xbf16>
+  return
+}
+
+// -----
+
+func.func @ep_dispatch_capacity(%x: tensor<4x64xbf16>, %ids: tensor<4x3xi32>, %w: tensor<4x3xf32>, %rows: tensor<2x30x64xbf16>, %weights: tensor<2x30xf32>, %slots: tensor<2x30xi32>, %counts: tensor<2x5x2xi32>) {
+  // expected-error @below {{'moe.ep_dispatch' op expects a capacity C of at least T = 4 rows per (local expert, source rank), so that no region overflows, got 3}}
+  %r:4 = moe.ep_dispatch %x, %ids, %w into(%rows, %weights, %slots, %counts) {expert_parallel = #moe.expert_parallel<world = 2, rank = 0>, num_experts = 8} : (tensor<4x64xbf16>, tensor<4x3xi32>, tensor<4x3xf32>, tensor<2x30x64xbf16>, tensor<2x30xf32>, tensor<2x30xi32>, tensor<2x5x2xi32>) -> (tensor<2x30x64xbf16>, tensor<2x30xf32>, tensor<2x30xi32>, tensor<2x5x2xi32>)
+  return
+}
+
+// -----
+
+func.func @ep_dispatch_ragged_regions(%x: tensor<4x64xbf16>, %ids: tensor<4x3xi32>, %w: tensor<4x3xf32>, %rows: tensor<2x41x64xbf16>, %weights: tensor<2x41xf32>, %slots: tensor<2x41xi32>, %counts: tensor<2x5x2xi32>) {
+  // expected-error @below {{'moe.ep_dispatch' op expects 'recv_rows' to hold L*W*C rows, a multiple of L*W = 5*2, got 41}}
+  %r:4 = moe.ep_dispatch %x, %ids, %w into(%rows, %weights, %slots, %counts) {expert_parallel = #moe.expert_parallel<world = 2, rank = 0>, num_experts = 8} : (tensor<4x64xbf16>, tensor<4x3xi32>, tensor<4x3xf32>, tensor<2x41x64xbf16>, tensor<2x41xf32>, tensor<2x41xi32>, tensor<2x5x2xi32>) -> (tensor<2x41x64xbf16>, tensor<2x41xf32>, tensor<2x41xi32>, tensor<2x5x2xi32>)
+  return
+}
+
+// -----
+
+func.func @ep_dispatch_counts_of_other_world(%x: tensor<4x64xbf16>, %ids: tensor<4x3xi32>, %w: tensor<4x3xf32>, %rows: tensor<2x40x64xbf16>, %weights: tensor<2x40xf32>, %slots: tensor<2x40xi32>, %counts: tensor<4x5x4xi32>) {
+  // expected-error @below {{'moe.ep_dispatch' op expects 'recv_counts' of shape [W, L, W] = [2, 5, 2], got 'tensor<4x5x4xi32>'}}
+  %r:4 = moe.ep_dispatch %x, %ids, %w into(%rows, %weights, %slots, %counts) {expert_parallel = #moe.expert_parallel<world = 2, rank = 0>, num_experts = 8} : (tensor<4x64xbf16>, tensor<4x3xi32>, tensor<4x3xf32>, tensor<2x40x64xbf16>, tensor<2x40xf32>, tensor<2x40xi32>, tensor<4x5x4xi32>) -> (tensor<2x40x64xbf16>, tensor<2x40xf32>, tensor<2x40xi32>, tensor<4x5x4xi32>)
+  return
+}
+
+// -----
+
+func.func @ep_dispatch_too_few_local_experts(%x: tensor<4x64xbf16>, %ids: tensor<4x3xi32>, %w: tensor<4x3xf32>, %rows: tensor<2x24x64xbf16>, %weights: tensor<2x24xf32>, %slots: tensor<2x24xi32>, %counts: tensor<2x3x2xi32>) {
+  // expected-error @below {{'moe.ep_dispatch' op expects L = E/W + X >= 4 local experts in 'recv_counts', got 3}}
+  %r:4 = moe.ep_dispatch %x, %ids, %w into(%rows, %weights, %slots, %counts) {expert_parallel = #moe.expert_parallel<world = 2, rank = 0>, num_experts = 8} : (tensor<4x64xbf16>, tensor<4x3xi32>, tensor<4x3xf32>, tensor<2x24x64xbf16>, tensor<2x24xf32>, tensor<2x24xi32>, tensor<2x3x2xi32>) -> (tensor<2x24x64xbf16>, tensor<2x24xf32>, tensor<2x24xi32>, tensor<2x3x2xi32>)
+  return
+}
+
+// -----
+
+func.func @ep_dispatch_uneven_split(%x: tensor<4x64xbf16>, %ids: tensor<4x3xi32>, %w: tensor<4x3xf32>, %rows: tensor<2x40x64xbf16>, %weights: tensor<2x40xf32>, %slots: tensor<2x40xi32>, %counts: tensor<2x5x2xi32>) {
+  // expected-error @below {{'moe.ep_dispatch' op expects the 9 routed experts to split evenly over world = 2 ranks}}
+  %r:4 = moe.ep_dispatch %x, %ids, %w into(%rows, %weights, %slots, %counts) {expert_parallel = #moe.expert_parallel<world = 2, rank = 0>, num_experts = 9} : (tensor<4x64xbf16>, tensor<4x3xi32>, tensor<4x3xf32>, tensor<2x40x64xbf16>, tensor<2x40xf32>, tensor<2x40xi32>, tensor<2x5x2xi32>) -> (tensor<2x40x64xbf16>, tensor<2x40xf32>, tensor<2x40xi32>, tensor<2x5x2xi32>)
+  return
+}
+
+// -----
+
+func.func @ep_dispatch_result_type(%x: tensor<4x64xbf16>, %ids: tensor<4x3xi32>, %w: tensor<4x3xf32>, %rows: tensor<2x40x64xbf16>, %weights: tensor<2x40xf32>, %slots: tensor<2x40xi32>, %counts: tensor<2x5x2xi32>) {
+  // expected-error @below {{'moe.ep_dispatch' op expects result 'rows' of the type of the buffer it updates ('tensor<2x40x64xbf16>'), got 'tensor<2x40x64xf16>'}}
+  %r:4 = moe.ep_dispatch %x, %ids, %w into(%rows, %weights, %slots, %counts) {expert_parallel = #moe.expert_parallel<world = 2, rank = 0>, num_experts = 8} : (tensor<4x64xbf16>, tensor<4x3xi32>, tensor<4x3xf32>, tensor<2x40x64xbf16>, tensor<2x40xf32>, tensor<2x40xi32>, tensor<2x5x2xi32>) -> (tensor<2x40x64xf16>, tensor<2x40xf32>, tensor<2x40xi32>, tensor<2x5x2xi32>)
+  return
+}
+
+// -----
+
+func.func @ep_route_ragged_regions(%counts: tensor<5x2xi32>) {
+  // expected-error @below {{'moe.ep_route' op expects 'sorted_ids' to hold L*W*C rows, a multiple of L*W = 5*2, got 42}}
+  %s, %e, %n = moe.ep_route %counts : (tensor<5x2xi32>) -> (tensor<42xi32>, tensor<42xi32>, tensor<i32>)
+  return
+}
+
+// -----
+
+func.func @ep_combine_capacity(%rows: tensor<40x64xbf16>, %slots: tensor<40xi32>, %counts: tensor<5x2xi32>, %returned: tensor<2x3x3x64xbf16>) {
+  // expected-error @below {{'moe.ep_combine' op expects 'returned' of shape [W, C, S, H] = [2, 4, 3, 64], got 'tensor<2x3x3x64xbf16>'}}
+  %r = moe.ep_combine %rows, %slots, %counts into(%returned) : (tensor<40x64xbf16>, tensor<40xi32>, tensor<5x2xi32>, tensor<2x3x3x64xbf16>) -> tensor<2x3x3x64xbf16>
+  return
+}

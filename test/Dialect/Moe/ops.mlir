@@ -390,3 +390,44 @@ func.func @grouped_matmul_mxfp4(%x: tensor<?x64xbf16>, %w: tensor<4x128x32xi8>,
           tensor<i32>, tensor<4x128x2xf8E8M0FNU>) -> tensor<?x64xbf16>
   return %h : tensor<?x64xbf16>
 }
+
+// Expert parallel: rank 1 of 2 of a layer of 8 routed experts and a shared
+// one holds 4 + 1; its exchange ops over receive buffers of C = 4 rows per
+// (local expert, source rank).
+// CHECK-LABEL: func @expert_parallel_layer
+// CHECK: moe.fused_moe
+// CHECK-SAME: expert_parallel = #moe.expert_parallel<world = 2, rank = 1>
+// CHECK-SAME: (tensor<4x64xbf16>, tensor<4x8xf32>, tensor<5x256x64xbf16>, tensor<5x64x128xbf16>) -> tensor<4x64xbf16>
+func.func @expert_parallel_layer(%x: tensor<4x64xbf16>, %l: tensor<4x8xf32>,
+    %w13: tensor<5x256x64xbf16>, %w2: tensor<5x64x128xbf16>) -> tensor<4x64xbf16> {
+  %y = moe.fused_moe %x, %l, %w13, %w2 activation(silu_and_mul)
+         {router = #moe.router<scoring = softmax, top_k = 2, num_shared_experts = 1>,
+          expert_parallel = #moe.expert_parallel<world = 2, rank = 1>}
+       : (tensor<4x64xbf16>, tensor<4x8xf32>, tensor<5x256x64xbf16>,
+          tensor<5x64x128xbf16>) -> tensor<4x64xbf16>
+  return %y : tensor<4x64xbf16>
+}
+
+// CHECK-LABEL: func @expert_parallel_exchange
+// CHECK: moe.ep_dispatch %{{.*}}, %{{.*}}, %{{.*}} into(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) {expert_parallel = #moe.expert_parallel<world = 2, rank = 1>, num_experts = 8 : i64}
+// CHECK-SAME: -> (tensor<2x40x64xbf16>, tensor<2x40xf32>, tensor<2x40xi32>, tensor<2x5x2xi32>)
+// CHECK: moe.ep_route %{{.*}} : (tensor<5x2xi32>) -> (tensor<40xi32>, tensor<40xi32>, tensor<i32>)
+// CHECK: moe.ep_combine %{{.*}}, %{{.*}}, %{{.*}} into(%{{.*}})
+// CHECK-SAME: -> tensor<2x4x3x64xbf16>
+func.func @expert_parallel_exchange(%x: tensor<4x64xbf16>, %ids: tensor<4x3xi32>,
+    %w: tensor<4x3xf32>, %rows: tensor<2x40x64xbf16>, %weights: tensor<2x40xf32>,
+    %slots: tensor<2x40xi32>, %counts: tensor<2x5x2xi32>, %out: tensor<40x64xbf16>,
+    %mine: tensor<40xi32>, %my_counts: tensor<5x2xi32>, %returned: tensor<2x4x3x64xbf16>)
+    -> tensor<2x4x3x64xbf16> {
+  %r, %rw, %rs, %rc = moe.ep_dispatch %x, %ids, %w into(%rows, %weights, %slots, %counts)
+      {expert_parallel = #moe.expert_parallel<world = 2, rank = 1>, num_experts = 8}
+    : (tensor<4x64xbf16>, tensor<4x3xi32>, tensor<4x3xf32>, tensor<2x40x64xbf16>,
+       tensor<2x40xf32>, tensor<2x40xi32>, tensor<2x5x2xi32>)
+      -> (tensor<2x40x64xbf16>, tensor<2x40xf32>, tensor<2x40xi32>, tensor<2x5x2xi32>)
+  %sorted, %experts, %n = moe.ep_route %my_counts
+    : (tensor<5x2xi32>) -> (tensor<40xi32>, tensor<40xi32>, tensor<i32>)
+  %back = moe.ep_combine %out, %mine, %my_counts into(%returned)
+    : (tensor<40x64xbf16>, tensor<40xi32>, tensor<5x2xi32>, tensor<2x4x3x64xbf16>)
+      -> tensor<2x4x3x64xbf16>
+  return %back : tensor<2x4x3x64xbf16>
+}

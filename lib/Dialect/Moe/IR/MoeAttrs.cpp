@@ -109,6 +109,22 @@ LogicalResult SwigluAttr::verify(function_ref<InFlightDiagnostic()> emitError,
 }
 
 //===----------------------------------------------------------------------===//
+// ExpertParallelAttr
+//===----------------------------------------------------------------------===//
+
+LogicalResult
+ExpertParallelAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                           int64_t world, int64_t rank) {
+  if (world < 1 || world > kMaxSize)
+    return emitError() << "world must be in [1, " << kMaxSize << "], got "
+                       << world;
+  if (rank < 0 || rank >= world)
+    return emitError() << "rank must be in [0, world = " << world << "), got "
+                       << rank;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // QuantizationAttr
 //===----------------------------------------------------------------------===//
 

@@ -5,6 +5,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
 #include "mlir/IR/TypeUtilities.h"
+#include "llvm/Support/CheckedArithmetic.h"
 #include "llvm/Support/MathExtras.h"
 
 using namespace mlir;
@@ -330,6 +331,73 @@ static LogicalResult verifyGatedActivation(Operation *op, Activation activation,
 }
 
 //===----------------------------------------------------------------------===//
+// Expert-parallel layout
+//===----------------------------------------------------------------------===//
+
+/// Checks that `numExperts` routed experts split evenly over the ranks of
+/// `parallel`.
+static LogicalResult verifyEvenSplit(Operation *op, ExpertParallelAttr parallel,
+                                     int64_t numExperts) {
+  if (numExperts % parallel.getWorld() != 0)
+    return op->emitOpError() << "expects the " << numExperts
+                             << " routed experts to split evenly over world = "
+                             << parallel.getWorld() << " ranks";
+  return success();
+}
+
+/// Checks that `hidden` [T, H] has a static T, the capacity of the
+/// exchange's receive regions.
+static LogicalResult verifyStaticTokens(Operation *op, Value hidden) {
+  return verifyStaticDims(op, "hidden_states", hidden, {0},
+                          "token count T (each rank's bucket, which sizes "
+                          "the exchange's buffers)");
+}
+
+/// Checks an expert-parallel layer over `hidden` [T, H]: a static T, E
+/// divisible by the world, and a receive buffer of (E/W + X) * W * T rows
+/// that i32 rows address.
+static LogicalResult verifyExpertParallelLayer(Operation *op,
+                                               ExpertParallelAttr parallel,
+                                               Value hidden, int64_t numExperts,
+                                               int64_t numShared) {
+  if (failed(verifyStaticTokens(op, hidden)) ||
+      failed(verifyEvenSplit(op, parallel, numExperts)))
+    return failure();
+  int64_t local = parallel.getLocalExperts(numExperts) + numShared;
+  std::optional<int64_t> rows = llvm::checkedMul(local, parallel.getWorld());
+  if (rows)
+    rows = llvm::checkedMul(*rows, dimOf(hidden, 0));
+  if (!rows || *rows > kMaxSize)
+    return op->emitOpError()
+           << "expects a receive buffer of (E/W+X)*W*T = " << local << "*"
+           << parallel.getWorld() << "*" << dimOf(hidden, 0)
+           << " rows, at most " << kMaxSize;
+  return success();
+}
+
+/// The sizes of a rank's expert-major receive buffer: `local` experts (L),
+/// `world` source ranks (W) and `capacity` rows per region (C).
+struct ReceiveLayout {
+  int64_t local, world, capacity;
+
+  int64_t rows() const { return local * world * capacity; }
+
+  /// The layout of the rank's counts `counts` [L, W] (`dim` L at
+  /// `firstDim`) and its rows `rows` (L*W*C, whose C it finds).
+  static FailureOr<ReceiveLayout> of(Operation *op, Value counts,
+                                     unsigned firstDim, StringRef rowsName,
+                                     int64_t rows) {
+    int64_t local = dimOf(counts, firstDim),
+            world = dimOf(counts, firstDim + 1);
+    if (rows % (local * world) != 0)
+      return op->emitOpError()
+             << "expects '" << rowsName << "' to hold L*W*C rows, a multiple "
+             << "of L*W = " << local << "*" << world << ", got " << rows;
+    return ReceiveLayout{local, world, rows / (local * world)};
+  }
+};
+
+//===----------------------------------------------------------------------===//
 // FusedMoeOp
 //===----------------------------------------------------------------------===//
 
@@ -356,12 +424,22 @@ LogicalResult FusedMoeOp::verify() {
       failed(verifyTokenRouting(op, numTokens, router.getNumSlots(),
                                 /*numExperts=*/0, /*blockM=*/1)))
     return failure();
-  if (failed(verifyExpertWeights(
-          op, hidden,
-          {getW13(), getW2(), getW13Bias(), getW2Bias(), getW13Scales(),
-           getW2Scales(), getW13InputScale(), getW2InputScale(),
-           getQuantizationAttr()},
-          getOutput(), numExperts + router.getNumSharedExperts(), "E+X")))
+  int64_t stored = numExperts + router.getNumSharedExperts();
+  StringRef storedName = "E+X";
+  if (ExpertParallelAttr parallel = getExpertParallelAttr()) {
+    if (failed(verifyExpertParallelLayer(op, parallel, hidden, numExperts,
+                                         router.getNumSharedExperts())))
+      return failure();
+    stored =
+        parallel.getLocalExperts(numExperts) + router.getNumSharedExperts();
+    storedName = "E/W+X";
+  }
+  if (failed(verifyExpertWeights(op, hidden,
+                                 {getW13(), getW2(), getW13Bias(), getW2Bias(),
+                                  getW13Scales(), getW2Scales(),
+                                  getW13InputScale(), getW2InputScale(),
+                                  getQuantizationAttr()},
+                                 getOutput(), stored, storedName)))
     return failure();
   if (Value bias = getCorrectionBias())
     return verifyShape(op, "correction_bias", bias, {numExperts}, "[E]");
@@ -719,6 +797,128 @@ LogicalResult CombineOp::verify() {
     return failure();
   return verifyElementType(op, "output", getOutput(),
                            getElementTypeOrSelf(rows.getType()), "rows");
+}
+
+//===----------------------------------------------------------------------===//
+// EpDispatchOp
+//===----------------------------------------------------------------------===//
+
+/// Checks that result `name` has the type of the buffer `init` it updates.
+static LogicalResult verifyUpdated(Operation *op, StringRef name, Value result,
+                                   Value init) {
+  if (result.getType() != init.getType())
+    return op->emitOpError() << "expects result '" << name << "' of the type "
+                             << "of the buffer it updates (" << init.getType()
+                             << "), got " << result.getType();
+  return success();
+}
+
+LogicalResult EpDispatchOp::verify() {
+  Operation *op = getOperation();
+  Value hidden = getHiddenStates(), ids = getIds();
+  ExpertParallelAttr parallel = getExpertParallel();
+  int64_t world = parallel.getWorld(), numExperts = getNumExperts();
+  if (failed(verifyRank(op, "hidden_states", hidden, 2, "[T, H]")) ||
+      failed(
+          verifyStaticDims(op, "hidden_states", hidden, {0, 1}, "T and H")) ||
+      failed(verifyRank(op, "ids", ids, 2, "[T, S]")) ||
+      failed(verifyStaticDims(op, "ids", ids, {1}, "slot count S")))
+    return failure();
+  int64_t numTokens = dimOf(hidden, 0), hiddenSize = dimOf(hidden, 1);
+  int64_t numSlots = dimOf(ids, 1);
+  Value counts = getRecvCounts(), rows = getRecvRows();
+  if (failed(verifyShape(op, "ids", ids, {numTokens, numSlots}, "[T, S]")) ||
+      failed(verifyShape(op, "weights", getWeights(), {numTokens, numSlots},
+                         "[T, S]")) ||
+      failed(verifyEvenSplit(op, parallel, numExperts)) ||
+      failed(verifyRank(op, "recv_counts", counts, 3, "[W, L, W]")) ||
+      failed(verifyStaticDims(op, "recv_counts", counts, {0, 1, 2},
+                              "dimensions")) ||
+      failed(verifyRank(op, "recv_rows", rows, 3, "[W, L*W*C, H]")) ||
+      failed(verifyStaticDims(op, "recv_rows", rows, {0, 1, 2}, "dimensions")))
+    return failure();
+  int64_t local = dimOf(counts, 1);
+  int64_t routedLocal = parallel.getLocalExperts(numExperts);
+  if (failed(verifyShape(op, "recv_counts", counts, {world, local, world},
+                         "[W, L, W]")))
+    return failure();
+  if (local < routedLocal)
+    return emitOpError() << "expects L = E/W + X >= " << routedLocal
+                         << " local experts in 'recv_counts', got " << local;
+  FailureOr<ReceiveLayout> layout =
+      ReceiveLayout::of(op, counts, 1, "recv_rows", dimOf(rows, 1));
+  if (failed(layout))
+    return failure();
+  if (layout->capacity < numTokens)
+    return emitOpError() << "expects a capacity C of at least T = " << numTokens
+                         << " rows per (local expert, source "
+                         << "rank), so that no region overflows, got "
+                         << layout->capacity;
+  int64_t recvRows = layout->rows();
+  if (failed(verifyShape(op, "recv_rows", rows, {world, recvRows, hiddenSize},
+                         "[W, L*W*C, H]")) ||
+      failed(verifyElementType(op, "recv_rows", rows,
+                               getElementTypeOrSelf(hidden.getType()),
+                               "hidden_states")) ||
+      failed(verifyShape(op, "recv_weights", getRecvWeights(),
+                         {world, recvRows}, "[W, L*W*C]")) ||
+      failed(verifyShape(op, "recv_slots", getRecvSlots(), {world, recvRows},
+                         "[W, L*W*C]")) ||
+      failed(verifyUpdated(op, "rows", getRows(), rows)) ||
+      failed(verifyUpdated(op, "routed_weights", getRoutedWeights(),
+                           getRecvWeights())) ||
+      failed(verifyUpdated(op, "slots", getSlots(), getRecvSlots())))
+    return failure();
+  return verifyUpdated(op, "counts", getCounts(), counts);
+}
+
+//===----------------------------------------------------------------------===//
+// EpRouteOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult EpRouteOp::verify() {
+  Operation *op = getOperation();
+  Value counts = getCounts(), sortedIds = getSortedIds();
+  if (failed(verifyRank(op, "counts", counts, 2, "[L, W]")) ||
+      failed(verifyStaticDims(op, "counts", counts, {0, 1}, "dimensions")) ||
+      failed(verifyRank(op, "sorted_ids", sortedIds, 1, "[L*W*C]")) ||
+      failed(verifyStaticDims(op, "sorted_ids", sortedIds, {0}, "size")) ||
+      failed(
+          ReceiveLayout::of(op, counts, 0, "sorted_ids", dimOf(sortedIds, 0))))
+    return failure();
+  return verifyShape(op, "expert_ids", getExpertIds(), {dimOf(sortedIds, 0)},
+                     "[L*W*C]");
+}
+
+//===----------------------------------------------------------------------===//
+// EpCombineOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult EpCombineOp::verify() {
+  Operation *op = getOperation();
+  Value returned = getReturned(), counts = getCounts(), rows = getRows();
+  if (failed(verifyRank(op, "counts", counts, 2, "[L, W]")) ||
+      failed(verifyStaticDims(op, "counts", counts, {0, 1}, "dimensions")) ||
+      failed(verifyRank(op, "rows", rows, 2, "[L*W*C, H]")) ||
+      failed(verifyStaticDims(op, "rows", rows, {0, 1}, "dimensions")) ||
+      failed(verifyRank(op, "returned", returned, 4, "[W, C, S, H]")) ||
+      failed(verifyStaticDims(op, "returned", returned, {0, 1, 2, 3},
+                              "dimensions")))
+    return failure();
+  FailureOr<ReceiveLayout> layout =
+      ReceiveLayout::of(op, counts, 0, "rows", dimOf(rows, 0));
+  if (failed(layout) ||
+      failed(verifyShape(
+          op, "returned", returned,
+          {layout->world, layout->capacity, dimOf(returned, 2), dimOf(rows, 1)},
+          "[W, C, S, H]")) ||
+      failed(
+          verifyShape(op, "slots", getSlots(), {layout->rows()}, "[L*W*C]")) ||
+      failed(verifyElementType(op, "rows", rows,
+                               getElementTypeOrSelf(returned.getType()),
+                               "returned")))
+    return failure();
+  return verifyUpdated(op, "output", getOutput(), returned);
 }
 
 //===----------------------------------------------------------------------===//

@@ -1,5 +1,6 @@
 //===- Decompose.cpp - moe.fused_moe into primitive ops -------------------===//
 
+#include "ExpertGemms.h"
 #include "moe/Dialect/Moe/IR/MoeOps.h"
 #include "moe/Dialect/Moe/Transforms/GemmHeuristic.h"
 #include "moe/Dialect/Moe/Transforms/Passes.h"
@@ -22,48 +23,12 @@ using namespace mlir::moe;
 namespace {
 /// The operands of a layer's experts once routing is known.
 struct ExpertsOperands {
-  Value hidden, ids, weights, w13, w2;
-  /// The experts' biases (both or neither): the first GEMM's and the
-  /// second's.
-  Value w13Bias, w2Bias;
-  /// Quantized weights: their scales, the static scales of the two GEMMs'
-  /// inputs (static_tensor activations) and the quantization (else null).
-  Value w13Scales, w2Scales, w13InputScale, w2InputScale;
-  QuantizationAttr quantization;
-  Activation activation;
-  SwigluAttr swiglu;
+  Value hidden, ids, weights;
+  ExpertMlp mlp;
   /// Whether ids may lie outside [0, E) (given by the caller, not a gate),
   /// so that the combine must skip those slots.
   bool idsMayBeOutOfRange;
 };
-
-/// A GEMM's input rows and, for fp8 weights, their scales.
-struct GemmInput {
-  Value rows, scales;
-};
-
-/// The input rows [M, K] of a GEMM: as they are (float weights, or
-/// weight-only MXFP4), or quantized as `quantization` says for fp8 weights
-/// (only the first `numRows` rows when given), by the given `staticScale`
-/// for static_tensor activations.
-GemmInput quantizeRows(PatternRewriter &rewriter, Location loc, Value rows,
-                       Value numRows, Value staticScale,
-                       QuantizationAttr quantization) {
-  if (!quantization || quantization.isWeightOnly())
-    return {rows, Value()};
-  auto type = cast<RankedTensorType>(rows.getType());
-  int64_t k = type.getDimSize(1);
-  int64_t groupSize = quantization.getActivationGroupSize(k);
-  auto quantize = QuantizeOp::create(
-      rewriter, loc,
-      RankedTensorType::get(type.getShape(),
-                            rewriter.getType<Float8E4M3FNType>()),
-      RankedTensorType::get(
-          {type.getDimSize(0), llvm::divideCeilSigned(k, groupSize)},
-          rewriter.getF32Type()),
-      rows, staticScale, numRows, groupSize);
-  return {quantize.getOutput(), quantize.getScales()};
-}
 
 /// The routing of a layer: T (maybe dynamic), S and the stored experts.
 struct RoutingSizes {
@@ -87,19 +52,16 @@ struct RoutingSizes {
   }
 };
 
-/// Builds route -> grouped_matmul(w13, activation) -> grouped_matmul(w2,
-/// routed weights) -> combine for `experts` and returns the combined
-/// [T, H], routed in blocks of `blockM` rows.
+/// Builds route -> the expert GEMMs -> combine for `experts` and returns
+/// the combined [T, H], routed in blocks of `blockM` rows.
 Value buildExperts(PatternRewriter &rewriter, Location loc,
                    const ExpertsOperands &experts, int64_t blockM) {
   auto hiddenType = cast<RankedTensorType>(experts.hidden.getType());
-  auto w13Type = cast<RankedTensorType>(experts.w13.getType());
   auto idsType = cast<RankedTensorType>(experts.ids.getType());
-  Type elementType = hiddenType.getElementType(), i32 = rewriter.getI32Type();
+  Type i32 = rewriter.getI32Type();
   int64_t numTokens = hiddenType.getDimSize(0);
-  int64_t hiddenSize = hiddenType.getDimSize(1);
-  int64_t storedExperts = w13Type.getDimSize(0);
-  int64_t intermediate = w13Type.getDimSize(1) / 2;
+  int64_t storedExperts =
+      cast<RankedTensorType>(experts.mlp.w13.getType()).getDimSize(0);
   int64_t numSlots = idsType.getDimSize(1);
 
   bool dynamicTokens = ShapedType::isDynamic(numTokens);
@@ -112,35 +74,12 @@ Value buildExperts(PatternRewriter &rewriter, Location loc,
       rewriter, loc, RankedTensorType::get({capacity}, i32),
       RankedTensorType::get({numBlocks}, i32), RankedTensorType::get({}, i32),
       experts.ids, storedExperts, blockM);
-
-  // FP8: the hidden states, and the activation's output as the first GEMM
-  // stores it (padded rows only), quantized for the GEMM that reads them.
-  QuantizationAttr quantization = experts.quantization;
-  GemmInput hidden =
-      quantizeRows(rewriter, loc, experts.hidden, /*numRows=*/Value(),
-                   experts.w13InputScale, quantization);
-  auto gateUp = GroupedMatmulOp::create(
-      rewriter, loc,
-      RankedTensorType::get({capacity, intermediate}, elementType), hidden.rows,
-      experts.w13, route.getSortedIds(), route.getExpertIds(),
-      route.getNumPadded(), /*routed_weights=*/Value(), experts.w13Bias,
-      hidden.scales, experts.w13Scales, /*input_map=*/Value(),
-      /*weights_map=*/Value(), blockM, numSlots, RowOrder::token,
-      RowOrder::sorted, experts.activation, experts.swiglu,
-      /*config=*/GemmConfigAttr(), quantization);
-  GemmInput activated =
-      quantizeRows(rewriter, loc, gateUp.getOutput(), route.getNumPadded(),
-                   experts.w2InputScale, quantization);
-  auto down = GroupedMatmulOp::create(
-      rewriter, loc,
-      RankedTensorType::get({numTokens, numSlots, hiddenSize}, elementType),
-      activated.rows, experts.w2, route.getSortedIds(), route.getExpertIds(),
-      route.getNumPadded(), experts.weights, experts.w2Bias, activated.scales,
-      experts.w2Scales, /*input_map=*/Value(), /*weights_map=*/Value(), blockM,
-      numSlots, RowOrder::sorted, RowOrder::slot, Activation::none,
-      /*swiglu=*/SwigluAttr(), /*config=*/GemmConfigAttr(), quantization);
+  Value rows = buildExpertGemms(rewriter, loc, experts.hidden, experts.weights,
+                                {route.getSortedIds(), route.getExpertIds(),
+                                 route.getNumPadded(), blockM, numSlots},
+                                experts.mlp);
   bool masked = experts.idsMayBeOutOfRange;
-  return CombineOp::create(rewriter, loc, hiddenType, down.getOutput(),
+  return CombineOp::create(rewriter, loc, hiddenType, rows,
                            /*weights=*/Value(), masked ? experts.ids : Value(),
                            masked ? rewriter.getI64IntegerAttr(storedExperts)
                                   : IntegerAttr());
@@ -159,40 +98,14 @@ ExpertsOperands getExperts(FusedMoeOp op, PatternRewriter &rewriter) {
   auto gate =
       GateOp::create(rewriter, op.getLoc(), slotType(f32), slotType(i32),
                      op.getRouterLogits(), op.getCorrectionBias(), router);
-  return {op.getHiddenStates(),
-          gate.getIds(),
-          gate.getWeights(),
-          op.getW13(),
-          op.getW2(),
-          op.getW13Bias(),
-          op.getW2Bias(),
-          op.getW13Scales(),
-          op.getW2Scales(),
-          op.getW13InputScale(),
-          op.getW2InputScale(),
-          op.getQuantizationAttr(),
-          op.getActivation(),
-          op.getSwigluAttr(),
-          /*idsMayBeOutOfRange=*/false};
+  return {op.getHiddenStates(), gate.getIds(), gate.getWeights(),
+          ExpertMlp::of(op), /*idsMayBeOutOfRange=*/false};
 }
 
 /// The experts of fused_experts(x, ids, weights, w13, w2): the caller's
 /// routing, whose ids may be out of range.
 ExpertsOperands getExperts(FusedExpertsOp op, PatternRewriter &) {
-  return {op.getHiddenStates(),
-          op.getIds(),
-          op.getWeights(),
-          op.getW13(),
-          op.getW2(),
-          op.getW13Bias(),
-          op.getW2Bias(),
-          op.getW13Scales(),
-          op.getW2Scales(),
-          op.getW13InputScale(),
-          op.getW2InputScale(),
-          op.getQuantizationAttr(),
-          op.getActivation(),
-          op.getSwigluAttr(),
+  return {op.getHiddenStates(), op.getIds(), op.getWeights(), ExpertMlp::of(op),
           /*idsMayBeOutOfRange=*/true};
 }
 
@@ -228,12 +141,25 @@ struct MoeDecomposePass : moe::impl::MoeDecomposeBase<MoeDecomposePass> {
         return signalPassFailure();
       }
     }
-    if (failed(checkRouting()))
+    if (failed(checkNoExpertParallel()) || failed(checkRouting()))
       return signalPassFailure();
     RewritePatternSet patterns(&getContext());
     patterns.add<DecomposeLayer<FusedMoeOp>, DecomposeLayer<FusedExpertsOp>>(
         &getContext(), blockM, tokens);
     walkAndApplyPatterns(getOperation(), std::move(patterns));
+  }
+
+  /// Checks that no layer is expert parallel: its weights are one rank's
+  /// experts, which moe-expert-parallel's exchange must route to.
+  LogicalResult checkNoExpertParallel() {
+    WalkResult result = getOperation()->walk([](FusedMoeOp op) {
+      if (!op.getExpertParallelAttr())
+        return WalkResult::advance();
+      op.emitOpError() << "moe-decompose: an expert-parallel layer is split "
+                          "by moe-expert-parallel first";
+      return WalkResult::interrupt();
+    });
+    return failure(result.wasInterrupted());
   }
 
   /// Checks that each layer's routing, in the blocks it gets, fits the

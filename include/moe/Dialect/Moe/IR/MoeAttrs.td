@@ -207,6 +207,37 @@ def Moe_SwigluAttr : Moe_Attr<"Swiglu", "swiglu"> {
   let genVerifyDecl = 1;
 }
 
+def Moe_ExpertParallelAttr : Moe_Attr<"ExpertParallel", "expert_parallel"> {
+  let summary = "The rank of an expert-parallel layer and its world";
+  let description = [{
+    Says that a `moe.fused_moe` is one rank's part of a layer whose E routed
+    experts are split evenly over `world` ranks: rank `rank` holds routed
+    experts `[rank * E/world, (rank + 1) * E/world)` and a replica of every
+    shared expert, while its router still scores all E experts. Each rank
+    routes its own tokens; `moe-expert-parallel` splits the layer into the
+    exchange that sends each routed slot to the rank holding its expert, the
+    local experts and the exchange that brings the rows back (see that
+    pass). The rank is an attribute, so a compiled layer is one rank's: the
+    verifiers check it against the world, and the ranks' artifacts differ
+    only in the constants it becomes.
+
+    Example (rank 1 of 4):
+
+    ```mlir
+    #moe.expert_parallel<world = 4, rank = 1>
+    ```
+  }];
+  let parameters = (ins "int64_t":$world, "int64_t":$rank);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// The routed experts each rank holds, E / world.
+    int64_t getLocalExperts(int64_t numExperts) const {
+      return numExperts / getWorld();
+    }
+  }];
+}
+
 def Moe_QuantizationAttr : Moe_Attr<"Quantization", "quantization"> {
   let summary = "How quantized GEMM operands are stored and scaled";
   let description = [{

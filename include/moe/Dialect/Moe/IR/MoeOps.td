@@ -112,6 +112,17 @@ def Moe_FusedMoeOp : Moe_Op<"fused_moe", [AttrSizedOperandSegments]> {
             tensor<1xf32>, tensor<1xf32>) -> tensor<?x4096xbf16>
     ```
 
+    Expert parallel: with `expert_parallel = #moe.expert_parallel<world =
+    W, rank = R>` the op is rank R's part of the layer over W ranks, whose
+    result is rank R's tokens' rows of the layer above, bit for bit: the
+    logits still score all E experts, but `w13`, `w2` and their biases and
+    scales hold the rank's local experts only, `[E/W + X, ...]`: routed
+    experts `R*E/W .. (R+1)*E/W - 1`, then the X shared experts, which
+    every rank holds. E must be divisible by W, and T static (each rank
+    calls the layer with the same bucket of T tokens, which sizes the
+    exchange's buffers: see `moe-expert-parallel`, which splits the layer;
+    `moe-decompose` refuses it).
+
     gpt-oss-20b's layer (its router's linear computes the logits):
 
     ```mlir
@@ -139,7 +150,8 @@ def Moe_FusedMoeOp : Moe_Op<"fused_moe", [AttrSizedOperandSegments]> {
     Moe_RouterAttr:$router,
     Moe_ActivationAttr:$activation,
     OptionalAttr<Moe_SwigluAttr>:$swiglu,
-    OptionalAttr<Moe_QuantizationAttr>:$quantization
+    OptionalAttr<Moe_QuantizationAttr>:$quantization,
+    OptionalAttr<Moe_ExpertParallelAttr>:$expert_parallel
   );
   let results = (outs Moe_FloatTensor:$output);
   let assemblyFormat = [{
@@ -579,6 +591,161 @@ def Moe_CombineOp : Moe_Op<"combine", [AttrSizedOperandSegments]> {
   let results = (outs Moe_FloatTensor:$output);
   let assemblyFormat = [{
     $rows (`weights` `(` $weights^ `)`)? (`ids` `(` $ids^ `)`)? attr-dict `:`
+    functional-type(operands, results)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Expert-parallel exchange
+//===----------------------------------------------------------------------===//
+
+def Moe_EpDispatchOp : Moe_Op<"ep_dispatch"> {
+  let summary = "Send each routed slot's token row to the rank of its expert";
+  let description = [{
+    One rank's half of the exchange that brings the tokens of an
+    expert-parallel layer (`#moe.expert_parallel<world = W, rank = R>`) to
+    the experts they are routed to. Every rank has a receive buffer, laid
+    out expert-major: L = E/W + X local experts (E = `num_experts` routed
+    experts split evenly over the ranks, then X shared ones), each with one
+    region per source rank of a static capacity of C rows, row (e, src, i)
+    at index (e * W + src) * C + i. The operands `into(...)` are all W
+    ranks' receive buffers, `[W, ...]` (on a GPU, the peers' symmetric
+    memory):
+
+    * `rows` `[W, L*W*C, H]`: token rows, in the type of `hidden_states`;
+    * `weights` `[W, L*W*C] f32`: each row's routed weight;
+    * `slots` `[W, L*W*C] i32`: each row's slot t * S + s on its source;
+    * `counts` `[W, L, W] i32`: the rows of each (local expert, source).
+
+    The results are those buffers after rank R's writes: for every slot
+    (t, s) of `ids` `[T, S]`, in slot order, with g = ids[t, s], the row
+    `hidden_states[t]`, `weights[t, s]` and t * S + s go to the next row of
+    region (e, R) of rank d's buffer, where (d, e) = (g / (E/W), g % (E/W))
+    for a routed expert g < E and (R, E/W + g - E) for a shared one (every
+    rank holds them: they stay on the rank); then `counts[d, e, R]` is the
+    number of rows sent there, for every d and e, 0 included. Nothing else
+    changes, so that the W ranks' dispatches, each writing only its own
+    source regions, together fill every rank's buffer, and no buffer is
+    cleared between calls: the counts say which rows are current. Ids
+    outside [0, E+X) are not sent.
+
+    The capacity C is at least T, which makes overflow impossible by
+    construction: the ids of a token are distinct (`moe.gate`'s are), so a
+    source sends an expert at most one row per token. (Ids repeated within
+    a token could send more than C rows to an expert: the rows past C are
+    not written, and the count says how many were due.)
+
+    Example (rank 0 of 2, E = 8 routed experts and one shared, T = 4):
+
+    ```mlir
+    %rows, %weights, %slots, %counts = moe.ep_dispatch %x, %ids, %w
+        into(%rows0, %weights0, %slots0, %counts0)
+        {expert_parallel = #moe.expert_parallel<world = 2, rank = 0>,
+         num_experts = 8}
+      : (tensor<4x64xbf16>, tensor<4x3xi32>, tensor<4x3xf32>,
+         tensor<2x40x64xbf16>, tensor<2x40xf32>, tensor<2x40xi32>,
+         tensor<2x5x2xi32>)
+        -> (tensor<2x40x64xbf16>, tensor<2x40xf32>, tensor<2x40xi32>,
+            tensor<2x5x2xi32>)
+    ```
+  }];
+  let arguments = (ins
+    Moe_FloatTensor:$hidden_states,
+    Moe_I32Tensor:$ids,
+    Moe_F32Tensor:$weights,
+    Moe_FloatTensor:$recv_rows,
+    Moe_F32Tensor:$recv_weights,
+    Moe_I32Tensor:$recv_slots,
+    Moe_I32Tensor:$recv_counts,
+    Moe_SizeAttr:$num_experts,
+    Moe_ExpertParallelAttr:$expert_parallel
+  );
+  let results = (outs
+    Moe_FloatTensor:$rows,
+    Moe_F32Tensor:$routed_weights,
+    Moe_I32Tensor:$slots,
+    Moe_I32Tensor:$counts
+  );
+  let assemblyFormat = [{
+    $hidden_states `,` $ids `,` $weights `into` `(` $recv_rows `,`
+    $recv_weights `,` $recv_slots `,` $recv_counts `)` attr-dict `:`
+    functional-type(operands, results)
+  }];
+}
+
+def Moe_EpRouteOp : Moe_Op<"ep_route"> {
+  let summary = "The routing of a rank's receive buffer, from its counts";
+  let description = [{
+    Gives the grouped matmuls the rows of a rank's expert-major receive
+    buffer (see `moe.ep_dispatch`) as `moe.route`'s results would for
+    block_m = 1 and one slot per row, without moving a row: with `counts`
+    `[L, W]` the rank's counts and C the capacity (`sorted_ids` is
+    `[L*W*C]`), row r = (e * W + src) * C + i
+
+    * `sorted_ids[r]` = r when i < counts[e, src] (at most C), else the
+      sentinel L*W*C: rows past a region's count are stale or were never
+      written;
+    * `expert_ids[r]` = e, the local expert of the row's region;
+    * `num_padded` = L*W*C.
+
+    The grouped matmuls then read the receive rows as token-order input
+    (`num_slots = 1`, `block_m = 1`) and the received weights as routed
+    weights `[L*W*C, 1]`.
+
+    Example:
+
+    ```mlir
+    %sorted, %experts, %count = moe.ep_route %counts
+      : (tensor<5x2xi32>) -> (tensor<40xi32>, tensor<40xi32>, tensor<i32>)
+    ```
+  }];
+  let arguments = (ins Moe_I32Tensor:$counts);
+  let results = (outs
+    Moe_I32Tensor:$sorted_ids,
+    Moe_I32Tensor:$expert_ids,
+    Moe_CountTensor:$num_padded
+  );
+  let assemblyFormat =
+      "$counts attr-dict `:` functional-type(operands, results)";
+}
+
+def Moe_EpCombineOp : Moe_Op<"ep_combine"> {
+  let summary = "Return each expert output row to its token's rank";
+  let description = [{
+    One rank's half of the exchange that brings an expert-parallel layer's
+    expert outputs home: `rows` `[L*W*C, H]` are the rank's weighted expert
+    outputs in the layout of its receive buffer (see `moe.ep_dispatch`),
+    `slots` `[L*W*C] i32` and `counts` `[L, W] i32` that buffer's slots and
+    counts, and `into(%returned)` is every rank's return buffer, `[W, C, S,
+    H]`: a token's rows in slot order, as the single-device layer's second
+    grouped matmul stores them. The result is `returned` after this rank's
+    writes: for every local expert e, source rank src and i < counts[e,
+    src] (at most C), row r = (e * W + src) * C + i goes to
+    `returned[src, slots[r] / S, slots[r] % S]` (a slot past C * S is not
+    written). Nothing else changes.
+
+    Once every rank has returned its rows, each slot of each token holds
+    exactly one row (a token's slots go to distinct experts), and a rank's
+    `moe.combine` of `returned[R]` sums them in slot order, in fp32, as the
+    single-device layer does: the layer's result is the same, bit for bit.
+
+    Example:
+
+    ```mlir
+    %returned = moe.ep_combine %rows, %slots, %counts into(%returned0)
+      : (tensor<40x64xbf16>, tensor<40xi32>, tensor<5x2xi32>,
+         tensor<2x4x3x64xbf16>) -> tensor<2x4x3x64xbf16>
+    ```
+  }];
+  let arguments = (ins
+    Moe_FloatTensor:$rows,
+    Moe_I32Tensor:$slots,
+    Moe_I32Tensor:$counts,
+    Moe_FloatTensor:$returned
+  );
+  let results = (outs Moe_FloatTensor:$output);
+  let assemblyFormat = [{
+    $rows `,` $slots `,` $counts `into` `(` $returned `)` attr-dict `:`
     functional-type(operands, results)
   }];
 }

@@ -65,6 +65,93 @@ def MoeDecompose : Pass<"moe-decompose"> {
   ];
 }
 
+def MoeExpertParallel : Pass<"moe-expert-parallel", "::mlir::ModuleOp"> {
+  let summary = "Split an expert-parallel layer into the phases between its "
+                "exchanges";
+  let description = [{
+    Rewrites each function that computes one expert-parallel `moe.fused_moe`
+    (`#moe.expert_parallel<world = W, rank = R>`; the function's arguments
+    are the layer's operands and it returns the layer) into rank R's three
+    phases, each a function, between which the ranks exchange rows through
+    buffers that every rank can write (symmetric memory on GPUs):
+
+    1. `@f_dispatch(hidden, logits[, bias], rows, weights, slots, counts)`:
+       `moe.gate` over all E experts, then `moe.ep_dispatch` of each routed
+       slot's token row into the receive buffer of the rank holding its
+       expert (shared experts: the rank's own);
+    2. `@f_experts(w13, w2[, biases][, scales][, input scales], rows,
+       weights, slots, counts, returned)`: `moe.ep_route` of the rank's
+       receive buffer, the layer's two grouped matmuls over its L = E/W + X
+       local experts reading the received rows in place (`block_m = 1`, one
+       slot per row), and `moe.ep_combine` of each weighted output row into
+       the return buffer of its token's rank, at its slot;
+    3. `@f_combine(returned)`: `moe.combine` of the rank's returned rows,
+       in slot order.
+
+    The buffers are function arguments and results (the phase's writes),
+    `[W, ...]`: every rank's, as `moe.ep_dispatch` and `moe.ep_combine`
+    define them, with C = T rows per (local expert, source rank). Phase p
+    of any rank may run once phase p - 1 has run on every rank: on one
+    host, a test runs each phase for ranks 0 .. W-1 on the same buffers; on
+    GPUs each phase will be a kernel that writes through the peers'
+    pointers and signals its completion (release/acquire flags with epoch
+    counters, so nothing is cleared between calls). Each row gets the
+    arithmetic it gets in the single-device layer, and the final sum runs
+    in slot order, so every rank's result is its tokens' rows of the
+    single-device layer, bit for bit.
+
+    Splitting into functions, rather than a collective op inside one, keeps
+    each phase's semantics local to one rank's writes: a tensor result can
+    say "the buffers after my writes", not "after everyone's".
+
+    Before:
+
+    ```mlir
+    func.func @f(%x: tensor<4x64xbf16>, %logits: tensor<4x8xf32>,
+                 %w13: tensor<5x256x64xbf16>, %w2: tensor<5x64x128xbf16>)
+        -> tensor<4x64xbf16> {
+      %y = moe.fused_moe %x, %logits, %w13, %w2 activation(silu_and_mul)
+             {router = #moe.router<scoring = softmax, top_k = 2,
+                                   num_shared_experts = 1>,
+              expert_parallel = #moe.expert_parallel<world = 2, rank = 0>}
+           : (...) -> tensor<4x64xbf16>
+      return %y : tensor<4x64xbf16>
+    }
+    ```
+
+    After (types elided):
+
+    ```mlir
+    func.func @f_dispatch(%x, %logits, %rows, %weights, %slots, %counts) {
+      %w, %ids = moe.gate %logits {router = ...}
+      %0:4 = moe.ep_dispatch %x, %ids, %w
+               into(%rows, %weights, %slots, %counts) {...}
+      return %0#0, %0#1, %0#2, %0#3
+    }
+    func.func @f_experts(%w13, %w2, %rows, %weights, %slots, %counts,
+                         %returned) {
+      %sorted, %experts, %n = moe.ep_route %my_counts
+      %h = moe.grouped_matmul %my_rows, %w13, %sorted, %experts, %n
+             input(token) output(sorted) activation(silu_and_mul)
+             {block_m = 1, num_slots = 1}
+      %o = moe.grouped_matmul %h, %w2, %sorted, %experts, %n
+             routed_weights(%my_weights) input(sorted) output(slot) {...}
+      %r = moe.ep_combine %o_rows, %my_slots, %my_counts into(%returned)
+      return %r
+    }
+    func.func @f_combine(%returned) {
+      %y = moe.combine %my_returned
+      return %y
+    }
+    ```
+
+    where `%my_...` are rank 0's parts of the buffers (`tensor.extract_slice`).
+  }];
+  let dependentDialects = ["::mlir::moe::MoeDialect",
+                           "::mlir::func::FuncDialect",
+                           "::mlir::tensor::TensorDialect"];
+}
+
 def MoeTile : Pass<"moe-tile"> {
   let summary = "Choose the tile configuration of every grouped matmul";
   let description = [{

@@ -1,0 +1,230 @@
+//===- ExpertParallel.cpp - An expert-parallel layer into its phases ------===//
+
+#include "ExpertGemms.h"
+#include "moe/Dialect/Moe/IR/MoeOps.h"
+#include "moe/Dialect/Moe/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+
+namespace mlir {
+namespace moe {
+#define GEN_PASS_DEF_MOEEXPERTPARALLEL
+#include "moe/Dialect/Moe/Transforms/Passes.h.inc"
+} // namespace moe
+} // namespace mlir
+
+using namespace mlir;
+using namespace mlir::moe;
+
+namespace {
+
+/// The exchange buffers of one expert-parallel layer, all ranks' ([W, ...]):
+/// the receive buffers of moe.ep_dispatch and the return buffer of
+/// moe.ep_combine.
+struct ExchangeTypes {
+  RankedTensorType rows, weights, slots, counts, returned;
+
+  static ExchangeTypes of(FusedMoeOp op) {
+    ExpertParallelAttr parallel = op.getExpertParallelAttr();
+    auto hidden = cast<RankedTensorType>(op.getHiddenStates().getType());
+    int64_t world = parallel.getWorld();
+    int64_t local = cast<RankedTensorType>(op.getW13().getType()).getDimSize(0);
+    int64_t tokens = hidden.getDimSize(0), hiddenSize = hidden.getDimSize(1);
+    // A source sends an expert at most one row per token: C = T.
+    int64_t rows = local * world * tokens;
+    Type element = hidden.getElementType();
+    Builder b(op.getContext());
+    return {RankedTensorType::get({world, rows, hiddenSize}, element),
+            RankedTensorType::get({world, rows}, b.getF32Type()),
+            RankedTensorType::get({world, rows}, b.getI32Type()),
+            RankedTensorType::get({world, local, world}, b.getI32Type()),
+            RankedTensorType::get(
+                {world, tokens, op.getRouter().getNumSlots(), hiddenSize},
+                element)};
+  }
+
+  SmallVector<Type> receive() const { return {rows, weights, slots, counts}; }
+};
+
+/// Rank `rank`'s part [d1, ...] of `buffer`, all ranks' [W, d1, ...].
+Value rankPart(OpBuilder &b, Location loc, Value buffer, int64_t rank) {
+  auto type = cast<RankedTensorType>(buffer.getType());
+  int64_t dims = type.getRank();
+  SmallVector<OpFoldResult> offsets(dims, b.getIndexAttr(0));
+  SmallVector<OpFoldResult> sizes, strides(dims, b.getIndexAttr(1));
+  offsets[0] = b.getIndexAttr(rank);
+  for (int64_t size : type.getShape())
+    sizes.push_back(b.getIndexAttr(size));
+  sizes[0] = b.getIndexAttr(1);
+  auto partType = RankedTensorType::get(type.getShape().drop_front(),
+                                        type.getElementType());
+  return tensor::ExtractSliceOp::create(b, loc, partType, buffer, offsets,
+                                        sizes, strides);
+}
+
+/// Builds one phase of `layer` after `layer`'s function: a function named
+/// `name` of the layer's `operands` (mapped to its first arguments in
+/// `mapping`) and of arguments of `extraTypes`, whose body `build` fills
+/// from those and returns.
+func::FuncOp
+buildPhase(OpBuilder &b, FusedMoeOp layer, StringRef name, ValueRange operands,
+           ArrayRef<Type> extraTypes,
+           function_ref<SmallVector<Value>(IRMapping &, ValueRange)> build) {
+  Location loc = layer.getLoc();
+  SmallVector<Type> argTypes(operands.getTypes());
+  argTypes.append(extraTypes.begin(), extraTypes.end());
+  auto function =
+      func::FuncOp::create(b, loc, name, b.getFunctionType(argTypes, {}));
+  Block *entry = function.addEntryBlock();
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(entry);
+  IRMapping mapping;
+  mapping.map(operands, entry->getArguments().take_front(operands.size()));
+  SmallVector<Value> results =
+      build(mapping, entry->getArguments().drop_front(operands.size()));
+  func::ReturnOp::create(b, loc, results);
+  function.setFunctionType(
+      b.getFunctionType(argTypes, ValueRange(results).getTypes()));
+  return function;
+}
+
+/// Phase 1: the gate over all experts, and each routed slot's row sent to
+/// its expert's rank.
+void buildDispatch(OpBuilder &b, FusedMoeOp layer, StringRef name,
+                   const ExchangeTypes &types) {
+  SmallVector<Value> operands = {layer.getHiddenStates(),
+                                 layer.getRouterLogits()};
+  if (Value bias = layer.getCorrectionBias())
+    operands.push_back(bias);
+  buildPhase(
+      b, layer, name, operands, types.receive(),
+      [&](IRMapping &mapping, ValueRange buffers) -> SmallVector<Value> {
+        Location loc = layer.getLoc();
+        RouterAttr router = layer.getRouter();
+        auto slotType = [&](Type element) {
+          return RankedTensorType::get(
+              {types.returned.getDimSize(1), router.getNumSlots()}, element);
+        };
+        auto gate = GateOp::create(
+            b, loc, slotType(b.getF32Type()), slotType(b.getI32Type()),
+            mapping.lookup(layer.getRouterLogits()),
+            mapping.lookupOrNull(layer.getCorrectionBias()), router);
+        auto logitsType =
+            cast<RankedTensorType>(layer.getRouterLogits().getType());
+        auto dispatch = EpDispatchOp::create(
+            b, loc, TypeRange(types.receive()),
+            mapping.lookup(layer.getHiddenStates()), gate.getIds(),
+            gate.getWeights(), buffers[0], buffers[1], buffers[2], buffers[3],
+            logitsType.getDimSize(1), layer.getExpertParallelAttr());
+        return dispatch.getResults();
+      });
+}
+
+/// Phase 2: the local experts over the rank's received rows, and each
+/// weighted output row returned to its token's rank.
+void buildExperts(OpBuilder &b, FusedMoeOp layer, StringRef name,
+                  const ExchangeTypes &types) {
+  ExpertMlp mlp = ExpertMlp::of(layer);
+  SmallVector<Type> buffers = types.receive();
+  buffers.push_back(types.returned);
+  buildPhase(b, layer, name, mlp.getValues(), buffers,
+             [&](IRMapping &mapping, ValueRange args) -> SmallVector<Value> {
+               Location loc = layer.getLoc();
+               int64_t rank = layer.getExpertParallelAttr().getRank();
+               Value rows = rankPart(b, loc, args[0], rank);
+               Value slots = rankPart(b, loc, args[2], rank);
+               Value counts = rankPart(b, loc, args[3], rank);
+               auto rowsType = cast<RankedTensorType>(rows.getType());
+               int64_t numRows = rowsType.getDimSize(0);
+               // The received weights as routed weights of one slot per row.
+               Value weights = tensor::ExpandShapeOp::create(
+                   b, loc, RankedTensorType::get({numRows, 1}, b.getF32Type()),
+                   rankPart(b, loc, args[1], rank),
+                   ArrayRef<ReassociationIndices>{{0, 1}});
+               Type i32 = b.getI32Type();
+               auto route = EpRouteOp::create(
+                   b, loc, RankedTensorType::get({numRows}, i32),
+                   RankedTensorType::get({numRows}, i32),
+                   RankedTensorType::get({}, i32), counts);
+               Value outputs =
+                   buildExpertGemms(b, loc, rows, weights,
+                                    {route.getSortedIds(), route.getExpertIds(),
+                                     route.getNumPadded(),
+                                     /*blockM=*/1, /*numSlots=*/1},
+                                    mlp.lookup(mapping));
+               Value outputRows = tensor::CollapseShapeOp::create(
+                   b, loc, rowsType, outputs,
+                   ArrayRef<ReassociationIndices>{{0, 1}, {2}});
+               return {EpCombineOp::create(b, loc, types.returned, outputRows,
+                                           slots, counts, args[4])
+                           .getOutput()};
+             });
+}
+
+/// Phase 3: the sum of the rank's returned rows, in slot order.
+void buildCombine(OpBuilder &b, FusedMoeOp layer, StringRef name,
+                  const ExchangeTypes &types) {
+  buildPhase(b, layer, name, {}, {types.returned},
+             [&](IRMapping &, ValueRange args) -> SmallVector<Value> {
+               Location loc = layer.getLoc();
+               Value rows = rankPart(b, loc, args[0],
+                                     layer.getExpertParallelAttr().getRank());
+               return {CombineOp::create(b, loc, layer.getType(), rows,
+                                         /*weights=*/Value(), /*ids=*/Value(),
+                                         /*num_experts=*/IntegerAttr())};
+             });
+}
+
+/// The expert-parallel layer that `function` computes alone (its arguments
+/// the layer's operands, the layer returned); a diagnostic when it holds
+/// one otherwise, null when it holds none.
+FailureOr<FusedMoeOp> getExpertParallelLayer(func::FuncOp function) {
+  SmallVector<FusedMoeOp> layers;
+  function.walk([&](FusedMoeOp op) {
+    if (op.getExpertParallelAttr())
+      layers.push_back(op);
+  });
+  if (layers.empty())
+    return FusedMoeOp();
+  FusedMoeOp layer = layers.front();
+  Block &body = function.getBody().front();
+  auto isArgument = [&](Value value) {
+    auto argument = dyn_cast<BlockArgument>(value);
+    return argument && argument.getOwner() == &body;
+  };
+  auto returnOp = dyn_cast<func::ReturnOp>(body.getTerminator());
+  if (layers.size() != 1 || !function.getBody().hasOneBlock() ||
+      &body.front() != layer.getOperation() || !returnOp ||
+      returnOp.getOperands() != ValueRange(layer.getOutput()) ||
+      !llvm::all_of(layer->getOperands(), isArgument))
+    return layer.emitOpError()
+           << "moe-expert-parallel: expects the expert-parallel layer alone "
+              "in its function (operands its arguments, its result "
+              "returned), which splits into the phases between the exchanges";
+  return layer;
+}
+
+struct MoeExpertParallelPass
+    : moe::impl::MoeExpertParallelBase<MoeExpertParallelPass> {
+  void runOnOperation() override {
+    SmallVector<func::FuncOp> functions(getOperation().getOps<func::FuncOp>());
+    for (func::FuncOp function : functions) {
+      FailureOr<FusedMoeOp> layer = getExpertParallelLayer(function);
+      if (failed(layer))
+        return signalPassFailure();
+      if (!*layer)
+        continue;
+      ExchangeTypes types = ExchangeTypes::of(*layer);
+      OpBuilder b(function);
+      b.setInsertionPointAfter(function);
+      std::string name = function.getSymName().str();
+      buildDispatch(b, *layer, name + "_dispatch", types);
+      buildExperts(b, *layer, name + "_experts", types);
+      buildCombine(b, *layer, name + "_combine", types);
+      function.erase();
+    }
+  }
+};
+
+} // namespace

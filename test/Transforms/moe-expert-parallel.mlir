@@ -1,0 +1,68 @@
+// moe-expert-parallel splits rank 1 of 2 of an expert-parallel layer into
+// its phases: gate -> dispatch into all ranks' receive buffers; the rank's
+// receive buffer routed by its counts -> the two grouped matmuls over its
+// local experts -> combine into all ranks' return buffers; the sum of its
+// returned rows. moe-decompose refuses the undivided layer.
+// RUN: moe-opt %s --moe-expert-parallel --split-input-file --verify-diagnostics | FileCheck %s
+// RUN: not moe-opt %s --moe-decompose --split-input-file 2>&1 | FileCheck %s --check-prefix=DECOMPOSE
+
+// DECOMPOSE: error: 'moe.fused_moe' op moe-decompose: an expert-parallel layer is split by moe-expert-parallel first
+
+// E = 8 routed experts over W = 2 ranks, X = 1 shared: L = 5 local experts;
+// T = 4 tokens, S = 3 slots; C = T rows per (local expert, source rank):
+// receive buffers of L*W*C = 40 rows.
+// CHECK-LABEL: func.func @layer_dispatch
+// CHECK-SAME: (%[[X:.*]]: tensor<4x64xbf16>, %[[L:.*]]: tensor<4x8xf32>, %[[B:.*]]: tensor<8xf32>, %[[ROWS:.*]]: tensor<2x40x64xbf16>, %[[WTS:.*]]: tensor<2x40xf32>, %[[SLOTS:.*]]: tensor<2x40xi32>, %[[COUNTS:.*]]: tensor<2x5x2xi32>)
+// CHECK-NEXT: %[[W:.*]], %[[IDS:.*]] = moe.gate %[[L]] bias %[[B]] {{.*}} -> (tensor<4x3xf32>, tensor<4x3xi32>)
+// CHECK-NEXT: %[[R:.*]], %[[RW:.*]], %[[RS:.*]], %[[RC:.*]] = moe.ep_dispatch %[[X]], %[[IDS]], %[[W]] into(%[[ROWS]], %[[WTS]], %[[SLOTS]], %[[COUNTS]]) {expert_parallel = #moe.expert_parallel<world = 2, rank = 1>, num_experts = 8 : i64}
+// CHECK-NEXT: return %[[R]], %[[RW]], %[[RS]], %[[RC]] :
+
+// CHECK-LABEL: func.func @layer_experts
+// CHECK-SAME: (%[[W13:.*]]: tensor<5x256x64xbf16>, %[[W2:.*]]: tensor<5x64x128xbf16>, %[[ROWS:.*]]: tensor<2x40x64xbf16>, %[[WTS:.*]]: tensor<2x40xf32>, %[[SLOTS:.*]]: tensor<2x40xi32>, %[[COUNTS:.*]]: tensor<2x5x2xi32>, %[[RET:.*]]: tensor<2x4x3x64xbf16>) -> tensor<2x4x3x64xbf16>
+// CHECK-DAG: %[[MY_ROWS:.*]] = tensor.extract_slice %[[ROWS]][1, 0, 0] [1, 40, 64] [1, 1, 1] : tensor<2x40x64xbf16> to tensor<40x64xbf16>
+// CHECK-DAG: %[[MY_SLOTS:.*]] = tensor.extract_slice %[[SLOTS]][1, 0] [1, 40] [1, 1] : tensor<2x40xi32> to tensor<40xi32>
+// CHECK-DAG: %[[MY_COUNTS:.*]] = tensor.extract_slice %[[COUNTS]][1, 0, 0] [1, 5, 2] [1, 1, 1] : tensor<2x5x2xi32> to tensor<5x2xi32>
+// CHECK-DAG: %[[MY_WTS:.*]] = tensor.extract_slice %[[WTS]][1, 0] [1, 40] [1, 1] : tensor<2x40xf32> to tensor<40xf32>
+// CHECK: %[[ROUTED:.*]] = tensor.expand_shape %[[MY_WTS]] {{\[\[}}0, 1]] output_shape [40, 1] : tensor<40xf32> into tensor<40x1xf32>
+// CHECK: %[[SORTED:.*]], %[[EXPERTS:.*]], %[[N:.*]] = moe.ep_route %[[MY_COUNTS]] : (tensor<5x2xi32>) -> (tensor<40xi32>, tensor<40xi32>, tensor<i32>)
+// CHECK-NEXT: %[[H:.*]] = moe.grouped_matmul %[[MY_ROWS]], %[[W13]], %[[SORTED]], %[[EXPERTS]], %[[N]] input(token) output(sorted) activation(silu_and_mul) {block_m = 1 : i64, num_slots = 1 : i64}
+// CHECK-SAME: -> tensor<40x128xbf16>
+// CHECK-NEXT: %[[O:.*]] = moe.grouped_matmul %[[H]], %[[W2]], %[[SORTED]], %[[EXPERTS]], %[[N]] routed_weights(%[[ROUTED]]) input(sorted) output(slot) {block_m = 1 : i64, num_slots = 1 : i64}
+// CHECK-SAME: -> tensor<40x1x64xbf16>
+// CHECK-NEXT: %[[OROWS:.*]] = tensor.collapse_shape %[[O]] {{\[\[}}0, 1], [2]] : tensor<40x1x64xbf16> into tensor<40x64xbf16>
+// CHECK-NEXT: %[[BACK:.*]] = moe.ep_combine %[[OROWS]], %[[MY_SLOTS]], %[[MY_COUNTS]] into(%[[RET]])
+// CHECK-NEXT: return %[[BACK]]
+
+// CHECK-LABEL: func.func @layer_combine
+// CHECK-SAME: (%[[RET:.*]]: tensor<2x4x3x64xbf16>) -> tensor<4x64xbf16>
+// CHECK-NEXT: %[[MINE:.*]] = tensor.extract_slice %[[RET]][1, 0, 0, 0] [1, 4, 3, 64] [1, 1, 1, 1] : tensor<2x4x3x64xbf16> to tensor<4x3x64xbf16>
+// CHECK-NEXT: %[[Y:.*]] = moe.combine %[[MINE]] : (tensor<4x3x64xbf16>) -> tensor<4x64xbf16>
+// CHECK-NEXT: return %[[Y]]
+// CHECK-NOT: func.func @layer(
+func.func @layer(%x: tensor<4x64xbf16>, %logits: tensor<4x8xf32>,
+                 %w13: tensor<5x256x64xbf16>, %w2: tensor<5x64x128xbf16>,
+                 %bias: tensor<8xf32>) -> tensor<4x64xbf16> {
+  %y = moe.fused_moe %x, %logits, %w13, %w2 bias(%bias) activation(silu_and_mul)
+         {router = #moe.router<scoring = sigmoid, top_k = 2, renormalize = true,
+                               num_shared_experts = 1>,
+          expert_parallel = #moe.expert_parallel<world = 2, rank = 1>}
+       : (tensor<4x64xbf16>, tensor<4x8xf32>, tensor<5x256x64xbf16>,
+          tensor<5x64x128xbf16>, tensor<8xf32>) -> tensor<4x64xbf16>
+  return %y : tensor<4x64xbf16>
+}
+
+// -----
+
+// A layer whose result is used by other ops than the return stays whole.
+func.func @not_alone(%x: tensor<4x64xbf16>, %logits: tensor<4x8xf32>,
+                     %w13: tensor<5x256x64xbf16>, %w2: tensor<5x64x128xbf16>)
+    -> tensor<4x64xbf16> {
+  // expected-error @below {{'moe.fused_moe' op moe-expert-parallel: expects the expert-parallel layer alone in its function (operands its arguments, its result returned), which splits into the phases between the exchanges}}
+  %y = moe.fused_moe %x, %logits, %w13, %w2 activation(silu_and_mul)
+         {router = #moe.router<scoring = softmax, top_k = 2, num_shared_experts = 1>,
+          expert_parallel = #moe.expert_parallel<world = 2, rank = 0>}
+       : (tensor<4x64xbf16>, tensor<4x8xf32>, tensor<5x256x64xbf16>,
+          tensor<5x64x128xbf16>) -> tensor<4x64xbf16>
+  %z = arith.addf %y, %x : tensor<4x64xbf16>
+  return %z : tensor<4x64xbf16>
+}
