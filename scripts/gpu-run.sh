@@ -30,16 +30,18 @@
 # pass (also part of `tests`); `fp8-bench` the FP8 benchmark
 # (bench/fp8_bench.py, its options after the mode); `mxfp4` the MXFP4
 # experts test and its sanitizer pass (also part of `tests`), `mxfp4-bench`
-# the MXFP4 benchmark (bench/mxfp4_bench.py). `tp` runs the
+# the MXFP4 benchmark (bench/mxfp4_bench.py); `config-bench` times chosen
+# configs of one grouped matmul against the heuristic's
+# (bench/config_bench.py, its options after the mode). `tp` runs the
 # tensor-parallel test (test/GPU/tp_test.py) and `tp-bench` its benchmark
 # (bench/tp_bench.py, its options after the mode), each as two processes
 # under torchrun, on a machine with two GPUs (the nvidia-h200-x2 kind).
 #
-#   scripts/gpu-run.sh [tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench|fp8|fp8-bench|mxfp4|mxfp4-bench|tp|tp-bench] [router benchmark options]
+#   scripts/gpu-run.sh [tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench|fp8|fp8-bench|mxfp4|mxfp4-bench|config-bench|tp|tp-bench] [router benchmark options]
 set -uo pipefail
 what=${1:-all}
 shift || true
-modes="tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench|fp8|fp8-bench|mxfp4|mxfp4-bench|tp|tp-bench"
+modes="tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench|fp8|fp8-bench|mxfp4|mxfp4-bench|config-bench|tp|tp-bench"
 if [[ ! $what =~ ^($modes)$ ]]; then
   echo "usage: $0 [$modes] [router benchmark options]" >&2
   exit 2
@@ -96,7 +98,8 @@ if [[ $what == hf-bench ]]; then
   exit $status
 fi
 if [[ $what == tune || $what == gemm-tuned || $what == layer ||
-      $what == variants || $what == fp8-bench || $what == mxfp4-bench ]]; then
+      $what == variants || $what == fp8-bench || $what == mxfp4-bench ||
+      $what == config-bench ]]; then
   compiler=/tmp/moe-compile
   python3 -c "import lzma, shutil; shutil.copyfileobj(
     lzma.open('out/tools/moe-compile.xz'), open('$compiler', 'wb'))"
@@ -124,6 +127,10 @@ fi
 if [[ $what == fp8-bench ]]; then
   step fp8-bench 560 python3 bench/fp8_bench.py --compiler $compiler \
     "${db[@]}" "$@"
+  exit $status
+fi
+if [[ $what == config-bench ]]; then
+  step config-bench 560 python3 bench/config_bench.py --compiler $compiler "$@"
   exit $status
 fi
 if [[ $what == mxfp4-bench ]]; then
