@@ -106,11 +106,14 @@ GemmConfigAttr mlir::moe::chooseGemmConfig(GroupedMatmulOp op, int64_t tokens) {
   // rows: 128-row tiles against one weight tile halve the weight traffic
   // per flop, which bounds the 64-row tiles at large T (L2, ncu).
   int64_t warpgroups = op.getBlockM() >= 2 * kWgmmaRows ? 2 : 1;
-  // fp8 weights streamed at about a row per expert (decode): three stages
-  // let three blocks share a multiprocessor instead of two and hide more of
-  // the loads' latency (moe-tune on the H100, DeepSeek-V3 and Kimi-K2 fp8 at
-  // T=1: first GEMM 126 -> 105 us, second 76 -> 69 us).
-  int64_t stages = elementBytes == 1 && isWeightStreaming(op, tokens) ? 3 : 4;
+  // Weights streamed at about a row per expert (decode): three stages let
+  // three blocks share a multiprocessor instead of two and hide more of the
+  // loads' latency (moe-tune on the H100 at T = 1: fp8 DeepSeek-V3 and
+  // Kimi-K2 first GEMM 126 -> 105 us, second 76 -> 69; bf16 gemm1 214 ->
+  // 189 us and Kimi-K2's gemm2 127 -> 115, where 5 of the 8 tuned bf16
+  // entries have three). MXFP4 keeps the four its decode, stages - 2 K tiles
+  // behind the loads, was measured with.
+  int64_t stages = !packed && isWeightStreaming(op, tokens) ? 3 : 4;
   return GemmConfigAttr::get(
       op.getContext(), op.getBlockM(), blockN, blockK, stages, warpgroups,
       /*split_k=*/1,

@@ -90,7 +90,8 @@ def MoeTile : Pass<"moe-tile"> {
 
     The heuristic sizes for `tokens` tokens: 128-byte K tiles (the swizzle
     span), 128 accumulator columns below 256 tokens and 256 from there on,
-    four stages, two warpgroups (128-row tiles) when the routing blocks have
+    four stages (three while the weights stream at about a row per expert:
+    three blocks per multiprocessor instead of two), two warpgroups (128-row tiles) when the routing blocks have
     128 rows or more, TMA for sorted rows and cp.async gathers for token
     rows.
     `block-n` and `num-stages` override its choices (how moe-compile tries
