@@ -28,13 +28,11 @@ llvm::Error makeError(const llvm::Twine &message) {
 }
 
 /// A warning as `warned` (see runPipeline) keys it: moe-tile's fallback to
-/// its heuristic once per shape, whichever token count it was seen at.
+/// its heuristic once per shape, whichever token count it was seen at and
+/// whichever config the heuristic gave there (decode variants get rings of
+/// their own).
 std::string warningKey(StringRef message) {
-  size_t near = message.find(" near ");
-  size_t tokens = message.find(" tokens", near);
-  if (near == StringRef::npos || tokens == StringRef::npos)
-    return message.str();
-  return (message.take_front(near) + message.drop_front(tokens)).str();
+  return message.take_front(message.find(" near ")).str();
 }
 
 /// Runs the passes `build` adds on `module`, returning their diagnostics as

@@ -2,7 +2,8 @@
 // (configs/gemm-configs.json, compiled in): DeepSeek-V3's first grouped
 // matmul on the H100 at 1 token and at 4096 tokens gets the tuned configs,
 // marked moe.tuned, without a warning; another device has no entries and
-// gets the heuristic, with one.
+// gets the heuristic, with one (at 1 token the tuned config's three-stage
+// ring, unmarked).
 // RUN: moe-opt %s --moe-tile="tokens=1" 2>&1 | FileCheck %s --check-prefix=DECODE
 // RUN: moe-opt %s --moe-tile="tokens=4096" 2>&1 | FileCheck %s --check-prefix=PREFILL
 // RUN: moe-opt %s --moe-tile="tokens=1 device='NVIDIA H20'" 2>&1 | FileCheck %s --check-prefix=OTHER
@@ -12,7 +13,7 @@
 // PREFILL-NOT: warning
 // PREFILL: config = #moe.gemm_config<block_m = 64, block_n = 256, block_k = 64, num_stages = 4, warp_specialized = true>, moe.tuned
 // OTHER: warning: moe-tile: no tuned config for E=257 N=4096 K=7168 bf16 block_m=64 on 'NVIDIA H20' near 1 tokens
-// OTHER: config = #moe.gemm_config<block_m = 64, block_n = 128, block_k = 64, num_stages = 4>, num_slots
+// OTHER: config = #moe.gemm_config<block_m = 64, block_n = 128, block_k = 64, num_stages = 3>, num_slots
 func.func @deepseek_up(%x: tensor<?x7168xbf16>, %w13: tensor<257x4096x7168xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>) -> tensor<?x2048xbf16> {
   %h = moe.grouped_matmul %x, %w13, %s, %e, %n input(token) output(sorted) activation(silu_and_mul) {block_m = 64, num_slots = 9}
     : (tensor<?x7168xbf16>, tensor<257x4096x7168xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>) -> tensor<?x2048xbf16>

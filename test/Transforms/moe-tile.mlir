@@ -1,15 +1,18 @@
 // moe-tile gives each grouped matmul without a config the heuristic
 // #moe.gemm_config: the routing block_m, 256 accumulator columns from 256
-// tokens on (128 below), K tiles of 128 bytes (64 bf16/f16), four stages,
-// TMA on A exactly for sorted rows (fp8: K tiles of 128, at most 128
-// columns, three stages while the tokens give each expert about a row);
+// tokens on (128 below), K tiles of 128 bytes (64 bf16/f16), TMA on A
+// exactly for sorted rows, a producer warpgroup for a bf16/f16 GEMM that
+// gathers token rows from 256 tokens on, two warpgroups on 128-row routing
+// blocks, four stages but three while the tokens give each expert about a
+// row (decode) and three for two warpgroups fed by a producer (fp8: K tiles
+// of 128, at most 128 columns with block scales, no producer);
 // block-n and num-stages override the
 // heuristic; a config already present (by hand or from the tuner) is kept;
 // an op the tensor-core kernel cannot run (f32) is left to the SIMT kernel,
 // untiled.
 // RUN: moe-opt %s --moe-tile | FileCheck %s
 // RUN: moe-opt %s --moe-tile="tokens=16" | FileCheck %s --check-prefix=DECODE
-// RUN: moe-opt %s --moe-tile="tokens=2" | FileCheck %s --check-prefix=FP8-DECODE
+// RUN: moe-opt %s --moe-tile="tokens=2" | FileCheck %s --check-prefix=STREAM
 // RUN: moe-opt %s --moe-tile="block-n=64 num-stages=6" | FileCheck %s --check-prefix=OVERRIDE
 // RUN: not moe-opt %s --moe-tile="block-n=72" 2>&1 | FileCheck %s --check-prefix=BAD-N
 // RUN: not moe-opt %s --moe-tile="tokens=0" 2>&1 | FileCheck %s --check-prefix=BAD
@@ -21,13 +24,13 @@
 
 // DECODE: config = #moe.gemm_config<block_m = 16, block_n = 128, block_k = 64, num_stages = 4>
 // DECODE: config = #moe.gemm_config<block_m = 16, block_n = 64, block_k = 64, num_stages = 3, tma_a = true>
-// OVERRIDE: config = #moe.gemm_config<block_m = 16, block_n = 64, block_k = 64, num_stages = 6>
+// OVERRIDE: config = #moe.gemm_config<block_m = 16, block_n = 64, block_k = 64, num_stages = 6, warp_specialized = true>
 // OVERRIDE: config = #moe.gemm_config<block_m = 16, block_n = 64, block_k = 64, num_stages = 3, tma_a = true>
 
 // CHECK-LABEL: func.func @fp8_gemm
 // CHECK: config = #moe.gemm_config<block_m = 16, block_n = 128, block_k = 128, num_stages = 4, tma_a = true>
-// FP8-DECODE-LABEL: func.func @fp8_gemm
-// FP8-DECODE: config = #moe.gemm_config<block_m = 16, block_n = 128, block_k = 128, num_stages = 3, tma_a = true>
+// STREAM-LABEL: func.func @fp8_gemm
+// STREAM: config = #moe.gemm_config<block_m = 16, block_n = 128, block_k = 128, num_stages = 3, tma_a = true>
 func.func @fp8_gemm(%q: tensor<?x256xf8E4M3FN>, %w: tensor<4x128x256xf8E4M3FN>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>,
                     %qs: tensor<?x2xf32>, %ws: tensor<4x1x2xf32>) -> tensor<?x128xbf16> {
   %f = moe.grouped_matmul %q, %w, %s, %e, %n scales(%qs, %ws) input(sorted) output(sorted)
@@ -36,10 +39,15 @@ func.func @fp8_gemm(%q: tensor<?x256xf8E4M3FN>, %w: tensor<4x128x256xf8E4M3FN>, 
   return %f : tensor<?x128xbf16>
 }
 
+// From 256 tokens the gathering GEMM has a producer warpgroup issue its
+// cp.async row gathers; at 2 tokens over 4 experts the weights stream and
+// the ring has three stages.
 // CHECK-LABEL: func.func @gemms
-// CHECK: moe.grouped_matmul {{.*}} input(token) output(sorted) activation(silu_and_mul) {block_m = 16 : i64, config = #moe.gemm_config<block_m = 16, block_n = 256, block_k = 64, num_stages = 4>, num_slots = 2 : i64}
+// CHECK: moe.grouped_matmul {{.*}} input(token) output(sorted) activation(silu_and_mul) {block_m = 16 : i64, config = #moe.gemm_config<block_m = 16, block_n = 256, block_k = 64, num_stages = 4, warp_specialized = true>, num_slots = 2 : i64}
 // CHECK: moe.grouped_matmul {{.*}} input(sorted) output(slot) {block_m = 16 : i64, num_slots = 2 : i64} : (tensor<?x64xf32>
 // CHECK: moe.grouped_matmul {{.*}} {block_m = 16 : i64, config = #moe.gemm_config<block_m = 16, block_n = 64, block_k = 64, num_stages = 3, tma_a = true>, num_slots = 2 : i64}
+// STREAM-LABEL: func.func @gemms
+// STREAM: input(token) {{.*}}config = #moe.gemm_config<block_m = 16, block_n = 128, block_k = 64, num_stages = 3>,
 func.func @gemms(%x: tensor<?x128xbf16>, %w13: tensor<4x128x128xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>,
                  %h: tensor<?x64xf32>, %w2: tensor<4x96x64xf32>, %rw: tensor<?x2xf32>,
                  %g: tensor<?x64xf16>, %w3: tensor<4x96x64xf16>)
@@ -52,4 +60,30 @@ func.func @gemms(%x: tensor<?x128xbf16>, %w13: tensor<4x128x128xbf16>, %s: tenso
       {block_m = 16, num_slots = 2, config = #moe.gemm_config<block_m = 16, block_n = 64, block_k = 64, num_stages = 3, tma_a = true>}
     : (tensor<?x64xf16>, tensor<4x96x64xf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>) -> tensor<?x96xf16>
   return %up, %down, %kept : tensor<?x64xbf16>, tensor<?x2x96xf32>, tensor<?x96xf16>
+}
+
+// 128-row routing blocks: two consumer warpgroups; fed by a producer (the
+// gathering GEMM) their ring has three stages, else four.
+// CHECK-LABEL: func.func @two_warpgroups
+// CHECK: input(token) {{.*}}config = #moe.gemm_config<block_m = 128, block_n = 256, block_k = 64, num_stages = 3, num_warpgroups = 2, warp_specialized = true>,
+// CHECK: input(sorted) {{.*}}config = #moe.gemm_config<block_m = 128, block_n = 256, block_k = 64, num_stages = 4, num_warpgroups = 2, tma_a = true>,
+func.func @two_warpgroups(%x: tensor<?x128xbf16>, %w13: tensor<4x128x128xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>,
+                          %w2: tensor<4x128x64xbf16>) -> (tensor<?x64xbf16>, tensor<?x128xbf16>) {
+  %up = moe.grouped_matmul %x, %w13, %s, %e, %n input(token) output(sorted) activation(silu_and_mul) {block_m = 128, num_slots = 2}
+    : (tensor<?x128xbf16>, tensor<4x128x128xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>) -> tensor<?x64xbf16>
+  %down = moe.grouped_matmul %up, %w2, %s, %e, %n input(sorted) output(sorted) {block_m = 128, num_slots = 2}
+    : (tensor<?x64xbf16>, tensor<4x128x64xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>) -> tensor<?x128xbf16>
+  return %up, %down : tensor<?x64xbf16>, tensor<?x128xbf16>
+}
+
+// fp8 GEMMs that gather their rows keep the consumers' own gathers (the
+// tuned block-scaled ones have no producer).
+// CHECK-LABEL: func.func @fp8_gathering
+// CHECK: config = #moe.gemm_config<block_m = 64, block_n = 256, block_k = 128, num_stages = 4>,
+func.func @fp8_gathering(%q: tensor<?x256xf8E4M3FN>, %w: tensor<4x128x256xf8E4M3FN>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>,
+                         %rs: tensor<?x1xf32>, %cs: tensor<4x128xf32>) -> tensor<?x128xbf16> {
+  %f = moe.grouped_matmul %q, %w, %s, %e, %n scales(%rs, %cs) input(token) output(sorted)
+    {block_m = 64, num_slots = 2, quantization = #moe.quantization<weights = channel, activations = token>}
+    : (tensor<?x256xf8E4M3FN>, tensor<4x128x256xf8E4M3FN>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, tensor<?x1xf32>, tensor<4x128xf32>) -> tensor<?x128xbf16>
+  return %f : tensor<?x128xbf16>
 }

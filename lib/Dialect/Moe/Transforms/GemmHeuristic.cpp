@@ -109,17 +109,37 @@ GemmConfigAttr mlir::moe::chooseGemmConfig(GroupedMatmulOp op, int64_t tokens) {
   // rows: 128-row tiles against one weight tile halve the weight traffic
   // per flop, which bounds the 64-row tiles at large T (L2, ncu).
   int64_t warpgroups = op.getBlockM() >= 2 * kWgmmaRows ? 2 : 1;
-  // fp8 weights streamed at about a row per expert (decode): three stages
-  // let three blocks share a multiprocessor instead of two and hide more of
-  // the loads' latency (moe-tune on the H100, DeepSeek-V3 and Kimi-K2 fp8 at
-  // T=1: first GEMM 126 -> 105 us, second 76 -> 69 us).
-  int64_t stages = elementBytes == 1 && isWeightStreaming(op, tokens) ? 3 : 4;
+  // A gathering GEMM's consumers issue the cp.async row gathers themselves,
+  // between their wgmmas, unless a producer warpgroup does. Every tuned bf16
+  // entry of one from 256 tokens has the producer (20 of 20; the heuristic
+  // without it was up to 1.44x slower: DeepSeek-V3 gemm1, 128-row blocks,
+  // T = 4096: 9316 against 6450 us, bench/RESULTS.md). The tuned fp8 ones
+  // (block scales) have none, so fp8 keeps its rules; MXFP4's producer
+  // decodes the weights.
+  bool gathering = op.getInputOrder() == RowOrder::token;
+  bool producer =
+      packed || (gathering && elementBytes == 2 && tokens >= kWideTileTokens);
+  // Weights streamed at about a row per expert (decode): three stages let
+  // three blocks share a multiprocessor instead of two and hide more of the
+  // loads' latency (moe-tune on the H100 at T = 1: fp8 DeepSeek-V3 and
+  // Kimi-K2 first GEMM 126 -> 105 us, second 76 -> 69; bf16 gemm1 214 ->
+  // 189 us and Kimi-K2's gemm2 127 -> 115, where 5 of the 8 tuned bf16
+  // entries have three). Two consumer warpgroups fed by a producer take
+  // three too, as moe-tune chose for each such entry without a persistent
+  // grid (DeepSeek-V3 and Kimi-K2 gemm1 at T = 1024 and 4096). MXFP4 keeps
+  // the four its decode, stages - 2 K tiles behind the loads, was measured
+  // with.
+  int64_t stages = !packed && (isWeightStreaming(op, tokens) ||
+                               (producer && warpgroups == 2))
+                       ? 3
+                       : 4;
   return GemmConfigAttr::get(
       op.getContext(), op.getBlockM(), blockN, blockK, stages, warpgroups,
-      /*split_k=*/1,
-      /*tma_a=*/op.getInputOrder() == RowOrder::sorted, /*tma_b=*/true,
-      /*cluster_m=*/1, /*cluster_n=*/1, /*persistent=*/false,
-      /*warp_specialized=*/hasPackedWeights(op));
+      /*split_k=*/1, /*tma_a=*/!gathering, /*tma_b=*/true,
+      /*cluster_m=*/1, /*cluster_n=*/1,
+      // Tuned entries that leave `persistent` out mean the heuristic's
+      // false (75 of the shipped 88): choosing it here would change them.
+      /*persistent=*/false, /*warp_specialized=*/producer);
 }
 
 int64_t mlir::moe::chooseSplitK(GroupedMatmulOp op, GemmConfigAttr config,

@@ -177,9 +177,12 @@ def MoeTile : Pass<"moe-tile"> {
 
     The heuristic sizes for `tokens` tokens: 128-byte K tiles (the swizzle
     span), 128 accumulator columns below 256 tokens and 256 from there on,
-    four stages, two warpgroups (128-row tiles) when the routing blocks have
-    128 rows or more, TMA for sorted rows and cp.async gathers for token
-    rows.
+    two warpgroups (128-row tiles) when the routing blocks have 128 rows or
+    more, TMA for sorted rows and cp.async gathers for token rows, issued by
+    a producer warpgroup from 256 tokens on (bf16/f16), and four stages but
+    three while the weights stream at about a row per expert and for two
+    warpgroups fed by a producer (what moe-tune found on the H100,
+    bench/RESULTS.md).
     `block-n` and `num-stages` override its choices (how moe-compile tries
     other configurations by hand); the result is verified like any
     #moe.gemm_config.
@@ -198,8 +201,9 @@ def MoeTile : Pass<"moe-tile"> {
     %h = moe.grouped_matmul %x, %w13, %sorted, %experts, %count
            input(token) output(sorted) activation(silu_and_mul)
            {block_m = 64 : i64, num_slots = 2 : i64,
-            config = #moe.gemm_config<block_m = 64, block_n = 128,
-                                      block_k = 64, num_stages = 4>} : ...
+            config = #moe.gemm_config<block_m = 64, block_n = 256,
+                                      block_k = 64, num_stages = 4,
+                                      warp_specialized = true>} : ...
     ```
   }];
   let options = [
