@@ -136,6 +136,11 @@ func.func @gpt_oss_like(%x: tensor<?x64xbf16>, %logits: tensor<?x8xf32>,
 // output is quantized over the padded rows only (rows(%count)), in one group
 // since I = 96 is narrower than a block; the second GEMM takes those scales
 // and w2's.
+// With block scales, 128-row blocks from 128 rows per expert, where bf16
+// takes 256 (@mixtral_like): at T = 512 the 17 experts average 150 of the
+// 5 x 512 slots.
+// AUTO64-LABEL: func @fused_moe_fp8_block
+// AUTO64: moe.route {{.*}} {block_m = 128 : i64, num_experts = 17 : i64}
 // CHECK-LABEL: func @fused_moe_fp8_block
 // CHECK-SAME: (%[[X:.*]]: tensor<?x256xbf16>, %[[L:.*]]: tensor<?x16xf32>, %[[W13:.*]]: tensor<17x192x256xf8E4M3FN>, %[[W2:.*]]: tensor<17x256x96xf8E4M3FN>, %[[S13:.*]]: tensor<17x2x2xf32>, %[[S2:.*]]: tensor<17x2x1xf32>)
 // CHECK-NEXT: %[[WTS:.*]], %[[IDS:.*]] = moe.gate %[[L]]

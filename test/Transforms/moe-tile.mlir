@@ -4,8 +4,9 @@
 // exactly for sorted rows, a producer warpgroup for a bf16/f16 GEMM that
 // gathers token rows from 256 tokens on, two warpgroups on 128-row routing
 // blocks, four stages but three while the tokens give each expert about a
-// row (decode) and three for two warpgroups fed by a producer (fp8: K tiles
-// of 128, at most 128 columns with block scales, no producer);
+// row (decode) and three for bf16/f16 two warpgroups fed by a producer (fp8:
+// K tiles of 128, at most 128 columns with block scales, a producer for two
+// warpgroups with block scales only);
 // block-n and num-stages override the
 // heuristic; a config already present (by hand or from the tuner) is kept;
 // an op the tensor-core kernel cannot run (f32) is left to the SIMT kernel,
@@ -74,6 +75,19 @@ func.func @two_warpgroups(%x: tensor<?x128xbf16>, %w13: tensor<4x128x128xbf16>, 
   %down = moe.grouped_matmul %up, %w2, %s, %e, %n input(sorted) output(sorted) {block_m = 128, num_slots = 2}
     : (tensor<?x64xbf16>, tensor<4x128x64xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>) -> tensor<?x128xbf16>
   return %up, %down : tensor<?x64xbf16>, tensor<?x128xbf16>
+}
+
+// Block-scaled fp8 at 128-row routing blocks: two consumer warpgroups fed
+// by a producer, so that one promotes while the other multiplies, four
+// stages of 128 x 128 bytes.
+// CHECK-LABEL: func.func @fp8_block_two_warpgroups
+// CHECK: config = #moe.gemm_config<block_m = 128, block_n = 128, block_k = 128, num_stages = 4, num_warpgroups = 2, warp_specialized = true>
+func.func @fp8_block_two_warpgroups(%q: tensor<?x256xf8E4M3FN>, %w: tensor<4x256x256xf8E4M3FN>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>,
+                                    %rs: tensor<?x2xf32>, %ws: tensor<4x2x2xf32>) -> tensor<?x128xbf16> {
+  %f = moe.grouped_matmul %q, %w, %s, %e, %n scales(%rs, %ws) input(token) output(sorted) activation(silu_and_mul)
+    {block_m = 128, num_slots = 2, quantization = #moe.quantization<weights = block, activations = token_group>}
+    : (tensor<?x256xf8E4M3FN>, tensor<4x256x256xf8E4M3FN>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, tensor<?x2xf32>, tensor<4x2x2xf32>) -> tensor<?x128xbf16>
+  return %f : tensor<?x128xbf16>
 }
 
 // fp8 GEMMs that gather their rows keep the consumers' own gathers (the

@@ -239,7 +239,8 @@ int main(int argc, char **argv) {
       return fail(llvm::toString(layer.takeError()));
     source.blockM =
         chooseRoutingBlockM(tokensMax, layer->topK + layer->numSharedExperts,
-                            layer->numExperts + layer->numSharedExperts);
+                            layer->numExperts + layer->numSharedExperts,
+                            layer->quantization == "block");
   }
   std::string error;
   OwningOpRef<ModuleOp> module =

@@ -199,7 +199,8 @@ private:
   Value multiplyStage(const Tile &tile, Value step, Value consumer, Value sum,
                       bool overwrite);
   Accumulation multiplyScaled(const Tile &tile, Value step, Value consumer,
-                              const Accumulation &carried, bool first);
+                              const Accumulation &carried, bool first,
+                              function_ref<void(Value, bool)> afterStep);
   Value accumulate(const Tile &tile, Value consumer,
                    function_ref<void(Value, bool)> afterStep);
   // FP8 scales.
@@ -216,6 +217,7 @@ private:
   void emitProducer(const Tile &tile);
   void produce(const Tile &tile, const GatherSources &sources);
   void waitEmpty(const Tile &tile, Value step);
+  void freeStage(const Tile &tile, Value stage);
   void arrivePeerEmpty(Value stage);
   // MXFP4 weights, decoded by the producer.
   void producePacked(const Tile &tile, const GatherSources &sources);
@@ -486,12 +488,12 @@ void WgmmaGroupedMatmulEmitter::initRing(Value multicast) {
   bool producerReports = warpSpecialized && (tokenInput || packed);
   int64_t fullArrivals =
       (stageTmaBytes > 0 || !producerReports) + (producerReports ? loaders : 0);
-  int64_t consumerThreads = warpgroups * kWarpgroupThreads;
-  Value emptyArrivals = wb.index(consumerThreads);
+  // A consumer warp's lane 0 frees a stage for the warp.
+  int64_t consumerWarps = warpgroups * kWarpgroupThreads / 32;
+  Value emptyArrivals = wb.index(consumerWarps);
   if (multicast)
     emptyArrivals =
-        wb.select(multicast, wb.index(consumerThreads + consumerThreads / 32),
-                  emptyArrivals);
+        wb.select(multicast, wb.index(2 * consumerWarps), emptyArrivals);
   wb.ifThen(leader, [&] {
     nvgpu::TmaPrefetchOp::create(b, weightMap, Value());
     if (rowMap)
@@ -1033,20 +1035,26 @@ Value WgmmaGroupedMatmulEmitter::boxFirstRow(const Tile &tile, int64_t box) {
 }
 
 /// The wgmmas of K tile `step`, chained on the carried sums (overwriting
-/// them when `first`); with weight blocks, from zero and, once done,
-/// promoted into the sums times the scales carried for this K tile, while
-/// the next K tile's scales load.
+/// them when `first`), then `afterStep`; with weight blocks, from zero and,
+/// once done, `afterStep` and the promotion into the sums times the scales
+/// carried for this K tile, while the next K tile's scales load.
 Accumulation WgmmaGroupedMatmulEmitter::multiplyScaled(
     const Tile &tile, Value step, Value consumer, const Accumulation &carried,
-    bool first) {
-  if (!blockScaled)
-    return {multiplyStage(tile, step, consumer, carried.sums, first), {}};
+    bool first, function_ref<void(Value, bool)> afterStep) {
+  if (!blockScaled) {
+    Value sums = multiplyStage(tile, step, consumer, carried.sums, first);
+    afterStep(step, first);
+    return {sums, {}};
+  }
   Value partials = multiplyStage(
       tile, step, consumer, LLVM::UndefOp::create(b, carried.sums.getType()),
       /*overwrite=*/true);
   SmallVector<Value> next =
       loadBlockScales(tile, arith::AddIOp::create(b, step, wb.index(1)));
   NVVM::WgmmaWaitGroupSyncOp::create(b, 0);
+  // The stage is read: free it (or refill the ring) before the promotion,
+  // which needs only registers.
+  afterStep(step, first);
   return {applyScales(first ? Value() : carried.sums, partials,
                       blockScalesOf(carried.scales)),
           next};
@@ -1054,9 +1062,10 @@ Accumulation WgmmaGroupedMatmulEmitter::multiplyScaled(
 
 /// The split's K tiles for consumer warpgroup `consumer`: per K tile, wait
 /// for its stage, multiply, then `afterStep` (K tile, whether it is the
-/// first). The first is peeled, its first wgmma overwriting an undefined
-/// struct (scale-d 0), so that no move ever initialises the accumulators
-/// (ptxas would fence the wgmmas for it, C7519).
+/// first; with weight blocks, before the promotion). The first is peeled, its
+/// first wgmma overwriting an undefined struct (scale-d 0), so that no move
+/// ever initialises the accumulators (ptxas would fence the wgmmas for it,
+/// C7519).
 Value WgmmaGroupedMatmulEmitter::accumulate(
     const Tile &tile, Value consumer,
     function_ref<void(Value, bool)> afterStep) {
@@ -1064,9 +1073,7 @@ Value WgmmaGroupedMatmulEmitter::accumulate(
       b.getContext(), SmallVector<Type>(blockN / 2, b.getF32Type()));
   auto multiply = [&](Value step, const Accumulation &carried, bool first) {
     waitFull(tile, step);
-    Accumulation next = multiplyScaled(tile, step, consumer, carried, first);
-    afterStep(step, first);
-    return next;
+    return multiplyScaled(tile, step, consumer, carried, first, afterStep);
   };
   Accumulation start{LLVM::UndefOp::create(b, accumulatorType), {}};
   if (blockScaled)
@@ -1191,11 +1198,15 @@ Value WgmmaGroupedMatmulEmitter::applyScales(Value sums, Value partials,
         int64_t index = AccumulatorFragment::registerOf(block, half, i);
         Value scale = arith::MulFOp::create(b, scales.rows[half],
                                             scales.columns[2 * block + i]);
-        Value value = arith::MulFOp::create(
-            b, LLVM::ExtractValueOp::create(b, partials, index), scale);
-        if (sums)
-          value = arith::AddFOp::create(
-              b, LLVM::ExtractValueOp::create(b, sums, index), value);
+        Value partial = LLVM::ExtractValueOp::create(b, partials, index);
+        // One fused multiply-add per accumulator: the promotion runs while
+        // the tensor cores wait, once per K tile.
+        Value value =
+            sums ? math::FmaOp::create(
+                       b, partial, scale,
+                       LLVM::ExtractValueOp::create(b, sums, index))
+                       .getResult()
+                 : arith::MulFOp::create(b, partial, scale).getResult();
         result = LLVM::InsertValueOp::create(b, result, value, index);
       }
   return result;
@@ -1314,6 +1325,17 @@ void WgmmaGroupedMatmulEmitter::waitEmpty(const Tile &tile, Value step) {
                   b, empty, parityOf(tile, step, -1),
                   wb.index(kMbarrierWaitTicks), stageOf(tile, step));
             });
+}
+
+/// A consumer warp's arrival (from lane 0, after the warp's wgmma wait) on
+/// `empty` of `stage`, and on the peer block's when the peer's producer
+/// fills this block's stages too.
+void WgmmaGroupedMatmulEmitter::freeStage(const Tile &tile, Value stage) {
+  wb.ifThen(wb.cmpi(arith::CmpIPredicate::eq, lane, wb.index(0)), [&] {
+    nvgpu::MBarrierArriveOp::create(b, empty, stage);
+    if (tile.multicast)
+      wb.ifThen(tile.multicast, [&] { arrivePeerEmpty(stage); });
+  });
 }
 
 /// A warp's arrival on the peer block's `empty` barrier of `stage`, once the
@@ -1559,26 +1581,23 @@ void WgmmaGroupedMatmulEmitter::emitConsumer(const Tile &tile, Value consumer) {
   forEachColumnTile(tile, [&](const Tile &column) {
     Value accumulators =
         accumulate(column, consumer, [&](Value step, bool first) {
-          NVVM::WgmmaWaitGroupSyncOp::create(b, 1);
-          if (first)
-            return;
-          Value done =
-              stageOf(column, arith::SubIOp::create(b, step, wb.index(1)));
-          nvgpu::MBarrierArriveOp::create(b, empty, done);
-          // The peer's producer fills this stage here too.
-          if (column.multicast)
-            wb.ifThen(arith::AndIOp::create(
-                          b, column.multicast,
-                          wb.cmpi(arith::CmpIPredicate::eq, lane, wb.index(0))),
-                      [&] { arrivePeerEmpty(done); });
+          // Block-scaled K tiles are waited for in full (before their
+          // promotion): their own stage is free. Else the previous K tile's
+          // is, once one group of wgmmas remains.
+          Value done = stageOf(column, step);
+          if (!blockScaled) {
+            NVVM::WgmmaWaitGroupSyncOp::create(b, 1);
+            if (first)
+              return;
+            done = stageOf(column, arith::SubIOp::create(b, step, wb.index(1)));
+          }
+          freeStage(column, done);
         });
     NVVM::WgmmaWaitGroupSyncOp::create(b, 0);
     // The block's next tile goes on in the ring: free the last stage too.
-    if (column.ringBase)
-      nvgpu::MBarrierArriveOp::create(
-          b, empty,
-          stageOf(column,
-                  arith::SubIOp::create(b, column.numSteps, wb.index(1))));
+    if (column.ringBase && !blockScaled)
+      freeStage(column, stageOf(column, arith::SubIOp::create(
+                                            b, column.numSteps, wb.index(1))));
     return accumulators;
   });
 }

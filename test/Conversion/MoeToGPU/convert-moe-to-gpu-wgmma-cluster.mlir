@@ -18,7 +18,7 @@
 // The pair multicasts: its tiles are active and one expert's.
 // CHECK: %[[SAME:.*]] = arith.cmpi eq
 // CHECK: %[[MULTICAST:.*]] = arith.andi %{{.*}}, %[[SAME]]
-// CHECK: %[[EMPTY_ARRIVALS:.*]] = arith.select %[[MULTICAST]], %c132, %c128
+// CHECK: %[[EMPTY_ARRIVALS:.*]] = arith.select %[[MULTICAST]], %c8, %c4
 // CHECK: nvgpu.mbarrier.init %[[EMPTY]][%{{.*}}], %[[EMPTY_ARRIVALS]]
 // CHECK: nvvm.fence.mbarrier.init
 // CHECK: gpu.barrier

@@ -31,7 +31,7 @@
 // full: the 128 producer threads; empty: the consumers; staged: the leader.
 // CHECK: nvgpu.mbarrier.init %[[FULL:.*]][%{{.*}}], %c128
 // CHECK-NEXT: arith.constant 0
-// CHECK-NEXT: nvgpu.mbarrier.init %[[EMPTY:.*]][%{{.*}}], %c128
+// CHECK-NEXT: nvgpu.mbarrier.init %[[EMPTY:.*]][%{{.*}}], %c4
 // CHECK-NEXT: arith.constant 1
 // CHECK-NEXT: arith.constant 0
 // CHECK-NEXT: nvgpu.mbarrier.init %[[STAGED:.*]][%{{.*}}], %c1

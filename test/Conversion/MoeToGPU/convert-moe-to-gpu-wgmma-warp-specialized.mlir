@@ -1,7 +1,7 @@
 // convert-moe-to-gpu with warp_specialized = true: the last warpgroup only
 // loads, the others only multiply. Two mbarriers per stage: `full` (the
 // leader's expect_tx for the TMA bytes, plus, for gathered token rows, one
-// arrival per producer thread) and `empty` (one arrival per consumer thread).
+// arrival per producer thread) and `empty` (one arrival per consumer warp, from lane 0).
 // The role is the warpgroup index broadcast from lane 0 (warp-uniform for
 // ptxas). The producer waits on `empty` before refilling a stage, and each
 // gathering thread reports K tile s on `full` after issuing tile s + 2 (lag =
@@ -17,7 +17,7 @@
 // CHECK: %[[FULL:.*]] = nvgpu.mbarrier.create -> <memorySpace = 3 : i64, num_barriers = 4>
 // CHECK: %[[EMPTY:.*]] = nvgpu.mbarrier.create -> <memorySpace = 3 : i64, num_barriers = 4>
 // CHECK: nvgpu.mbarrier.init %[[FULL]][%{{.*}}], %c129
-// CHECK: nvgpu.mbarrier.init %[[EMPTY]][%{{.*}}], %c128
+// CHECK: nvgpu.mbarrier.init %[[EMPTY]][%{{.*}}], %c4
 // CHECK: gpu.barrier
 // CHECK: gpu.shuffle  idx
 // Producer.
@@ -46,11 +46,11 @@
 // CHECK: nvvm.wgmma.wait.group.sync.aligned 0
 
 // Sorted rows by TMA, two consumers: 384 threads, `full` counts the leader
-// alone, `empty` the 256 consumer threads.
+// alone, `empty` the 8 consumer warps.
 // CHECK-LABEL: gpu.func @moe_grouped_matmul_wgmma_1(
 // CHECK-SAME: block = [384, 1, 1]
 // CHECK: nvgpu.mbarrier.init %{{.*}}, %c1{{(_[0-9]+)?}} :
-// CHECK: nvgpu.mbarrier.init %{{.*}}, %c256
+// CHECK: nvgpu.mbarrier.init %{{.*}}, %c8
 // CHECK-NOT: nvgpu.device_async_copy
 // CHECK: nvgpu.tma.async.load {{.*}} to %{{.*}} : <tensor = memref<128x64xbf16, 3>
 // CHECK-NOT: nvvm.cp.async

@@ -30,9 +30,11 @@ struct ExpertsOperands {
   bool idsMayBeOutOfRange;
 };
 
-/// The routing of a layer: T (maybe dynamic), S and the stored experts.
+/// The routing of a layer: T (maybe dynamic), S, the stored experts and
+/// whether its fp8 weights are scaled in blocks.
 struct RoutingSizes {
   int64_t numTokens, numSlots, storedExperts;
+  bool blockScaled;
 
   template <typename LayerOp> static RoutingSizes of(LayerOp op) {
     int64_t numSlots;
@@ -40,15 +42,18 @@ struct RoutingSizes {
       numSlots = op.getRouter().getNumSlots();
     else
       numSlots = cast<RankedTensorType>(op.getIds().getType()).getDimSize(1);
+    QuantizationAttr quantization = op.getQuantizationAttr();
     return {
         cast<RankedTensorType>(op.getHiddenStates().getType()).getDimSize(0),
-        numSlots, cast<RankedTensorType>(op.getW13().getType()).getDimSize(0)};
+        numSlots, cast<RankedTensorType>(op.getW13().getType()).getDimSize(0),
+        quantization && quantization.getWeights() == WeightScaling::block};
   }
 
   /// The routing block: `rowsPerBlock`, or chosen for `tokens` when 0.
   int64_t blockM(int64_t rowsPerBlock, int64_t tokens) const {
     return rowsPerBlock ? rowsPerBlock
-                        : chooseRoutingBlockM(tokens, numSlots, storedExperts);
+                        : chooseRoutingBlockM(tokens, numSlots, storedExperts,
+                                              blockScaled);
   }
 };
 

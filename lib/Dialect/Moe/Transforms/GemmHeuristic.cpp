@@ -84,12 +84,16 @@ int64_t mlir::moe::getWeightsSwizzleBytes(GroupedMatmulOp op,
 }
 
 int64_t mlir::moe::chooseRoutingBlockM(int64_t tokens, int64_t numSlots,
-                                       int64_t numStoredExperts) {
+                                       int64_t numStoredExperts,
+                                       bool blockScaled) {
   // bench/RESULTS.md: 128-row blocks win from 256 rows per expert
   // (Mixtral-8x7B from T=1024, Qwen3-30B-A3B at T=4096) and lose below
-  // (DeepSeek-V3 at T=4096, 143 rows per expert: 9.1 ms against 8.2).
-  return tokens * numSlots >= 256 * numStoredExperts ? 2 * kWgmmaRows
-                                                     : kWgmmaRows;
+  // (DeepSeek-V3 at T=4096, 143 rows per expert: 9.1 ms against 8.2). With
+  // fp8 block scales, two warpgroups and a producer run the GEMM at 1.8x
+  // the 64-row tiles' rate, which pays for the padding from 128 rows.
+  int64_t rowsPerExpert = blockScaled ? 128 : 256;
+  return tokens * numSlots >= rowsPerExpert * numStoredExperts ? 2 * kWgmmaRows
+                                                               : kWgmmaRows;
 }
 
 GemmConfigAttr mlir::moe::chooseGemmConfig(GroupedMatmulOp op, int64_t tokens) {
@@ -113,12 +117,16 @@ GemmConfigAttr mlir::moe::chooseGemmConfig(GroupedMatmulOp op, int64_t tokens) {
   // between their wgmmas, unless a producer warpgroup does. Every tuned bf16
   // entry of one from 256 tokens has the producer (20 of 20; the heuristic
   // without it was up to 1.44x slower: DeepSeek-V3 gemm1, 128-row blocks,
-  // T = 4096: 9316 against 6450 us, bench/RESULTS.md). The tuned fp8 ones
-  // (block scales) have none, so fp8 keeps its rules; MXFP4's producer
-  // decodes the weights.
+  // T = 4096: 9316 against 6450 us, bench/RESULTS.md). With fp8 block
+  // scales, two consumer warpgroups fed by a producer promote while the
+  // other multiplies, where the plain loop's block barrier keeps them in
+  // step (4 experts x 8192 rows, N = 4096, K = 7168: 741-793 -> 935-976
+  // TFLOP/s); one warpgroup's block would hold a multiprocessor alone, so
+  // 64-row tiles stay plain. MXFP4's producer decodes the weights.
   bool gathering = op.getInputOrder() == RowOrder::token;
   bool producer =
-      packed || (gathering && elementBytes == 2 && tokens >= kWideTileTokens);
+      packed || (gathering && elementBytes == 2 && tokens >= kWideTileTokens) ||
+      (hasBlockScales(op) && warpgroups == 2);
   // Weights streamed at about a row per expert (decode): three stages let
   // three blocks share a multiprocessor instead of two and hide more of the
   // loads' latency (moe-tune on the H100 at T = 1: fp8 DeepSeek-V3 and
@@ -129,10 +137,11 @@ GemmConfigAttr mlir::moe::chooseGemmConfig(GroupedMatmulOp op, int64_t tokens) {
   // grid (DeepSeek-V3 and Kimi-K2 gemm1 at T = 1024 and 4096). MXFP4 keeps
   // the four its decode, stages - 2 K tiles behind the loads, was measured
   // with.
-  int64_t stages = !packed && (isWeightStreaming(op, tokens) ||
-                               (producer && warpgroups == 2))
-                       ? 3
-                       : 4;
+  int64_t stages =
+      !packed && (isWeightStreaming(op, tokens) ||
+                  (producer && warpgroups == 2 && elementBytes == 2))
+          ? 3
+          : 4;
   return GemmConfigAttr::get(
       op.getContext(), op.getBlockM(), blockN, blockK, stages, warpgroups,
       /*split_k=*/1, /*tma_a=*/!gathering, /*tma_b=*/true,

@@ -80,9 +80,10 @@ inline bool everySplitHasKTile(int64_t steps, int64_t splits) {
 /// Rows per routing block for a layer of `numStoredExperts` experts and
 /// `numSlots` slots per token at `tokens` tokens: 128 once the experts
 /// average 256 rows (the padding then costs under a quarter and the grouped
-/// matmuls get two-warpgroup, 128-row tiles), else 64.
+/// matmuls get two-warpgroup, 128-row tiles), or 128 rows with fp8 weights
+/// in 128 x 128 blocks (`blockScaled`), else 64.
 int64_t chooseRoutingBlockM(int64_t tokens, int64_t numSlots,
-                            int64_t numStoredExperts);
+                            int64_t numStoredExperts, bool blockScaled);
 
 /// Whether `op` at `tokens` tokens streams its weights at about a row per
 /// stored expert (decode): each weight tile then serves one block's rows at
