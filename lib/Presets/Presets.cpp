@@ -100,6 +100,23 @@ static constexpr int64_t kScaleBlock = 128;
 /// The MXFP4 block: 32 values of K share an e8m0 scale.
 static constexpr int64_t kMxBlock = 32;
 
+/// What ends a --quantization of fp8 weights whose activations have static
+/// per-tensor scales (#moe.quantization's static_tensor): "tensor-static".
+static constexpr llvm::StringLiteral kStaticSuffix = "-static";
+
+namespace {
+/// A --quantization: #moe.quantization's weight scaling ("" for weights in
+/// the layer's dtype) and whether the caller gives the activations' scales.
+struct Scheme {
+  explicit Scheme(llvm::StringRef quantization)
+      : weights(quantization),
+        staticActivations(weights.consume_back(kStaticSuffix)) {}
+
+  llvm::StringRef weights;
+  bool staticActivations;
+};
+} // namespace
+
 /// The type of the scales of quantized weights [E, N, K] scaled per
 /// `scaling`: fp32 in blocks of kScaleBlock for fp8, e8m0 per kMxBlock values
 /// of K for MXFP4 (QuantizationAttr::getWeightScalesShape, which needs a
@@ -135,6 +152,8 @@ struct LayerTypes {
              llvm::StringRef quantization) {
     int64_t h = preset.hiddenSize, i = preset.intermediate;
     int64_t stored = preset.numExperts + preset.numSharedExperts;
+    Scheme scheme(quantization);
+    quantization = scheme.weights;
     mxfp4 = quantization == "mxfp4";
     int64_t packing = mxfp4 ? 2 : 1;
     llvm::StringRef weights = quantization.empty() ? dtype
@@ -164,14 +183,24 @@ struct LayerTypes {
                             w2Scales),
               " scales(%w13_scales, %w2_scales)",
               ", " + w13Scales + ", " + w2Scales};
+    // Static activation scales are the layer op's last operands, one f32 per
+    // GEMM input; the grouped matmuls get them broadcast to rows, as
+    // moe.quantize makes them.
+    if (scheme.staticActivations) {
+      scales.args += ", %w13_input_scale: tensor<1xf32>, %w2_input_scale: "
+                     "tensor<1xf32>";
+      scales.use += " input_scales(%w13_input_scale, %w2_input_scale)";
+      scales.types += ", tensor<1xf32>, tensor<1xf32>";
+    }
     block = quantization == "block";
     int64_t blockSize = block ? kScaleBlock : mxfp4 ? kMxBlock : 0;
     attribute = llvm::formatv(
         "quantization = #moe.quantization<weights = {0}, activations = {1}{2}>",
         quantization,
-        block   ? "token_group"
-        : mxfp4 ? "none"
-                : "token",
+        scheme.staticActivations ? "static_tensor"
+        : block                  ? "token_group"
+        : mxfp4                  ? "none"
+                                 : "token",
         blockSize ? llvm::formatv(", block_size = {0}", blockSize).str() : "");
   }
 
@@ -362,13 +391,25 @@ static llvm::Error makeError(const llvm::Twine &message) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
 }
 
-/// An error unless `quantization` is empty or a #moe.quantization weight
-/// scaling.
+/// An error unless `quantization` is empty, a #moe.quantization weight
+/// scaling, or tensor or channel with kStaticSuffix (the scalings that
+/// static_tensor activations pair with).
 static llvm::Error checkQuantization(llvm::StringRef quantization) {
-  if (quantization.empty() || symbolizeWeightScaling(quantization))
+  if (quantization.empty())
     return llvm::Error::success();
-  return makeError("unknown --quantization '" + quantization +
-                   "' (tensor, channel, block, mxfp4)");
+  Scheme scheme(quantization);
+  if (!symbolizeWeightScaling(scheme.weights))
+    return makeError("unknown --quantization '" + quantization +
+                     "' (tensor, channel, block, tensor-static, "
+                     "channel-static, mxfp4)");
+  if (scheme.staticActivations && scheme.weights != "tensor" &&
+      scheme.weights != "channel")
+    return makeError("--quantization '" + quantization +
+                     "': static activation scales pair with tensor or "
+                     "channel weight scales (tensor-static, channel-static); "
+                     "block weights scale their activations per token and "
+                     "128 columns, and mxfp4 leaves them unquantized");
+  return llvm::Error::success();
 }
 
 llvm::Expected<std::string>
@@ -503,14 +544,8 @@ llvm::Expected<LayerDescription> mlir::moe::describeLayer(ModuleOp module) {
   if (layer.dtype.empty())
     return makeError("the layer's element type is not bf16, f16 or f32");
   // A description's activation scaling follows from its weights' (the
-  // verifier has paired them), except static scales, which it has no
-  // operands for.
+  // verifier has paired them), static scales from kStaticSuffix.
   if (QuantizationAttr quantization = op.getQuantizationAttr()) {
-    if (quantization.getActivations() == ActivationScaling::static_tensor)
-      return makeError("the layer's activations have static per-tensor "
-                       "scales, which a layer description (dynamic "
-                       "activation scales) does not carry; compile the "
-                       "layer itself");
     if (quantization.getWeights() == WeightScaling::block &&
         quantization.getBlockSize() != kScaleBlock)
       return makeError("the layer's fp8 scale blocks are " +
@@ -518,6 +553,8 @@ llvm::Expected<LayerDescription> mlir::moe::describeLayer(ModuleOp module) {
                        " wide; a layer description has " +
                        llvm::Twine(kScaleBlock));
     layer.quantization = stringifyWeightScaling(quantization.getWeights());
+    if (quantization.hasStaticActivations())
+      layer.quantization += kStaticSuffix;
   }
   return layer;
 }

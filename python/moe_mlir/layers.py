@@ -36,6 +36,15 @@ LAYER_DTYPES = ("bf16", "f16", "f32")
 #: the layer's dtype.
 WEIGHT_SCALINGS = ("tensor", "channel", "block")
 SCALE_BLOCK = 128
+#: fp8 weights of "tensor" or "channel" scales whose activations the caller
+#: scales statically, one fp32 scale per GEMM input (``#moe.quantization``'s
+#: ``static_tensor``; the ``w13_input_scale`` and ``w2_input_scale`` of
+#: checkpoints quantized with ``activation_scheme: static``): the weights'
+#: scales, then the two input scales of shape INPUT_SCALE_SHAPE, are the
+#: last inputs. Block-scaled weights pair with per-token-group activations
+#: only.
+STATIC_QUANTIZATIONS = ("tensor-static", "channel-static")
+INPUT_SCALE_SHAPE = (1,)
 #: MXFP4 weights (W4A16, as gpt-oss ships them): e2m1 values packed two per
 #: byte along K, the even K index in the low nibble, with an e8m0 scale (a
 #: power of two) per MX_BLOCK values of K; the activations stay unquantized
@@ -45,7 +54,7 @@ MX_BLOCK = 32
 #: Every quantization a layer's weights may have (the ``quantization`` of
 #: the methods below and of layer_bundle; None: weights in the layer's
 #: dtype).
-QUANTIZATIONS = WEIGHT_SCALINGS + (MXFP4,)
+QUANTIZATIONS = WEIGHT_SCALINGS + STATIC_QUANTIZATIONS + (MXFP4,)
 
 
 def require_compiler(what):
@@ -90,6 +99,19 @@ def _check_quantization(quantization):
                          f"({', '.join(QUANTIZATIONS)}, or None for "
                          "weights in the layer's dtype)")
     return quantization
+
+
+def weight_scaling(quantization):
+    """The weights' scaling of ``quantization`` (QUANTIZATIONS, or None):
+    "tensor" of "tensor-static", the others as they are."""
+    scaling = _check_quantization(quantization)
+    return scaling[:-len("-static")] if is_static(scaling) else scaling
+
+
+def is_static(quantization):
+    """Whether ``quantization`` gives the activations static scales
+    (STATIC_QUANTIZATIONS)."""
+    return quantization in STATIC_QUANTIZATIONS
 
 
 def _check_bool(name, value):
@@ -175,8 +197,11 @@ class Layer:
     weights (a ``quantization`` of QUANTIZATIONS where a method takes one)
     w13 and w2 are e4m3 with fp32 scales (WEIGHT_SCALINGS), or packed MXFP4
     codes (w13_stored_shape, w2_stored_shape) with e8m0 scales, and the
-    scales (w13_scales_shape, w2_scales_shape) follow, last. The activation is SiLU-and-mul, or with ``swiglu``
-    (alpha, limit) gpt-oss's clamped SwiGLU (#moe.swiglu).
+    scales (w13_scales_shape, w2_scales_shape) follow, last; with static
+    activation scales (STATIC_QUANTIZATIONS) then the two GEMM inputs'
+    scales, INPUT_SCALE_SHAPE fp32 each. The activation is SiLU-and-mul,
+    or with ``swiglu`` (alpha, limit) gpt-oss's clamped SwiGLU
+    (#moe.swiglu).
     """
 
     hidden_size: int
@@ -289,10 +314,12 @@ class Layer:
         (r+1)*i/2)). Block scales follow the blocks of those rows and
         columns, w13's channel and MXFP4 scales its rows, w2's MXFP4 scales
         its blocks of columns; w2's channel scales and per-tensor scales (H
-        is not split) are whole, as is every weight with one rank.
+        is not split) are whole, as is every weight with one rank (and a
+        static quantization's input scales, one per GEMM input, which
+        every rank holds).
         """
         shard = self.tensor_parallel(world_size, quantization)
-        scaling = _check_quantization(quantization)
+        scaling = weight_scaling(quantization)
         _check_count("rank", rank, 0)
         if rank >= world_size:
             raise ValueError(f"rank {rank} is not one of {world_size} "
@@ -377,7 +404,7 @@ class Layer:
 
     def _scales_shape(self, quantization, rows, columns):
         """QuantizationAttr::getWeightScalesShape of [E+X, rows, columns]."""
-        scaling = _check_quantization(quantization)
+        scaling = weight_scaling(quantization)
         if not scaling:
             raise ValueError("weights in the layer's dtype have no scales; "
                              "give a quantization "
@@ -401,19 +428,20 @@ class Layer:
 
     def source(self, dtype="bf16", quantization=None):
         """The layer as MLIR: ``func.func @layer(%x, %logits, %w13, %w2[,
-        %bias][, %w13_bias, %w2_bias][, %w13_scales, %w2_scales])`` of one
-        moe.fused_moe,
+        %bias][, %w13_bias, %w2_bias][, %w13_scales, %w2_scales][,
+        %w13_input_scale, %w2_input_scale])`` of one moe.fused_moe,
         activations in ``dtype`` (bf16, f16, f32), weights too or with a
-        ``quantization`` (QUANTIZATIONS) e4m3 with their fp32 scales or
-        packed MXFP4 (i8) with their e8m0 scales, logits and bias in f32, T
-        dynamic."""
+        ``quantization`` (QUANTIZATIONS) e4m3 with their fp32 scales (and
+        for STATIC_QUANTIZATIONS the inputs' static scales, tensor<1xf32>
+        each) or packed MXFP4 (i8) with their e8m0 scales, logits and bias
+        in f32, T dynamic."""
         return self._part_source("layer", dtype, quantization=quantization)
 
     def experts_source(self, dtype="bf16", quantization=None):
         """The layer's experts given their routing, as MLIR: ``func.func
         @experts(%x [T, H], %ids [T, S] i32, %weights [T, S] f32, %w13,
-        %w2[, %w13_bias, %w2_bias][, %w13_scales, %w2_scales])`` of one
-        moe.fused_experts (S =
+        %w2[, %w13_bias, %w2_bias][, %w13_scales, %w2_scales][,
+        %w13_input_scale, %w2_input_scale])`` of one moe.fused_experts (S =
         top_k + shared experts, the weights of all E+X experts; ids outside
         [0, E+X) contribute nothing), as moe-compile --part experts;
         ``dtype`` and ``quantization`` as for source."""

@@ -1,13 +1,14 @@
 """torch glue: FusedMoE and FusedExperts, nn.Modules that run a MoE layer's
 bundle (the whole layer, or its experts routed by the caller) on CUDA
 tensors, with weights in the activations' dtype, in fp8 (e4m3) or MXFP4
-with their scales, and gpt-oss's expert biases, on one GPU or
-tensor-parallel over the ranks of a torch.distributed group; the
-torch.library ops they call, ``moe_mlir::fused_moe`` and
-``moe_mlir::fused_experts``; quantize_fp8_weights and fuse_gate_up for
-making and loading fp8 weights, quantize_mxfp4_weights, gpt_oss_weights
-and gpt_oss_mxfp4_weights for MXFP4 and gpt-oss's checkpoints; and
-empty_outputs for running any bundle on torch tensors.
+with their scales (fp8 ones with static activation scales too), and
+gpt-oss's expert biases, on one GPU or tensor-parallel over the ranks of
+a torch.distributed group; the torch.library ops they call,
+``moe_mlir::fused_moe`` and ``moe_mlir::fused_experts``;
+quantize_fp8_weights and fuse_gate_up for making and loading fp8 weights,
+quantize_mxfp4_weights, gpt_oss_weights and gpt_oss_mxfp4_weights for
+MXFP4 and gpt-oss's checkpoints; and empty_outputs for running any bundle
+on torch tensors.
 
 The modules check their arguments in Python and then call the ops, which
 torch.compile, torch.export and FX see as single opaque nodes (their fake
@@ -61,6 +62,10 @@ _SCALE_NAMES = {"block": ("w13_weight_scale_inv", "w2_weight_scale_inv"),
                 "channel": ("w13_weight_scale", "w2_weight_scale"),
                 "tensor": ("w13_weight_scale", "w2_weight_scale"),
                 layers.MXFP4: ("w13_weight_scale", "w2_weight_scale")}
+# The static activation scales' parameter names, vLLM's (and the
+# checkpoints' input_scale): of w13's input, the hidden states, and of w2's,
+# the activation's output.
+_INPUT_SCALE_NAMES = ("w13_input_scale", "w2_input_scale")
 # The expert ids FusedExperts takes: torch's integer types with full
 # support on CUDA (the unsigned 16- to 64-bit ones lack comparisons there).
 _ID_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
@@ -202,12 +207,16 @@ def _pair(names, w13_tensor, w2_tensor, what):
     return list(zip(names, (w13_tensor, w2_tensor)))
 
 
-def _biases_and_scales(w13_bias, w2_bias, w13_scales, w2_scales):
-    """The bundle's last inputs: the expert biases, then the scales."""
+def _biases_and_scales(w13_bias, w2_bias, w13_scales, w2_scales,
+                       w13_input_scale, w2_input_scale):
+    """The bundle's last inputs: the expert biases, the weights' scales,
+    then the static activation scales."""
     return (_pair(("w13_bias", "w2_bias"), w13_bias, w2_bias,
                   "expert biases")
             + _pair(("w13_scales", "w2_scales"), w13_scales, w2_scales,
-                    "quantized weights"))
+                    "quantized weights")
+            + _pair(("w13_input_scale", "w2_input_scale"), w13_input_scale,
+                    w2_input_scale, "static activation scales"))
 
 
 def _fused_moe(hidden_states: torch.Tensor, router_logits: torch.Tensor,
@@ -217,7 +226,9 @@ def _fused_moe(hidden_states: torch.Tensor, router_logits: torch.Tensor,
               w2_scales: Optional[torch.Tensor] = None,
               tp_group_name: Optional[str] = None,
               w13_bias: Optional[torch.Tensor] = None,
-              w2_bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+              w2_bias: Optional[torch.Tensor] = None,
+              w13_input_scale: Optional[torch.Tensor] = None,
+              w2_input_scale: Optional[torch.Tensor] = None) -> torch.Tensor:
     """One MoE layer (moe.fused_moe) by its bundle at ``bundle_path``
     (moe_mlir.layer_bundle, part "layer"): the output [T, H]; with
     ``tp_group_name`` the bundle is a tensor-parallel rank's
@@ -232,14 +243,19 @@ def _fused_moe(hidden_states: torch.Tensor, router_logits: torch.Tensor,
     uint8) scales; ``router_logits`` [T, E] and ``correction_bias`` [E]
     (None when the layer has none) in float32; the expert biases
     ``w13_bias`` [E+X, 2I] and ``w2_bias`` [E+X, H] in the activation
-    dtype for a layer with them, else None. FusedMoE.forward checks them
-    and converts the logits; called directly, the runtime's checks raise
+    dtype for a layer with them, else None; for a bundle of fp8 weights
+    with static activation scales (quantization "tensor-static" or
+    "channel-static") ``w13_input_scale`` and ``w2_input_scale``, float32
+    [1] each (the scale of w13's input, the hidden states, and of w2's, the
+    activation's output), else None. FusedMoE.forward checks them and
+    converts the logits; called directly, the runtime's checks raise
     moe_mlir.Error.
     """
     weights = [("w13", w13), ("w2", w2)]
     if correction_bias is not None:
         weights.append(("correction_bias", correction_bias))
-    weights += _biases_and_scales(w13_bias, w2_bias, w13_scales, w2_scales)
+    weights += _biases_and_scales(w13_bias, w2_bias, w13_scales, w2_scales,
+                                  w13_input_scale, w2_input_scale)
     return _run_bundle(bundle_path, [hidden_states, router_logits], weights,
                        tp_group_name)
 
@@ -251,7 +267,10 @@ def _fused_experts(hidden_states: torch.Tensor, topk_ids: torch.Tensor,
                   w2_scales: Optional[torch.Tensor] = None,
                   tp_group_name: Optional[str] = None,
                   w13_bias: Optional[torch.Tensor] = None,
-                  w2_bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+                  w2_bias: Optional[torch.Tensor] = None,
+                  w13_input_scale: Optional[torch.Tensor] = None,
+                  w2_input_scale: Optional[torch.Tensor] = None
+                  ) -> torch.Tensor:
     """A MoE layer's experts routed by the caller (moe.fused_experts) by
     their bundle at ``bundle_path`` (moe_mlir.layer_bundle, part
     "experts"): the output [T, H], summed over the ranks of the
@@ -264,7 +283,8 @@ def _fused_experts(hidden_states: torch.Tensor, topk_ids: torch.Tensor,
     for an expert of another rank) add nothing, and an expert named in two
     slots of a token counts twice. ``hidden_states`` [T, H] and the weights
     in the layer's activation dtype, or quantized weights with their
-    scales, and the expert biases, as for fused_moe; ``topk_ids`` [T, S]
+    scales, the expert biases and static activation scales, as for
+    fused_moe; ``topk_ids`` [T, S]
     int32, ``topk_weights`` [T, S] float32, on one CUDA device.
     FusedExperts.forward checks them and converts ids and weights of other
     types.
@@ -272,7 +292,8 @@ def _fused_experts(hidden_states: torch.Tensor, topk_ids: torch.Tensor,
     return _run_bundle(bundle_path, [hidden_states, topk_ids, topk_weights],
                        [("w13", w13), ("w2", w2)]
                        + _biases_and_scales(w13_bias, w2_bias, w13_scales,
-                                            w2_scales), tp_group_name)
+                                            w2_scales, w13_input_scale,
+                                            w2_input_scale), tp_group_name)
 
 
 def _output_like_hidden_states(hidden_states, *_, **__):
@@ -544,19 +565,23 @@ class _LayerModule(torch.nn.Module):
     """What FusedMoE and FusedExperts share: the layer, the rank's shard of
     it with a tp_group, its bundle (the ``part`` of moe_mlir.layer_bundle)
     compiled at construction, the expert weights w13 and w2, their scales
-    for fp8 and MXFP4 weights and the expert biases of a layer with them,
-    loading them from full-size weights, and the checks of forward's
-    arguments."""
+    for fp8 and MXFP4 weights, the static activation scales of fp8 weights
+    with them and the expert biases of a layer with them, loading them from
+    full-size weights, and the checks of forward's arguments."""
 
     def __init__(self, layer, part, *, dtype, activation_dtype,
-                 weight_scaling, weight_block_size, device, tokens_max,
-                 block_m, cache_dir, config_db, device_name, num_sms, chip,
-                 toolkit, tp_group):
+                 weight_scaling, weight_block_size, activation_scheme,
+                 device, tokens_max, block_m, cache_dir, config_db,
+                 device_name, num_sms, chip, toolkit, tp_group):
         super().__init__()
         self.layer = layer
         self.dtype = dtype
         self.activation_dtype, self.weight_scaling = _weight_format(
             dtype, activation_dtype, weight_scaling, weight_block_size)
+        # The bundle's quantization (layers.QUANTIZATIONS): the weights'
+        # scaling, "-static" with static activation scales.
+        self.quantization = _quantization(self.weight_scaling,
+                                          activation_scheme)
         self.tp_group = tp_group
         self.tp_world_size, self.tp_rank = _group_rank(tp_group)
         # What forward's op takes: a torch.library op takes no process
@@ -579,7 +604,7 @@ class _LayerModule(torch.nn.Module):
         try:
             self.bundle_path = layers.layer_bundle(
                 self.shard_layer, _LAYER_DTYPES[self.activation_dtype],
-                quantization=self.weight_scaling, part=part,
+                quantization=self.quantization, part=part,
                 cache_dir=cache_dir, tokens_max=tokens_max, block_m=block_m,
                 config_db=config_db, device_name=device_name,
                 num_sms=num_sms, chip=chip, toolkit=toolkit)
@@ -601,6 +626,12 @@ class _LayerModule(torch.nn.Module):
         else:
             self.register_parameter("w13_bias", None)
             self.register_parameter("w2_bias", None)
+        if layers.is_static(self.quantization):
+            parameters += [(name, layers.INPUT_SCALE_SHAPE, torch.float32)
+                           for name in _INPUT_SCALE_NAMES]
+        else:
+            for name in _INPUT_SCALE_NAMES:
+                self.register_parameter(name, None)
         for name, shape, parameter_dtype in parameters:
             setattr(self, name, torch.nn.Parameter(
                 torch.empty(shape, dtype=parameter_dtype, device=device),
@@ -624,8 +655,14 @@ class _LayerModule(torch.nn.Module):
 
     def _biases(self):
         """The expert biases (w13_bias, w2_bias), (None, None) for a layer
-        without: the ops' last arguments."""
+        without: arguments of the ops."""
         return self.w13_bias, self.w2_bias
+
+    def _input_scales(self):
+        """The static activation scales (w13_input_scale, w2_input_scale),
+        (None, None) for activations scaled at run time: the ops' last
+        arguments."""
+        return self.w13_input_scale, self.w2_input_scale
 
     def reset_parameters(self):
         """Weights uniform in +-1/sqrt(fan-in), as nn.Linear's, the fan-in
@@ -633,10 +670,15 @@ class _LayerModule(torch.nn.Module):
         rank), and expert biases alike; fp8 and MXFP4 weights quantized
         from such values, an expert at a time (no float32 copy of all
         experts), with their scales (quantize_fp8_weights,
-        quantize_mxfp4_weights)."""
+        quantize_mxfp4_weights); static activation scales 1, as vLLM
+        initialises them (a checkpoint's, or a calibration's, replace
+        them)."""
         scales, biases = self._scales(), self._biases()
         scaling = self.weight_scaling
         with torch.no_grad():
+            for input_scale in self._input_scales():
+                if input_scale is not None:
+                    input_scale.fill_(1.0)
             for weight, scale, bias, fan_in, shape in (
                     (self.w13, scales[0], biases[0], self.layer.hidden_size,
                      self.shard_layer.w13_shape),
@@ -661,7 +703,8 @@ class _LayerModule(torch.nn.Module):
                     _copy_codes(scale[expert], expert_scales)
 
     def load_full_weights(self, w13, w2, w13_scales=None, w2_scales=None, *,
-                          w13_bias=None, w2_bias=None):
+                          w13_bias=None, w2_bias=None, w13_input_scale=None,
+                          w2_input_scale=None):
         """Copies the module's shard of a whole layer's expert weights into
         its parameters: all of them without a tp_group, else the rows and
         columns Layer.shard_slices gives this rank (with i = I / world and
@@ -676,10 +719,16 @@ class _LayerModule(torch.nn.Module):
         may be on any device (the CPU, a memory-mapped checkpoint): only
         the rank's slices are read. The expert biases ``w13_bias`` [E+X,
         2I] and ``w2_bias`` [E+X, H] (any float dtype) of a layer with them
-        replace the module's (None leaves them). Checks every tensor before
-        copying any: TypeError for a wrong type or dtype, ValueError for a
-        wrong shape, for scales given to weights without (or missing from
-        quantized ones) or biases to a layer without, naming the tensor."""
+        replace the module's (None leaves them), as do the static
+        activation scales ``w13_input_scale`` and ``w2_input_scale`` of a
+        module with them (activation_scheme="static"): a scalar, [1], or
+        vLLM's one per expert, [E+X] (the shared experts' too), which is
+        reduced to its largest, as vLLM does, since one scale serves each
+        GEMM's input (any float dtype; every rank holds them whole). Checks
+        every tensor before copying any: TypeError for a wrong type or
+        dtype, ValueError for a wrong shape, for scales given to weights
+        without (or missing from quantized ones), input scales to a module
+        without or biases to a layer without, naming the tensor."""
         layer, scaling = self.layer, self.weight_scaling
         full = [("w13", w13, self.w13, layer.w13_stored_shape(scaling)),
                 ("w2", w2, self.w2, layer.w2_stored_shape(scaling))]
@@ -706,6 +755,18 @@ class _LayerModule(torch.nn.Module):
                     raise ValueError(f"{name} given, but the layer has no "
                                      "expert biases")
                 full.append((name, bias, parameter, shape))
+        input_scales = []
+        for (name, scale), parameter in zip(
+                (("w13_input_scale", w13_input_scale),
+                 ("w2_input_scale", w2_input_scale)), self._input_scales()):
+            if scale is None:
+                continue
+            if parameter is None:
+                raise ValueError(f"{name} given, but the module scales its "
+                                 "activations at run time (static scales "
+                                 "need activation_scheme='static')")
+            _check_input_scale(name, scale, layer.num_stored_experts)
+            input_scales.append((scale, parameter))
         for index, (name, tensor, parameter, shape) in enumerate(full):
             if (parameter.dtype in (_MXFP4, _E8M0)
                     and isinstance(tensor, torch.Tensor)
@@ -724,11 +785,14 @@ class _LayerModule(torch.nn.Module):
             for name, tensor, parameter, _ in full:
                 for shard_index, full_index in slices.get(name, whole):
                     _copy_codes(parameter[shard_index], tensor[full_index])
+            for scale, parameter in input_scales:
+                parameter.copy_(scale.detach().float().amax().reshape(
+                    layers.INPUT_SCALE_SHAPE))
 
     def _weights(self):
         """(name, parameter, dtype, shape) of each weight the bundle takes,
         in its order: w13, w2, the router's (_router_weights), the expert
-        biases, the scales."""
+        biases, the scales, the static activation scales."""
         shard, scaling = self.shard_layer, self.weight_scaling
         weights = [("w13", self.w13, self.dtype,
                     shard.w13_stored_shape(scaling)),
@@ -742,6 +806,10 @@ class _LayerModule(torch.nn.Module):
                          shard.w2_bias_shape)]
         weights += [(name, getattr(self, name), self._scale_dtype, shape)
                     for name, shape in self._scale_shapes()]
+        if layers.is_static(self.quantization):
+            weights += [(name, getattr(self, name), torch.float32,
+                         layers.INPUT_SCALE_SHAPE)
+                        for name in _INPUT_SCALE_NAMES]
         return weights
 
     def _router_weights(self):
@@ -759,6 +827,8 @@ class _LayerModule(torch.nn.Module):
         if self.weight_scaling is not None:
             words += (f", weight_scaling={self.weight_scaling}, "
                       f"activation_dtype={self.activation_dtype}")
+        if layers.is_static(self.quantization):
+            words += ", activation_scheme=static"
         if self.tp_group is not None:
             words += (f", tp_rank={self.tp_rank} of {self.tp_world_size} "
                       f"(intermediate_size "
@@ -863,6 +933,15 @@ class FusedMoE(_LayerModule):
     ``activation_dtype`` (default bfloat16). fuse_gate_up makes w13 and its
     scales from a checkpoint's gate_proj and up_proj, and
     quantize_fp8_weights quantizes higher-precision weights.
+    ``activation_scheme="static"`` (the checkpoints' and vLLM's name; the
+    default None is "dynamic") with channel or tensor scales quantizes the
+    activations by two static scales instead, float32 parameters
+    ``w13_input_scale`` [1] (of the hidden states) and ``w2_input_scale``
+    [1] (of the activation's output): each value over its scale, rounded
+    to the nearest e4m3 value, saturating at +-448. vLLM's checkpoints give
+    one per expert, [E], which vLLM reduces to the largest:
+    load_full_weights does the same (a fresh module has 1, vLLM's initial
+    value). Block-scaled weights pair with dynamic activation scales only.
 
     gpt-oss (``preset="gpt-oss-20b"`` or ``"gpt-oss-120b"``, or a Layer with
     ``swiglu`` and ``expert_biases``): the experts gate with the clamped
@@ -923,9 +1002,10 @@ class FusedMoE(_LayerModule):
                  routed_scaling_factor=None, num_shared_experts=None,
                  correction_bias=None, preset=None, reduced=False, layer=None,
                  dtype=torch.bfloat16, activation_dtype=None,
-                 weight_scaling=None, weight_block_size=None, device=None,
-                 tokens_max=16384, block_m=0, cache_dir=None, config_db=None,
-                 device_name=None, num_sms=None, chip=layers.DEFAULT_CHIP,
+                 weight_scaling=None, weight_block_size=None,
+                 activation_scheme=None, device=None, tokens_max=16384,
+                 block_m=0, cache_dir=None, config_db=None, device_name=None,
+                 num_sms=None, chip=layers.DEFAULT_CHIP,
                  toolkit=layers.DEFAULT_CUDA_TOOLKIT, tp_group=None):
         layer = _make_layer(
             preset, reduced, layer,
@@ -939,7 +1019,8 @@ class FusedMoE(_LayerModule):
         super().__init__(
             layer, "layer", dtype=dtype, activation_dtype=activation_dtype,
             weight_scaling=weight_scaling,
-            weight_block_size=weight_block_size, device=device,
+            weight_block_size=weight_block_size,
+            activation_scheme=activation_scheme, device=device,
             tokens_max=tokens_max, block_m=block_m, cache_dir=cache_dir,
             config_db=config_db, device_name=device_name, num_sms=num_sms,
             chip=chip, toolkit=toolkit, tp_group=tp_group)
@@ -961,9 +1042,11 @@ class FusedMoE(_LayerModule):
                 self.correction_bias.zero_()
 
     def load_full_weights(self, w13, w2, w13_scales=None, w2_scales=None, *,
-                          correction_bias=None, w13_bias=None, w2_bias=None):
+                          correction_bias=None, w13_bias=None, w2_bias=None,
+                          w13_input_scale=None, w2_input_scale=None):
         """_LayerModule.load_full_weights: the rank's shard of the whole
-        layer's w13, w2 and their scales, the expert biases; and
+        layer's w13, w2 and their scales, the expert biases, the static
+        activation scales; and
         ``correction_bias`` [E] (any float dtype), which every rank holds
         whole (None leaves the module's as it is; a layer without one
         takes none)."""
@@ -974,7 +1057,9 @@ class FusedMoE(_LayerModule):
             _check_full_weight("correction_bias", correction_bias, None,
                                (self.layer.num_experts,))
         super().load_full_weights(w13, w2, w13_scales, w2_scales,
-                                  w13_bias=w13_bias, w2_bias=w2_bias)
+                                  w13_bias=w13_bias, w2_bias=w2_bias,
+                                  w13_input_scale=w13_input_scale,
+                                  w2_input_scale=w2_input_scale)
         if correction_bias is not None:
             with torch.no_grad():
                 self.correction_bias.copy_(correction_bias)
@@ -995,7 +1080,8 @@ class FusedMoE(_LayerModule):
         return _call(torch.ops.moe_mlir.fused_moe, _fused_moe, hidden_states,
                      router_logits.to(torch.float32), self.w13, self.w2,
                      self.correction_bias, self.bundle_path, *self._scales(),
-                     self._tp_group_name, *self._biases())
+                     self._tp_group_name, *self._biases(),
+                     *self._input_scales())
 
     def extra_repr(self):
         layer, router = self.layer, self.layer.router
@@ -1031,23 +1117,24 @@ class FusedExperts(_LayerModule):
     Each token has S = top_k + num_shared_experts slots: the caller's ids
     name the shared experts (E..E+X-1) as well, with their weights.
     Parameters, the bundle and its keywords (dtype, activation_dtype,
-    weight_scaling, weight_block_size, device, tokens_max, block_m,
-    cache_dir, config_db, device_name, num_sms, chip, toolkit, tp_group)
-    are those of FusedMoE, fp8 and MXFP4 weights and their scales, gpt-oss's
-    expert biases and the tensor parallel shards included, without the
-    correction bias; forward calls
-    the op ``torch.ops.moe_mlir.fused_experts``, with FusedMoE's rules for
-    torch.compile, torch.export, CUDA graphs, streams and tensor-parallel
-    groups (every rank gives the same ids and weights).
+    weight_scaling, weight_block_size, activation_scheme, device,
+    tokens_max, block_m, cache_dir, config_db, device_name, num_sms, chip,
+    toolkit, tp_group) are those of FusedMoE, fp8 and MXFP4 weights and
+    their scales, static activation scales, gpt-oss's expert biases and the
+    tensor parallel shards included, without the correction bias; forward
+    calls the op ``torch.ops.moe_mlir.fused_experts``, with FusedMoE's
+    rules for torch.compile, torch.export, CUDA graphs, streams and
+    tensor-parallel groups (every rank gives the same ids and weights).
     """
 
     def __init__(self, num_experts=None, hidden_size=None,
                  intermediate_size=None, top_k=None, *,
                  num_shared_experts=None, preset=None, reduced=False,
                  layer=None, dtype=torch.bfloat16, activation_dtype=None,
-                 weight_scaling=None, weight_block_size=None, device=None,
-                 tokens_max=16384, block_m=0, cache_dir=None, config_db=None,
-                 device_name=None, num_sms=None, chip=layers.DEFAULT_CHIP,
+                 weight_scaling=None, weight_block_size=None,
+                 activation_scheme=None, device=None, tokens_max=16384,
+                 block_m=0, cache_dir=None, config_db=None, device_name=None,
+                 num_sms=None, chip=layers.DEFAULT_CHIP,
                  toolkit=layers.DEFAULT_CUDA_TOOLKIT, tp_group=None):
         layer = _make_layer(
             preset, reduced, layer,
@@ -1057,7 +1144,8 @@ class FusedExperts(_LayerModule):
         super().__init__(
             layer, "experts", dtype=dtype, activation_dtype=activation_dtype,
             weight_scaling=weight_scaling,
-            weight_block_size=weight_block_size, device=device,
+            weight_block_size=weight_block_size,
+            activation_scheme=activation_scheme, device=device,
             tokens_max=tokens_max, block_m=block_m, cache_dir=cache_dir,
             config_db=config_db, device_name=device_name, num_sms=num_sms,
             chip=chip, toolkit=toolkit, tp_group=tp_group)
@@ -1085,7 +1173,7 @@ class FusedExperts(_LayerModule):
                      _int32_ids(topk_ids, layer.num_stored_experts),
                      topk_weights.to(torch.float32), self.w13, self.w2,
                      self.bundle_path, *self._scales(), self._tp_group_name,
-                     *self._biases())
+                     *self._biases(), *self._input_scales())
 
     def extra_repr(self):
         layer = self.layer
@@ -1126,6 +1214,22 @@ def _check_full_weight(name, tensor, dtype, shape):
     if tuple(tensor.shape) != tuple(shape):
         raise ValueError(f"{name} must have the whole layer's shape "
                          f"{list(shape)}, got {list(tensor.shape)}")
+
+
+def _check_input_scale(name, tensor, num_stored_experts):
+    """Raises TypeError unless ``tensor`` is a floating-point torch.Tensor,
+    ValueError unless a scalar, [1] or one per expert [num_stored_experts]
+    (what load_full_weights takes of a static activation scale)."""
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got "
+                        f"{type(tensor).__name__}")
+    if not tensor.is_floating_point():
+        raise TypeError(f"{name} must be floating-point, got {tensor.dtype}")
+    if tuple(tensor.shape) not in ((), (1,), (num_stored_experts,)):
+        raise ValueError(f"{name} must have shape [], [1] or "
+                         f"[{num_stored_experts}] (one per expert, the "
+                         "shared ones included, reduced to the largest), "
+                         f"got {list(tensor.shape)}")
 
 
 def _has_shape(tensor, shape):
@@ -1212,6 +1316,28 @@ def _weight_format(dtype, activation_dtype, weight_scaling,
                         f"torch.float16 or torch.float32, got "
                         f"{activation_dtype}")
     return activation_dtype, weight_scaling
+
+
+def _quantization(weight_scaling, activation_scheme):
+    """The bundle's quantization (layers.QUANTIZATIONS, or None) of weights
+    scaled per ``weight_scaling`` (_weight_format's) whose activations are
+    scaled per ``activation_scheme``: vLLM's "dynamic" (or None: at run
+    time) or "static" (by the module's w13_input_scale and w2_input_scale,
+    for fp8 weights with channel or tensor scales only)."""
+    if activation_scheme in (None, "dynamic"):
+        return weight_scaling
+    if activation_scheme != "static":
+        raise ValueError(f"activation_scheme must be 'dynamic' or 'static', "
+                         f"got {activation_scheme!r}")
+    quantization = f"{weight_scaling}-static"
+    if quantization not in layers.STATIC_QUANTIZATIONS:
+        raise ValueError(
+            "activation_scheme='static' is for fp8 weights "
+            "(dtype=torch.float8_e4m3fn) with weight_scaling 'channel' or "
+            f"'tensor', not {weight_scaling or 'unquantized'} weights: "
+            "block-scaled ones quantize their activations per token and 128 "
+            "columns at run time, and MXFP4 ones leave them unquantized")
+    return quantization
 
 
 def _make_layer(preset, reduced, layer, sizes, router_args, correction_bias):

@@ -31,18 +31,32 @@ weights and their fp32 scales.
   is checked).
 - FusedExperts of reduced DeepSeek-V3 with block scales on routing from
   the caller with out-of-range and repeated ids, the same way.
+- Static activation scales (activation_scheme="static", quantizations
+  channel-static and tensor-static): FusedMoE and FusedExperts of reduced
+  DeepSeek-V3 with channel and tensor scales, their w13_input_scale and
+  w2_input_scale calibrated as checkpoints' are (the plain C++ reference's
+  calibration on 16 other tokens, fp8_test's: each GEMM input's amax /
+  448, so that the tested tokens now and then exceed them and saturate)
+  and loaded as vLLM's checkpoints give them (w13's one per expert, which
+  load_full_weights reduces to the largest, w2's a scalar); the reference
+  quantizes both GEMM inputs by those scales (the quotient in float32,
+  saturating to +-448, rounded to the nearest e4m3 value), within the same
+  tolerance, which fp8_test argues for static scales too.
 - quantize_fp8_weights gives the plain C++ reference's e4m3 codes and
   scales bit for bit (ragged blocks, all three scalings); fuse_gate_up
   rebuilds a full-size expert's w13 and block scales from its gate and up
   halves and refuses I = 64 (not whole blocks).
-- torch.compile(fullgraph=True) of the fp8 FusedMoE equals eager bit for
-  bit; torch.library.opcheck's fake-tensor and AOT-dispatch tests pass on
+- torch.compile(fullgraph=True) of the fp8 FusedMoE (block scales, and
+  channel scales with static activation scales) equals eager bit for bit;
+  torch.library.opcheck's fake-tensor and AOT-dispatch tests pass on
   moe_mlir::fused_moe with scales (its schema test multiplies the inputs,
   which torch cannot do in fp8).
-- Argument errors: scales or weights of a wrong shape or dtype raise
-  ValueError or TypeError naming the tensor and what it must be, as do
-  hidden states not in the activation dtype, one scale without the other,
-  and the constructor's fp8 arguments.
+- Argument errors: scales, static input scales or weights of a wrong shape
+  or dtype raise ValueError or TypeError naming the tensor and what it
+  must be, as do hidden states not in the activation dtype, one scale
+  without the other, load_full_weights' wrong input scales, and the
+  constructor's fp8 arguments (static activation scales with block scales
+  or bf16 weights among them).
 
 The GPU machine has no compiler, so the bundles come from here:
     /usr/bin/python3 test/GPU/fp8_torch_test.py --prepare   # here, with MLIR
@@ -78,15 +92,20 @@ PRESETS = {
 TOKENS_MAX = 4096
 TOKEN_COUNTS = (1, 7, 64, 1000, 4096)
 FULL_TOKEN_COUNTS = (1, 64, 4096)
-# (preset, reduced, weight scaling, token counts) of the FusedMoE cases.
+# (preset, reduced, quantization, token counts) of the FusedMoE cases: a
+# weight scaling, or with "-static" static activation scales too.
 CASES = [
     ("deepseek-v3", True, "block", TOKEN_COUNTS),
     ("kimi-k2", True, "block", TOKEN_COUNTS),
     ("deepseek-v3", True, "channel", TOKEN_COUNTS),
     ("deepseek-v3", True, "tensor", TOKEN_COUNTS),
+    ("deepseek-v3", True, "channel-static", TOKEN_COUNTS),
+    ("deepseek-v3", True, "tensor-static", TOKEN_COUNTS),
     ("deepseek-v3", False, "block", FULL_TOKEN_COUNTS),
     ("kimi-k2", False, "block", FULL_TOKEN_COUNTS),
 ]
+# The quantizations of the FusedExperts cases (reduced DeepSeek-V3).
+EXPERTS_QUANTIZATIONS = ("block", "channel-static", "tensor-static")
 EXPERTS_TOKEN_COUNTS = (7, 300)
 # The scales' parameter names, as FusedMoE documents them.
 SCALE_NAMES = {"block": ("w13_weight_scale_inv", "w2_weight_scale_inv"),
@@ -107,23 +126,29 @@ def prepare(cache_dir):
     """Compiles the bundles the modules will look for (no torch needed)."""
     for name, layer in PRESETS.items():
         assert layer == moe_mlir.Layer.preset(name), name
-    bundles = {(preset, reduced, scaling, "layer")
-               for preset, reduced, scaling, _ in CASES}
-    bundles.add(("deepseek-v3", True, "block", "experts"))
-    for preset, reduced, scaling, part in sorted(bundles):
+    bundles = {(preset, reduced, quantization, "layer")
+               for preset, reduced, quantization, _ in CASES}
+    bundles |= {("deepseek-v3", True, quantization, "experts")
+                for quantization in EXPERTS_QUANTIZATIONS}
+    for preset, reduced, quantization, part in sorted(bundles):
         path = moe_mlir.layer_bundle(case_layer(preset, reduced), "bf16",
-                                     quantization=scaling, part=part,
+                                     quantization=quantization, part=part,
                                      cache_dir=cache_dir,
                                      tokens_max=TOKENS_MAX)
-        print(f"{preset}{' reduced' if reduced else ''} {scaling} {part}: "
-              f"{path}")
+        print(f"{preset}{' reduced' if reduced else ''} {quantization} "
+              f"{part}: {path}")
 
 
-def module_kwargs(scaling, args):
-    """The fp8 keywords of FusedMoE and FusedExperts: block scales as vLLM
-    asks for them (weight_block_size), the others by name."""
+def module_kwargs(quantization, args):
+    """The fp8 keywords of FusedMoE and FusedExperts for a case's
+    ``quantization``: block scales as vLLM asks for them
+    (weight_block_size), the others by name, static activation scales by
+    vLLM's activation_scheme."""
+    scaling = moe_mlir.layers.weight_scaling(quantization)
     fp8 = ({"weight_block_size": (BLOCK, BLOCK)} if scaling == "block"
            else {"weight_scaling": scaling})
+    if moe_mlir.layers.is_static(quantization):
+        fp8["activation_scheme"] = "static"
     return {"dtype": torch.float8_e4m3fn, "device": "cuda",
             "cache_dir": args.cache, "tokens_max": TOKENS_MAX, **fp8}
 
@@ -152,6 +177,53 @@ def quantized(values, group):
     return values.view(rows, -1)[:, :columns]
 
 
+def quantized_static(values, scale):
+    """What moe.quantize makes of ``values`` with a static ``scale`` (a
+    float32 [1] tensor on their device), as float64: code = e4m3(value /
+    scale), the quotient a true float32 division, rounded to the nearest
+    e4m3 value (ties to even) after saturating to +-448, no amax and no
+    floor; the value is code x scale."""
+    codes = (values.float() / scale.float()).clamp(-448.0, 448.0).to(
+        torch.float8_e4m3fn)
+    return codes.float().double() * scale.double()
+
+
+def calibrate(results, module, reference, generator):
+    """Gives a module with static activation scales those a checkpoint's
+    calibration finds: the plain C++ reference's on CALIBRATION_TOKENS
+    fresh tokens routed at random (fp8_test's), each GEMM input's amax /
+    448. They load as vLLM's checkpoints give them: w13's one per expert
+    (the calibrated one the largest, half of it the others), which
+    load_full_weights reduces to its largest, and w2's a scalar."""
+    from fp8_test import CALIBRATION_TOKENS
+    from moe_mlir.testing.tensors import uniform
+
+    layer = module.layer
+    stored = layer.num_stored_experts
+    hidden = uniform(generator, CALIBRATION_TOKENS, layer.hidden_size).to(
+        torch.bfloat16).float()
+    ids = torch.randint(0, stored, (CALIBRATION_TOKENS,
+                                    layer.router.num_slots),
+                        generator=generator, dtype=torch.int32)
+    w13_scales, w2_scales = scales_of(module)
+    calibrated = reference.calibrate_fp8(
+        module.weight_scaling, BLOCK, "silu", "bf16", hidden, ids,
+        module.w13.view(torch.uint8), w13_scales)
+    per_expert = torch.full((stored,), calibrated[0].item() / 2)
+    per_expert[stored // 2] = calibrated[0]
+    module.load_full_weights(
+        *(tensor.detach().clone()
+          for tensor in (module.w13, module.w2, w13_scales, w2_scales)),
+        w13_input_scale=per_expert, w2_input_scale=calibrated[1])
+    loaded = torch.cat([module.w13_input_scale.detach().cpu(),
+                        module.w2_input_scale.detach().cpu()])
+    results.check("load_full_weights: w13_input_scale per expert reduced to "
+                  "its largest, w2_input_scale a scalar",
+                  torch.equal(loaded, calibrated),
+                  f"calibrated {calibrated.tolist()}, loaded "
+                  f"{loaded.tolist()}")
+
+
 def dequantized(codes, scales, scaling):
     """An expert's e4m3 ``codes`` [N, K] times their ``scales``, exactly
     (float64)."""
@@ -171,10 +243,17 @@ def reference_experts(module, hidden, ids, weights):
     layer, scaling = module.layer, module.weight_scaling
     intermediate = layer.intermediate_size
 
-    def group(columns):
-        return min(BLOCK, columns) if scaling == "block" else columns
+    def quantize(values, input_scale):
+        """``values`` [rows, columns] quantized as the layer quantizes a
+        GEMM's input: by the static ``input_scale`` where the module has
+        one, else per token (and 128 columns with block scales)."""
+        if input_scale is not None:
+            return quantized_static(values, input_scale.detach())
+        columns = values.shape[1]
+        return quantized(values, min(BLOCK, columns) if scaling == "block"
+                         else columns)
 
-    rows = {"fp8": quantized(hidden, group(layer.hidden_size)),
+    rows = {"fp8": quantize(hidden, module.w13_input_scale),
             "unquantized": hidden.double()}
     outputs = {kind: torch.zeros(hidden.shape, dtype=torch.float64,
                                  device=hidden.device) for kind in rows}
@@ -189,7 +268,7 @@ def reference_experts(module, hidden, ids, weights):
             h = x[token] @ w13.T
             activated = (torch.nn.functional.silu(h[:, :intermediate])
                          * h[:, intermediate:]).to(torch.bfloat16).float()
-            activated = (quantized(activated, group(intermediate))
+            activated = (quantize(activated, module.w2_input_scale)
                          if kind == "fp8" else activated.double())
             slot_rows = (activated @ w2.T) * weights[token, slot, None]
             outputs[kind].index_add_(
@@ -243,16 +322,19 @@ def check_output(results, label, output, on_poisoned_block, expected,
 
 
 def test_fused_moe(results, args, reference, generator, preset, reduced,
-                   scaling, token_counts):
+                   quantization, token_counts):
     """FusedMoE of one case against the reference at each token count;
     returns the module (None for a full-size one, freed here)."""
     from moe_mlir.testing.tensors import uniform
     from moe_mlir.torch import FusedMoE
 
     layer = case_layer(preset, reduced)
-    label = f"FusedMoE {preset}{' reduced' if reduced else ''} {scaling}"
+    label = (f"FusedMoE {preset}{' reduced' if reduced else ''} "
+             f"{quantization}")
     start = time.time()
-    moe = FusedMoE(layer=layer, **module_kwargs(scaling, args))
+    moe = FusedMoE(layer=layer, **module_kwargs(quantization, args))
+    if moe_mlir.layers.is_static(quantization):
+        calibrate(results, moe, reference, generator)
     built = time.time() - start
     for tokens in token_counts:
         hidden = uniform(generator, tokens, layer.hidden_size).to(
@@ -277,14 +359,16 @@ def test_fused_moe(results, args, reference, generator, preset, reduced,
     return moe
 
 
-def test_fused_experts(results, args, generator):
-    """FusedExperts of reduced DeepSeek-V3 with block scales on routing from
-    the caller, ids out of range and repeated included."""
+def test_fused_experts(results, args, reference, generator, quantization):
+    """FusedExperts of reduced DeepSeek-V3 with ``quantization`` on routing
+    from the caller, ids out of range and repeated included."""
     from moe_mlir.torch import FusedExperts
     from torch_test import routed_inputs, with_special_ids
 
     layer = case_layer("deepseek-v3", True)
-    experts = FusedExperts(layer=layer, **module_kwargs("block", args))
+    experts = FusedExperts(layer=layer, **module_kwargs(quantization, args))
+    if moe_mlir.layers.is_static(quantization):
+        calibrate(results, experts, reference, generator)
     for tokens in EXPERTS_TOKEN_COUNTS:
         hidden, ids, weights = routed_inputs(layer, torch.bfloat16, tokens,
                                              generator)
@@ -295,9 +379,9 @@ def test_fused_experts(results, args, generator):
         output, on_poisoned_block = on_poison(experts, hidden, ids, weights)
         expected, unquantized = reference_experts(experts, hidden, ids,
                                                   weights)
-        check_output(results, f"FusedExperts deepseek-v3 reduced block "
-                     f"T={tokens}", output.double(), on_poisoned_block,
-                     expected, unquantized)
+        check_output(results, f"FusedExperts deepseek-v3 reduced "
+                     f"{quantization} T={tokens}", output.double(),
+                     on_poisoned_block, expected, unquantized)
 
 
 def test_quantize(results, reference, generator):
@@ -349,16 +433,22 @@ def test_compile(results, moe, generator):
         torch.bfloat16).cuda()
     logits = uniform(generator, 7, layer.num_experts, scale=2.0).cuda()
     results.attempt(
-        "torch.compile(fullgraph=True) of the fp8 FusedMoE equals eager",
+        f"torch.compile(fullgraph=True) of the fp8 {moe.quantization} "
+        "FusedMoE equals eager",
         lambda: (torch.equal(bits(torch.compile(moe, fullgraph=True)(
             hidden, logits)), bits(moe(hidden, logits))), ""))
     arguments = (hidden, logits, moe.w13.detach(), moe.w2.detach(),
                  moe.correction_bias.detach(), moe.bundle_path,
                  *(scale.detach() for scale in scales_of(moe)))
+    if moe.w13_input_scale is not None:
+        # After the group's name and the expert biases.
+        arguments += (None, None, None, moe.w13_input_scale.detach(),
+                      moe.w2_input_scale.detach())
     # opcheck's test_schema compares inputs before and after by
     # multiplying them, which torch has no fp8 kernel for.
     results.attempt(
-        "torch.library.opcheck(moe_mlir::fused_moe) with scales",
+        f"torch.library.opcheck(moe_mlir::fused_moe) with {moe.quantization} "
+        "scales",
         lambda: (True, str(torch.library.opcheck(
             torch.ops.moe_mlir.fused_moe.default, arguments,
             test_utils=("test_faketensor", "test_aot_dispatch_dynamic")))))
@@ -393,6 +483,11 @@ def test_errors(results, moe, args, generator):
                    lambda: torch.ops.moe_mlir.fused_moe(
                        hidden, logits, moe.w13, moe.w2, moe.correction_bias,
                        moe.bundle_path, moe.w13_weight_scale_inv, None))
+    results.raises("load_full_weights: input scales of a module that scales "
+                   "its activations at run time", ValueError,
+                   lambda: moe.load_full_weights(
+                       moe.w13, moe.w2, *scales_of(moe),
+                       w13_input_scale=torch.ones(1)))
 
     def build(**options):
         return FusedMoE(layer=layer, device="cuda", cache_dir=args.cache,
@@ -414,7 +509,15 @@ def test_errors(results, moe, args, generator):
              {"activation_dtype": torch.float16}),
             ("fp8 activations", TypeError,
              {"dtype": fp8, "weight_scaling": "block",
-              "activation_dtype": fp8})):
+              "activation_dtype": fp8}),
+            ("static activation scales with block scales", ValueError,
+             {"dtype": fp8, "weight_block_size": (128, 128),
+              "activation_scheme": "static"}),
+            ("static activation scales of bf16 weights", ValueError,
+             {"activation_scheme": "static"}),
+            ("unknown activation_scheme", ValueError,
+             {"dtype": fp8, "weight_scaling": "channel",
+              "activation_scheme": "per_token"})):
         results.raises(f"FusedMoE: {case}", kind,
                        lambda options=options: build(**options))
 
@@ -430,6 +533,43 @@ def test_errors(results, moe, args, generator):
                                                     scale))
 
 
+def test_static_errors(results, moe, generator):
+    """The checks of static activation scales, on a FusedMoE with them."""
+    from moe_mlir.testing.tensors import uniform
+
+    layer = moe.layer
+    hidden = uniform(generator, 5, layer.hidden_size).to(
+        torch.bfloat16).cuda()
+    logits = uniform(generator, 5, layer.num_experts).cuda()
+
+    def with_data(name, data, kind):
+        results.raises_with(f"{moe.quantization} FusedMoE", moe, name, data,
+                            kind, lambda: moe(hidden, logits))
+
+    with_data("w13_input_scale", torch.ones(2, device="cuda"), ValueError)
+    with_data("w2_input_scale", torch.ones((), device="cuda"), ValueError)
+    with_data("w2_input_scale",
+              torch.ones(1, dtype=torch.float64, device="cuda"), TypeError)
+    w13_scales, w2_scales = scales_of(moe)
+
+    def load(**input_scales):
+        return lambda: moe.load_full_weights(moe.w13, moe.w2, w13_scales,
+                                             w2_scales, **input_scales)
+
+    stored = layer.num_stored_experts
+    results.raises("load_full_weights: w13_input_scale of neither one nor "
+                   "one per expert", ValueError,
+                   load(w13_input_scale=torch.ones(stored + 1)))
+    results.raises("load_full_weights: an integer w2_input_scale", TypeError,
+                   load(w2_input_scale=torch.ones(1, dtype=torch.int32)))
+    results.raises("moe_mlir::fused_moe: one input scale without the other",
+                   ValueError,
+                   lambda: torch.ops.moe_mlir.fused_moe(
+                       hidden, logits, moe.w13, moe.w2, moe.correction_bias,
+                       moe.bundle_path, w13_scales, w2_scales, None, None,
+                       None, moe.w13_input_scale, None))
+
+
 def run(results, args):
     """The checks on the GPU."""
     from moe_mlir.testing.reference import Reference
@@ -441,16 +581,21 @@ def run(results, args):
     generator = torch.Generator().manual_seed(args.seed)
     reference = Reference(args.build)
     test_quantize(results, reference, generator)
-    for preset, reduced, scaling, token_counts in CASES:
+    for preset, reduced, quantization, token_counts in CASES:
         moe = test_fused_moe(results, args, reference, generator, preset,
-                             reduced, scaling, token_counts)
-        if (preset, reduced, scaling) == ("deepseek-v3", True, "block"):
+                             reduced, quantization, token_counts)
+        if (preset, reduced, quantization) == ("deepseek-v3", True, "block"):
             test_compile(results, moe, generator)
             test_errors(results, moe, args, generator)
+        if (preset, reduced, quantization) == ("deepseek-v3", True,
+                                               "channel-static"):
+            test_compile(results, moe, generator)
+            test_static_errors(results, moe, generator)
         del moe
         unload_bundles()
         torch.cuda.empty_cache()
-    test_fused_experts(results, args, generator)
+    for quantization in EXPERTS_QUANTIZATIONS:
+        test_fused_experts(results, args, reference, generator, quantization)
 
 
 def main():

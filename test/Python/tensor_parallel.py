@@ -11,8 +11,10 @@ its intermediate columns exactly as the full layer does (whole 128-column
 activation groups) and only the order of the down projection's sum
 differs; 5e-2 for per-tensor and per-channel fp8 scales, whose ranks
 quantize their activations per token over their own columns, a finer
-scale than the full layer's over all I (measured: 2e-2 to 3e-2). The fp8
-scales vary 16-fold, so a scale taken from the wrong rows is off by far
+scale than the full layer's over all I (measured: 2e-2 to 3e-2); 1e-5
+for static activation scales, which quantize each intermediate element
+alone, so that every rank quantizes its columns as the full layer does. The
+fp8 scales vary 16-fold, so a scale taken from the wrong rows is off by far
 more.
 """
 
@@ -26,7 +28,13 @@ import moe_mlir
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "Inputs"))
 from expect import report  # noqa: E402
 
-TOLERANCE = {None: 1e-5, "block": 1e-5, "channel": 5e-2, "tensor": 5e-2}
+TOLERANCE = {None: 1e-5, "block": 1e-5, "channel": 5e-2, "tensor": 5e-2,
+             "channel-static": 1e-5, "tensor-static": 1e-5}
+# The static input scales of w13's and w2's inputs: about each input's amax
+# / 448, as a calibration finds them (the hidden states are within 1, the
+# intermediate values about 1e-2); the layer is then within 6e-2 of its
+# dynamically scaled one.
+INPUT_SCALES = [np.array([1 / 448]), np.array([3e-5])]
 
 # H = 160: a whole 128-column block and a ragged one; I = 256: two blocks,
 # one per rank at two ranks.
@@ -92,12 +100,15 @@ def check_sum(quantization, world_size, rng, tokens=9):
         weights["w2_scales"] = 2.0 ** rng.uniform(
             -6, -2, layer.w2_scales_shape(quantization))
     names = list(weights)
+    # Every rank holds the static input scales whole.
+    statics = (INPUT_SCALES if moe_mlir.layers.is_static(quantization)
+               else [])
 
     def run(of_layer, tensors):
         function = moe_mlir.CpuFunction.compile(of_layer.source(
             "f32", quantization))
         return function(x, logits, tensors["w13"], tensors["w2"], bias,
-                        *[tensors[name] for name in names[2:]])
+                        *[tensors[name] for name in names[2:]], *statics)
 
     full = run(layer, weights).astype(np.float64)
     rank_layer = layer.tensor_parallel(world_size, quantization)
@@ -121,7 +132,9 @@ def check_sum(quantization, world_size, rng, tokens=9):
 
 rng = np.random.default_rng(19)
 for quantization, world_sizes in ((None, (1, 2, 4)), ("block", (2,)),
-                                  ("channel", (2, 4)), ("tensor", (2,))):
+                                  ("channel", (2, 4)), ("tensor", (2,)),
+                                  ("channel-static", (2,)),
+                                  ("tensor-static", (4,))):
     for world_size in world_sizes:
         check_sum(quantization, world_size, rng)
 # CHECK: f32 weights, 1 ranks: the ranks sum to the layer within 1e-05
@@ -131,6 +144,8 @@ for quantization, world_sizes in ((None, (1, 2, 4)), ("block", (2,)),
 # CHECK: channel weights, 2 ranks: the ranks sum to the layer within 0.05
 # CHECK: channel weights, 4 ranks: the ranks sum to the layer within 0.05
 # CHECK: tensor weights, 2 ranks: the ranks sum to the layer within 0.05
+# CHECK: channel-static weights, 2 ranks: the ranks sum to the layer within 1e-05
+# CHECK: tensor-static weights, 4 ranks: the ranks sum to the layer within 1e-05
 
 # One rank holds everything, ragged blocks included (DeepSeek-V3 reduced:
 # I = 64, half a block).
@@ -153,4 +168,4 @@ report("no ranks", lambda: layer.tensor_parallel(0))
 report("world size type", lambda: layer.tensor_parallel(2.0))
 # CHECK: world size type: TypeError: world_size must be an int, got float
 report("quantization", lambda: layer.tensor_parallel(2, "row"))
-# CHECK: quantization: ValueError: unknown quantization 'row' (tensor, channel, block, mxfp4, or None for weights in the layer's dtype)
+# CHECK: quantization: ValueError: unknown quantization 'row' (tensor, channel, block, tensor-static, channel-static, mxfp4, or None for weights in the layer's dtype)

@@ -1,8 +1,9 @@
 # RUN: rm -rf %t && mkdir -p %t
 # RUN: %python %s moe-compile %t | FileCheck %s
 """moe-tune's GPU-free half for fp8 (block-scaled) layers: a preset or a
-file's fp8 layer resolved with its quantization, its grouped matmuls keyed
-by the weights' type (f8E4M3FN) and scaling, fp8 candidates that obey
+file's fp8 layer resolved with its quantization (a static layer's by its
+weights' scaling), its grouped matmuls keyed by the weights' type
+(f8E4M3FN) and scaling, fp8 candidates that obey
 convert-moe-to-gpu's rules for block scales (block_k the 128-column scale
 block, block_n <= 128, weight boxes that tile the 128-row scale blocks,
 rings that fit shared memory) so that moe-compile refuses none of them for
@@ -26,7 +27,15 @@ with open(path, "w") as file:
     subprocess.run([compiler, "--preset", "kimi-k2", "--quantization",
                     "channel", "--print-source"], stdout=file, check=True)
 kimi = tune_space.resolve_layer(compiler, path)
-for layer in (deepseek, kimi):
+# Static activation scales reach the GEMMs as per-token ones: a static
+# layer's GEMMs are keyed by its weights' scaling.
+path = os.path.join(work, "mixtral-static.mlir")
+with open(path, "w") as file:
+    subprocess.run([compiler, "--preset", "mixtral-8x7b", "--quantization",
+                    "tensor-static", "--print-source"], stdout=file,
+                   check=True)
+mixtral = tune_space.resolve_layer(compiler, path)
+for layer in (deepseek, kimi, mixtral):
     for gemm in tune_space.gemms(layer, layer["dtype"], 64,
                                  layer["quantization"]):
         item = tune_space.entry(gemm, "H100", 1, {})
@@ -36,6 +45,8 @@ for layer in (deepseek, kimi):
 # CHECK: deepseek-v3 gemm2 bf16 f8E4M3FN block 257 7168 2048
 # CHECK: kimi-fp8 gemm1 bf16 f8E4M3FN channel 385 4096 7168
 # CHECK: kimi-fp8 gemm2 bf16 f8E4M3FN channel 385 7168 2048
+# CHECK: mixtral-static gemm1 bf16 f8E4M3FN tensor 8 28672 4096
+# CHECK: mixtral-static gemm2 bf16 f8E4M3FN tensor 8 4096 14336
 
 
 def obeys_block_rules(config, block_m, gated):

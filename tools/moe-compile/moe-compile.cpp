@@ -89,9 +89,12 @@ static cl::opt<std::string> quantization(
              "experts, gemm1 or gemm2: FP8 (e4m3, the GEMMs' rows in too) "
              "with fp32 scales per 'tensor' (expert), 'channel' (output row) "
              "or 'block' (128 x 128; the activations then scaled per token "
-             "and 128 columns, else per token), or 'mxfp4' (OCP MXFP4, e2m1 "
-             "packed two per byte with an e8m0 scale per 32 values of K; "
-             "the rows stay in --dtype)"),
+             "and 128 columns, else per token); 'tensor-static' or "
+             "'channel-static' (those weights, the activations scaled by "
+             "two static per-tensor scales, tensor<1xf32> w13 and w2 input "
+             "scales after the weights' scales: vLLM's activation_scheme "
+             "static); or 'mxfp4' (OCP MXFP4, e2m1 packed two per byte with "
+             "an e8m0 scale per 32 values of K; the rows stay in --dtype)"),
     cl::init(""), cl::cat(moeCompileCategory));
 static cl::opt<int64_t> tokensMax("tokens-max",
                                   cl::desc("Largest token count to size for"),

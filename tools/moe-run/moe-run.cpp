@@ -75,8 +75,10 @@ static cl::opt<std::string> quantization(
     "quantization",
     cl::desc("Quantized weights of the preset, as moe-compile "
              "--quantization: FP8 (e4m3) with fp32 scales per 'tensor', "
-             "'channel' or 'block' (128 x 128), or 'mxfp4' (checked on the "
-             "weights they decode to)"),
+             "'channel' or 'block' (128 x 128), 'tensor-static' or "
+             "'channel-static' (static activation scales, calibrated on 16 "
+             "other tokens), or 'mxfp4' (checked on the weights they decode "
+             "to)"),
     cl::init(""), cl::cat(moeRunCategory));
 static cl::opt<unsigned> seed("seed", cl::desc("Random seed of the inputs"),
                               cl::init(0), cl::cat(moeRunCategory));

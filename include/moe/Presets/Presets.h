@@ -42,7 +42,11 @@ struct LayerDescription {
   /// Empty for weights in `dtype`; else f8E4M3FN weights with fp32 scales
   /// per "tensor", "channel" or "block" (128 x 128), the activations scaled
   /// per token (tensor, channel) or per token and 128 columns (block):
-  /// #moe.quantization's `weights`, paired as checkpoints pair them.
+  /// #moe.quantization's `weights`, paired as checkpoints pair them;
+  /// "tensor-static" and "channel-static" for those weights with static
+  /// per-tensor activation scales (static_tensor: checkpoints'
+  /// w13_input_scale and w2_input_scale); or "mxfp4" (i8 pairs of e2m1
+  /// codes with e8m0 scales, the activations unquantized).
   std::string quantization;
   /// #moe.swiglu parameters of a clamped SwiGLU; empty for SiLU-and-mul.
   std::string swiglu;
@@ -68,19 +72,21 @@ const Preset *findPreset(llvm::StringRef name);
 std::string presetNames();
 
 /// The layer as a function of a moe.fused_moe: (hidden [T,H], logits [T,E],
-/// w13, w2[, bias][, w13 bias, w2 bias][, w13 scales, w2 scales]) -> [T,H],
-/// the arguments in the op's operand order. Element type `dtype` (the
-/// expert biases' too); with a `quantization` (see LayerDescription) the
-/// weights are f8E4M3FN and their fp32 scales follow, shaped as
-/// QuantizationAttr::getWeightScalesShape says. The activation is the
-/// preset's clamped SwiGLU, or SiLU-and-mul.
+/// w13, w2[, bias][, w13 bias, w2 bias][, w13 scales, w2 scales][, w13
+/// input scale, w2 input scale]) -> [T,H], the arguments in the op's
+/// operand order. Element type `dtype` (the expert biases' too); with a
+/// `quantization` (see LayerDescription) the weights are f8E4M3FN and their
+/// fp32 scales follow, shaped as QuantizationAttr::getWeightScalesShape
+/// says, and with static activation scales the two GEMM inputs' scales,
+/// tensor<1xf32> each. The activation is the preset's clamped SwiGLU, or
+/// SiLU-and-mul.
 std::string getLayerSource(const Preset &preset, llvm::StringRef dtype,
                            llvm::StringRef quantization);
 
 /// The layer's experts without its router, as a function of one
 /// moe.fused_experts: (hidden [T,H], ids [T,S] i32, weights [T,S] f32, w13,
-/// w2[, w13 bias, w2 bias][, w13 scales, w2 scales]) -> [T,H], S = top_k +
-/// shared experts, the
+/// w2[, w13 bias, w2 bias][, w13 scales, w2 scales][, w13 input scale, w2
+/// input scale]) -> [T,H], S = top_k + shared experts, the
 /// weights of all E+X experts; `dtype` and `quantization` as for
 /// getLayerSource.
 std::string getExpertsSource(const Preset &preset, llvm::StringRef dtype,
@@ -109,13 +115,15 @@ std::string getRouterSource(const Preset &preset);
 /// weights' (as for getLayerSource): gemm1 (x, w13, sorted ids, expert ids,
 /// count, x scales, w13 scales), gemm2 (rows, w2, sorted ids, expert ids,
 /// count, routed weights, row scales, w2 scales); the result stays `dtype`.
+/// Static activation scales reach a grouped matmul as per-token ones do, a
+/// static layer's GEMMs differing only in their #moe.quantization.
 std::string getGroupedMatmulSource(const Preset &preset, llvm::StringRef dtype,
                                    llvm::StringRef quantization, int64_t blockM,
                                    bool second);
 
 /// The source of `part` ("layer", "experts", "routing", "router", "gemm1" or
 /// "gemm2") of `layer` with element type `layer.dtype` (bf16, f16, f32),
-/// its `quantization` ("", "tensor", "channel", "block") and routing blocks
+/// its `quantization` (LayerDescription's) and routing blocks
 /// of `blockM` rows; an error names the valid choices, and the parts that
 /// need a router are refused for a layer without one (an fp8 layer's router
 /// and routing are any layer's).
@@ -128,9 +136,9 @@ llvm::Expected<std::string> getPartSource(const LayerDescription &layer,
 llvm::Expected<LayerDescription> parseLayerSizes(llvm::StringRef text);
 
 /// The layer of the one moe.fused_moe of `module`: its sizes, router, bias,
-/// element type (of the hidden states) and quantization; an error when there
-/// is none or more than one, or when it has fp8 scale blocks other than
-/// the 128 a description implies.
+/// element type (of the hidden states) and quantization (static activation
+/// scales included); an error when there is none or more than one, or when
+/// it has fp8 scale blocks other than the 128 a description implies.
 llvm::Expected<LayerDescription> describeLayer(ModuleOp module);
 
 /// What a tool parses: `part` of the preset `presetName` or of the layer of

@@ -9,7 +9,7 @@ import json
 import os
 import time
 
-from ..layers import Layer
+from ..layers import Layer, weight_scaling
 from .compiler import CompileError, compile_bundle, describe_layer
 
 # Accumulator columns per block, ring depths and K splits tried. The compiler
@@ -79,8 +79,10 @@ def resolve_layer(compiler, layer, dtype="bf16", quantization=None):
     --layer-sizes text ("experts=256,hidden=7168,intermediate=2048,top_k=8")
     or a preset name. Presets and sizes take `dtype` and `quantization`
     (None, or fp8 weights scaled per "tensor", "channel" or "block", which
-    the result then names as "quantization"). Raises CompileError with
-    moe-compile's message when it names no layer."""
+    the result then names as "quantization"; a file's static activation
+    scales are named by their weights' scaling, since they reach the GEMMs
+    as per-token ones do and the database keys the weights'). Raises
+    CompileError with moe-compile's message when it names no layer."""
     if isinstance(layer, Layer):
         text = layer_sizes({"experts": layer.num_experts,
                             "hidden": layer.hidden_size,
@@ -93,6 +95,9 @@ def resolve_layer(compiler, layer, dtype="bf16", quantization=None):
             os.path.isfile(text)):
         described = describe_layer(compiler, [text])
         stem = os.path.splitext(os.path.basename(text))[0]
+        if described.get("quantization"):
+            described["quantization"] = weight_scaling(
+                described["quantization"])
         return dict(described, name=stem)
     source = ["--layer-sizes" if "=" in text else "--preset", text,
               "--dtype", dtype]
