@@ -173,7 +173,10 @@ def model_rows(args, flush, name, preset):
     hidden, inter, top_k = (preset["hidden"], preset["intermediate"],
                             preset["top_k"])
     stored, slots = routed + shared, top_k + shared
-    paths = {fp8: compile_experts(args, name, ["--preset", name],
+    arguments = ["--preset", name]
+    if args.block_m:
+        arguments += ["--block-m", str(args.block_m)]
+    paths = {fp8: compile_experts(args, name, arguments,
                                   "block" if fp8 else None)
              for fp8 in (True, False)}
     generator = torch.Generator(DEVICE).manual_seed(args.seed)
@@ -253,6 +256,9 @@ def main():
     parser.add_argument("--tokens", default="1,16,64,256,1024,4096")
     parser.add_argument("--parts", default="gemm,layers")
     parser.add_argument("--iterations", type=int, default=20)
+    parser.add_argument("--block-m", type=int, default=0,
+                        help="layers: rows per routing block (default: "
+                             "moe-compile's choice for each T)")
     parser.add_argument("--seed", type=int, default=2026)
     args = parser.parse_args()
     tokens = [int(t) for t in args.tokens.split(",")]

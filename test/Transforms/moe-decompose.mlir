@@ -8,6 +8,7 @@
 // RUN: not moe-opt %s --moe-decompose="block-m=268435456" --split-input-file 2>&1 | FileCheck %s --check-prefix=BAD-ROWS
 // RUN: moe-opt %s --moe-decompose="block-m=0 tokens=1024" --split-input-file | FileCheck %s --check-prefix=AUTO128
 // RUN: moe-opt %s --moe-decompose="block-m=0 tokens=512" --split-input-file | FileCheck %s --check-prefix=AUTO64
+// RUN: moe-opt %s --moe-decompose="block-m=0 tokens=256" --split-input-file | FileCheck %s --check-prefix=AUTO-FP8
 
 // BAD: moe-decompose: block-m must be in [0, 2147483647], got -1
 // BAD-TOKENS: moe-decompose: tokens must be in [1, 2147483647], got 4611686018427387904
@@ -136,11 +137,16 @@ func.func @gpt_oss_like(%x: tensor<?x64xbf16>, %logits: tensor<?x8xf32>,
 // output is quantized over the padded rows only (rows(%count)), in one group
 // since I = 96 is narrower than a block; the second GEMM takes those scales
 // and w2's.
-// With block scales, 128-row blocks from 128 rows per expert, where bf16
-// takes 256 (@mixtral_like): at T = 512 the 17 experts average 150 of the
-// 5 x 512 slots.
+// With block scales, 128-row blocks unless they pad an average expert by a
+// quarter more than 64-row ones: at T = 256 the 17 experts average 76 of
+// the 5 x 256 slots (128 rows either way), at T = 512 151 (256 against
+// 192).
+// AUTO-FP8-LABEL: func @mixtral_like
+// AUTO-FP8: moe.route {{.*}} {block_m = 64 : i64, num_experts = 8 : i64}
+// AUTO-FP8-LABEL: func @fused_moe_fp8_block
+// AUTO-FP8: moe.route {{.*}} {block_m = 128 : i64, num_experts = 17 : i64}
 // AUTO64-LABEL: func @fused_moe_fp8_block
-// AUTO64: moe.route {{.*}} {block_m = 128 : i64, num_experts = 17 : i64}
+// AUTO64: moe.route {{.*}} {block_m = 64 : i64, num_experts = 17 : i64}
 // CHECK-LABEL: func @fused_moe_fp8_block
 // CHECK-SAME: (%[[X:.*]]: tensor<?x256xbf16>, %[[L:.*]]: tensor<?x16xf32>, %[[W13:.*]]: tensor<17x192x256xf8E4M3FN>, %[[W2:.*]]: tensor<17x256x96xf8E4M3FN>, %[[S13:.*]]: tensor<17x2x2xf32>, %[[S2:.*]]: tensor<17x2x1xf32>)
 // CHECK-NEXT: %[[WTS:.*]], %[[IDS:.*]] = moe.gate %[[L]]

@@ -88,12 +88,19 @@ int64_t mlir::moe::chooseRoutingBlockM(int64_t tokens, int64_t numSlots,
                                        bool blockScaled) {
   // bench/RESULTS.md: 128-row blocks win from 256 rows per expert
   // (Mixtral-8x7B from T=1024, Qwen3-30B-A3B at T=4096) and lose below
-  // (DeepSeek-V3 at T=4096, 143 rows per expert: 9.1 ms against 8.2). With
-  // fp8 block scales, two warpgroups and a producer run the GEMM at 1.8x
-  // the 64-row tiles' rate, which pays for the padding from 128 rows.
-  int64_t rowsPerExpert = blockScaled ? 128 : 256;
-  return tokens * numSlots >= rowsPerExpert * numStoredExperts ? 2 * kWgmmaRows
-                                                               : kWgmmaRows;
+  // (DeepSeek-V3 at T=4096, 143 rows per expert: 9.1 ms against 8.2).
+  if (!blockScaled)
+    return tokens * numSlots >= 256 * numStoredExperts ? 2 * kWgmmaRows
+                                                       : kWgmmaRows;
+  // With fp8 block scales, two warpgroups and a producer multiply a row
+  // about 1.3x as fast as the 64-row tiles: 128-row blocks win unless they
+  // pad an average expert by a quarter more (DeepSeek-V3's experts at
+  // T = 2048, 72 rows: 4914 against 5747 us; at 4096, 143 rows: 6714
+  // against 6584; Kimi-K2's at 2048, 48 rows: 6932 against 6405).
+  int64_t rows = llvm::divideCeil(tokens * numSlots, numStoredExperts);
+  int64_t padded = llvm::alignTo(rows, kWgmmaRows);
+  int64_t paddedTwice = llvm::alignTo(rows, 2 * kWgmmaRows);
+  return 4 * paddedTwice <= 5 * padded ? 2 * kWgmmaRows : kWgmmaRows;
 }
 
 GemmConfigAttr mlir::moe::chooseGemmConfig(GroupedMatmulOp op, int64_t tokens) {
