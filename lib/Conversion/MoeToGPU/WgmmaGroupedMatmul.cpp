@@ -133,6 +133,12 @@ struct Accumulation {
 /// whether it is a routed slot.
 using GatherSources = SmallVector<std::pair<Value, Value>>;
 
+/// Registers per thread at launch (the kernel's .maxnreg) and, after
+/// setmaxnreg, of the producer and the consumer warpgroups.
+struct RegisterSplit {
+  int64_t launch, producer, consumer;
+};
+
 /// Fused quantization: where the thread's value pair `position` of a block
 /// tile lies, in the order the column tiles and then their fragment blocks
 /// and row halves produce them (HeldValues): its row half, the first
@@ -279,6 +285,12 @@ private:
   int64_t boxRows, numBoxes, loadRows;
   /// Blocks per cluster along M (cluster_m): 1, or 2 sharing weight tiles.
   int64_t clusterBlocks;
+  /// Warp-specialized fp8 with block scales, one consumer warpgroup and a
+  /// tile per block: the producer warpgroup hands registers to the
+  /// consumers (once, at the role split), so that two blocks of 256 threads
+  /// share a multiprocessor (one at the 161 the kernel takes without); a
+  /// gathering producer keeps more for its addresses.
+  std::optional<RegisterSplit> registerSplit;
   /// Stage bytes: the row tile, the weight tile (decoded, for MXFP4), the
   /// packed MXFP4 weight tile, and what TMA brings in on `full`.
   int64_t rowTileBytes, weightTileBytes, packedTileBytes, stageTmaBytes,
@@ -341,6 +353,10 @@ WgmmaGroupedMatmulEmitter::WgmmaGroupedMatmulEmitter(
   numBoxes = 1 + gated;
   loadRows = getWeightsTmaBox(op, config)[1];
   clusterBlocks = config.getClusterM();
+  if (warpSpecialized && blockScaled && warpgroups == 1 &&
+      !config.getPersistent())
+    registerSplit =
+        tokenInput ? RegisterSplit{128, 88, 168} : RegisterSplit{128, 40, 216};
   rowTileBytes = tileRows * blockK * elementBytes;
   weightTileBytes = blockN * blockK * elementBytes;
   packedTileBytes = packed ? blockN * blockK * getWeightBits(op) / 8 : 0;
@@ -418,6 +434,9 @@ gpu::GPUFuncOp WgmmaGroupedMatmulEmitter::declareKernel() {
       builder, op.getLoc(), "moe_grouped_matmul_wgmma", args.get(),
       {gridSize, PlanBuilder::constant(1), PlanBuilder::constant(1)},
       {threads, 1, 1}, /*workgroup=*/{}, sharedBytes);
+  if (registerSplit)
+    kernel->setAttr(NVVM::NVVMDialect::getMaxnregAttrName(),
+                    builder.getI32IntegerAttr(registerSplit->launch));
   // Consecutive blocks form a cluster (.reqnctapercluster): launched as any
   // kernel, the grid a whole number of clusters.
   if (clusterBlocks > 1)
@@ -1278,18 +1297,36 @@ void WgmmaGroupedMatmulEmitter::emitWarpSpecialized(const Tile &tile) {
           wb.i32(0), wb.i32(32),
           gpu::ShuffleModeAttr::get(b.getContext(), gpu::ShuffleMode::IDX))
           .getShuffleResult());
-  Value producer =
-      wb.cmpi(arith::CmpIPredicate::uge, warpgroupIndex, wb.index(warpgroups));
-  // Only threads that load wait on `empty`: a parity wait is ambiguous once
-  // the barrier has moved on two phases, which an idle thread could let
-  // happen (and then wait forever). Gathering threads cannot fall behind:
-  // every K tile needs their arrival on `full`.
-  if (!tokenInput && !packed)
-    producer = arith::AndIOp::create(b, producer, leader);
-  wb.ifThen(producer, [&] { emitProducer(tile); });
+  auto setMaxRegisters = [&](int64_t RegisterSplit::*count,
+                             NVVM::SetMaxRegisterAction action) {
+    if (registerSplit)
+      NVVM::SetMaxRegisterOp::create(
+          b, b.getI32IntegerAttr(*registerSplit.*count),
+          NVVM::SetMaxRegisterActionAttr::get(b.getContext(), action));
+  };
+  wb.ifThen(
+      wb.cmpi(arith::CmpIPredicate::uge, warpgroupIndex, wb.index(warpgroups)),
+      [&] {
+        // Every thread of the warpgroup gives its registers back (the
+        // instruction is warpgroup-aligned); only threads that load wait
+        // on `empty`: a parity wait is ambiguous once the barrier has moved
+        // on two phases, which an idle thread could let happen (and then
+        // wait forever). Gathering threads cannot fall behind: every K tile
+        // needs their arrival on `full`.
+        setMaxRegisters(&RegisterSplit::producer,
+                        NVVM::SetMaxRegisterAction::decrease);
+        if (tokenInput || packed)
+          emitProducer(tile);
+        else
+          wb.ifThen(leader, [&] { emitProducer(tile); });
+      });
   wb.ifThen(
       wb.cmpi(arith::CmpIPredicate::ult, warpgroupIndex, wb.index(warpgroups)),
-      [&] { emitConsumer(tile, warpgroupIndex); });
+      [&] {
+        setMaxRegisters(&RegisterSplit::consumer,
+                        NVVM::SetMaxRegisterAction::increase);
+        emitConsumer(tile, warpgroupIndex);
+      });
 }
 
 /// The producer refills a stage once `empty` says the consumers are done
