@@ -13,9 +13,10 @@ NaN-poisoned output and checks it against torch.nn.functional.grouped_mm
 with the epilogue in torch (||error|| / ||peer|| <= 1e-2): a candidate that
 fails is dropped, whatever its time. The rest are timed with CUDA events (a
 warm-up call, then the median of up to `iterations` calls, L2 flushed before
-each); the three fastest are timed again for longer (`final_budget_s`), and
-the fastest of those becomes the entry for (E, N, K, dtype, device name,
-block_m, T). Each entry records what was measured: the winner's and the
+each); the three fastest are timed again for longer (`final_budget_s`),
+beside the heuristic, and the fastest of those becomes the entry for (E, N,
+K, dtype, device name, block_m, T), unless it is the heuristic: then there
+is no entry, and moe-tile falls back to the heuristic. Each entry records what was measured: the winner's and the
 heuristic's µs, the peer's, how many candidates were timed and rejected,
 and the layer's sizes (its routing: top_k and shared experts).
 
@@ -104,9 +105,9 @@ def _measure_loaded(bundle, case, flush, budget, budget_s):
 
 
 def _tune_case(case, plan, flush, budget):
-    """(best µs, best config, heuristic µs, the peer's µs with the epilogue
-    (None when it failed), timed, rejected) of one grouped matmul at one
-    T."""
+    """(best µs, best config (None when the heuristic's was fastest),
+    heuristic µs, the peer's µs with the epilogue (None when it failed),
+    timed, rejected) of one grouped matmul at one T."""
     label = f"{case.spec['model']} {case.part} m{case.spec['block_m']} " \
             f"T={case.tokens}"
     # moe-tile's heuristic config, compiled for this T.
@@ -134,13 +135,17 @@ def _tune_case(case, plan, flush, budget):
         raise RuntimeError(f"{label}: no candidate ran correctly")
     # Short timings rank the candidates; the few fastest are timed again,
     # longer, back to back, so that a lucky short run (clocks still high,
-    # say) does not decide.
+    # say) does not decide. The heuristic runs in that round too (config
+    # None): a candidate becomes an entry only by beating it there.
     finalists = sorted(timed, key=lambda item: item[0])[:FINALISTS]
     final = []
-    for _, config, path in finalists:
+    for _, config, path in finalists + [
+            (heuristic_us, None, plan["heuristic"][case.tokens])]:
         us, _ = measure(path, case, flush, budget, budget.final_s)
         if us is not None:
             final.append((us, config, path))
+    heuristic_us = next((us for us, config, _ in final if config is None),
+                        heuristic_us)
     best_us, best, _ = min(final or finalists, key=lambda item: item[0])
     return best_us, best, heuristic_us, peer_us, len(timed), rejected
 
@@ -164,11 +169,14 @@ def _tune_tokens(pair, tokens, plans, weights, reference, flush, budget,
         measured.update({"timed": timed, "rejected": rejected,
                          "layer": gemm["sizes"],
                          "date": datetime.date.today().isoformat()})
-        entries.append(tune_space.entry(gemm, device, tokens, best,
-                                        measured))
+        # Where the heuristic wins, no entry: moe-tile falls back to it.
+        if best is not None:
+            entries.append(tune_space.entry(gemm, device, tokens, best,
+                                            measured))
         peer = "-" if peer_us is None else f"{peer_us:9.1f}"
         print(f"{gemm['model']:14} {part} m{gemm['block_m']:<3} "
-              f"T={tokens:<5} best {best_us:9.1f} us {best}  heuristic "
+              f"T={tokens:<5} best {best_us:9.1f} us "
+              f"{best or 'the heuristic (no entry)'}  heuristic "
               f"{heuristic_us:9.1f} us ({heuristic_us / best_us:.2f}x)  "
               f"{case.peer_name}+epilogue {peer} us  [{timed} timed, "
               f"{rejected} rejected]", flush=True)
