@@ -4,6 +4,7 @@
 // already split are left alone.
 // RUN: moe-opt %s --moe-split-k="tokens=1" | FileCheck %s
 // RUN: moe-opt %s --moe-split-k="tokens=4096" | FileCheck %s --check-prefix=PREFILL
+// RUN: moe-opt %s --moe-split-k="tokens=256" | FileCheck %s --check-prefix=HALF
 // RUN: not moe-opt %s --moe-split-k="num-sms=0" 2>&1 | FileCheck %s --check-prefix=BAD
 // RUN: not moe-opt %s --moe-split-k="num-sms=4611686018427387904" 2>&1 | FileCheck %s --check-prefix=BAD-SMS
 // RUN: not moe-opt %s --moe-split-k="tokens=1073741824" 2>&1 | FileCheck %s --check-prefix=BAD-ROWS
@@ -19,9 +20,26 @@
 // CHECK: config = #moe.gemm_config<block_m = 64, block_n = 128, block_k = 64, num_stages = 4, split_k = 3, tma_a = true>
 // PREFILL-LABEL: func.func @mixtral_down
 // PREFILL: config = #moe.gemm_config<block_m = 64, block_n = 128, block_k = 64, num_stages = 4, tma_a = true>
+// At 256 tokens its 8 experts' 64 rows each make 8 x 32 = 256 tiles, which fill
+// the GPU; with 256-column tiles they would be 128, which a split could lift
+// by 4 of 132 only: splits need the tiles to leave half the GPU idle.
+// HALF-LABEL: func.func @mixtral_down
+// HALF: config = #moe.gemm_config<block_m = 64, block_n = 128, block_k = 64, num_stages = 4, tma_a = true>
+// HALF-LABEL: func.func @mixtral_down_wide
+// HALF: config = #moe.gemm_config<block_m = 64, block_n = 256, block_k = 64, num_stages = 4, tma_a = true>
 func.func @mixtral_down(%h: tensor<?x14336xbf16>, %w2: tensor<8x4096x14336xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>, %rw: tensor<?x2xf32>) -> tensor<?x2x4096xbf16> {
   %y = moe.grouped_matmul %h, %w2, %s, %e, %n routed_weights(%rw) input(sorted) output(slot)
       {block_m = 64, num_slots = 2, config = #moe.gemm_config<block_m = 64, block_n = 128, block_k = 64, num_stages = 4, tma_a = true>}
+    : (tensor<?x14336xbf16>, tensor<8x4096x14336xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, tensor<?x2xf32>) -> tensor<?x2x4096xbf16>
+  return %y : tensor<?x2x4096xbf16>
+}
+
+// At 1 token, 256-column tiles: 2 experts x 16 = 32 tiles, five splits.
+// CHECK-LABEL: func.func @mixtral_down_wide
+// CHECK: split_k = 5,
+func.func @mixtral_down_wide(%h: tensor<?x14336xbf16>, %w2: tensor<8x4096x14336xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>, %rw: tensor<?x2xf32>) -> tensor<?x2x4096xbf16> {
+  %y = moe.grouped_matmul %h, %w2, %s, %e, %n routed_weights(%rw) input(sorted) output(slot)
+      {block_m = 64, num_slots = 2, config = #moe.gemm_config<block_m = 64, block_n = 256, block_k = 64, num_stages = 4, tma_a = true>}
     : (tensor<?x14336xbf16>, tensor<8x4096x14336xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, tensor<?x2xf32>) -> tensor<?x2x4096xbf16>
   return %y : tensor<?x2x4096xbf16>
 }
