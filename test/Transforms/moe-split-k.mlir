@@ -1,5 +1,5 @@
 // moe-split-k splits the K loop of a tiled grouped matmul whose tiles at
-// `tokens` cannot fill the GPU, keeping num_stages K tiles and 1 MiB of
+// `tokens` fill at most half the GPU, keeping num_stages K tiles and 1 MiB of
 // weights per split; tiles that fill it, small weights and configs that are
 // already split are left alone.
 // RUN: moe-opt %s --moe-split-k="tokens=1" | FileCheck %s

@@ -230,7 +230,7 @@ def MoeSplitK : Pass<"moe-split-k"> {
   let description = [{
     For each `moe.grouped_matmul` with a `#moe.gemm_config` (see `moe-tile`)
     whose tiles at `tokens` tokens (row blocks of the experts that get rows
-    x N tiles) are fewer than the GPU's `num-sms` multiprocessors, as in
+    x N tiles) are at most half the GPU's `num-sms` multiprocessors, as in
     decode, sets `split_k` so that the splits fill them, keeping at least
     `num_stages` K tiles and 1 MiB of weights per split. `convert-moe-to-gpu` then adds the split
     index to the grid, has each split store fp32 partial sums per routed
