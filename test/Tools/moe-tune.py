@@ -29,13 +29,17 @@ for gemm in tune_space.gemms(presets["deepseek-v3"]):
 # CHECK: gemm2 257 7168 2048 9
 
 configs = tune_space.candidates()
-unsplit = [c for c in configs if c["split_k"] == 1 and "persistent" not in c]
+unsplit = [c for c in configs if c["split_k"] == 1 and not c["persistent"]]
 split = [c for c in configs if c["split_k"] > 1]
 persistent = [c for c in configs if c.get("persistent")]
 print(len(configs), len(unsplit), len(split), len(persistent),
       tune_space.timed_at(split[-1], 256), tune_space.timed_at(split[-1], 1024),
       tune_space.timed_at(unsplit[0], 4096))
 # CHECK: 154 32 90 32 True False True
+# Every candidate states `persistent`: an entry without it would follow the
+# heuristic.
+print(all(isinstance(c["persistent"], bool) for c in configs))
+# CHECK-NEXT: True
 # Persistent grids are timed only from 1024 tokens, never split.
 print(tune_space.timed_at(persistent[0], 256),
       tune_space.timed_at(persistent[0], 1024),

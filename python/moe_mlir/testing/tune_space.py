@@ -164,8 +164,11 @@ def candidates(block_m=64, quantization=None):
                   FP8_BLOCK_K <= SHARED_MEMORY_BYTES]
     result = [dict(config, warp_specialized=specialized)
               for specialized in (False, True) for config in result]
-    return result + [dict(config, persistent=True) for config in result
-                     if config["split_k"] == 1]
+    # `persistent` stated either way: an entry that left it out would take
+    # whatever the heuristic chooses later.
+    return ([dict(config, persistent=False) for config in result] +
+            [dict(config, persistent=True) for config in result
+             if config["split_k"] == 1])
 
 
 def config_name(gemm, config):
