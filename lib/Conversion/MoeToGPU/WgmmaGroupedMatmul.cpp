@@ -26,7 +26,12 @@
 //                   own cp.async wait and proxy fence)
 //       consumers: for step: wait full[stage(step)] ; wgmma (step) ;
 //                            wait for step - 1's group ; arrive empty[step-1]
+//                            (fp8 block scales: wait for step's group ;
+//                            arrive empty[step] ; promote)
 //                  arrive empty[last stage] if tiles follow ; epilogue
+//     (empty counts a warp's arrival from lane 0; with a two-block cluster
+//     that multicasts, the peer's warps too, and each producer loads half
+//     of every weight box into both blocks' stages)
 //
 //   persistent (either of the above): grid = min(tiles, SMs x resident
 //   blocks); tile = blockIdx, blockIdx + gridDim, ... over the tiles of the
@@ -1612,8 +1617,9 @@ void WgmmaGroupedMatmulEmitter::decodeStage(const Tile &tile, Value step,
 }
 
 /// A consumer waits on `full`, multiplies, and frees the stage of the
-/// previous K tile once its wgmmas are done; each column tile of the
-/// block's tile in turn.
+/// previous K tile once its wgmmas are done (of the K tile itself with
+/// block scales, whose wgmmas are waited for in full); each column tile of
+/// the block's tile in turn.
 void WgmmaGroupedMatmulEmitter::emitConsumer(const Tile &tile, Value consumer) {
   forEachColumnTile(tile, [&](const Tile &column) {
     Value accumulators =
