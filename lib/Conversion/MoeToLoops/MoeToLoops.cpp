@@ -643,14 +643,21 @@ Value copyOf(LoopBuilder &lb, Value tensor) {
   return copy;
 }
 
-/// counts[indices] clamped to [0, capacity]: rows past a region's capacity
-/// were never written.
-Value regionRows(LoopBuilder &lb, Value counts, ValueRange indices,
-                 int64_t capacity) {
-  ImplicitLocOpBuilder &b = lb.b;
-  Value count = lb.toIndex(lb.load(counts, indices));
-  Value nonNegative = arith::MaxSIOp::create(b, count, lb.index(0));
-  return arith::MinSIOp::create(b, nonNegative, lb.index(capacity));
+/// Runs `body(e, src, rows)` for each region of a receive buffer whose
+/// `counts` buffer is [L, W]: local expert e, source rank src, and the rows
+/// written there, counts[e, src] clamped to [0, capacity] (rows past a
+/// region's capacity were never written).
+void forEachRegion(LoopBuilder &lb, Value counts, int64_t capacity,
+                   function_ref<void(Value, Value, Value)> body) {
+  auto countsType = cast<MemRefType>(counts.getType());
+  lb.loop(countsType.getDimSize(0), [&](Value e) {
+    lb.loop(countsType.getDimSize(1), [&](Value src) {
+      ImplicitLocOpBuilder &b = lb.b;
+      Value count = lb.toIndex(lb.load(counts, {e, src}));
+      Value nonNegative = arith::MaxSIOp::create(b, count, lb.index(0));
+      body(e, src, arith::MinSIOp::create(b, nonNegative, lb.index(capacity)));
+    });
+  });
 }
 
 /// Row (e * W + src) * C + i of a receive buffer.
@@ -759,16 +766,13 @@ struct EpRouteToLoops : OpRewritePattern<EpRouteOp> {
     Value sortedIds = lb.alloc(op.getSortedIds().getType());
     Value expertIds = lb.alloc(op.getExpertIds().getType());
     Value numPadded = lb.alloc(op.getNumPadded().getType());
-    lb.loop(local, [&](Value e) {
-      lb.loop(world, [&](Value src) {
-        Value current = regionRows(lb, counts, {e, src}, capacity);
-        lb.loop(capacity, [&](Value i) {
-          Value row = receiveRow(lb, e, src, i, world, capacity);
-          Value written = lb.cmpi(arith::CmpIPredicate::slt, i, current);
-          lb.store(lb.toI32(lb.select(written, row, lb.index(rows))), sortedIds,
-                   row);
-          lb.store(lb.toI32(e), expertIds, row);
-        });
+    forEachRegion(lb, counts, capacity, [&](Value e, Value src, Value current) {
+      lb.loop(capacity, [&](Value i) {
+        Value row = receiveRow(lb, e, src, i, world, capacity);
+        Value written = lb.cmpi(arith::CmpIPredicate::slt, i, current);
+        lb.store(lb.toI32(lb.select(written, row, lb.index(rows))), sortedIds,
+                 row);
+        lb.store(lb.toI32(e), expertIds, row);
       });
     });
     lb.store(lb.i32(rows), numPadded, {});
@@ -790,8 +794,8 @@ struct EpCombineToLoops : OpRewritePattern<EpCombineOp> {
     ImplicitLocOpBuilder b(op.getLoc(), rewriter);
     LoopBuilder lb{b};
     auto returnedType = cast<RankedTensorType>(op.getReturned().getType());
-    auto countsType = cast<RankedTensorType>(op.getCounts().getType());
-    int64_t local = countsType.getDimSize(0), world = countsType.getDimSize(1);
+    int64_t world =
+        cast<RankedTensorType>(op.getCounts().getType()).getDimSize(1);
     int64_t capacity = returnedType.getDimSize(1);
     int64_t numSlots = returnedType.getDimSize(2);
     int64_t hiddenSize = returnedType.getDimSize(3);
@@ -799,22 +803,18 @@ struct EpCombineToLoops : OpRewritePattern<EpCombineOp> {
     Value slots = lb.toBuffer(op.getSlots());
     Value counts = lb.toBuffer(op.getCounts());
     Value returned = copyOf(lb, op.getReturned());
-    lb.loop(local, [&](Value e) {
-      lb.loop(world, [&](Value src) {
-        Value current = regionRows(lb, counts, {e, src}, capacity);
-        lb.loop(lb.index(0), current, [&](Value i) {
-          Value row = receiveRow(lb, e, src, i, world, capacity);
-          Value slot = lb.toIndex(lb.load(slots, row));
-          lb.ifThen(
-              lb.inRange(slot, lb.index(0), lb.index(capacity * numSlots)),
-              [&] {
-                Value t = arith::DivUIOp::create(b, slot, lb.index(numSlots));
-                Value s = arith::RemUIOp::create(b, slot, lb.index(numSlots));
-                lb.loop(hiddenSize, [&](Value h) {
-                  lb.store(lb.load(rows, {row, h}), returned, {src, t, s, h});
-                });
+    forEachRegion(lb, counts, capacity, [&](Value e, Value src, Value current) {
+      lb.loop(lb.index(0), current, [&](Value i) {
+        Value row = receiveRow(lb, e, src, i, world, capacity);
+        Value slot = lb.toIndex(lb.load(slots, row));
+        lb.ifThen(
+            lb.inRange(slot, lb.index(0), lb.index(capacity * numSlots)), [&] {
+              Value t = arith::DivUIOp::create(b, slot, lb.index(numSlots));
+              Value s = arith::RemUIOp::create(b, slot, lb.index(numSlots));
+              lb.loop(hiddenSize, [&](Value h) {
+                lb.store(lb.load(rows, {row, h}), returned, {src, t, s, h});
               });
-        });
+            });
       });
     });
     rewriter.replaceOp(op, lb.toTensor(returnedType, returned));
