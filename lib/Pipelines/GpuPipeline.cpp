@@ -40,6 +40,7 @@ void mlir::moe::buildMoeToKernelsPipeline(
   tile.numStages = options.numStages;
   tile.configDatabase = options.configDatabase;
   tile.device = options.device;
+  tile.numSMs = options.numSMs;
   pm.addPass(createMoeTile(tile));
 
   MoeSplitKOptions splitK;

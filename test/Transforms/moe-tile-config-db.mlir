@@ -8,14 +8,15 @@
 // RUN: moe-opt %s --moe-tile="config-db=%S/Inputs/gemm-configs.json device='NVIDIA H200' tokens=1000" 2>&1 | FileCheck %s --check-prefix=H200
 
 // The E=4 N=128 K=128 bf16 gemm at 1 token: the tokens=1 entry, split_k
-// kept; the two f16 gemms of one shape (no entry) get the heuristic (its
+// kept, the producer it leaves out the heuristic's (64-column decode tiles
+// have one); the two f16 gemms of one shape (no entry) get the heuristic (its
 // three-stage decode ring) and one warning between them. The block-scaled fp8 entry is not the
 // channel-scaled gemm's.
 // DECODE: moe-tile-config-db.mlir:[[@LINE+27]]:8: warning: moe-tile: no tuned config for E=4 N=96 K=64 f16 block_m=16 on 'NVIDIA H100 80GB HBM3' near 1 tokens: using the heuristic's #moe.gemm_config<block_m = 16, block_n = 128, block_k = 64, num_stages = 3, tma_a = true>
 // DECODE: moe-tile-config-db.mlir:[[@LINE+34]]:8: warning: moe-tile: no tuned config for E=4 N=128 K=256 f8E4M3FN quantization=channel block_m=16 on 'NVIDIA H100 80GB HBM3' near 1 tokens
 // DECODE-NOT: warning
 // DECODE-LABEL: func.func @gemms
-// DECODE: moe.grouped_matmul {{.*}}config = #moe.gemm_config<block_m = 16, block_n = 64, block_k = 64, num_stages = 6, split_k = 2>, moe.tuned, num_slots = 2 : i64}
+// DECODE: moe.grouped_matmul {{.*}}config = #moe.gemm_config<block_m = 16, block_n = 64, block_k = 64, num_stages = 6, split_k = 2, warp_specialized = true>, moe.tuned, num_slots = 2 : i64}
 // DECODE: moe.grouped_matmul {{.*}}config = #moe.gemm_config<block_m = 16, block_n = 128, block_k = 64, num_stages = 3, tma_a = true>, num_slots = 2 : i64}
 // DECODE: moe.grouped_matmul {{.*}}config = #moe.gemm_config<block_m = 16, block_n = 128, block_k = 64, num_stages = 3, tma_a = true>, num_slots = 2 : i64}
 // fp8 weights have entries of their own (dtype f8E4M3FN), per scaling.

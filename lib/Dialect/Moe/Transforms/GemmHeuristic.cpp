@@ -103,19 +103,67 @@ int64_t mlir::moe::chooseRoutingBlockM(int64_t tokens, int64_t numSlots,
   return 4 * paddedTwice <= 5 * padded ? 2 * kWgmmaRows : kWgmmaRows;
 }
 
-GemmConfigAttr mlir::moe::chooseGemmConfig(GroupedMatmulOp op, int64_t tokens) {
+/// Tiles of `blockRows` rows x `columnsPerTile` output columns that `op`'s
+/// rows at `tokens` tokens fill, spread over the experts that get any, each
+/// expert's rows in whole blocks.
+static int64_t countTiles(GroupedMatmulOp op, int64_t tokens, int64_t blockRows,
+                          int64_t columnsPerTile) {
+  int64_t rows = tokens * op.getNumSlots();
+  int64_t activeExperts = std::min(op.getNumStoredExperts(), rows);
+  int64_t rowBlocks =
+      activeExperts *
+      llvm::divideCeil(llvm::divideCeil(rows, activeExperts), blockRows);
+  return rowBlocks * llvm::divideCeil(op.getOutputColumns(), columnsPerTile);
+}
+
+/// Accumulator columns per block: 256 from kWideTileTokens tokens on, 128
+/// below and with fp8 block scales (the promotion holds a second set of
+/// accumulators); 64 where narrower tiles let more blocks stream the
+/// weights.
+static int64_t chooseBlockN(GroupedMatmulOp op, int64_t tokens,
+                            int64_t numSMs) {
+  bool packed = hasPackedWeights(op);
+  if (!isWeightStreaming(op, tokens))
+    return tokens >= kWideTileTokens && !hasBlockScales(op) && !packed ? 256
+                                                                       : 128;
+  // MXFP4's producer decodes each weight tile: 64 columns while the weights
+  // stream, where twice the blocks decode them (gpt-oss-20b's experts at
+  // T = 1: 114 -> 96 us). A gated GEMM whose 128-column tiles give the
+  // multiprocessors fewer than two blocks each streams faster in 64-column
+  // ones (Qwen3-30B-A3B's first GEMM at T = 1, 96 tiles on 132
+  // multiprocessors: 36.7 -> 29.2 us; DeepSeek-V3's, 288 tiles: 190 against
+  // 193, bench/RESULTS.md).
+  if (packed)
+    return 64;
+  bool fewTiles =
+      op.isGated() &&
+      countTiles(op, tokens, std::min<int64_t>(op.getBlockM(), kWgmmaRows),
+                 64) < 2 * numSMs;
+  return fewTiles ? 64 : 128;
+}
+
+/// Whether the blocks of a gathering GEMM fed by a producer warpgroup walk
+/// the tiles as a persistent grid: the producer then gathers the next
+/// tile's rows while the consumers store the last. Measured on the H100
+/// (bench/RESULTS.md), it gains 4-12 % from 1024 tokens for the layers of
+/// 8 and 128 experts (Mixtral-8x7B's and Qwen3-30B-A3B's first GEMMs) and
+/// loses 1-68 % for those of 256 and 384 (DeepSeek-V3's first GEMM at
+/// T = 4096: 7414 -> 12459 us) and for the second GEMMs (1.04-1.06x).
+static bool isPersistentGathering(GroupedMatmulOp op, int64_t tokens,
+                                  bool producer) {
+  constexpr int64_t kPersistentTokens = 1024, kPersistentMaxExperts = 128;
+  return producer && op.getInputOrder() == RowOrder::token &&
+         !hasPackedWeights(op) && getTileElementBytes(op) == 2 &&
+         tokens >= kPersistentTokens &&
+         op.getNumStoredExperts() <= kPersistentMaxExperts;
+}
+
+GemmConfigAttr mlir::moe::chooseGemmConfig(GroupedMatmulOp op, int64_t tokens,
+                                           int64_t numSMs) {
   int64_t elementBytes = getTileElementBytes(op);
   int64_t blockK = std::max<int64_t>(16, kSwizzleBytes / elementBytes);
-  // Promoting fp8 block sums holds a second set of accumulators. MXFP4's
-  // producer decodes each weight tile: 128 columns at most, 64 while the
-  // weights stream at a row per expert, where twice the blocks decode them
-  // (gpt-oss-20b's experts at T = 1: 114 -> 96 us; from T = 16 on, 64
-  // columns lost 2-4 %, bench/RESULTS.md).
   bool packed = hasPackedWeights(op);
-  int64_t blockN = packed && isWeightStreaming(op, tokens) ? 64
-                   : tokens >= kWideTileTokens && !hasBlockScales(op) && !packed
-                       ? 256
-                       : 128;
+  int64_t blockN = chooseBlockN(op, tokens, numSMs);
   // Routing blocks of 128 rows and more give two warpgroups one expert's
   // rows: 128-row tiles against one weight tile halve the weight traffic
   // per flop, which bounds the 64-row tiles at large T (L2, ncu).
@@ -129,51 +177,50 @@ GemmConfigAttr mlir::moe::chooseGemmConfig(GroupedMatmulOp op, int64_t tokens) {
   // other multiplies, where the plain loop's block barrier keeps them in
   // step (4 experts x 8192 rows, N = 4096, K = 7168: 741-793 -> 935-976
   // TFLOP/s); one warpgroup's block would hold a multiprocessor alone, so
-  // 64-row tiles stay plain. MXFP4's producer decodes the weights.
+  // 64-row tiles stay plain. MXFP4's producer decodes the weights, and a
+  // producer streams the 64-column decode tiles of gated GEMMs (moe-tune's
+  // choice for each).
   bool gathering = op.getInputOrder() == RowOrder::token;
+  bool narrowDecode = !packed && blockN == 64;
   bool producer =
-      packed || (gathering && elementBytes == 2 && tokens >= kWideTileTokens) ||
+      packed || narrowDecode ||
+      (gathering && elementBytes == 2 && tokens >= kWideTileTokens) ||
       (hasBlockScales(op) && warpgroups == 2);
   // Weights streamed at about a row per expert (decode): three stages let
   // three blocks share a multiprocessor instead of two and hide more of the
   // loads' latency (moe-tune on the H100 at T = 1: fp8 DeepSeek-V3 and
   // Kimi-K2 first GEMM 126 -> 105 us, second 76 -> 69; bf16 gemm1 214 ->
   // 189 us and Kimi-K2's gemm2 127 -> 115, where 5 of the 8 tuned bf16
-  // entries have three). Two consumer warpgroups fed by a producer take
-  // three too, as moe-tune chose for each such entry without a persistent
-  // grid (DeepSeek-V3 and Kimi-K2 gemm1 at T = 1024 and 4096). MXFP4 keeps
-  // the four its decode, stages - 2 K tiles behind the loads, was measured
+  // entries have three); 64-column tiles hold half the bytes per stage and
+  // take six (Qwen3-30B-A3B's first GEMM at T = 1: 34.7 us with three, 29.2
+  // with six). Two consumer warpgroups fed by a producer take three too, as
+  // moe-tune chose for each such entry without a persistent grid
+  // (DeepSeek-V3 and Kimi-K2 gemm1 at T = 1024 and 4096). MXFP4 keeps the
+  // four its decode, stages - 2 K tiles behind the loads, was measured
   // with.
   int64_t stages =
-      !packed && (isWeightStreaming(op, tokens) ||
-                  (producer && warpgroups == 2 && elementBytes == 2))
+      narrowDecode ? 6
+      : !packed && (isWeightStreaming(op, tokens) ||
+                    (producer && warpgroups == 2 && elementBytes == 2))
           ? 3
           : 4;
   return GemmConfigAttr::get(
       op.getContext(), op.getBlockM(), blockN, blockK, stages, warpgroups,
       /*split_k=*/1, /*tma_a=*/!gathering, /*tma_b=*/true,
       /*cluster_m=*/1, /*cluster_n=*/1,
-      // No rule separates the persistent tuned entries (Mixtral-8x7B's and
-      // Qwen3-30B-A3B's from T = 1024) from the rest yet; every shipped
-      // entry states its own.
-      /*persistent=*/false, /*warp_specialized=*/producer);
+      isPersistentGathering(op, tokens, producer),
+      /*warp_specialized=*/producer);
 }
 
 int64_t mlir::moe::chooseSplitK(GroupedMatmulOp op, GemmConfigAttr config,
                                 int64_t tokens, int64_t numSMs) {
-  // Rows spread over the experts that get any; each expert's rows fill
-  // whole blocks of at most one wgmma (64 rows) per warpgroup.
-  int64_t rows = tokens * op.getNumSlots();
-  int64_t activeExperts = std::min(op.getNumStoredExperts(), rows);
+  // Each expert's rows fill whole blocks of at most one wgmma (64 rows) per
+  // warpgroup.
   int64_t blockRows = std::min<int64_t>(config.getBlockM(),
                                         kWgmmaRows * config.getNumWarpgroups());
-  int64_t rowBlocks =
-      activeExperts *
-      llvm::divideCeil(llvm::divideCeil(rows, activeExperts), blockRows);
-  int64_t columnsPerTile =
-      op.isGated() ? config.getBlockN() / 2 : config.getBlockN();
   int64_t tiles =
-      rowBlocks * llvm::divideCeil(op.getOutputColumns(), columnsPerTile);
+      countTiles(op, tokens, blockRows,
+                 op.isGated() ? config.getBlockN() / 2 : config.getBlockN());
   // A split pays for its second launch and partial sums only when it at
   // least doubles the blocks at work: Mixtral-8x7B's gemm2 at T = 256, 128
   // tiles on 132 multiprocessors, split in two took 397 us against 334

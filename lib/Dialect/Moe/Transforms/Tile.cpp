@@ -42,9 +42,14 @@ struct MoeTilePass : moe::impl::MoeTileBase<MoeTilePass> {
   }
 
   void runOnOperation() override {
-    if (std::optional<std::string> bad = checkSizeOption("tokens", tokens, 1)) {
-      getOperation()->emitError() << "moe-tile: " << *bad;
-      return signalPassFailure();
+    for (auto [name, value, most] :
+         {std::tuple<StringRef, int64_t, int64_t>{"tokens", tokens, kMaxSize},
+          {"num-sms", numSMs, kMaxMultiprocessors}}) {
+      if (std::optional<std::string> bad =
+              checkSizeOption(name, value, 1, most)) {
+        getOperation()->emitError() << "moe-tile: " << *bad;
+        return signalPassFailure();
+      }
     }
     auto *dialect = getContext().getLoadedDialect<MoeDialect>();
     std::set<GemmShapeKey> reported;
@@ -55,7 +60,7 @@ struct MoeTilePass : moe::impl::MoeTileBase<MoeTilePass> {
       if (op.getConfigAttr() || !hasTensorCoreKernel(op))
         return WalkResult::advance();
       auto emitError = [&] { return op.emitOpError() << "moe-tile: "; };
-      GemmConfigAttr heuristic = chooseGemmConfig(op, tokens);
+      GemmConfigAttr heuristic = chooseGemmConfig(op, tokens, numSMs);
       GemmShapeKey key = GemmShapeKey::of(op, device);
       GemmConfigAttr config;
       if (const TunedGemmConfig *tuned = lookup(key)) {

@@ -95,9 +95,10 @@ inline bool isWeightStreaming(GroupedMatmulOp op, int64_t tokens) {
          op.getNumStoredExperts();
 }
 
-/// The heuristic #moe.gemm_config of `op` for `tokens` tokens (its block_m
-/// describable).
-GemmConfigAttr chooseGemmConfig(GroupedMatmulOp op, int64_t tokens);
+/// The heuristic #moe.gemm_config of `op` for `tokens` tokens on a GPU of
+/// `numSMs` multiprocessors (its block_m describable).
+GemmConfigAttr chooseGemmConfig(GroupedMatmulOp op, int64_t tokens,
+                                int64_t numSMs);
 
 /// The K splits that let `op` under `config` fill `numSMs` multiprocessors
 /// at `tokens` tokens, each split keeping at least `num_stages` K tiles and

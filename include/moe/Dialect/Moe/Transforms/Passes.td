@@ -181,8 +181,12 @@ def MoeTile : Pass<"moe-tile"> {
     more, TMA for sorted rows and cp.async gathers for token rows, issued by
     a producer warpgroup from 256 tokens on (bf16/f16), and four stages but
     three while the weights stream at about a row per expert and for two
-    warpgroups fed by a producer (what moe-tune found on the H100,
-    bench/RESULTS.md).
+    warpgroups fed by a producer. While the weights stream, a gated GEMM
+    whose 128-column tiles would give the `num-sms` multiprocessors fewer
+    than two blocks each gets 64-column tiles, a producer and six stages.
+    From 1024 tokens, a bf16/f16 GEMM of at most 128 experts whose producer
+    gathers token rows runs a persistent grid (what moe-tune found on the
+    H100, bench/RESULTS.md).
     `block-n` and `num-stages` override its choices (how moe-compile tries
     other configurations by hand); the result is verified like any
     #moe.gemm_config.
@@ -215,6 +219,10 @@ def MoeTile : Pass<"moe-tile"> {
     Option<"numStages", "num-stages", "int64_t", /*default=*/"0",
            "Shared-memory stages instead of the heuristic's (0: the "
            "heuristic's)">,
+    Option<"numSMs", "num-sms", "int64_t",
+           /*default=*/"::mlir::moe::kDefaultNumSMs",
+           "Multiprocessors the heuristic's decode tiles fill (default: the "
+           "H100 SXM's)">,
     Option<"configDatabase", "config-db", "std::string", /*default=*/"",
            "A tuned config database (JSON, docs/CONFIG-DATABASE.md) whose "
            "entries come before the shipped ones">,
