@@ -13,11 +13,13 @@ a random correction bias, N(0, 0.1), which skews the choice as trained
 biases do). Each bundle is checked against the other (the variant the
 default bundle picks for T must compute what the per-T bundle does;
 ||a - b|| / ||b|| <= 1e-2) and timed as CUDA-graph replays, L2 flushed
-(256 MiB zeroed) before every timed replay: --rounds rounds alternating the
-two bundles, --iterations CUDA-event timings each, the median of each
-bundle's. Prints µs for both, default / per-T (target: <= 1.03) and the floor
-max(bytes / 3.0 TB/s, flops / 720 TFLOP/s) with ours / floor, the bytes
-counting the experts the routing actually hit.
+(256 MiB zeroed) before every timed replay: --iterations CUDA-event
+timings of each, the two bundles' calls interleaved (so that the clocks'
+drift over a long cell, 6 % at T = 16384 where both bundles run the same
+kernels, weighs on both alike), the median of each bundle's. Prints µs for
+both, default / per-T (target: <= 1.03) and the floor max(bytes / 3.0
+TB/s, flops / 720 TFLOP/s) with ours / floor, the bytes counting the
+experts the routing actually hit.
 
 Each layer runs in a process of its own: in one process, a layer measured
 after others (Kimi-K2 at T = 1 after three layers' weights had come and
@@ -28,7 +30,6 @@ import argparse
 import concurrent.futures
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,7 +40,8 @@ from moe_mlir import Bundle
 from moe_mlir.testing.compiler import compile_bundle, list_presets
 from moe_mlir.testing.gemm import random_weights
 from moe_mlir.testing.peers import router_fields, torch_router
-from moe_mlir.testing.timing import flush_buffer, floor_us, graphed, time_us
+from moe_mlir.testing.timing import (flush_buffer, floor_us, graphed,
+                                     time_interleaved_us)
 
 DEVICE = "cuda"
 TOKENS_MAX = 16384
@@ -91,15 +93,6 @@ def layer_floor_us(layer, tokens, experts_hit):
     return floor_us(moved, 2 * tokens * slots * 3 * inter * hidden)
 
 
-def time_pair(replays, flush, rounds, iterations):
-    """{key: median µs} of the replays, timed in alternating rounds."""
-    samples = {key: [] for key in replays}
-    for _ in range(rounds):
-        for key, replay in replays.items():
-            samples[key].append(time_us(replay, flush, iterations))
-    return {key: statistics.median(values) for key, values in samples.items()}
-
-
 def run_layer(layer, routing, bundles, tokens_list, flush, args):
     """The rows of a layer under `routing` (uniform or own)."""
     experts = layer["experts"] + layer["shared"]
@@ -137,7 +130,7 @@ def run_layer(layer, routing, bundles, tokens_list, flush, args):
         torch.cuda.synchronize()
         a, b = outputs["default"].double(), outputs["own"].double()
         difference = ((a - b).norm() / b.norm()).item()
-        times = time_pair(replays, flush, args.rounds, args.iterations)
+        times = time_interleaved_us(replays, flush, args.iterations)
         own.close()
         hit = int(torch.unique(route(logits, bias)[1]).numel())
         rows.append({"layer": layer["name"], "routing": routing,
@@ -206,8 +199,7 @@ def main():
     parser.add_argument("--routing", default="uniform,own",
                         help="uniform (no correction bias) and/or own (the "
                              "layer's router with a random bias)")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--iterations", type=int, default=10)
+    parser.add_argument("--iterations", type=int, default=30)
     parser.add_argument("--jobs", type=int, default=os.cpu_count())
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--rows", default="",

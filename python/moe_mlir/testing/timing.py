@@ -33,6 +33,29 @@ def time_us(function, flush, iterations, warm_up_calls=1):
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) * 1e3
 
 
+def time_interleaved_us(functions, flush, iterations, warm_up_calls=1):
+    """{key: median µs} of `iterations` event-timed calls of each of
+    `functions` ({key: function}), L2 flushed before each, the calls
+    interleaved (a, b, a, b, ...) so that a drift of the clocks over the
+    run weighs on every function alike."""
+    for function in functions.values():
+        for _ in range(warm_up_calls):
+            function()
+    events = {key: [] for key in functions}
+    for _ in range(iterations):
+        for key, function in functions.items():
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            flush.zero_()
+            start.record()
+            function()
+            end.record()
+            events[key].append((start, end))
+    torch.cuda.synchronize()
+    return {key: statistics.median(s.elapsed_time(e) for s, e in pairs) * 1e3
+            for key, pairs in events.items()}
+
+
 def graphed(function, capture_error_mode="global"):
     """(replay, the output tensor of the captured call). The replay keeps
     `function` alive: the graph reads the tensors its closure holds.
