@@ -28,7 +28,6 @@ import argparse
 import concurrent.futures
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,7 +38,8 @@ from moe_mlir import Bundle
 from moe_mlir.testing.compiler import compile_bundle, list_presets
 from moe_mlir.testing.gemm import random_weights
 from moe_mlir.testing.peers import router_fields, torch_router
-from moe_mlir.testing.timing import flush_buffer, floor_us, graphed, time_us
+from moe_mlir.testing.timing import (flush_buffer, floor_us, graphed,
+                                     time_alternating)
 
 DEVICE = "cuda"
 TOKENS_MAX = 16384
@@ -91,15 +91,6 @@ def layer_floor_us(layer, tokens, experts_hit):
     return floor_us(moved, 2 * tokens * slots * 3 * inter * hidden)
 
 
-def time_pair(replays, flush, rounds, iterations):
-    """{key: median µs} of the replays, timed in alternating rounds."""
-    samples = {key: [] for key in replays}
-    for _ in range(rounds):
-        for key, replay in replays.items():
-            samples[key].append(time_us(replay, flush, iterations))
-    return {key: statistics.median(values) for key, values in samples.items()}
-
-
 def run_layer(layer, routing, bundles, tokens_list, flush, args):
     """The rows of a layer under `routing` (uniform or own)."""
     experts = layer["experts"] + layer["shared"]
@@ -137,7 +128,8 @@ def run_layer(layer, routing, bundles, tokens_list, flush, args):
         torch.cuda.synchronize()
         a, b = outputs["default"].double(), outputs["own"].double()
         difference = ((a - b).norm() / b.norm()).item()
-        times = time_pair(replays, flush, args.rounds, args.iterations)
+        times = time_alternating(replays, flush, args.rounds,
+                                 args.iterations)
         own.close()
         hit = int(torch.unique(route(logits, bias)[1]).numel())
         rows.append({"layer": layer["name"], "routing": routing,

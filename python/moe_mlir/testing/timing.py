@@ -33,6 +33,17 @@ def time_us(function, flush, iterations, warm_up_calls=1):
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) * 1e3
 
 
+def time_alternating(functions, flush, rounds, iterations):
+    """{key: median µs} of `functions` ({key: function}), timed by time_us in
+    `rounds` rounds that alternate them, so that a drift of the clocks
+    falls on all alike."""
+    samples = {key: [] for key in functions}
+    for _ in range(rounds):
+        for key, function in functions.items():
+            samples[key].append(time_us(function, flush, iterations))
+    return {key: statistics.median(values) for key, values in samples.items()}
+
+
 def graphed(function, capture_error_mode="global"):
     """(replay, the output tensor of the captured call). The replay keeps
     `function` alive: the graph reads the tensors its closure holds.
