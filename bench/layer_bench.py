@@ -18,6 +18,12 @@ experts that received tokens plus hidden states in and out) and our output's
 error against the torch composition (||error|| / ||torch||, must be
 <= 2e-2 for a time to count: the two round intermediates to bf16 at
 different points). --json writes the rows for bench/plot_layer_bench.py.
+
+Our kernels are launched as programmatic dependents of the kernel before
+them (docs/BUNDLE.md, "Dependent launches"), or plainly with
+--dependent-launch off; with --dependent-launch both, each layer's bundle
+is opened both ways and the two timed with their calls interleaved, and
+the table adds the plain launches' µs and their ratio to ours (the gain).
 """
 
 import argparse
@@ -33,7 +39,8 @@ from moe_mlir import Bundle
 from moe_mlir.testing.compiler import compile_bundle, list_presets
 from moe_mlir.testing.gemm import random_weights
 from moe_mlir.testing.peers import router_fields, torch_router
-from moe_mlir.testing.timing import flush_buffer, floor_us, graphed, time_us
+from moe_mlir.testing.timing import (flush_buffer, floor_us, graphed,
+                                     time_interleaved_us, time_us)
 
 TOLERANCE = 2e-2
 DEVICE = "cuda"
@@ -71,6 +78,21 @@ def torch_layer(preset, x, logits, bias, w13, w2):
     return layer
 
 
+def open_bundle(path, dependent):
+    """The bundle at `path`, launching its kernels as programmatic
+    dependents or (dependent False) plainly: the runtime reads
+    MOE_DEPENDENT_LAUNCH when a bundle opens."""
+    previous = os.environ.get("MOE_DEPENDENT_LAUNCH")
+    os.environ["MOE_DEPENDENT_LAUNCH"] = "1" if dependent else "0"
+    try:
+        return Bundle(path)
+    finally:
+        if previous is None:
+            del os.environ["MOE_DEPENDENT_LAUNCH"]
+        else:
+            os.environ["MOE_DEPENDENT_LAUNCH"] = previous
+
+
 def compile_bundles(compiler, presets, tokens_list, work, config_db, block_m,
                     jobs):
     """{(preset, T): bundle path}, compiled in parallel."""
@@ -102,12 +124,14 @@ def layer_floor_us(preset, tokens, ids):
 
 
 def cells(row):
-    """(ours, speed-up, ours / floor) as table text."""
-    ours = row["ours"]
+    """(ours, speed-up, ours / floor, plain launches' µs, plain / ours) as
+    table text; the last two only with --dependent-launch both."""
+    ours, plain = row["ours"], row.get("plain")
     if not ours:
-        return "mismatch", "-", "-"
+        return "mismatch", "-", "-", "-", "-"
     return (f"{ours:.1f}", f"{row['torch'] / ours:.2f}x",
-            f"{ours / row['floor']:.2f}x")
+            f"{ours / row['floor']:.2f}x", f"{plain:.1f}" if plain else "-",
+            f"{plain / ours:.3f}" if plain else "-")
 
 
 def main():
@@ -125,6 +149,10 @@ def main():
                         help="rows per routing block of our layers (0: "
                              "moe-compile's choice for each T)")
     parser.add_argument("--iterations", type=int, default=30)
+    parser.add_argument("--dependent-launch", default="on",
+                        choices=("on", "off", "both"),
+                        help="launch our kernels as programmatic dependents "
+                             "(on), plainly (off), or time both ways (both)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count())
     parser.add_argument("--json", default="", help="write the rows here")
     parser.add_argument("--seed", type=int, default=2026)
@@ -138,9 +166,13 @@ def main():
     torch.manual_seed(args.seed)
     device = torch.cuda.get_device_name()
     print(f"device: {device}, torch {torch.__version__}")
+    ways = {"on": (True,), "off": (False,),
+            "both": (True, False)}[args.dependent_launch]
+    both = len(ways) > 1
     print(f"{'layer':14} {'T':>5} {'ours':>9} {'torch':>9} {'speed-up':>8} "
-          f"{'floor':>8} {'ours/floor':>10} {'error':>8}  (us, CUDA graphs)",
-          flush=True)
+          f"{'floor':>8} {'ours/floor':>10} {'error':>8}"
+          + (f" {'plain':>9} {'plain/ours':>10}" if both else "")
+          + "  (us, CUDA graphs)", flush=True)
     rows, failed = [], 0
     for name in names:
         preset = presets[name]
@@ -155,33 +187,41 @@ def main():
             logits = torch.randn(tokens, preset["experts"], device=DEVICE)
             out = torch.full((tokens, hidden), float("nan"),
                              dtype=torch.bfloat16, device=DEVICE)
-            bundle = Bundle(bundles[(name, tokens)])
+            opened = {dependent: open_bundle(bundles[(name, tokens)],
+                                             dependent)
+                      for dependent in ways}
             tensors = [x, logits, w13, w2] + ([bias] if bias is not None
                                               else []) + [out]
 
-            def ours():
-                bundle.run(tokens, tensors)
-                return out
+            def runner(bundle):
+                def ours():
+                    bundle.run(tokens, tensors)
+                    return out
+                return ours
 
             # Eager first (each side checked on its own), then the graphs,
             # whose replays must give the same outputs.
-            ours()
+            runner(opened[ways[0]])()
             torch.cuda.synchronize()
             composed = torch_layer(preset, x, logits, bias, w13, w2)
             expected = composed().double()
             torch.cuda.synchronize()
             error = ((out.double() - expected).norm() /
                      expected.norm()).item()
-            our_replay, _ = graphed(ours)
+            our_replays = {dependent: graphed(runner(bundle))[0]
+                           for dependent, bundle in opened.items()}
             torch_replay, torch_out = graphed(composed)
-            out.fill_(float("nan"))
-            our_replay()
             torch_replay()
-            torch.cuda.synchronize()
-            error = max(error, ((out.double() - torch_out.double()).norm() /
-                                torch_out.double().norm()).item())
+            for replay in our_replays.values():
+                out.fill_(float("nan"))
+                replay()
+                torch.cuda.synchronize()
+                error = max(error,
+                            ((out.double() - torch_out.double()).norm() /
+                             torch_out.double().norm()).item())
             row = {"layer": name, "tokens": tokens, "device": device,
                    "block_m": args.block_m,
+                   "dependent_launch": args.dependent_launch,
                    "error": error}
             routed = torch_router(router_fields(preset))(logits, bias)[1]
             row["floor"] = layer_floor_us(preset, tokens, routed)
@@ -190,23 +230,33 @@ def main():
                 row["ours"] = None
                 failed += 1
             else:
-                row["ours"] = time_us(our_replay, flush, args.iterations)
-            bundle.close()
+                times = time_interleaved_us(our_replays, flush,
+                                            args.iterations)
+                row["ours"] = times[ways[0]]
+                if both:
+                    row["plain"] = times[False]
+            for bundle in opened.values():
+                bundle.close()
             rows.append(row)
-            ours_text, speedup, over_floor = cells(row)
-            print(f"{name:14} {tokens:>5} {ours_text:>9} {row['torch']:9.1f} "
-                  f"{speedup:>8} {row['floor']:8.1f} {over_floor:>10} "
-                  f"{error:8.1e}", flush=True)
+            text = cells(row)
+            print(f"{name:14} {tokens:>5} {text[0]:>9} {row['torch']:9.1f} "
+                  f"{text[1]:>8} {row['floor']:8.1f} {text[2]:>10} "
+                  f"{error:8.1e}"
+                  + (f" {text[3]:>9} {text[4]:>10}" if both else ""),
+                  flush=True)
         del w13, w2
         torch.cuda.empty_cache()
     print("\n| layer | T | ours µs | torch µs | speed-up | floor µs | "
-          "ours / floor | error |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+          "ours / floor | error |"
+          + (" plain µs | plain / ours |" if both else ""))
+    print("|---|---:|---:|---:|---:|---:|---:|---:|"
+          + ("---:|---:|" if both else ""))
     for row in rows:
-        ours_text, speedup, over_floor = cells(row)
-        print(f"| {row['layer']} | {row['tokens']} | {ours_text} | "
-              f"{row['torch']:.1f} | {speedup} | {row['floor']:.1f} | "
-              f"{over_floor} | {row['error']:.1e} |")
+        text = cells(row)
+        print(f"| {row['layer']} | {row['tokens']} | {text[0]} | "
+              f"{row['torch']:.1f} | {text[1]} | {row['floor']:.1f} | "
+              f"{text[2]} | {row['error']:.1e} |"
+              + (f" {text[3]} | {text[4]} |" if both else ""))
     if args.json:
         with open(args.json, "w") as file:
             json.dump(rows, file, indent=1)

@@ -19,7 +19,10 @@
 # call, with that file copied over configs/gemm-configs.json first;
 # `gemm-tuned` runs the grouped-matmul benchmark with one bundle per T (with
 # --check-heuristic: each tuned entry of configs/gemm-configs.json, fp8 ones
-# too, against moe-tile's heuristic) and `layer` the whole-layer benchmark, both
+# too, against moe-tile's heuristic) and `layer` the whole-layer benchmark
+# (bench/layer_bench.py, its options after the mode: `layer --tokens
+# 1,2,4,8,16,32,64 --dependent-launch both` times decode with programmatic
+# dependent launches and without), both
 # compiled there against $CONFIG_DB when set (else the shipped configs);
 # `variants` times the default bundle of a layer (a variant per range of
 # token counts) against a bundle for each T alone; `hf-bench` times

@@ -13,6 +13,7 @@
 #include "Manifest.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -93,6 +94,7 @@ struct Bundle::State {
     int kernel = 0;
     unsigned grid[3] = {}, block[3] = {}, cluster[3] = {}, smem = 0;
     bool hasCluster = false;
+    bool dependent = false; ///< The manifest's `dependent`.
     bool skipped = false;
     std::vector<uint64_t> values; ///< Pointer and scalar arguments.
     std::vector<void *> params;   ///< Into `values` or a cached tensor map.
@@ -131,6 +133,10 @@ struct Bundle::State {
   Status prepareLaunch(int variant, size_t index, int64_t tokens,
                        const MoeTensor *tensors);
   Status enqueue(int variant, CUstream stream);
+  /// Launches `launch` on `stream` with its cluster, and as a programmatic
+  /// dependent of the kernel before it if it is `dependent` and
+  /// dependentLaunch holds.
+  CUresult launchKernel(Launch &launch, CUstream stream);
 
   Manifest manifest;
   const Driver *driver = nullptr;
@@ -145,6 +151,10 @@ struct Bundle::State {
   std::vector<CUdeviceptr> workspaces;
   std::vector<int64_t> workspaceBytes;
   std::vector<VariantState> variants; ///< Parallel to Manifest::variants.
+  /// Whether `dependent` launches are programmatic dependents: unless
+  /// MOE_DEPENDENT_LAUNCH=0 when the bundle opened, until the driver
+  /// refuses one.
+  bool dependentLaunch = true;
 };
 
 Bundle::State::~State() {
@@ -267,6 +277,7 @@ Status Bundle::State::resolveKernels() {
 Status Bundle::State::resolveKernel(const LaunchDecl &declared,
                                     Launch &launch) {
   launch.hasCluster = declared.hasCluster;
+  launch.dependent = declared.dependent;
   launch.values.resize(declared.args.size());
   launch.params.resize(declared.args.size());
   auto known =
@@ -554,37 +565,55 @@ Status Bundle::State::enqueue(int variant, CUstream stream) {
   for (Launch &launch : state.launches) {
     if (launch.skipped)
       continue;
-    CUfunction function = kernels[launch.kernel].function;
-    CUresult result;
-    if (launch.hasCluster) {
-      CUlaunchAttribute cluster = {};
-      cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-      cluster.value.clusterDim.x = launch.cluster[0];
-      cluster.value.clusterDim.y = launch.cluster[1];
-      cluster.value.clusterDim.z = launch.cluster[2];
-      CUlaunchConfig config = {};
-      config.gridDimX = launch.grid[0];
-      config.gridDimY = launch.grid[1];
-      config.gridDimZ = launch.grid[2];
-      config.blockDimX = launch.block[0];
-      config.blockDimY = launch.block[1];
-      config.blockDimZ = launch.block[2];
-      config.sharedMemBytes = launch.smem;
-      config.hStream = stream;
-      config.attrs = &cluster;
-      config.numAttrs = 1;
-      result = driver->launchKernelEx(&config, function, launch.params.data(),
-                                      nullptr);
-    } else {
-      result = driver->launchKernel(
-          function, launch.grid[0], launch.grid[1], launch.grid[2],
-          launch.block[0], launch.block[1], launch.block[2], launch.smem,
-          stream, launch.params.data(), nullptr);
-    }
-    if (result)
+    if (CUresult result = launchKernel(launch, stream))
       return driver->error(result, launch.owner);
   }
   return Status();
+}
+
+CUresult Bundle::State::launchKernel(Launch &launch, CUstream stream) {
+  CUlaunchAttribute attributes[2] = {};
+  CUlaunchConfig config = {};
+  config.gridDimX = launch.grid[0];
+  config.gridDimY = launch.grid[1];
+  config.gridDimZ = launch.grid[2];
+  config.blockDimX = launch.block[0];
+  config.blockDimY = launch.block[1];
+  config.blockDimZ = launch.block[2];
+  config.sharedMemBytes = launch.smem;
+  config.hStream = stream;
+  config.attrs = attributes;
+  if (launch.hasCluster) {
+    CUlaunchAttribute &cluster = attributes[config.numAttrs++];
+    cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    cluster.value.clusterDim.x = launch.cluster[0];
+    cluster.value.clusterDim.y = launch.cluster[1];
+    cluster.value.clusterDim.z = launch.cluster[2];
+  }
+  // The kernel may start while the kernel before it in the stream finishes
+  // and waits for it itself (griddepcontrol.wait). After a zero fill, or a
+  // kernel that lets no dependent start early (the caller's), it starts
+  // once that work is done, as a plain launch would.
+  bool programmatic = launch.dependent && dependentLaunch;
+  if (programmatic) {
+    CUlaunchAttribute &serialization = attributes[config.numAttrs++];
+    serialization.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    serialization.value.programmaticStreamSerializationAllowed = 1;
+  }
+  CUfunction function = kernels[launch.kernel].function;
+  CUresult result =
+      driver->launchKernelEx(&config, function, launch.params.data(), nullptr);
+  if (!programmatic || (result != CUDA_ERROR_NOT_SUPPORTED &&
+                        result != CUDA_ERROR_INVALID_VALUE))
+    return result;
+  // A driver that refuses the attribute: a plain launch, whose wait returns
+  // at once, and plain launches from now on if that was what it refused.
+  --config.numAttrs;
+  result =
+      driver->launchKernelEx(&config, function, launch.params.data(), nullptr);
+  if (result == CUDA_SUCCESS)
+    dependentLaunch = false;
+  return result;
 }
 
 Bundle::Bundle(std::unique_ptr<State> state) : state(std::move(state)) {}
@@ -595,6 +624,10 @@ Status Bundle::open(const std::string &path, int device,
                     std::unique_ptr<Bundle> &bundle) {
   bundle.reset();
   auto state = std::make_unique<State>();
+  // Read once per bundle: MOE_DEPENDENT_LAUNCH=0 launches every kernel as a
+  // plain one (to measure what dependent launches gain).
+  const char *dependent = std::getenv("MOE_DEPENDENT_LAUNCH");
+  state->dependentLaunch = !dependent || std::strcmp(dependent, "0") != 0;
   if (Status status = loadManifest(path, state->manifest); !status.ok())
     return status;
   if (Status status = getDriver(state->driver); !status.ok())

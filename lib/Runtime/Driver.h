@@ -39,7 +39,6 @@ namespace runtime {
   X(memcpyHtoD, cuMemcpyHtoD_v2)                                               \
   X(memcpyDtoH, cuMemcpyDtoH_v2)                                               \
   X(ctxSynchronize, cuCtxSynchronize)                                          \
-  X(launchKernel, cuLaunchKernel)                                              \
   X(launchKernelEx, cuLaunchKernelEx)                                          \
   X(tensorMapEncodeTiled, cuTensorMapEncodeTiled)                              \
   X(getErrorName, cuGetErrorName)                                              \

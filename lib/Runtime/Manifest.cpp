@@ -216,11 +216,11 @@ Status ManifestParser::parseHeader(const Tokens &tokens) {
                  tokens[0] + "'");
   if (tokens.size() != 2)
     return usage("moe-bundle <version>");
-  if (tokens[1] != "1" && tokens[1] != "2")
+  if (tokens[1] != "1" && tokens[1] != "2" && tokens[1] != "3")
     return error("unsupported bundle format version '" + tokens[1] +
-                 "'; this runtime reads versions 1 and 2: recompile the bundle "
+                 "'; this runtime reads versions 1 to 3: recompile the bundle "
                  "with moe-compile");
-  manifest.version = tokens[1] == "1" ? 1 : 2;
+  manifest.version = tokens[1][0] - '0';
   // A version 1 manifest is one variant, for every T up to tokens-max
   // (set once tokens-max is known).
   if (manifest.version == 1)
@@ -496,7 +496,7 @@ Status ManifestParser::parseTensorMap(const Tokens &tokens) {
 Status ManifestParser::parseLaunch(const Tokens &tokens) {
   if (tokens.size() < 2)
     return usage("launch <kernel> grid <x> <y> <z> block <x> <y> <z> smem "
-                 "<bytes> [cluster <x> <y> <z>] args <arg>...");
+                 "<bytes> [cluster <x> <y> <z>] [dependent] args <arg>...");
   LaunchDecl launch;
   launch.kernel = tokens[1];
   launch.line = line;
@@ -509,6 +509,13 @@ Status ManifestParser::parseLaunch(const Tokens &tokens) {
   if (status.ok() && next < tokens.size() && tokens[next] == "cluster") {
     launch.hasCluster = true;
     status = parseSection(tokens, next, "cluster", launch.cluster.data(), 3);
+  }
+  if (status.ok() && next < tokens.size() && tokens[next] == "dependent") {
+    if (manifest.version < 3)
+      return error("'dependent' needs bundle format version 3 ('moe-bundle "
+                   "3')");
+    launch.dependent = true;
+    ++next;
   }
   if (status.ok())
     status = expectKeyword(tokens, next, "args");

@@ -66,6 +66,9 @@ struct LaunchDecl {
   std::array<Expression, 3> grid, block, cluster;
   Expression smem;
   bool hasCluster = false;
+  /// Launched as a programmatic dependent of the launch before it in the
+  /// stream (version 3's `dependent`): the kernel waits for it itself.
+  bool dependent = false;
   std::vector<LaunchArg> args;
 };
 
@@ -82,7 +85,7 @@ struct Variant {
 
 /// A parsed manifest whose names all resolve.
 struct Manifest {
-  int version = 0;    ///< 1 or 2.
+  int version = 0;    ///< 1, 2 or 3.
   std::string target; ///< E.g. "sm_90a".
   int computeMajor = 0, computeMinor = 0;
   /// Module files as written (relative to the bundle); `ptx` may be empty.

@@ -119,7 +119,10 @@ void writeLaunch(raw_ostream &os, StringRef kernel, LaunchAttr launch) {
   os << " block";
   for (int64_t size : launch.getBlock())
     os << " " << size;
-  os << " smem " << launch.getSmem() << " args";
+  os << " smem " << launch.getSmem();
+  if (launch.getDependent())
+    os << " dependent";
+  os << " args";
   for (const LaunchArg &arg : launch.getArgs()) {
     os << " ";
     if (arg.kind != LaunchArgKind::buffer)
@@ -524,7 +527,7 @@ llvm::Error mlir::moe::compileBundle(ModuleOp module,
   if (!hasCubin)
     llvm::consumeError(cubin.takeError());
   std::string manifest = llvm::formatv(
-      "moe-bundle 2\n# {0} kernels and launch plans of one MoE layer, a "
+      "moe-bundle 3\n# {0} kernels and launch plans of one MoE layer, a "
       "variant per range of token counts, written by moe-compile "
       "(docs/BUNDLE.md).\n"
       "target {0}\nmodule {1}kernels.ptx\ntokens-max {2}\n{3}",

@@ -558,7 +558,7 @@ def layer_bundle(layer, dtype="bf16", *, quantization=None, part="layer",
            "block_m": block_m, "chip": chip,
            "config_db": database, "device_name": device_name,
            "num_sms": num_sms, "token_buckets": list(token_buckets),
-           "bundle_format": 2}
+           "bundle_format": 3}
     key_text = json.dumps(key, sort_keys=True, indent=1)
     digest = hashlib.sha256(key_text.encode()).hexdigest()[:16]
     weights, described = (

@@ -120,7 +120,9 @@ class Bundle:
     def __init__(self, path, device=None):
         """Loads the bundle in directory ``path`` onto CUDA device
         ``device``: torch's current device when None and torch is loaded,
-        else device 0."""
+        else device 0. Its kernels are launched as programmatic dependents
+        of the kernel before them unless MOE_DEPENDENT_LAUNCH is 0 in the
+        environment now (docs/BUNDLE.md, "Dependent launches")."""
         if _runtime is None:
             raise Error("moe_mlir.Bundle needs the runtime (the _runtime "
                         "extension), which this build lacks: CMake found no "

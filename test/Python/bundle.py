@@ -36,7 +36,7 @@ routing = moe_mlir.compile_bundle(qwen3.routing_source("bf16"),
                                   os.path.join(work, "routing.moeb"),
                                   tokens_max=512)
 print_manifest(routing)
-# CHECK: moe-bundle 2
+# CHECK: moe-bundle 3
 # CHECK: target sm_90a
 # CHECK: tokens-max 512
 # CHECK: tensor arg0 input f32 T 128

@@ -141,13 +141,13 @@ TEST_F(NoDriver, OpeningIsAnError) {
 }
 
 TEST_F(NoDriver, BundleErrorsComeFirst) {
-  bundle.write("manifest.txt", "moe-bundle 3\n");
+  bundle.write("manifest.txt", "moe-bundle 4\n");
   std::unique_ptr<Bundle> opened;
   Status status = Bundle::open(bundle.path, 0, opened);
   EXPECT_EQ(status.code(), MOE_ERROR_INVALID_BUNDLE);
   EXPECT_EQ(status.message(),
             bundle.path + "/manifest.txt:1: unsupported bundle format version "
-                          "'3'; this runtime reads versions 1 and 2: "
+                          "'4'; this runtime reads versions 1 to 3: "
                           "recompile the bundle with moe-compile");
 }
 

@@ -7,9 +7,12 @@
 // launch, a tensor map passed by value, the caller's context left as it was,
 // argument errors that enqueue nothing, no allocation once the tensor maps
 // exist, a run captured in a CUDA graph, a format version 2 bundle whose
-// runs execute the variant of their T (through the C API), the PTX
-// fallback from a cubin too large to read, and launches and tensor map boxes
-// beyond the device refused before anything is enqueued.
+// runs execute the variant of their T (through the C API), a format version
+// 3 bundle whose dependent launches overlap the launch before them yet see
+// its writes (eagerly and in a CUDA graph, a cluster launch among them), and
+// launch plainly under MOE_DEPENDENT_LAUNCH=0, the PTX fallback from a cubin
+// too large to read, and launches and tensor map boxes beyond the device
+// refused before anything is enqueued.
 //
 //===----------------------------------------------------------------------===//
 
@@ -66,8 +69,13 @@ struct TestDriver {
 
 /// The kernels: add_scalar (dst = src + k for n i64 elements), mark (one
 /// atomic add per block), big_smem (stores through 100 000 bytes of dynamic
-/// shared memory), cluster_rank (each block's rank in its cluster) and
-/// copy_map (copies its by-value CUtensorMap parameter out).
+/// shared memory), cluster_rank (each block's rank in its cluster),
+/// copy_map (copies its by-value CUtensorMap parameter out), and two that
+/// run as programmatic dependents: slow_write (waits for the grids before
+/// it, lets its dependents launch, then 200 us later adds 1 to stamps[0]
+/// and stores the time in stamps[1]) and read_after (stores in stamps[3]
+/// the time its block 0 started, waits, then copies stamps[0] to
+/// stamps[2]).
 std::string kernelsPtx(int computeCapability) {
   std::string ptx =
       ".version 8.0\n.target sm_" + std::to_string(computeCapability) + R"(
@@ -168,7 +176,54 @@ DONE:
     ptx += "  ld.param.u64 %rd2, [map+" + offset + "];\n";
     ptx += "  st.global.u64 [%rd1+" + offset + "], %rd2;\n";
   }
-  return ptx + "DONE:\n  ret;\n}\n";
+  ptx += "DONE:\n  ret;\n}\n";
+  return ptx + R"(
+.visible .entry slow_write(.param .u64 stamps) {
+  .reg .pred %p;
+  .reg .b32 %r<2>;
+  .reg .b64 %rd<6>;
+  griddepcontrol.wait;
+  griddepcontrol.launch_dependents;
+  mov.u32 %r1, %tid.x;
+  setp.ne.u32 %p, %r1, 0;
+  @%p bra DONE;
+  ld.param.u64 %rd1, [stamps];
+  cvta.to.global.u64 %rd1, %rd1;
+  mov.u64 %rd2, %globaltimer;
+  add.u64 %rd3, %rd2, 200000;
+SPIN:
+  mov.u64 %rd4, %globaltimer;
+  setp.lt.u64 %p, %rd4, %rd3;
+  @%p bra SPIN;
+  ld.global.u64 %rd5, [%rd1];
+  add.u64 %rd5, %rd5, 1;
+  st.global.u64 [%rd1], %rd5;
+  mov.u64 %rd4, %globaltimer;
+  st.global.u64 [%rd1+8], %rd4;
+DONE:
+  ret;
+}
+
+.visible .entry read_after(.param .u64 stamps) {
+  .reg .pred %p;
+  .reg .b32 %r<3>;
+  .reg .b64 %rd<4>;
+  mov.u64 %rd2, %globaltimer;
+  griddepcontrol.wait;
+  mov.u32 %r1, %tid.x;
+  mov.u32 %r2, %ctaid.x;
+  or.b32 %r1, %r1, %r2;
+  setp.ne.u32 %p, %r1, 0;
+  @%p bra DONE;
+  ld.param.u64 %rd1, [stamps];
+  cvta.to.global.u64 %rd1, %rd1;
+  ld.global.u64 %rd3, [%rd1];
+  st.global.u64 [%rd1+16], %rd3;
+  st.global.u64 [%rd1+24], %rd2;
+DONE:
+  ret;
+}
+)";
 }
 
 std::string manifest(int computeCapability) {
@@ -224,6 +279,21 @@ launch add_scalar grid cdiv(T*2,64) 1 1 block 64 1 1 smem 0 args scratch src i32
 launch add_scalar grid cdiv(T*2,64) 1 1 block 64 1 1 smem 0 args dst scratch i32:T*2 i64:20
 launch mark grid 3 1 1 block 32 1 1 smem 0 args marks
 launch copy_map grid 1 1 1 block 32 1 1 smem 0 args map_bytes map:src_map
+)";
+}
+
+/// Format version 3: slow_write, then read_after in clusters of two, each
+/// a programmatic dependent of the launch before it.
+std::string dependentManifest(int computeCapability) {
+  return "moe-bundle 3\ntarget sm_" + std::to_string(computeCapability) +
+         R"(
+module kernels.cubin kernels.ptx
+tokens-max 64
+tensor stamps output i64 4
+variant 64
+zero stamps
+launch slow_write grid 1 1 1 block 32 1 1 smem 0 dependent args stamps
+launch read_after grid 2 1 1 block 32 1 1 smem 0 cluster 2 1 1 dependent args stamps
 )";
 }
 
@@ -369,6 +439,53 @@ protected:
   std::array<MoeTensor, 4> variantTensors(int64_t tokens) const {
     std::vector<MoeTensor> all = tensors(tokens);
     return {all[0], all[1], all[2], all[5]};
+  }
+
+  /// Runs dependentManifest's bundle once, opened with MOE_DEPENDENT_LAUNCH
+  /// set to `setting` (unset for null), eagerly or replayed from a CUDA
+  /// graph; returns its four stamps.
+  std::vector<int64_t> runDependent(const char *setting, bool graph) {
+    std::unique_ptr<Bundle> opened;
+    {
+      const char *previous = std::getenv("MOE_DEPENDENT_LAUNCH");
+      std::string saved = previous ? previous : "";
+      if (setting)
+        setenv("MOE_DEPENDENT_LAUNCH", setting, 1);
+      else
+        unsetenv("MOE_DEPENDENT_LAUNCH");
+      Status status = Bundle::open(bundle.path, 0, opened);
+      if (previous)
+        setenv("MOE_DEPENDENT_LAUNCH", saved.c_str(), 1);
+      else
+        unsetenv("MOE_DEPENDENT_LAUNCH");
+      EXPECT_TRUE(status.ok()) << status.message();
+      if (!status.ok())
+        return {};
+    }
+    MoeTensor stamps{
+        reinterpret_cast<void *>(buffers[0]), MOE_DTYPE_I64, 1, {4}};
+    CUstream stream = nullptr;
+    EXPECT_EQ(test.streamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    if (!graph) {
+      Status status = opened->run(1, &stamps, 1, stream);
+      EXPECT_TRUE(status.ok()) << status.message();
+    } else {
+      EXPECT_EQ(test.streamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL),
+                CUDA_SUCCESS);
+      Status status = opened->run(1, &stamps, 1, stream);
+      CUgraph captured = nullptr;
+      EXPECT_EQ(test.streamEndCapture(stream, &captured), CUDA_SUCCESS);
+      EXPECT_TRUE(status.ok()) << status.message();
+      CUgraphExec executable = nullptr;
+      EXPECT_EQ(test.graphInstantiate(&executable, captured, 0), CUDA_SUCCESS);
+      EXPECT_EQ(test.graphLaunch(executable, stream), CUDA_SUCCESS);
+      EXPECT_EQ(test.streamSynchronize(stream), CUDA_SUCCESS);
+      test.graphExecDestroy(executable);
+      test.graphDestroy(captured);
+    }
+    EXPECT_EQ(test.streamSynchronize(stream), CUDA_SUCCESS);
+    test.streamDestroy(stream);
+    return read<int64_t>(0, 4);
   }
 
   static constexpr size_t kBufferBytes = 32 * kTokensMax;
@@ -541,6 +658,38 @@ TEST_F(Gpu, RunsTheVariantForT) {
   EXPECT_EQ(allocations - before, 0);
   ASSERT_EQ(test.ctxSynchronize(), CUDA_SUCCESS);
   moe_bundle_close(opened);
+}
+
+TEST_F(Gpu, DependentLaunchesOverlapAndWait) {
+  // read_after starts while slow_write spins (its launch overlaps), yet
+  // reads slow_write's write: its wait waited for all of slow_write, and
+  // slow_write's for the zero fill.
+  bundle.write("manifest.txt", dependentManifest(computeCapability));
+  for (bool graph : {false, true}) {
+    std::vector<int64_t> stamps = runDependent(nullptr, graph);
+    ASSERT_EQ(stamps.size(), 4u);
+    const char *where = graph ? " (CUDA graph)" : " (stream)";
+    EXPECT_EQ(stamps[0], 1) << where;
+    EXPECT_EQ(stamps[2], 1)
+        << "read_after read before slow_write's write" << where;
+    EXPECT_LT(stamps[3], stamps[1])
+        << "read_after started only after slow_write finished: not launched "
+           "as a programmatic dependent"
+        << where;
+  }
+}
+
+TEST_F(Gpu, DependentLaunchesCanBeTurnedOff) {
+  // MOE_DEPENDENT_LAUNCH=0: plain launches, each after the one before.
+  bundle.write("manifest.txt", dependentManifest(computeCapability));
+  for (bool graph : {false, true}) {
+    std::vector<int64_t> stamps = runDependent("0", graph);
+    ASSERT_EQ(stamps.size(), 4u);
+    const char *where = graph ? " (CUDA graph)" : " (stream)";
+    EXPECT_EQ(stamps[2], 1) << where;
+    EXPECT_GE(stamps[3], stamps[1])
+        << "read_after started before slow_write finished" << where;
+  }
 }
 
 TEST_F(Gpu, RefusesAnotherComputeCapability) {

@@ -3,9 +3,10 @@
 // Pins down what the runtime checks when it loads a bundle, short of the
 // GPU (docs/BUNDLE.md, "What the runtime checks"): the magic and version,
 // each statement's syntax and arity, names defined once and before use,
-// element types, expressions, that a module file exists, and format
-// version 2's variants: names scoped to a variant, workspaces of one name
-// sharing the largest allocation, bounds, and the variant a T selects.
+// element types, expressions, that a module file exists, format version
+// 2's variants: names scoped to a variant, workspaces of one name sharing
+// the largest allocation, bounds, and the variant a T selects, and format
+// version 3's dependent launches.
 // Every error names the manifest line and the offending token. Also what a
 // run checks against the device before it enqueues anything (launch sizes,
 // shared memory, tensor map boxes), and that the files it reads are regular
@@ -167,12 +168,12 @@ TEST(Manifest, MagicAndVersion) {
   EXPECT_EQ(parseError("moe-bundel 1\n"),
             "manifest.txt:1: expected 'moe-bundle <version>' as the first "
             "statement, got 'moe-bundel'");
-  for (const char *version : {"0", "3", "01", "1.0", "v2"})
+  for (const char *version : {"0", "4", "01", "1.0", "v2", "3a"})
     EXPECT_EQ(parseError(std::string("moe-bundle ") + version + "\n"),
               std::string("manifest.txt:1: unsupported bundle format version "
                           "'") +
                   version +
-                  "'; this runtime reads versions 1 and 2: recompile the "
+                  "'; this runtime reads versions 1 to 3: recompile the "
                   "bundle with moe-compile");
   EXPECT_EQ(parseError("moe-bundle\n"),
             "manifest.txt:1: wrong number of operands; expected 'moe-bundle "
@@ -248,7 +249,7 @@ TEST(Manifest, Arity) {
   EXPECT_EQ(statementError("launch"),
             std::string(wrong) +
                 "'launch <kernel> grid <x> <y> <z> block <x> <y> <z> smem "
-                "<bytes> [cluster <x> <y> <z>] args <arg>...'");
+                "<bytes> [cluster <x> <y> <z>] [dependent] args <arg>...'");
 }
 
 TEST(Manifest, LaunchSyntax) {
@@ -684,6 +685,66 @@ TEST(Variants, SelectionByTokens) {
   EXPECT_EQ(variantFor(manifest, 16385), -1);
 }
 
+//===----------------------------------------------------------------------===//
+
+/// kGlobals as format version 3, whose launches may be `dependent`.
+std::string version3Globals() {
+  return "moe-bundle 3" + std::string(kGlobals).substr(12);
+}
+
+TEST(DependentLaunches, ParsesTheFlag) {
+  Manifest manifest;
+  std::string text =
+      version3Globals() +
+      "variant 64\n"
+      "launch a grid 1 1 1 block 1 1 1 smem 0 dependent args x y\n"
+      "launch b grid 2 1 1 block 1 1 1 smem 0 cluster 2 1 1 dependent args y\n"
+      "launch c grid 1 1 1 block 1 1 1 smem 0 args y\n";
+  Status status = parseManifest(text, "manifest.txt", manifest);
+  ASSERT_TRUE(status.ok()) << status.message();
+  EXPECT_EQ(manifest.version, 3);
+  const std::vector<LaunchDecl> &launches = manifest.variants[0].launches;
+  ASSERT_EQ(launches.size(), 3u);
+  EXPECT_TRUE(launches[0].dependent);
+  EXPECT_EQ(launches[0].args.size(), 2u);
+  EXPECT_TRUE(launches[1].dependent);
+  EXPECT_TRUE(launches[1].hasCluster);
+  EXPECT_EQ(launches[1].args.size(), 1u);
+  EXPECT_FALSE(launches[2].dependent);
+}
+
+TEST(DependentLaunches, OlderVersionsLaunchPlainly) {
+  // Versions 1 and 2 have no dependent launch and cannot name one.
+  Manifest manifest;
+  for (const char *text : {kVariants, kExample}) {
+    ASSERT_TRUE(parseManifest(text, "manifest.txt", manifest).ok());
+    for (const Variant &variant : manifest.variants)
+      for (const LaunchDecl &launch : variant.launches)
+        EXPECT_FALSE(launch.dependent) << launch.kernel;
+  }
+  const char *dependent =
+      "launch k grid 1 1 1 block 1 1 1 smem 0 dependent args x\n";
+  EXPECT_EQ(parseError(std::string(kGlobals) + "variant 64\n" + dependent),
+            "manifest.txt:8: 'dependent' needs bundle format version 3 "
+            "('moe-bundle 3')");
+  EXPECT_EQ(parseError(header() + dependent),
+            "manifest.txt:" + std::to_string(statementLine()) +
+                ": 'dependent' needs bundle format version 3 ('moe-bundle "
+                "3')");
+}
+
+TEST(DependentLaunches, TheFlagStandsBeforeTheArguments) {
+  std::string variant = version3Globals() + "variant 64\n";
+  const char *launch = "launch k grid 1 1 1 block 1 1 1 smem 0 ";
+  EXPECT_EQ(parseError(variant + launch + "dependent cluster 2 1 1 args x\n"),
+            "manifest.txt:8: expected 'args', got 'cluster'");
+  EXPECT_EQ(parseError(variant + launch + "dependent dependent args x\n"),
+            "manifest.txt:8: expected 'args', got 'dependent'");
+  EXPECT_EQ(parseError(variant + launch + "args x dependent\n"),
+            "manifest.txt:8: 'dependent' is not a tensor or workspace "
+            "defined above");
+}
+
 TEST(Manifest, LoadChecksTheFiles) {
   TempBundle bundle;
   Manifest manifest;
@@ -720,11 +781,11 @@ TEST(Manifest, LoadChecksTheFiles) {
                                   "in " +
                                   bundle.path);
 
-  bundle.write("manifest.txt", "moe-bundle 3\n");
+  bundle.write("manifest.txt", "moe-bundle 4\n");
   status = loadManifest(bundle.path, manifest);
   EXPECT_EQ(status.message(),
             bundle.path + "/manifest.txt:1: unsupported bundle format version "
-                          "'3'; this runtime reads versions 1 and 2: "
+                          "'4'; this runtime reads versions 1 to 3: "
                           "recompile the bundle with moe-compile");
 }
 

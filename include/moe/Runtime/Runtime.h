@@ -81,13 +81,16 @@ typedef struct MoeBundle MoeBundle;
 
 /// Loads the bundle in directory `path` onto CUDA device `device` (its
 /// primary context) and allocates its workspaces. Stores the handle in
-/// `*bundle`, NULL on failure.
+/// `*bundle`, NULL on failure. Reads MOE_DEPENDENT_LAUNCH from the
+/// environment: `0` launches the bundle's `dependent` kernels plainly
+/// (docs/BUNDLE.md, "Dependent launches").
 int moe_bundle_open(const char *path, int device, MoeBundle **bundle,
                     char *errbuf, size_t errlen);
 
 /// Enqueues, for `tokens` tokens, the zero fills and launches of the variant
 /// that serves `tokens` (see moe_bundle_variant_for_tokens) on `stream` (a
-/// CUstream; NULL is the legacy default stream). `tensors` are the `count`
+/// CUstream; NULL is the legacy default stream), a `dependent` launch as a
+/// programmatic dependent of the one before it. `tensors` are the `count`
 /// caller tensors in declaration order. Picks the variant on the host, and
 /// never synchronises or allocates device memory, so a run at a given T can
 /// be captured in a CUDA graph; host memory is allocated only to cache the

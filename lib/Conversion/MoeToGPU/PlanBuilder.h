@@ -15,6 +15,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "llvm/ADT/SmallVectorExtras.h"
 #include "llvm/ADT/StringMap.h"
 
@@ -229,9 +230,10 @@ public:
   unsigned tensorMapOf(Value map) const { return mapOf.at(map); }
 
   /// Creates kernel `base_<n>` taking `args` (then T as i32), with
-  /// `dynamicSharedBytes` of dynamic shared memory, and records its launch;
-  /// moves the builder to the start of its body. A tensor map argument is an
-  /// `!llvm.ptr` to the descriptor, listed in the kernel's
+  /// `dynamicSharedBytes` of dynamic shared memory, and records its launch,
+  /// a dependent one (beginDependentKernel); moves the builder past the
+  /// kernel's first ops, where the caller writes its body. A tensor map
+  /// argument is an `!llvm.ptr` to the descriptor, listed in the kernel's
   /// `moe.grid_constant_args` so that it is passed by value
   /// (moe-grid-constant-tensor-maps).
   gpu::GPUFuncOp createKernel(OpBuilder &builder, Location loc, StringRef base,
@@ -279,7 +281,26 @@ public:
     builder.setInsertionPointToStart(&kernel.getBody().front());
     gpu::ReturnOp::create(builder, loc);
     builder.setInsertionPointToStart(&kernel.getBody().front());
+    beginDependentKernel(builder, loc);
     return kernel;
+  }
+
+  /// The first ops of every kernel, which the runtime launches as a
+  /// programmatic dependent of the kernel before it in the stream (its
+  /// `moe.launch` says `dependent`, and the dialect verifies that such a
+  /// kernel waits first): each thread waits until the grids before it have
+  /// completed and their memory is visible, before any access to global
+  /// memory and before any thread may return, so that this grid cannot
+  /// complete ahead of them; then it lets the next kernel launch. The
+  /// trigger takes effect once every block of this grid has executed it or
+  /// exited, so the next kernel's blocks take no multiprocessor before every
+  /// block of this grid has one, and their own wait still waits for all of
+  /// this grid: what overlaps is the next kernel's launch and its blocks'
+  /// arrival with this grid's last wave.
+  static void beginDependentKernel(OpBuilder &builder, Location loc) {
+    NVVM::GriddepcontrolOp::create(builder, loc, NVVM::GridDepActionKind::wait);
+    NVVM::GriddepcontrolOp::create(builder, loc,
+                                   NVVM::GridDepActionKind::launch_dependents);
   }
 
   /// Whether a kernel was added.
@@ -322,9 +343,11 @@ public:
                             builder.getStringAttr(buffers[arg.index].name)});
       args.push_back(
           {LaunchArgKind::i32, builder.getStringAttr(tokens().text)});
+      // createKernel began every kernel with beginDependentKernel.
       dialect().getLaunchAttrHelper().setAttr(
-          launch.kernel, LaunchAttr::get(context, launch.grid, launch.block,
-                                         launch.dynamicSharedBytes, args));
+          launch.kernel,
+          LaunchAttr::get(context, launch.grid, launch.block,
+                          launch.dynamicSharedBytes, args, /*dependent=*/true));
     }
   }
 

@@ -30,7 +30,7 @@
 // The gate: a warp per token, shapes at tokens-max, T last.
 // CHECK: gpu.func @moe_gate_0(%{{.*}}: memref<1024x256xf32>, %{{.*}}: memref<256xf32>, %{{.*}}: memref<1024x9xf32>, %{{.*}}: memref<1024x9xi32>, %{{.*}}: i32) kernel
 // CHECK-SAME: known_block_size = array<i32: 128, 1, 1>
-// CHECK-SAME: moe.launch = #moe.launch<grid = ["cdiv(T,4)", "1", "1"], block = [128, 1, 1], smem = 0, args = ["arg0", "arg1", "result0", "result1", i32 "T"]>
+// CHECK-SAME: moe.launch = #moe.launch<grid = ["cdiv(T,4)", "1", "1"], block = [128, 1, 1], smem = 0, args = ["arg0", "arg1", "result0", "result1", i32 "T"], dependent = true>
 // Sigmoid through the routing exp; group scores from warp reductions of
 // top-two keys (max, count of holders, max of the rest); arg-max on
 // (order-preserving key, expert): redux max of the keys, redux min of the

@@ -239,6 +239,44 @@ gpu.module @known_block_size attributes {moe.launch_plan = #moe.launch_plan<toke
 
 // -----
 
+// A dependent launch may start the kernel while the kernel before it still
+// runs: the kernel must wait for it before it touches memory.
+gpu.module @dependent_without_wait attributes {moe.launch_plan = #moe.launch_plan<tokens_max = 8, buffers = [<output "result0" : i32 ["8"]>]>} {
+  // expected-error @below {{'gpu.func' op has a dependent 'moe.launch' but does not begin with 'nvvm.griddepcontrol wait' (before any op that touches memory in its entry block)}}
+  gpu.func @k(%x: memref<8xi32>, %t: i32) kernel attributes {moe.launch = #moe.launch<grid = ["1", "1", "1"], block = [32, 1, 1], smem = 0, args = ["result0", i32 "T"], dependent = true>} {
+    nvvm.griddepcontrol launch_dependents
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @dependent_store_first attributes {moe.launch_plan = #moe.launch_plan<tokens_max = 8, buffers = [<output "result0" : i32 ["8"]>]>} {
+  // expected-error @below {{'gpu.func' op has a dependent 'moe.launch' but does not begin with 'nvvm.griddepcontrol wait'}}
+  gpu.func @k(%x: memref<8xi32>, %t: i32) kernel attributes {moe.launch = #moe.launch<grid = ["1", "1", "1"], block = [32, 1, 1], smem = 0, args = ["result0", i32 "T"], dependent = true>} {
+    %c0 = arith.constant 0 : index
+    memref.store %t, %x[%c0] : memref<8xi32>
+    nvvm.griddepcontrol wait
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @dependent_wait_in_branch attributes {moe.launch_plan = #moe.launch_plan<tokens_max = 8, buffers = []>} {
+  // expected-error @below {{'gpu.func' op has a dependent 'moe.launch' but does not begin with 'nvvm.griddepcontrol wait'}}
+  gpu.func @k(%t: i32) kernel attributes {moe.launch = #moe.launch<grid = ["1", "1", "1"], block = [32, 1, 1], smem = 0, args = [i32 "T"], dependent = true>} {
+    %c0 = arith.constant 0 : i32
+    %first = arith.cmpi eq, %t, %c0 : i32
+    scf.if %first {
+      nvvm.griddepcontrol wait
+    }
+    gpu.return
+  }
+}
+
+// -----
+
 //===----------------------------------------------------------------------===//
 // moe.grid_constant_args
 //===----------------------------------------------------------------------===//

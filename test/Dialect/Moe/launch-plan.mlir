@@ -1,6 +1,7 @@
 // Round-trip of the launch plan attributes of a kernel module and its
 // kernels, before and after the kernels' lowering to LLVM functions: print,
-// re-parse, print again.
+// re-parse, print again. A dependent launch's kernel waits first (ops that
+// touch no memory may come before the wait).
 // RUN: moe-opt %s | moe-opt | FileCheck %s
 // RUN: moe-opt %s --mlir-print-op-generic | moe-opt | FileCheck %s
 
@@ -8,7 +9,8 @@
 // CHECK-SAME: moe.launch_plan = #moe.launch_plan<tokens_max = 1024, buffers = [<input "arg0" : bf16 ["T", "64"]>, <input "arg1" : bf16 ["4", "128", "64"]>, <output "result0" : f32 ["T", "128"]>, <workspace "gemm_partials" : f32 ["2", "cdiv(T*9,512)*(T+1)", "128"]>, <input "arg2" : i32 []>], zero_fill = ["gemm_partials"], tensor_maps = [<"arg1_map" over "arg1" box [1, 64, 64] swizzle 128>]>
 // CHECK: gpu.func @gemm(%{{.*}}: memref<1024x64xbf16>, %{{.*}}: !llvm.ptr, %{{.*}}: memref<2x1024x128xf32>, %{{.*}}: i32) kernel
 // CHECK-SAME: moe.grid_constant_args = array<i64: 1>
-// CHECK-SAME: moe.launch = #moe.launch<grid = ["cdiv(T,64)", "2", "1"], block = [128, 1, 1], smem = 98304, args = ["arg0", map "arg1_map", "gemm_partials", i32 "T"]>
+// CHECK-SAME: moe.launch = #moe.launch<grid = ["cdiv(T,64)", "2", "1"], block = [128, 1, 1], smem = 98304, args = ["arg0", map "arg1_map", "gemm_partials", i32 "T"], dependent = true>
+// CHECK-NEXT: nvvm.griddepcontrol wait
 // CHECK: gpu.func @reduce(%{{.*}}: i32) kernel
 // CHECK-SAME: moe.launch = #moe.launch<grid = ["1", "1", "1"], block = [32, 32, 1], smem = 0, args = [i32 "max(min(T,4),(T-1)*2)"]>
 module attributes {gpu.container_module} {
@@ -28,7 +30,9 @@ module attributes {gpu.container_module} {
                     moe.launch = #moe.launch<grid = ["cdiv(T,64)", "2", "1"],
                                              block = [128, 1, 1], smem = 98304,
                                              args = ["arg0", map "arg1_map",
-                                                     "gemm_partials", i32 "T"]>} {
+                                                     "gemm_partials", i32 "T"],
+                                             dependent = true>} {
+      nvvm.griddepcontrol wait
       gpu.return
     }
     gpu.func @reduce(%tokens: i32) kernel
@@ -45,7 +49,9 @@ module attributes {gpu.container_module} {
 // CHECK-LABEL: gpu.module @lowered
 // CHECK-SAME: moe.launch_plan = #moe.launch_plan<tokens_max = 16, buffers = [<input "arg0" : f32 ["T"]>]>
 // CHECK: llvm.func @copy(%{{.*}}: !llvm.ptr, %{{.*}}: i32)
-// CHECK-SAME: moe.launch = #moe.launch<grid = ["T", "1", "1"], block = [1, 1, 1], smem = 0, args = ["arg0", i32 "T"]>
+// CHECK-SAME: moe.launch = #moe.launch<grid = ["T", "1", "1"], block = [1, 1, 1], smem = 0, args = ["arg0", i32 "T"], dependent = true>
+// CHECK-NEXT: llvm.mlir.constant
+// CHECK-NEXT: nvvm.griddepcontrol wait
 module attributes {gpu.container_module} {
   gpu.module @lowered attributes {moe.launch_plan = #moe.launch_plan<
       tokens_max = 16, buffers = [<input "arg0" : f32 ["T"]>]>} {
@@ -53,7 +59,11 @@ module attributes {gpu.container_module} {
         attributes {gpu.kernel, nvvm.kernel,
                     moe.launch = #moe.launch<grid = ["T", "1", "1"],
                                              block = [1, 1, 1], smem = 0,
-                                             args = ["arg0", i32 "T"]>} {
+                                             args = ["arg0", i32 "T"],
+                                             dependent = true>} {
+      %one = llvm.mlir.constant(1 : i32) : i32
+      nvvm.griddepcontrol wait
+      %x = llvm.load %arg0 : !llvm.ptr -> f32
       llvm.return
     }
   }

@@ -462,7 +462,7 @@ PlanTensorMapAttr LaunchPlanAttr::lookupTensorMap(StringRef name) const {
 LogicalResult LaunchAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                  ArrayRef<StringAttr> grid,
                                  ArrayRef<int64_t> block, int64_t smem,
-                                 ArrayRef<LaunchArg> args) {
+                                 ArrayRef<LaunchArg> args, bool dependent) {
   if (grid.size() != 3)
     return emitError() << "grid must have 3 sizes, got " << grid.size();
   for (StringAttr size : grid)

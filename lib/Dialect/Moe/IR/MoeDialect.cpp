@@ -9,6 +9,7 @@
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "llvm/ADT/SmallBitVector.h"
 
 using namespace mlir;
@@ -70,6 +71,25 @@ bool takes(Type type, const LaunchArg &arg, LaunchPlanAttr plan) {
   llvm_unreachable("unknown launch argument kind");
 }
 
+/// Checks that a kernel launched as a programmatic dependent waits for the
+/// kernels before it first: its entry block, which every thread runs, has
+/// `nvvm.griddepcontrol wait` before any op that touches memory.
+LogicalResult verifyDependentKernel(FunctionOpInterface kernel) {
+  Region &body = kernel.getFunctionBody();
+  if (!body.empty())
+    for (Operation &op : body.front()) {
+      auto control = dyn_cast<NVVM::GriddepcontrolOp>(op);
+      if (control && control.getKind() == NVVM::GridDepActionKind::wait)
+        return success();
+      if (!isMemoryEffectFree(&op))
+        break;
+    }
+  return kernel.emitOpError()
+         << "has a dependent 'moe.launch' but does not begin with "
+            "'nvvm.griddepcontrol wait' (before any op that touches memory "
+            "in its entry block)";
+}
+
 /// Checks that `launch` passes what the kernel takes, from the plan of its
 /// module, with the block size the kernel was built for.
 LogicalResult verifyLaunch(FunctionOpInterface kernel, LaunchAttr launch) {
@@ -104,6 +124,8 @@ LogicalResult verifyLaunch(FunctionOpInterface kernel, LaunchAttr launch) {
   if (knownBlock && !llvm::equal(knownBlock.asArrayRef(), launch.getBlock()))
     return kernel.emitOpError()
            << "'moe.launch' block differs from the kernel's known_block_size";
+  if (launch.getDependent())
+    return verifyDependentKernel(kernel);
   return success();
 }
 

@@ -476,8 +476,13 @@ def Moe_LaunchAttr : Moe_Attr<"Launch", "launch"> {
     shared memory, and what to pass for each kernel argument, in order: the
     pointer of a buffer of the plan (its name), the descriptor of a tensor
     map of the plan by value (`map` and its name), or a 32-bit integer
-    (`i32` and a size expression). Written as the manifest's `launch`
-    statement.
+    (`i32` and a size expression). With `dependent = true` the runtime
+    launches the kernel as a programmatic dependent of the kernel before it
+    in the stream (Hopper's programmatic dependent launch), which may start
+    it before that kernel completes: the kernel must then begin with
+    `nvvm.griddepcontrol wait`, which the dialect verifies (no op that
+    touches memory before it in the entry block). Written as the manifest's
+    `launch` statement.
 
     Example:
 
@@ -486,14 +491,18 @@ def Moe_LaunchAttr : Moe_Attr<"Launch", "launch"> {
         moe.launch = #moe.launch<grid = ["cdiv(T*2+60,16)", "1", "1"],
                                  block = [128, 1, 1], smem = 98304,
                                  args = ["arg0", map "arg1_map", "result0",
-                                         i32 "T"]>}
+                                         i32 "T"], dependent = true>} {
+      nvvm.griddepcontrol wait
+      nvvm.griddepcontrol launch_dependents
+      ...
     ```
   }];
   let parameters = (ins
     Moe_ListParameter<"::mlir::StringAttr", "size expressions in T">:$grid,
     Moe_ListParameter<"int64_t", "threads per block">:$block,
     "int64_t":$smem,
-    Moe_ListParameter<"::mlir::moe::LaunchArg", "kernel arguments">:$args
+    Moe_ListParameter<"::mlir::moe::LaunchArg", "kernel arguments">:$args,
+    DefaultValuedParameter<"bool", "false">:$dependent
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
