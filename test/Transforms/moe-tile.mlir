@@ -5,10 +5,9 @@
 // gathers token rows from 256 tokens on, two warpgroups on 128-row routing
 // blocks, four stages but three while the tokens give each expert about a
 // row (decode) and three for bf16/f16 two warpgroups fed by a producer; at
-// decode, 64 columns and a producer for a gated GEMM whose 128-column
-// tiles give the num-sms multiprocessors fewer than two blocks each, six
-// stages if two blocks per multiprocessor hold its tiles at once, else
-// three; a persistent grid for a gathering bf16/f16 GEMM with a producer
+// decode, 64 columns, a producer and six stages for a gated GEMM whose
+// 128-column tiles would leave some of the num-sms multiprocessors without
+// a block; a persistent grid for a gathering bf16/f16 GEMM with a producer
 // from 1024 tokens when it has at most 128 experts (fp8:
 // K tiles of 128, at most 128 columns with block scales, a producer for two
 // warpgroups with block scales only);
@@ -20,7 +19,6 @@
 // RUN: moe-opt %s --moe-tile="tokens=16" | FileCheck %s --check-prefix=DECODE
 // RUN: moe-opt %s --moe-tile="tokens=2" | FileCheck %s --check-prefix=STREAM
 // RUN: moe-opt %s --moe-tile="tokens=2 num-sms=2" | FileCheck %s --check-prefix=FEW-SMS
-// RUN: moe-opt %s --moe-tile="tokens=2 num-sms=3" | FileCheck %s --check-prefix=NARROW
 // RUN: moe-opt %s --moe-tile="tokens=512" | FileCheck %s --check-prefix=MID
 // RUN: moe-opt %s --moe-tile="block-n=64 num-stages=6" | FileCheck %s --check-prefix=OVERRIDE
 // RUN: not moe-opt %s --moe-tile="block-n=72" 2>&1 | FileCheck %s --check-prefix=BAD-N
@@ -54,8 +52,7 @@ func.func @fp8_gemm(%q: tensor<?x256xf8E4M3FN>, %w: tensor<4x128x256xf8E4M3FN>, 
 // cp.async row gathers, from 1024 on in a persistent grid over its 4
 // experts; at 2 tokens over 4 experts the weights stream: its 4 tiles of
 // 128 columns would fill 132 multiprocessors poorly, so it takes 64 columns
-// streamed by a producer through six stages (three on 3 multiprocessors,
-// whose two blocks each its 8 tiles outnumber), and with 2 multiprocessors
+// streamed by a producer through six stages, and with 2 multiprocessors
 // 128 columns and three stages, like the second GEMM.
 // CHECK-LABEL: func.func @gemms
 // CHECK: moe.grouped_matmul {{.*}} input(token) output(sorted) activation(silu_and_mul) {block_m = 16 : i64, config = #moe.gemm_config<block_m = 16, block_n = 256, block_k = 64, num_stages = 4, persistent = true, warp_specialized = true>, num_slots = 2 : i64}
@@ -63,8 +60,6 @@ func.func @fp8_gemm(%q: tensor<?x256xf8E4M3FN>, %w: tensor<4x128x256xf8E4M3FN>, 
 // CHECK: moe.grouped_matmul {{.*}} {block_m = 16 : i64, config = #moe.gemm_config<block_m = 16, block_n = 64, block_k = 64, num_stages = 3, tma_a = true>, num_slots = 2 : i64}
 // STREAM-LABEL: func.func @gemms
 // STREAM: input(token) {{.*}}config = #moe.gemm_config<block_m = 16, block_n = 64, block_k = 64, num_stages = 6, warp_specialized = true>,
-// NARROW-LABEL: func.func @gemms
-// NARROW: input(token) {{.*}}config = #moe.gemm_config<block_m = 16, block_n = 64, block_k = 64, num_stages = 3, warp_specialized = true>,
 // FEW-SMS-LABEL: func.func @gemms
 // FEW-SMS: input(token) {{.*}}config = #moe.gemm_config<block_m = 16, block_n = 128, block_k = 64, num_stages = 3>,
 // MID-LABEL: func.func @gemms

@@ -116,14 +116,6 @@ static int64_t countTiles(GroupedMatmulOp op, int64_t tokens, int64_t blockRows,
   return rowBlocks * llvm::divideCeil(op.getOutputColumns(), columnsPerTile);
 }
 
-/// The tiles of `blockN` accumulator columns of one-warpgroup blocks that
-/// `op`'s rows at `tokens` tokens fill.
-static int64_t countDecodeTiles(GroupedMatmulOp op, int64_t tokens,
-                                int64_t blockN) {
-  return countTiles(op, tokens, std::min<int64_t>(op.getBlockM(), kWgmmaRows),
-                    op.isGated() ? blockN / 2 : blockN);
-}
-
 /// Accumulator columns per block: 256 from kWideTileTokens tokens on, 128
 /// below and with fp8 block scales (the promotion holds a second set of
 /// accumulators); 64 where narrower tiles let more blocks stream the
@@ -136,15 +128,20 @@ static int64_t chooseBlockN(GroupedMatmulOp op, int64_t tokens,
                                                                        : 128;
   // MXFP4's producer decodes each weight tile: 64 columns while the weights
   // stream, where twice the blocks decode them (gpt-oss-20b's experts at
-  // T = 1: 114 -> 96 us). A gated GEMM whose 128-column tiles give the
-  // multiprocessors fewer than two blocks each streams faster in 64-column
-  // ones (Qwen3-30B-A3B's first GEMM at T = 1, 96 tiles on 132
-  // multiprocessors: 36.7 -> 29.2 us; DeepSeek-V3's, 288 tiles: 190 against
-  // 192 at best, bench/RESULTS.md).
+  // T = 1: 114 -> 96 us). A gated GEMM whose 128-column tiles would leave
+  // multiprocessors without a block streams faster in 64-column ones
+  // (Qwen3-30B-A3B's first GEMM at T = 1, 96 tiles on 132 multiprocessors:
+  // 36.7 -> 29.2 us). With more tiles it varies: DeepSeek-V3's 288 take 190
+  // us at 128 columns, 192-215 at 64; Mixtral-8x7B's 448 take 186 at 128,
+  // 171 at 64 (bench/RESULTS.md).
   if (packed)
     return 64;
-  return op.isGated() && countDecodeTiles(op, tokens, 128) < 2 * numSMs ? 64
-                                                                        : 128;
+  // A gated tile of 128 accumulator columns computes 64 output columns.
+  bool fewTiles =
+      op.isGated() &&
+      countTiles(op, tokens, std::min<int64_t>(op.getBlockM(), kWgmmaRows),
+                 64) < numSMs;
+  return fewTiles ? 64 : 128;
 }
 
 /// Whether the blocks of a gathering GEMM fed by a producer warpgroup walk
@@ -196,19 +193,17 @@ GemmConfigAttr mlir::moe::chooseGemmConfig(GroupedMatmulOp op, int64_t tokens,
   // loads' latency (moe-tune on the H100 at T = 1: fp8 DeepSeek-V3 and
   // Kimi-K2 first GEMM 126 -> 105 us, second 76 -> 69; bf16 gemm1 214 ->
   // 189 us and Kimi-K2's gemm2 127 -> 115, where 5 of the 8 tuned bf16
-  // entries have three); 64-column tiles that two blocks per multiprocessor
-  // hold at once take six, each block then streaming more bytes at a time
-  // (Qwen3-30B-A3B's first GEMM at T = 1, 192 tiles: 34.7 us with three,
-  // 29.2 with six; Mixtral-8x7B's, 896 tiles: 170.8 with three, 240.9 with
-  // six). Two consumer warpgroups fed by a producer take three too, as
-  // moe-tune chose for each such entry without a persistent grid
-  // (DeepSeek-V3 and Kimi-K2 gemm1 at T = 1024 and 4096). MXFP4 keeps the
-  // four its decode, stages - 2 K tiles behind the loads, was measured
-  // with.
-  bool deepDecode =
-      narrowDecode && countDecodeTiles(op, tokens, blockN) <= 2 * numSMs;
+  // entries have three); the 64-column tiles of too few 128-column ones
+  // take six, each of the few blocks then streaming more bytes at a time
+  // (Qwen3-30B-A3B's first GEMM at T = 1: 34.7 us with three, 29.2 with
+  // six; where tiles are many, six cost blocks per multiprocessor instead:
+  // Mixtral-8x7B's 896, 170.8 us with three, 240.9 with six). Two consumer
+  // warpgroups fed by a producer take three too, as moe-tune chose for each
+  // such entry without a persistent grid (DeepSeek-V3 and Kimi-K2 gemm1 at
+  // T = 1024 and 4096). MXFP4 keeps the four its decode, stages - 2 K tiles
+  // behind the loads, was measured with.
   int64_t stages =
-      deepDecode ? 6
+      narrowDecode ? 6
       : !packed && (isWeightStreaming(op, tokens) ||
                     (producer && warpgroups == 2 && elementBytes == 2))
           ? 3

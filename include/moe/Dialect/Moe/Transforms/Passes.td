@@ -182,9 +182,9 @@ def MoeTile : Pass<"moe-tile"> {
     a producer warpgroup from 256 tokens on (bf16/f16), and four stages but
     three while the weights stream at about a row per expert and for two
     warpgroups fed by a producer. While the weights stream, a gated GEMM
-    whose 128-column tiles would give the `num-sms` multiprocessors fewer
-    than two blocks each gets 64-column tiles and a producer, with six
-    stages when two blocks per multiprocessor hold them all at once.
+    whose 128-column tiles would leave some of the `num-sms`
+    multiprocessors without a block gets 64-column tiles, a producer and
+    six stages.
     From 1024 tokens, a bf16/f16 GEMM of at most 128 experts whose producer
     gathers token rows runs a persistent grid (what moe-tune found on the
     H100, bench/RESULTS.md).
