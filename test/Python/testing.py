@@ -3,8 +3,9 @@
 """moe_mlir.testing's torch-free half, as it runs where the compiler is and
 torch is not: the GPU bundles' specs and where their bundles go; moe-compile
 run as a program, returning moe-tile's heuristic warnings and raising
-CompileError with its last diagnostic when it fails; none of it, nor the
-package, imports torch."""
+CompileError with its last diagnostic when it fails; a tuning's entries
+merged into a database, where the heuristic's wins retire older entries;
+none of it, nor the package, imports torch."""
 
 import os
 import sys
@@ -45,3 +46,16 @@ print(sorted(compiler.list_presets(moe_compile)))
 # CHECK: ['deepseek-v3', 'gpt-oss-120b', 'gpt-oss-20b', 'kimi-k2', 'mixtral-8x7b', 'qwen3-30b-a3b']
 print(len(tune_space.candidates()), "torch" in sys.modules)
 # CHECK: 154 False
+
+# Merging a tuning: a new entry replaces its key's, a retired key (the
+# heuristic won) removes it, other keys stay.
+gemm = {"experts": 8, "N": 64, "K": 32, "block_m": 64, "dtype": "bf16",
+        "quantization": None}
+device = "NVIDIA H100 80GB HBM3"
+old = [tune_space.entry(gemm, device, tokens, {"block_n": 128})
+       for tokens in (1, 16, 64)]
+merged = tune_space.merge(old, [
+    tune_space.entry(gemm, device, 16, {"block_n": 64}),
+    tune_space.retired(gemm, device, 64)])
+print([(item["tokens"], item["config"]) for item in merged])
+# CHECK: [(1, {'block_n': 128}), (16, {'block_n': 64})]

@@ -207,12 +207,22 @@ def entry_key(item):
             item["tokens"])
 
 
+def retired(gemm, device, tokens):
+    """The key of `gemm`'s entry on `device` at the `tokens` bucket without
+    a config: merged into a database, it removes that entry (the heuristic
+    won there)."""
+    item = entry(gemm, device, tokens, {})
+    del item["config"]
+    return item
+
+
 def merge(old_entries, new_entries):
     """`old_entries` with each key and bucket of `new_entries` replaced or
-    added, sorted by device, shape and tokens."""
+    added (or removed, by a retired() key), sorted by device, shape and
+    tokens."""
     merged = {entry_key(item): item for item in old_entries}
     merged.update((entry_key(item), item) for item in new_entries)
-    return [merged[key] for key in sorted(merged)]
+    return [merged[key] for key in sorted(merged) if "config" in merged[key]]
 
 
 COMMENT = ("Tuned #moe.gemm_config fields per grouped matmul (E, N, K, dtype, "

@@ -16,7 +16,8 @@ warm-up call, then the median of up to `iterations` calls, L2 flushed before
 each); the three fastest are timed again for longer (`final_budget_s`),
 beside the heuristic, and the fastest of those becomes the entry for (E, N,
 K, dtype, device name, block_m, T), unless it is the heuristic: then there
-is no entry, and moe-tile falls back to the heuristic. Each entry records what was measured: the winner's and the
+is no entry (merged into a database, the bucket's older entry is dropped),
+and moe-tile falls back to the heuristic. Each entry records what was measured: the winner's and the
 heuristic's µs, the peer's, how many candidates were timed and rejected,
 and the layer's sizes (its routing: top_k and shared experts).
 
@@ -169,10 +170,11 @@ def _tune_tokens(pair, tokens, plans, weights, reference, flush, budget,
         measured.update({"timed": timed, "rejected": rejected,
                          "layer": gemm["sizes"],
                          "date": datetime.date.today().isoformat()})
-        # Where the heuristic wins, no entry: moe-tile falls back to it.
-        if best is not None:
-            entries.append(tune_space.entry(gemm, device, tokens, best,
-                                            measured))
+        # Where the heuristic wins, no entry: moe-tile falls back to it, and
+        # an entry from an earlier tuning (of older kernels) is dropped.
+        entries.append(tune_space.entry(gemm, device, tokens, best,
+                                        measured) if best is not None else
+                       tune_space.retired(gemm, device, tokens))
         peer = "-" if peer_us is None else f"{peer_us:9.1f}"
         print(f"{gemm['model']:14} {part} m{gemm['block_m']:<3} "
               f"T={tokens:<5} best {best_us:9.1f} us "
@@ -184,8 +186,8 @@ def _tune_tokens(pair, tokens, plans, weights, reference, flush, budget,
 
 
 def _write(output, entries):
-    """Merges `entries` into the database `output` (what was measured
-    survives a later failure)."""
+    """Merges `entries` (and the retirements among them) into the database
+    `output` (what was measured survives a later failure)."""
     tune_space.write_database(output, tune_space.merge(
         tune_space.read_database(output), entries))
 
@@ -263,7 +265,7 @@ def tune_layers(layers, *, compiler, output=None,
                                    plans, weights, reference, flush, budget,
                                    generator, device)
                 longest = max(longest, time.time() - bucket_started)
-                entries += new
+                entries += [item for item in new if "config" in item]
                 if output:
                     _write(output, new)
         print(f"# {layer['name']}: {time.time() - started:.0f} s so far",
