@@ -28,13 +28,13 @@
 # token counts) against a bundle for each T alone; `hf-bench` times
 # transformers' MoE blocks with their experts through moe-mlir against
 # transformers' grouped_mm and batched_mm (bench/transformers_bench.py, its
-# options after the mode); `fp8` runs only the FP8 tests (the experts
-# bundles, and FusedMoE/FusedExperts with fp8 weights) and their sanitizer
-# pass (also part of `tests`); `fp8-bench` the FP8 benchmark
-# (bench/fp8_bench.py, its options after the mode); `mxfp4` the MXFP4
-# experts test and its sanitizer pass (also part of `tests`), `mxfp4-bench`
-# the MXFP4 benchmark (bench/mxfp4_bench.py); `config-bench` times chosen
-# configs of one grouped matmul against the heuristic's
+# options after the mode); `fp8` runs only the FP8 tests (the CPU test of
+# their comparison, the experts bundles, and FusedMoE/FusedExperts with fp8
+# weights) and their sanitizer pass (also part of `tests`); `fp8-bench` the
+# FP8 benchmark (bench/fp8_bench.py, its options after the mode); `mxfp4`
+# the MXFP4 experts test and its sanitizer pass (also part of `tests`),
+# `mxfp4-bench` the MXFP4 benchmark (bench/mxfp4_bench.py); `config-bench`
+# times chosen configs of one grouped matmul against the heuristic's
 # (bench/config_bench.py, its options after the mode). `tp` runs the
 # tensor-parallel test (test/GPU/tp_test.py) and `tp-bench` its benchmark
 # (bench/tp_bench.py, its options after the mode), each as two processes
@@ -147,6 +147,7 @@ if [[ $what == variants ]]; then
   exit $status
 fi
 if [[ $what == tests || $what == all || $what == fp8 ]]; then
+  step fp8-check-tests 120 python3 test/GPU/fp8_check_test.py
   step fp8-tests 300 python3 test/GPU/fp8_test.py
   step fp8-torch-tests 300 python3 test/GPU/fp8_torch_test.py
   step fp8-sanitizer 300 compute-sanitizer --tool memcheck --error-exitcode 1 \

@@ -13,6 +13,8 @@ They run bundles through moe_mlir.Bundle; this package holds the rest:
     routing     a routing bundle's outputs against the reference, bit for bit
     gemm        the grouped matmuls' routing, float64 references, and the
                 cases the benchmark and the tuner time against the peer
+    fp8         fp8 experts in float64 and the check of a GPU's output
+                against them that decodes the intermediate's lawful flips
     peers       what ours is timed against: the router composed in torch,
                 F.grouped_mm
     timing      CUDA-event timing with the L2 flushed, CUDA graphs, the floor
