@@ -151,7 +151,7 @@ if [[ $what == tests || $what == all || $what == fp8 ]]; then
   step fp8-tests 300 python3 test/GPU/fp8_test.py
   step fp8-torch-tests 300 python3 test/GPU/fp8_torch_test.py
   step fp8-sanitizer 300 compute-sanitizer --tool memcheck --error-exitcode 1 \
-    python3 test/GPU/fp8_test.py --tokens 7,300 \
+    python3 test/GPU/fp8_test.py --tokens 7,300 --reference-device cpu \
     --only fp8-block-experts,fp8-block-experts-cluster
 fi
 [[ $what == fp8 ]] && exit $status
