@@ -11,24 +11,27 @@ weights and their fp32 scales.
   hidden states, logits and correction bias for each T. The output the
   module allocates lands where a NaN-filled block of its size was just
   freed (torch's caching allocator hands that block on), so an unwritten
-  element shows; it must be finite and within ||error|| / ||reference|| <=
-  1.5e-2 and max |error| / max |reference| <= 6e-2 of a float64 reference
-  on the GPU from the same quantized operands, as test/GPU/fp8_test.py
-  argues the tolerance (one e4m3 step of an element, or of a group's
-  scale, where a last-bit difference of the bf16 intermediate flips a
-  rounding). The reference routes with the plain C++ reference's gate
+  element shows; it must pass moe_mlir.testing.fp8.check against a float64
+  reference on the GPU from the same quantized operands: within 5e-3 in
+  norm and element by element of its magnitude once the lawful flips of
+  the intermediate are decoded (where a last-bit difference of the bf16
+  intermediate moves an element's e4m3 code or a group's scale: up to 1 %
+  of the output in norm, a whole group's at small T, which no flat
+  tolerance holds while it still sees a bug of a few %; the module's
+  docstring argues it, test/GPU/fp8_check_test.py shows it fails real
+  bugs). The reference routes with the plain C++ reference's gate
   (bit-identical to the GPU's), then for each expert hit: the weights
   dequantized (e4m3 value x scale, exact in float64), the hidden states
   quantized per token and 128 columns (block) or per token (tensor,
   channel) as moe.quantize defines it (scale max(amax, 1e-10) / 448 in
   float32, the quotient rounded to the nearest e4m3 value, ties to even,
   saturating), GEMM1, SiLU-and-mul, the intermediate rounded to bf16 and
-  quantized the same way, GEMM2, times the routed weight, rounded to bf16
-  as the slot rows are stored, summed. Also printed: the reference's
-  distance to the same layer with the activations left unquantized (the
-  bf16 layer on the dequantized weights: what fp8 activations cost), and
-  the reference's largest value (a fresh module gives O(1) outputs, which
-  is checked).
+  quantized the same way, GEMM2, times the routed weight, summed. Also
+  printed: the raw error, how many codes and scales were ambiguous and
+  decoded, the error left, the reference's distance to the same layer
+  with the activations left unquantized (the bf16 layer on the
+  dequantized weights: what fp8 activations cost), and its largest value
+  (a fresh module gives O(1) outputs, which is checked).
 - FusedExperts of reduced DeepSeek-V3 with block scales on routing from
   the caller with out-of-range and repeated ids, the same way.
 - Static activation scales (activation_scheme="static", quantizations
@@ -40,8 +43,8 @@ weights and their fp32 scales.
   and loaded as vLLM's checkpoints give them (w13's one per expert, which
   load_full_weights reduces to the largest, w2's a scalar); the reference
   quantizes both GEMM inputs by those scales (the quotient in float32,
-  saturating to +-448, rounded to the nearest e4m3 value), within the same
-  tolerance, which fp8_test argues for static scales too.
+  saturating to +-448, rounded to the nearest e4m3 value), by the same
+  check.
 - quantize_fp8_weights gives the plain C++ reference's e4m3 codes and
   scales bit for bit (ragged blocks, all three scalings); fuse_gate_up
   rebuilds a full-size expert's w13 and block scales from its gate and up
@@ -160,34 +163,6 @@ def scales_of(module):
             for name in SCALE_NAMES[module.weight_scaling]]
 
 
-def quantized(values, group):
-    """What moe.quantize makes of the rows of ``values`` (exact in float32),
-    as float64: per row and group of ``group`` columns (the last one
-    ragged), scale = max(amax, 1e-10) / 448 and code = e4m3(value / scale)
-    in float32, rounded to the nearest e4m3 value (ties to even) after
-    saturating to +-448; the value is code x scale."""
-    rows, columns = values.shape
-    groups = -(-columns // group)
-    padded = torch.nn.functional.pad(values.float(),
-                                     (0, groups * group - columns))
-    padded = padded.view(rows, groups, group)
-    scales = padded.abs().amax(dim=2, keepdim=True).clamp(min=1e-10) / 448.0
-    codes = (padded / scales).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
-    values = codes.float().double() * scales.double()
-    return values.view(rows, -1)[:, :columns]
-
-
-def quantized_static(values, scale):
-    """What moe.quantize makes of ``values`` with a static ``scale`` (a
-    float32 [1] tensor on their device), as float64: code = e4m3(value /
-    scale), the quotient a true float32 division, rounded to the nearest
-    e4m3 value (ties to even) after saturating to +-448, no amax and no
-    floor; the value is code x scale."""
-    codes = (values.float() / scale.float()).clamp(-448.0, 448.0).to(
-        torch.float8_e4m3fn)
-    return codes.float().double() * scale.double()
-
-
 def calibrate(results, module, reference, generator):
     """Gives a module with static activation scales those a checkpoint's
     calibration finds: the plain C++ reference's on CALIBRATION_TOKENS
@@ -235,45 +210,29 @@ def dequantized(codes, scales, scaling):
 
 
 def reference_experts(module, hidden, ids, weights):
-    """(fp8, unquantized): the experts' output [T, H] in float64 on the
-    GPU for routing ``ids`` and ``weights`` [T, S] (ids outside [0, E+X)
-    adding nothing) — on the module's quantized operands as the layer
-    computes it (see the module docstring), and with the activations left
+    """(intermediate, w2_of, unquantized): moe_mlir.testing.fp8's float64
+    reference of the module's experts on the GPU for routing ``ids`` and
+    ``weights`` [T, S] (ids outside [0, E+X) adding nothing), on the
+    module's quantized operands (its static input scales where it has
+    them, else per token and, with block scales, 128 columns), what
+    fp8.check takes, and the same layer with the activations left
     unquantized (the bf16 layer on the dequantized weights)."""
-    layer, scaling = module.layer, module.weight_scaling
-    intermediate = layer.intermediate_size
+    from moe_mlir.testing import fp8
 
-    def quantize(values, input_scale):
-        """``values`` [rows, columns] quantized as the layer quantizes a
-        GEMM's input: by the static ``input_scale`` where the module has
-        one, else per token (and 128 columns with block scales)."""
-        if input_scale is not None:
-            return quantized_static(values, input_scale.detach())
-        columns = values.shape[1]
-        return quantized(values, min(BLOCK, columns) if scaling == "block"
-                         else columns)
-
-    rows = {"fp8": quantize(hidden, module.w13_input_scale),
-            "unquantized": hidden.double()}
-    outputs = {kind: torch.zeros(hidden.shape, dtype=torch.float64,
-                                 device=hidden.device) for kind in rows}
-    ids, weights = ids.long(), weights.double()
+    scaling = module.weight_scaling
     w13_scales, w2_scales = scales_of(module)
-    valid = (ids >= 0) & (ids < layer.num_stored_experts)
-    for expert in ids[valid].unique().tolist():
-        token, slot = (ids == expert).nonzero(as_tuple=True)
-        w13 = dequantized(module.w13[expert], w13_scales[expert], scaling)
-        w2 = dequantized(module.w2[expert], w2_scales[expert], scaling)
-        for kind, x in rows.items():
-            h = x[token] @ w13.T
-            activated = (torch.nn.functional.silu(h[:, :intermediate])
-                         * h[:, intermediate:]).to(torch.bfloat16).float()
-            activated = (quantize(activated, module.w2_input_scale)
-                         if kind == "fp8" else activated.double())
-            slot_rows = (activated @ w2.T) * weights[token, slot, None]
-            outputs[kind].index_add_(
-                0, token, slot_rows.to(torch.bfloat16).double())
-    return outputs["fp8"], outputs["unquantized"]
+
+    def w2_of(expert):
+        return dequantized(module.w2[expert], w2_scales[expert], scaling)
+
+    intermediate, unquantized = fp8.experts_reference(
+        hidden, ids, weights, module.layer.num_stored_experts,
+        lambda expert: dequantized(module.w13[expert], w13_scales[expert],
+                                   scaling),
+        w2_of, BLOCK if scaling == "block" else None,
+        tuple(None if scale is None else scale.detach()
+              for scale in (module.w13_input_scale, module.w2_input_scale)))
+    return intermediate, w2_of, unquantized
 
 
 def router_spec(router):
@@ -299,26 +258,26 @@ def on_poison(module, *arguments):
     return output, output.data_ptr() == address
 
 
-def check_output(results, label, output, on_poisoned_block, expected,
-                 unquantized):
-    """The output against the fp8 reference, with the errors printed."""
-    from fp8_test import MAX_TOLERANCE, NORM_TOLERANCE
+def check_output(results, label, output, on_poisoned_block, reference):
+    """The output against the fp8 ``reference`` (reference_experts') by
+    moe_mlir.testing.fp8.check, with what it measured printed."""
+    from moe_mlir.testing import fp8
     from moe_mlir.testing.tensors import relative_errors
 
-    largest = expected.abs().max().item()
-    to_bf16 = relative_errors(expected, unquantized)[1]
-    detail = (f"max |reference| {largest:.3g}, distance of the bf16 layer on "
-              f"the dequantized weights {to_bf16:.2e}"
-              + ("" if on_poisoned_block
-                 else " (the output missed the poisoned block)"))
-    if not torch.isfinite(output).all():
-        results.check(label, False, f"output not finite; {detail}")
-        return
-    error, norm = relative_errors(output, expected)
-    passed = (error <= MAX_TOLERANCE and norm <= NORM_TOLERANCE
-              and OUTPUT_RANGE[0] <= largest <= OUTPUT_RANGE[1])
-    results.check(label, passed, f"error max {error:.2e} norm {norm:.2e}, "
-                  f"{detail}")
+    intermediate, w2_of, unquantized = reference
+    result = fp8.check(output, intermediate, w2_of)
+    detail = result.summary()
+    if result.reference is not None:
+        largest = result.reference.abs().max().item()
+        detail += (f"; max |reference| {largest:.3g}, distance of the bf16 "
+                   "layer on the dequantized weights "
+                   f"{relative_errors(result.reference, unquantized)[1]:.2e}")
+        if not OUTPUT_RANGE[0] <= largest <= OUTPUT_RANGE[1]:
+            result.passed = False
+            detail += f", outside {OUTPUT_RANGE}"
+    if not on_poisoned_block:
+        detail += " (the output missed the poisoned block)"
+    results.check(label, result.passed, detail)
 
 
 def test_fused_moe(results, args, reference, generator, preset, reduced,
@@ -347,10 +306,9 @@ def test_fused_moe(results, args, reference, generator, preset, reduced,
         output, on_poisoned_block = on_poison(moe, hidden, logits)
         weights, ids = reference.gate(router_spec(layer.router), logits,
                                       moe.correction_bias)
-        expected, unquantized = reference_experts(moe, hidden, ids.cuda(),
-                                                  weights.cuda())
-        check_output(results, f"{label} T={tokens}", output.double(),
-                     on_poisoned_block, expected, unquantized)
+        check_output(results, f"{label} T={tokens}", output,
+                     on_poisoned_block, reference_experts(
+                         moe, hidden, ids.cuda(), weights.cuda()))
     print(f"{label}: built in {built:.1f} s, checked in "
           f"{time.time() - start - built:.1f} s", flush=True)
     if not reduced:
@@ -377,11 +335,10 @@ def test_fused_experts(results, args, reference, generator, quantization):
         ids, _ = with_special_ids(ids.int(), [-1, layer.num_stored_experts,
                                               2 ** 31 - 1])
         output, on_poisoned_block = on_poison(experts, hidden, ids, weights)
-        expected, unquantized = reference_experts(experts, hidden, ids,
-                                                  weights)
         check_output(results, f"FusedExperts deepseek-v3 reduced "
-                     f"{quantization} T={tokens}", output.double(),
-                     on_poisoned_block, expected, unquantized)
+                     f"{quantization} T={tokens}", output,
+                     on_poisoned_block,
+                     reference_experts(experts, hidden, ids, weights))
 
 
 def test_quantize(results, reference, generator):
