@@ -291,16 +291,15 @@ public:
   /// kernel waits first): each thread waits until the grids before it have
   /// completed and their memory is visible, before any access to global
   /// memory and before any thread may return, so that this grid cannot
-  /// complete ahead of them; then it lets the next kernel launch. The
-  /// trigger takes effect once every block of this grid has executed it or
-  /// exited, so the next kernel's blocks take no multiprocessor before every
-  /// block of this grid has one, and their own wait still waits for all of
-  /// this grid: what overlaps is the next kernel's launch and its blocks'
-  /// arrival with this grid's last wave.
+  /// complete ahead of them. No kernel triggers its dependents early
+  /// (`launch_dependents`): they launch once all its blocks have exited, so
+  /// what overlaps is the next kernel's launch with this grid's completion
+  /// and memory flush. An early trigger let the next kernel's blocks share
+  /// the multiprocessors with this grid's last wave, waiting: Mixtral-8x7B's
+  /// second GEMM at T = 1024 took 710 us instead of 493 beside the combine's
+  /// waiting blocks (bench/RESULTS.md).
   static void beginDependentKernel(OpBuilder &builder, Location loc) {
     NVVM::GriddepcontrolOp::create(builder, loc, NVVM::GridDepActionKind::wait);
-    NVVM::GriddepcontrolOp::create(builder, loc,
-                                   NVVM::GridDepActionKind::launch_dependents);
   }
 
   /// Whether a kernel was added.

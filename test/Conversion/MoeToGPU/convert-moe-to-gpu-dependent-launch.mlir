@@ -1,7 +1,7 @@
 // convert-moe-to-gpu launches every kernel as a programmatic dependent of the
 // kernel before it (`dependent = true` in its moe.launch), and every kernel
-// begins with the wait for the grids before it, then lets the next kernel
-// launch: each kind of kernel (gate, the three route kernels, the
+// begins with the wait for the grids before it and triggers no early launch
+// of the next (it launches when this one's blocks have exited): each kind of kernel (gate, the three route kernels, the
 // warp-specialized and the plain tensor-core grouped matmuls, the SIMT one,
 // quantize, the split-K reduction, combine). The wait comes before anything
 // else, even the warp-specialized kernel's tensor map prefetch and barrier
@@ -18,37 +18,37 @@
 
 // LAYER:      gpu.func @moe_gate_0({{.*}}, dependent = true>} {
 // LAYER-NEXT:   nvvm.griddepcontrol wait
-// LAYER-NEXT:   nvvm.griddepcontrol launch_dependents
+// LAYER-NOT:    launch_dependents
 // LAYER:      gpu.func @moe_route_count_1({{.*}}, dependent = true>} {
 // LAYER-NEXT:   nvvm.griddepcontrol wait
-// LAYER-NEXT:   nvvm.griddepcontrol launch_dependents
+// LAYER-NOT:    launch_dependents
 // LAYER:      gpu.func @moe_route_scan_2({{.*}}, dependent = true>} {
 // LAYER-NEXT:   nvvm.griddepcontrol wait
-// LAYER-NEXT:   nvvm.griddepcontrol launch_dependents
+// LAYER-NOT:    launch_dependents
 // LAYER:      gpu.func @moe_route_place_3({{.*}}, dependent = true>} {
 // LAYER-NEXT:   nvvm.griddepcontrol wait
-// LAYER-NEXT:   nvvm.griddepcontrol launch_dependents
+// LAYER-NOT:    launch_dependents
 // The first grouped matmul: a producer warpgroup and a consumer one.
 // LAYER:      gpu.func @moe_grouped_matmul_wgmma_4({{.*}}block = [256, 1, 1]{{.*}}, dependent = true>} {
 // LAYER-NEXT:   nvvm.griddepcontrol wait
-// LAYER-NEXT:   nvvm.griddepcontrol launch_dependents
+// LAYER-NOT:    launch_dependents
 // LAYER:        nvgpu.tma.prefetch.descriptor
 // LAYER:        nvgpu.mbarrier.init
 // LAYER:        nvgpu.tma.async.load
 // LAYER:      gpu.func @moe_grouped_matmul_wgmma_5({{.*}}, dependent = true>} {
 // LAYER-NEXT:   nvvm.griddepcontrol wait
-// LAYER-NEXT:   nvvm.griddepcontrol launch_dependents
+// LAYER-NOT:    launch_dependents
 // LAYER:      gpu.func @moe_combine_6({{.*}}, dependent = true>} {
 // LAYER-NEXT:   nvvm.griddepcontrol wait
-// LAYER-NEXT:   nvvm.griddepcontrol launch_dependents
+// LAYER-NOT:    launch_dependents
 
 // FP8:      gpu.func @moe_quantize_3({{.*}}, dependent = true>} {
 // FP8-NEXT:   nvvm.griddepcontrol wait
-// FP8-NEXT:   nvvm.griddepcontrol launch_dependents
+// FP8-NOT:    launch_dependents
 // FP8:      gpu.func @moe_grouped_matmul_reduce_5({{.*}}, dependent = true>} {
 // FP8-NEXT:   nvvm.griddepcontrol wait
-// FP8-NEXT:   nvvm.griddepcontrol launch_dependents
+// FP8-NOT:    launch_dependents
 
 // SIMT:      gpu.func @moe_grouped_matmul_4({{.*}}, dependent = true>} {
 // SIMT-NEXT:   nvvm.griddepcontrol wait
-// SIMT-NEXT:   nvvm.griddepcontrol launch_dependents
+// SIMT-NOT:    launch_dependents

@@ -493,7 +493,6 @@ def Moe_LaunchAttr : Moe_Attr<"Launch", "launch"> {
                                  args = ["arg0", map "arg1_map", "result0",
                                          i32 "T"], dependent = true>} {
       nvvm.griddepcontrol wait
-      nvvm.griddepcontrol launch_dependents
       ...
     ```
   }];
