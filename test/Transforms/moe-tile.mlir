@@ -4,7 +4,8 @@
 // exactly for sorted rows, a producer warpgroup for a bf16/f16 GEMM that
 // gathers token rows from 256 tokens on, two warpgroups on 128-row routing
 // blocks, four stages but three while the tokens give each expert about a
-// row (decode) and three for bf16/f16 two warpgroups fed by a producer; at
+// row (decode) and three for bf16/f16 two warpgroups fed by a producer
+// without a persistent grid; at
 // decode, 64 columns, a producer and six stages for a gated GEMM whose
 // 128-column tiles would leave some of the num-sms multiprocessors without
 // a block; a persistent grid for a gathering bf16/f16 GEMM with a producer
@@ -79,10 +80,13 @@ func.func @gemms(%x: tensor<?x128xbf16>, %w13: tensor<4x128x128xbf16>, %s: tenso
 }
 
 // 128-row routing blocks: two consumer warpgroups; fed by a producer (the
-// gathering GEMM, persistent over its 4 experts) their ring has three
-// stages, else four.
+// gathering GEMM) their ring has three stages below 1024 tokens, and four
+// from there on, where the grid over its 4 experts is persistent; four for
+// the second GEMM.
 // CHECK-LABEL: func.func @two_warpgroups
-// CHECK: input(token) {{.*}}config = #moe.gemm_config<block_m = 128, block_n = 256, block_k = 64, num_stages = 3, num_warpgroups = 2, persistent = true, warp_specialized = true>,
+// CHECK: input(token) {{.*}}config = #moe.gemm_config<block_m = 128, block_n = 256, block_k = 64, num_stages = 4, num_warpgroups = 2, persistent = true, warp_specialized = true>,
+// MID-LABEL: func.func @two_warpgroups
+// MID: input(token) {{.*}}config = #moe.gemm_config<block_m = 128, block_n = 256, block_k = 64, num_stages = 3, num_warpgroups = 2, warp_specialized = true>,
 // CHECK: input(sorted) {{.*}}config = #moe.gemm_config<block_m = 128, block_n = 256, block_k = 64, num_stages = 4, num_warpgroups = 2, tma_a = true>,
 func.func @two_warpgroups(%x: tensor<?x128xbf16>, %w13: tensor<4x128x128xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>,
                           %w2: tensor<4x128x64xbf16>) -> (tensor<?x64xbf16>, tensor<?x128xbf16>) {

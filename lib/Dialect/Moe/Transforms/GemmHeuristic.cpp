@@ -198,21 +198,24 @@ GemmConfigAttr mlir::moe::chooseGemmConfig(GroupedMatmulOp op, int64_t tokens,
   // (Qwen3-30B-A3B's first GEMM at T = 1: 34.7 us with three, 29.2 with
   // six; where tiles are many, six cost blocks per multiprocessor instead:
   // Mixtral-8x7B's 896, 170.8 us with three, 240.9 with six). Two consumer
-  // warpgroups fed by a producer take three too, as moe-tune chose for each
-  // such entry without a persistent grid (DeepSeek-V3 and Kimi-K2 gemm1 at
-  // T = 1024 and 4096). MXFP4 keeps the four its decode, stages - 2 K tiles
-  // behind the loads, was measured with.
-  int64_t stages =
-      narrowDecode ? 6
-      : !packed && (isWeightStreaming(op, tokens) ||
-                    (producer && warpgroups == 2 && elementBytes == 2))
-          ? 3
-          : 4;
+  // warpgroups fed by a producer take three too without a persistent grid,
+  // as moe-tune chose for each such entry (DeepSeek-V3 and Kimi-K2 gemm1 at
+  // T = 1024 and 4096); a persistent one keeps four, its ring running on
+  // across tiles (Mixtral-8x7B's first GEMM at T = 1024: 930 -> 860 us,
+  // Qwen3-30B-A3B's at 4096: 461 -> 429; Qwen3-30B-A3B's at 1024: 300 ->
+  // 303). MXFP4 keeps the four its decode, stages - 2 K tiles behind the
+  // loads, was measured with.
+  bool persistent = isPersistentGathering(op, tokens, producer);
+  int64_t stages = narrowDecode ? 6
+                   : !packed && (isWeightStreaming(op, tokens) ||
+                                 (producer && warpgroups == 2 &&
+                                  elementBytes == 2 && !persistent))
+                       ? 3
+                       : 4;
   return GemmConfigAttr::get(
       op.getContext(), op.getBlockM(), blockN, blockK, stages, warpgroups,
       /*split_k=*/1, /*tma_a=*/!gathering, /*tma_b=*/true,
-      /*cluster_m=*/1, /*cluster_n=*/1,
-      isPersistentGathering(op, tokens, producer),
+      /*cluster_m=*/1, /*cluster_n=*/1, persistent,
       /*warp_specialized=*/producer);
 }
 

@@ -181,7 +181,7 @@ def MoeTile : Pass<"moe-tile"> {
     more, TMA for sorted rows and cp.async gathers for token rows, issued by
     a producer warpgroup from 256 tokens on (bf16/f16), and four stages but
     three while the weights stream at about a row per expert and for two
-    warpgroups fed by a producer. While the weights stream, a gated GEMM
+    warpgroups fed by a producer without a persistent grid. While the weights stream, a gated GEMM
     whose 128-column tiles would leave some of the `num-sms`
     multiprocessors without a block gets 64-column tiles, a producer and
     six stages.
