@@ -26,6 +26,8 @@ shipped database:
   experts hit plus the bf16 hidden states in and out. "vs bf16" is our fp8
   output's distance to our bf16 layer on the dequantized weights (the
   activations' quantization; test/GPU/fp8_test.py checks correctness).
+  --kernels also prints the µs of each of the fp8 experts' kernels in one
+  call (torch.profiler over ten graph replays, the median of each).
 
   PYTHONPATH=build-runtime/python bench/fp8_bench.py --compiler moe-compile
 """
@@ -200,7 +202,8 @@ def model_rows(args, flush, name, preset):
                        torch.full((tokens, hidden), float("nan"),
                                   dtype=torch.bfloat16, device=DEVICE)]
             row["fp8" if fp8 else "bf16"], outputs[fp8] = time_bundle(
-                path, tokens, tensors, flush, args.iterations)
+                path, tokens, tensors, flush, args.iterations,
+                f"{name} fp8 T={tokens}" if fp8 and args.kernels else None)
         row["vs_bf16"] = ((outputs[True] - outputs[False]).norm() /
                           outputs[False].norm()).item()
         try:
@@ -259,6 +262,9 @@ def main():
     parser.add_argument("--block-m", type=int, default=0,
                         help="layers: rows per routing block (default: "
                              "moe-compile's choice for each T)")
+    parser.add_argument("--kernels", action="store_true",
+                        help="layers: also print each fp8 kernel's µs "
+                             "(torch.profiler)")
     parser.add_argument("--seed", type=int, default=2026)
     args = parser.parse_args()
     tokens = [int(t) for t in args.tokens.split(",")]

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from moe_mlir import Bundle
 from moe_mlir.testing.compiler import compile_bundle
-from moe_mlir.testing.timing import graphed, time_us
+from moe_mlir.testing.timing import graphed, kernel_times_us, time_us
 
 
 def compile_experts(args, name, arguments, quantization=None,
@@ -31,13 +31,17 @@ def compile_experts(args, name, arguments, quantization=None,
     return path
 
 
-def time_bundle(path, tokens, tensors, flush, iterations):
+def time_bundle(path, tokens, tensors, flush, iterations, kernels_of=None):
     """(µs, output as float64) of the bundle at `path` on `tensors`
     (inputs, then the output), replayed from a CUDA graph with the L2
-    flushed before each call."""
+    flushed before each call; with `kernels_of` (a label), also prints the
+    time of each of its kernels (kernel_times_us)."""
     bundle = Bundle(path)
     replay, _ = graphed(lambda: bundle.run(tokens, tensors) or tensors[-1])
     microseconds = time_us(replay, flush, iterations)
+    if kernels_of:
+        for name, kernel_us in kernel_times_us(replay, flush):
+            print(f"# {kernels_of}: {name} {kernel_us:.1f} us", flush=True)
     output = tensors[-1].double()
     del replay
     bundle.close()

@@ -56,6 +56,33 @@ def time_interleaved_us(functions, flush, iterations, warm_up_calls=1):
             for key, pairs in events.items()}
 
 
+def kernel_times_us(function, flush, calls=10):
+    """[(kernel name, median µs)] of the kernels one call of `function`
+    runs, in launch order, from torch.profiler over `calls` calls, the L2
+    flushed before each (the flush's own kernels left out)."""
+    activities = [torch.profiler.ProfilerActivity.CUDA]
+
+    def kernels(run, times):
+        with torch.profiler.profile(activities=activities) as profile:
+            for _ in range(times):
+                run()
+            torch.cuda.synchronize()
+        return sorted((event for event in profile.events()
+                       if event.device_type == torch.autograd.DeviceType.CUDA),
+                      key=lambda event: event.time_range.start)
+
+    flushing = {event.name for event in kernels(flush.zero_, 1)}
+    function()
+    ours = [event for event in kernels(lambda: (flush.zero_(), function()),
+                                       calls)
+            if event.name not in flushing]
+    per_call = len(ours) // calls
+    return [(ours[index].name,
+             statistics.median(event.time_range.elapsed_us()
+                               for event in ours[index::per_call]))
+            for index in range(per_call)]
+
+
 def graphed(function, capture_error_mode="global"):
     """(replay, the output tensor of the captured call). The replay keeps
     `function` alive: the graph reads the tensors its closure holds.
