@@ -72,6 +72,15 @@ std::optional<std::string> mlir::moe::checkSizeOption(StringRef name,
       .str();
 }
 
+LogicalResult mlir::moe::checkSizeOptions(Operation *op, StringRef pass,
+                                          ArrayRef<SizeOption> options) {
+  for (const SizeOption &option : options)
+    if (std::optional<std::string> bad = checkSizeOption(
+            option.name, option.value, option.least, option.most))
+      return op->emitError() << pass << ": " << *bad;
+  return success();
+}
+
 LogicalResult mlir::moe::verifyBoundedTensorSizes(Operation *op) {
   auto check = [&](Type type, StringRef kind, unsigned index) -> LogicalResult {
     auto tensor = dyn_cast<RankedTensorType>(type);

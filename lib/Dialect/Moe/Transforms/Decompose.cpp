@@ -137,15 +137,9 @@ struct MoeDecomposePass : moe::impl::MoeDecomposeBase<MoeDecomposePass> {
   using Base::Base;
 
   void runOnOperation() override {
-    for (auto [name, value, least] :
-         {std::tuple<StringRef, int64_t, int64_t>{"block-m", blockM, 0},
-          {"tokens", tokens, 1}}) {
-      if (std::optional<std::string> bad =
-              checkSizeOption(name, value, least)) {
-        getOperation()->emitError() << "moe-decompose: " << *bad;
-        return signalPassFailure();
-      }
-    }
+    if (failed(checkSizeOptions(getOperation(), "moe-decompose",
+                                {{"block-m", blockM, 0}, {"tokens", tokens}})))
+      return signalPassFailure();
     if (failed(checkNoExpertParallel()) || failed(checkRouting()))
       return signalPassFailure();
     RewritePatternSet patterns(&getContext());

@@ -20,15 +20,10 @@ struct MoeSplitKPass : moe::impl::MoeSplitKBase<MoeSplitKPass> {
   using Base::Base;
 
   void runOnOperation() override {
-    for (auto [name, value, most] :
-         {std::tuple<StringRef, int64_t, int64_t>{"tokens", tokens, kMaxSize},
-          {"num-sms", numSMs, kMaxMultiprocessors}}) {
-      if (std::optional<std::string> bad =
-              checkSizeOption(name, value, 1, most)) {
-        getOperation()->emitError() << "moe-split-k: " << *bad;
-        return signalPassFailure();
-      }
-    }
+    if (failed(checkSizeOptions(
+            getOperation(), "moe-split-k",
+            {{"tokens", tokens}, {"num-sms", numSMs, 1, kMaxMultiprocessors}})))
+      return signalPassFailure();
     auto *dialect = getContext().getLoadedDialect<MoeDialect>();
     WalkResult result = getOperation()->walk([&](GroupedMatmulOp op) {
       GemmConfigAttr config = op.getConfigAttr();

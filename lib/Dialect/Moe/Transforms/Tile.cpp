@@ -42,15 +42,10 @@ struct MoeTilePass : moe::impl::MoeTileBase<MoeTilePass> {
   }
 
   void runOnOperation() override {
-    for (auto [name, value, most] :
-         {std::tuple<StringRef, int64_t, int64_t>{"tokens", tokens, kMaxSize},
-          {"num-sms", numSMs, kMaxMultiprocessors}}) {
-      if (std::optional<std::string> bad =
-              checkSizeOption(name, value, 1, most)) {
-        getOperation()->emitError() << "moe-tile: " << *bad;
-        return signalPassFailure();
-      }
-    }
+    if (failed(checkSizeOptions(
+            getOperation(), "moe-tile",
+            {{"tokens", tokens}, {"num-sms", numSMs, 1, kMaxMultiprocessors}})))
+      return signalPassFailure();
     auto *dialect = getContext().getLoadedDialect<MoeDialect>();
     std::set<GemmShapeKey> reported;
     WalkResult result = getOperation()->walk([&](GroupedMatmulOp op) {

@@ -80,6 +80,19 @@ std::optional<std::string> checkSizeOption(StringRef name, int64_t value,
                                            int64_t least,
                                            int64_t most = kMaxSize);
 
+/// A pass's size option and the range it must lie in.
+struct SizeOption {
+  StringRef name;
+  int64_t value;
+  int64_t least = 1;
+  int64_t most = kMaxSize;
+};
+
+/// Checks each of a pass's size `options` (checkSizeOption), emitting on
+/// `op` what is wrong with the first out of range, prefixed by `pass`.
+LogicalResult checkSizeOptions(Operation *op, StringRef pass,
+                               ArrayRef<SizeOption> options);
+
 /// Checks that every ranked tensor `op` takes or gives has static
 /// dimensions in [1, kMaxSize] and fits getMaxTensorBytes.
 LogicalResult verifyBoundedTensorSizes(Operation *op);
