@@ -2,7 +2,8 @@
 //
 // convert-moe-to-gpu lowers each op of a layer to its kernels, appended to the
 // launch plan in program order; one file per op (Gate.cpp, Route.cpp,
-// Combine.cpp, Quantize.cpp, GroupedMatmul.cpp).
+// Combine.cpp, Quantize.cpp, GroupedMatmul.cpp; ExpertParallel.cpp for the
+// three ops of the expert-parallel exchange).
 //
 //===----------------------------------------------------------------------===//
 
@@ -23,6 +24,17 @@ LogicalResult emitRoute(PlanBuilder &plan, OpBuilder &builder, RouteOp op);
 
 /// moe.combine: each token's slot rows summed.
 void emitCombine(PlanBuilder &plan, OpBuilder &builder, CombineOp op);
+
+/// moe.ep_dispatch: one warp per region of the ranks' receive buffers
+/// sends it this rank's slots, in slot order, through the peer tables.
+void emitEpDispatch(PlanBuilder &plan, OpBuilder &builder, EpDispatchOp op);
+
+/// moe.ep_route: one thread per receive row, from the region counts.
+void emitEpRoute(PlanBuilder &plan, OpBuilder &builder, EpRouteOp op);
+
+/// moe.ep_combine: one warp per current receive row stores it at its slot
+/// of its source rank's return buffer, through the peer table.
+void emitEpCombine(PlanBuilder &plan, OpBuilder &builder, EpCombineOp op);
 
 /// moe.quantize: one warp per row and group of columns.
 void emitQuantize(PlanBuilder &plan, OpBuilder &builder, QuantizeOp op);

@@ -168,6 +168,18 @@ struct ConvertMoeToGPUPass
                 emitCombine(plan, builder, combine);
                 return success();
               })
+              .Case([&](EpDispatchOp dispatch) -> LogicalResult {
+                emitEpDispatch(plan, builder, dispatch);
+                return success();
+              })
+              .Case([&](EpRouteOp route) -> LogicalResult {
+                emitEpRoute(plan, builder, route);
+                return success();
+              })
+              .Case([&](EpCombineOp combine) -> LogicalResult {
+                emitEpCombine(plan, builder, combine);
+                return success();
+              })
               .Case([&](QuantizeOp quantize) -> LogicalResult {
                 // Quantized by the epilogue of the GEMM it follows.
                 auto gemm =

@@ -76,17 +76,24 @@ struct TensorMap {
   int64_t swizzleBytes;
 };
 
-/// A kernel argument of the plan: a buffer's pointer or a tensor map by
-/// value.
+/// A kernel argument of the plan: a buffer's pointer, a tensor map by value
+/// or a buffer's peer table (LaunchArgKind::peers).
 struct KernelArg {
-  KernelArg(unsigned buffer) : index(buffer), isTensorMap(false) {}
+  KernelArg(unsigned buffer) : index(buffer), kind(LaunchArgKind::buffer) {}
   static KernelArg tensorMap(unsigned map) {
     KernelArg arg(map);
-    arg.isTensorMap = true;
+    arg.kind = LaunchArgKind::map;
+    return arg;
+  }
+  /// The W pointers to the slices of `buffer` (of first dimension W): the
+  /// ranks' parts of an expert-parallel exchange buffer.
+  static KernelArg peers(unsigned buffer) {
+    KernelArg arg(buffer);
+    arg.kind = LaunchArgKind::peers;
     return arg;
   }
   unsigned index;
-  bool isTensorMap;
+  LaunchArgKind kind;
 };
 
 /// The arguments of a kernel being declared. Each is recorded where it is
@@ -194,6 +201,10 @@ public:
     }
   }
 
+  /// Makes `result`, an op's result that its operand `updated` becomes
+  /// after the op's in-place writes, name `updated`'s buffer.
+  void alias(Value result, Value updated) { bufferOf[result] = use(updated); }
+
   /// The buffer holding `value`, which an earlier op or the signature
   /// defined with its type's dims (dynamic dims are T).
   unsigned use(Value value) {
@@ -235,7 +246,8 @@ public:
   /// kernel's first ops, where the caller writes its body. A tensor map
   /// argument is an `!llvm.ptr` to the descriptor, listed in the kernel's
   /// `moe.grid_constant_args` so that it is passed by value
-  /// (moe-grid-constant-tensor-maps).
+  /// (moe-grid-constant-tensor-maps); a peer table is an `!llvm.ptr` to its
+  /// array of pointers.
   gpu::GPUFuncOp createKernel(OpBuilder &builder, Location loc, StringRef base,
                               ArrayRef<KernelArg> args, ArrayRef<SizeExpr> grid,
                               ArrayRef<int64_t> block,
@@ -244,8 +256,9 @@ public:
     SmallVector<Type> types;
     SmallVector<int64_t> gridConstantArgs;
     for (const KernelArg &arg : args) {
-      if (arg.isTensorMap) {
+      if (arg.kind == LaunchArgKind::map)
         gridConstantArgs.push_back(types.size());
+      if (arg.kind != LaunchArgKind::buffer) {
         types.push_back(LLVM::LLVMPointerType::get(builder.getContext()));
         continue;
       }
@@ -335,11 +348,9 @@ public:
       SmallVector<LaunchArg> args;
       for (const KernelArg &arg : launch.args)
         args.push_back(
-            arg.isTensorMap
-                ? LaunchArg{LaunchArgKind::map,
-                            builder.getStringAttr(maps[arg.index].name)}
-                : LaunchArg{LaunchArgKind::buffer,
-                            builder.getStringAttr(buffers[arg.index].name)});
+            {arg.kind, builder.getStringAttr(arg.kind == LaunchArgKind::map
+                                                 ? maps[arg.index].name
+                                                 : buffers[arg.index].name)});
       args.push_back(
           {LaunchArgKind::i32, builder.getStringAttr(tokens().text)});
       // createKernel began every kernel with beginDependentKernel.

@@ -147,7 +147,7 @@ func.func private @arg_scalar() attributes {l = #moe.launch<grid = ["T", "1", "1
 
 // -----
 
-// expected-error @below {{expected a quoted buffer name, 'map' or 'i32', got 'buffer'}}
+// expected-error @below {{expected a quoted buffer name, 'map', 'i32' or 'peers', got 'buffer'}}
 // expected-error @below {{failed to parse Moe_LaunchAttr parameter 'args'}}
 func.func private @arg_kind() attributes {l = #moe.launch<grid = ["T", "1", "1"], block = [32, 1, 1], smem = 0, args = [buffer "arg0"]>}
 
@@ -215,6 +215,15 @@ gpu.module @arg_element_type attributes {moe.launch_plan = #moe.launch_plan<toke
 gpu.module @arg_map_type attributes {moe.launch_plan = #moe.launch_plan<tokens_max = 8, buffers = [<input "arg0" : f32 ["T"]>], tensor_maps = [<"m" over "arg0" box [8] swizzle 0>]>} {
   // expected-error @below {{'gpu.func' op 'moe.launch' argument 0 (map 'm') cannot be passed for a 'memref<8xf32>'}}
   gpu.func @k(%x: memref<8xf32>) kernel attributes {moe.launch = #moe.launch<grid = ["T", "1", "1"], block = [32, 1, 1], smem = 0, args = [map "m"]>} {
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @arg_peers_type attributes {moe.launch_plan = #moe.launch_plan<tokens_max = 8, buffers = [<input "arg0" : f32 ["2", "T"]>]>} {
+  // expected-error @below {{'gpu.func' op 'moe.launch' argument 0 (peers 'arg0') cannot be passed for a 'memref<2x8xf32>'}}
+  gpu.func @k(%x: memref<2x8xf32>) kernel attributes {moe.launch = #moe.launch<grid = ["T", "1", "1"], block = [32, 1, 1], smem = 0, args = [peers "arg0"]>} {
     gpu.return
   }
 }

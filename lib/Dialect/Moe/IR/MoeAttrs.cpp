@@ -322,8 +322,8 @@ ParseResult mlir::moe::detail::parseListElement(AsmParser &parser,
   if (succeeded(parser.parseOptionalKeyword(&keyword))) {
     std::optional<LaunchArgKind> kind = symbolizeLaunchArgKind(keyword);
     if (!kind || *kind == LaunchArgKind::buffer)
-      return parser.emitError(loc, "expected a quoted buffer name, 'map' or "
-                                   "'i32', got '")
+      return parser.emitError(loc, "expected a quoted buffer name, 'map', "
+                                   "'i32' or 'peers', got '")
              << keyword << "'";
     value.kind = *kind;
   }

@@ -44,6 +44,7 @@ FunctionOpInterface asKernel(Operation *op) {
 bool isDefinedBy(LaunchPlanAttr plan, const LaunchArg &arg) {
   switch (arg.kind) {
   case LaunchArgKind::buffer:
+  case LaunchArgKind::peers:
     return static_cast<bool>(plan.lookupBuffer(arg.value));
   case LaunchArgKind::map:
     return static_cast<bool>(plan.lookupTensorMap(arg.value));
@@ -55,7 +56,8 @@ bool isDefinedBy(LaunchPlanAttr plan, const LaunchArg &arg) {
 
 /// Whether a kernel argument of `type` can take `arg`: a buffer as a memref
 /// of its element type (or a bare pointer once lowered), a tensor map as
-/// the pointer to its descriptor, a scalar as an i32.
+/// the pointer to its descriptor, a peer table as the pointer to its array,
+/// a scalar as an i32.
 bool takes(Type type, const LaunchArg &arg, LaunchPlanAttr plan) {
   switch (arg.kind) {
   case LaunchArgKind::buffer:
@@ -64,6 +66,7 @@ bool takes(Type type, const LaunchArg &arg, LaunchPlanAttr plan) {
              plan.lookupBuffer(arg.value).getElementType();
     return isa<LLVM::LLVMPointerType>(type);
   case LaunchArgKind::map:
+  case LaunchArgKind::peers:
     return isa<LLVM::LLVMPointerType>(type);
   case LaunchArgKind::i32:
     return type.isSignlessInteger(32);
@@ -111,7 +114,7 @@ LogicalResult verifyLaunch(FunctionOpInterface kernel, LaunchAttr launch) {
       return kernel.emitOpError()
              << "'moe.launch' argument " << index << " names '"
              << arg.value.getValue() << "', which is not a "
-             << (arg.kind == LaunchArgKind::buffer ? "buffer" : "tensor map")
+             << (arg.kind == LaunchArgKind::map ? "tensor map" : "buffer")
              << " of the module's 'moe.launch_plan'";
     if (!takes(type, arg, plan))
       return kernel.emitOpError()

@@ -48,7 +48,14 @@ def Moe_LaunchArgKindAttr : I32EnumAttr<"LaunchArgKind",
     // The 128-byte descriptor of a tensor map of the plan, by value.
     I32EnumAttrCase<"map", 1>,
     // A 32-bit integer, the value of a size expression in T.
-    I32EnumAttrCase<"i32", 2>
+    I32EnumAttrCase<"i32", 2>,
+    // The device pointer of an array of W pointers, one per rank, to the W
+    // slices of a buffer along its first dimension (of size W): the ranks'
+    // receive or return buffers of an expert-parallel exchange, which a rank
+    // stores into through its peers' pointers. On one GPU (a simulated
+    // world) slice d is at the buffer's base plus d slices; across processes
+    // slice d is rank d's symmetric memory.
+    I32EnumAttrCase<"peers", 3>
   ]> {
   let cppNamespace = "::mlir::moe";
 }

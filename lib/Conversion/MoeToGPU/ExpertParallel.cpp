@@ -1,0 +1,375 @@
+//===- ExpertParallel.cpp - The exchange ops to GPU kernels ---------------===//
+//
+// moe.ep_dispatch, moe.ep_route and moe.ep_combine, the kernels between
+// which the ranks of an expert-parallel layer exchange rows. The buffers of
+// all W ranks (`[W, ...]` operands) are reached through peer tables, one
+// pointer per rank (LaunchArgKind::peers), so that the same kernel stores
+// into one GPU's simulated world or into the peers' symmetric memory. Each
+// kernel writes exactly what the op's CPU lowering writes (MoeToLoops.cpp),
+// in the same places, rows of a region in slot order included.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Lowerings.h"
+#include "WarpBuilder.h"
+
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+
+using namespace mlir;
+using namespace mlir::moe;
+using namespace mlir::moe::detail;
+
+namespace {
+
+constexpr int64_t kExchangeThreads = 128;
+constexpr int64_t kExchangeWarps = kExchangeThreads / kWarpSize;
+constexpr int64_t kRouteThreads = 256;
+
+/// The sizes of a receive buffer: L local experts (`routedLocal` of them
+/// routed), W ranks, C rows per (local expert, source rank) region.
+struct ReceiveLayout {
+  int64_t local, routedLocal, world, capacity;
+
+  int64_t rows() const { return local * world * capacity; }
+  /// Row (e * W + src) * C + i.
+  Value row(LoopBuilder &lb, Value e, Value src, Value i) const {
+    ImplicitLocOpBuilder &b = lb.b;
+    Value region = arith::AddIOp::create(
+        b, arith::MulIOp::create(b, e, lb.index(world)), src);
+    return arith::AddIOp::create(
+        b, arith::MulIOp::create(b, region, lb.index(capacity)), i);
+  }
+  /// counts[e, src] of a `[L, W]` counts row, clamped to [0, C]: the rows
+  /// written (past C none were).
+  Value current(LoopBuilder &lb, Value count) const {
+    ImplicitLocOpBuilder &b = lb.b;
+    Value nonNegative = arith::MaxSIOp::create(b, count, lb.i32(0));
+    return arith::MinSIOp::create(b, nonNegative, lb.i32(capacity));
+  }
+};
+
+/// Rank `rank`'s slice of a buffer whose peer table is `table`: a pointer to
+/// elements of `element` type, stored into by index.
+struct PeerSlice {
+  Value base;
+  Type element;
+
+  static PeerSlice of(ImplicitLocOpBuilder &b, Value table, Value rank,
+                      Type element) {
+    auto pointer = LLVM::LLVMPointerType::get(b.getContext());
+    Value entry = LLVM::GEPOp::create(b, pointer, pointer, table,
+                                      ValueRange{toI64(b, rank)});
+    return {LLVM::LoadOp::create(b, pointer, entry), element};
+  }
+  /// Stores `value` (an element, or a vector of them `alignment` bytes
+  /// wide) at element `index` of the slice.
+  void store(ImplicitLocOpBuilder &b, Value value, Value index,
+             unsigned alignment = 0) const {
+    Value address =
+        LLVM::GEPOp::create(b, LLVM::LLVMPointerType::get(b.getContext()),
+                            element, base, ValueRange{toI64(b, index)});
+    LLVM::StoreOp::create(b, value, address, alignment);
+  }
+  static Value toI64(ImplicitLocOpBuilder &b, Value indexValue) {
+    return arith::IndexCastOp::create(b, b.getI64Type(), indexValue);
+  }
+};
+
+/// A row of H elements copied by the lanes of a warp, 16 bytes (or the
+/// widest vector that divides H) per lane and step.
+struct RowCopy {
+  Type element;
+  int64_t hidden, width;
+
+  static RowCopy of(Type element, int64_t hidden) {
+    int64_t width = 16 / (element.getIntOrFloatBitWidth() / 8);
+    while (hidden % width)
+      width /= 2;
+    return {element, hidden, width};
+  }
+  unsigned alignment() const {
+    return width * element.getIntOrFloatBitWidth() / 8;
+  }
+  /// Copies row `row` of `source` (a `[rows, H]` memref) to the row that
+  /// starts at element `start` of `target`. Rows start aligned (the runtime
+  /// checks the bases, H is a multiple of the width), so the vectors are.
+  void emit(WarpBuilder &wb, Value source, Value row, const PeerSlice &target,
+            Value start) const {
+    ImplicitLocOpBuilder &b = wb.b;
+    auto type = VectorType::get({width}, element);
+    Value first = arith::MulIOp::create(b, wb.lane, wb.index(width));
+    auto loop = scf::ForOp::create(b, first, wb.index(hidden),
+                                   wb.index(kWarpSize * width));
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(loop.getBody());
+    Value column = loop.getInductionVar();
+    Value vector =
+        vector::LoadOp::create(b, type, source, ValueRange{row, column},
+                               /*nontemporal=*/false, llvm::Align(alignment()));
+    target.store(b, vector, arith::AddIOp::create(b, start, column),
+                 alignment());
+  }
+};
+
+/// The warp of this thread across the grid, one per work item.
+Value globalWarp(WarpBuilder &wb) {
+  ImplicitLocOpBuilder &b = wb.b;
+  Value warp = arith::DivUIOp::create(
+      b, gpu::ThreadIdOp::create(b, gpu::Dimension::x), wb.index(kWarpSize));
+  return arith::AddIOp::create(
+      b,
+      arith::MulIOp::create(b, gpu::BlockIdOp::create(b, gpu::Dimension::x),
+                            wb.index(kExchangeWarps)),
+      warp);
+}
+
+/// The grid of `items` warps.
+SmallVector<SizeExpr> warpGrid(int64_t items) {
+  return {PlanBuilder::constant(llvm::divideCeil(items, kExchangeWarps)),
+          PlanBuilder::constant(1), PlanBuilder::constant(1)};
+}
+
+/// The operands of the dispatch kernel of one region.
+struct DispatchRegion {
+  const ReceiveLayout &layout;
+  int64_t numExperts, numSlots, tokens, rank;
+  Value hidden, ids, weights;
+  PeerSlice rows, routedWeights, slots, counts;
+  RowCopy copy;
+};
+
+/// The rows of `region`'s chunk of 32 slots from `chunk` that `mask` (bit j:
+/// slot chunk * 32 + j goes to the region) sends, in slot order from
+/// position `count` of the region's rows from this rank.
+void sendChunk(WarpBuilder &wb, const DispatchRegion &region, Value e,
+               Value chunk, Value mask, Value count) {
+  ImplicitLocOpBuilder &b = wb.b;
+  Value rankIndex = wb.index(region.rank);
+  wb.loop(kWarpSize, [&](Value j) {
+    Value jI32 = wb.toI32(j);
+    Value bit = arith::AndIOp::create(b, arith::ShRUIOp::create(b, mask, jI32),
+                                      wb.i32(1));
+    Value below = arith::AndIOp::create(
+        b, mask,
+        arith::SubIOp::create(b, arith::ShLIOp::create(b, wb.i32(1), jI32),
+                              wb.i32(1)));
+    Value position =
+        arith::AddIOp::create(b, count, LLVM::CtPopOp::create(b, below));
+    Value sent = arith::AndIOp::create(
+        b, wb.cmpi(arith::CmpIPredicate::ne, bit, wb.i32(0)),
+        wb.cmpi(arith::CmpIPredicate::slt, position,
+                wb.i32(region.layout.capacity)));
+    wb.ifThen(sent, [&] {
+      Value slot = arith::AddIOp::create(
+          b, arith::MulIOp::create(b, chunk, wb.index(kWarpSize)), j);
+      Value t = arith::DivUIOp::create(b, slot, wb.index(region.numSlots));
+      Value s = arith::RemUIOp::create(b, slot, wb.index(region.numSlots));
+      Value row = region.layout.row(wb, e, rankIndex, wb.toIndex(position));
+      region.copy.emit(
+          wb, region.hidden, t, region.rows,
+          arith::MulIOp::create(b, row, wb.index(region.copy.hidden)));
+      wb.ifThen(wb.cmpi(arith::CmpIPredicate::eq, wb.lane, wb.index(0)), [&] {
+        region.routedWeights.store(b, wb.load(region.weights, {t, s}), row);
+        region.slots.store(b, wb.toI32(slot), row);
+      });
+    });
+  });
+}
+
+/// The body of the dispatch kernel for region (d, e) of rank d's buffer
+/// from this rank: its warp scans the slots 32 at a time, sends the
+/// matching ones in slot order and stores the count.
+void emitDispatchRegion(WarpBuilder &wb, const DispatchRegion &region, Value d,
+                        Value e) {
+  ImplicitLocOpBuilder &b = wb.b;
+  const ReceiveLayout &layout = region.layout;
+  // Region (d, e) receives routed expert d * E/W + e, or on this rank the
+  // shared expert E + e - E/W; a shared region of another rank nothing.
+  Value dI32 = wb.toI32(d), eI32 = wb.toI32(e);
+  Value routed =
+      wb.cmpi(arith::CmpIPredicate::slt, eI32, wb.i32(layout.routedLocal));
+  Value expert = wb.select(
+      routed,
+      arith::AddIOp::create(
+          b, arith::MulIOp::create(b, dI32, wb.i32(layout.routedLocal)), eI32),
+      arith::AddIOp::create(b, eI32,
+                            wb.i32(region.numExperts - layout.routedLocal)));
+  Value receives = arith::OrIOp::create(
+      b, routed, wb.cmpi(arith::CmpIPredicate::eq, dI32, wb.i32(region.rank)));
+  expert = wb.select(receives, expert, wb.i32(-1));
+  int64_t slots = region.tokens * region.numSlots;
+  Value count = wb.loop(
+      wb.index(0), wb.index(llvm::divideCeil(slots, kWarpSize)), {wb.i32(0)},
+      [&](Value chunk, ValueRange carried) -> SmallVector<Value> {
+        Value slot = arith::AddIOp::create(
+            b, arith::MulIOp::create(b, chunk, wb.index(kWarpSize)), wb.lane);
+        Value inRange =
+            wb.cmpi(arith::CmpIPredicate::ult, slot, wb.index(slots));
+        Value safe = wb.select(inRange, slot, wb.index(0));
+        Value id = wb.load(
+            region.ids,
+            {arith::DivUIOp::create(b, safe, wb.index(region.numSlots)),
+             arith::RemUIOp::create(b, safe, wb.index(region.numSlots))});
+        Value match = arith::AndIOp::create(
+            b, inRange, wb.cmpi(arith::CmpIPredicate::eq, id, expert));
+        Value mask = NVVM::VoteSyncOp::create(
+            b, b.getI32Type(), wb.i32(-1), match, NVVM::VoteSyncKind::ballot);
+        wb.ifThen(wb.cmpi(arith::CmpIPredicate::ne, mask, wb.i32(0)),
+                  [&] { sendChunk(wb, region, e, chunk, mask, carried[0]); });
+        return {arith::AddIOp::create(b, carried[0],
+                                      LLVM::CtPopOp::create(b, mask))};
+      })[0];
+  // Every count of this rank, 0 included: nothing clears the buffers.
+  wb.ifThen(wb.cmpi(arith::CmpIPredicate::eq, wb.lane, wb.index(0)), [&] {
+    Value index = arith::AddIOp::create(
+        b, arith::MulIOp::create(b, e, wb.index(layout.world)),
+        wb.index(region.rank));
+    region.counts.store(b, count, index);
+  });
+}
+
+} // namespace
+
+void mlir::moe::detail::emitEpDispatch(PlanBuilder &plan, OpBuilder &builder,
+                                       EpDispatchOp op) {
+  OpBuilder::InsertionGuard guard(builder);
+  ExpertParallelAttr parallel = op.getExpertParallel();
+  auto countsType = cast<RankedTensorType>(op.getRecvCounts().getType());
+  auto rowsType = cast<RankedTensorType>(op.getRecvRows().getType());
+  auto idsType = cast<RankedTensorType>(op.getIds().getType());
+  int64_t world = parallel.getWorld(), local = countsType.getDimSize(1);
+  ReceiveLayout layout{local, parallel.getLocalExperts(op.getNumExperts()),
+                       world, rowsType.getDimSize(1) / (local * world)};
+
+  KernelArgList args;
+  unsigned hiddenArg = args.add(plan.use(op.getHiddenStates()));
+  unsigned idsArg = args.add(plan.use(op.getIds()));
+  unsigned weightsArg = args.add(plan.use(op.getWeights()));
+  SmallVector<unsigned> peerArgs;
+  for (auto [operand, result] :
+       llvm::zip(op->getOperands().drop_front(3), op->getResults())) {
+    plan.alias(result, operand);
+    peerArgs.push_back(args.add(KernelArg::peers(plan.use(operand))));
+  }
+  gpu::GPUFuncOp kernel =
+      plan.createKernel(builder, op.getLoc(), "moe_ep_dispatch", args.get(),
+                        warpGrid(world * local), {kExchangeThreads, 1, 1});
+  ImplicitLocOpBuilder b(op.getLoc(), builder);
+  WarpBuilder wb = makeWarpBuilder(b);
+  Value region = globalWarp(wb);
+  wb.ifThen(wb.cmpi(arith::CmpIPredicate::ult, region, wb.index(world * local)),
+            [&] {
+              Value d = arith::DivUIOp::create(b, region, wb.index(local));
+              Value e = arith::RemUIOp::create(b, region, wb.index(local));
+              auto peer = [&](unsigned position, Type element) {
+                return PeerSlice::of(b, kernel.getArgument(peerArgs[position]),
+                                     d, element);
+              };
+              DispatchRegion dispatch{layout,
+                                      static_cast<int64_t>(op.getNumExperts()),
+                                      idsType.getDimSize(1),
+                                      idsType.getDimSize(0),
+                                      parallel.getRank(),
+                                      kernel.getArgument(hiddenArg),
+                                      kernel.getArgument(idsArg),
+                                      kernel.getArgument(weightsArg),
+                                      peer(0, rowsType.getElementType()),
+                                      peer(1, b.getF32Type()),
+                                      peer(2, b.getI32Type()),
+                                      peer(3, b.getI32Type()),
+                                      RowCopy::of(rowsType.getElementType(),
+                                                  rowsType.getDimSize(2))};
+              emitDispatchRegion(wb, dispatch, d, e);
+            });
+}
+
+void mlir::moe::detail::emitEpRoute(PlanBuilder &plan, OpBuilder &builder,
+                                    EpRouteOp op) {
+  OpBuilder::InsertionGuard guard(builder);
+  auto countsType = cast<RankedTensorType>(op.getCounts().getType());
+  int64_t local = countsType.getDimSize(0), world = countsType.getDimSize(1);
+  int64_t rows =
+      cast<RankedTensorType>(op.getSortedIds().getType()).getDimSize(0);
+  ReceiveLayout layout{local, /*routedLocal=*/0, world, rows / (local * world)};
+
+  KernelArgList args;
+  unsigned countsArg = args.add(plan.use(op.getCounts()));
+  unsigned sortedArg = args.add(plan.define(op.getSortedIds(), "ep_sorted_ids",
+                                            {PlanBuilder::constant(rows)}));
+  unsigned expertsArg = args.add(plan.define(op.getExpertIds(), "ep_expert_ids",
+                                             {PlanBuilder::constant(rows)}));
+  unsigned paddedArg =
+      args.add(plan.define(op.getNumPadded(), "ep_num_padded", {}));
+  gpu::GPUFuncOp kernel = plan.createKernel(
+      builder, op.getLoc(), "moe_ep_route", args.get(),
+      {PlanBuilder::constant(llvm::divideCeil(rows, kRouteThreads)),
+       PlanBuilder::constant(1), PlanBuilder::constant(1)},
+      {kRouteThreads, 1, 1});
+  ImplicitLocOpBuilder b(op.getLoc(), builder);
+  LoopBuilder lb{b};
+  Value row = arith::AddIOp::create(
+      b,
+      arith::MulIOp::create(b, gpu::BlockIdOp::create(b, gpu::Dimension::x),
+                            lb.index(kRouteThreads)),
+      gpu::ThreadIdOp::create(b, gpu::Dimension::x));
+  lb.ifThen(lb.cmpi(arith::CmpIPredicate::ult, row, lb.index(rows)), [&] {
+    Value region = arith::DivUIOp::create(b, row, lb.index(layout.capacity));
+    Value i = arith::RemUIOp::create(b, row, lb.index(layout.capacity));
+    Value e = arith::DivUIOp::create(b, region, lb.index(world));
+    Value src = arith::RemUIOp::create(b, region, lb.index(world));
+    Value current =
+        layout.current(lb, lb.load(kernel.getArgument(countsArg), {e, src}));
+    Value written = lb.cmpi(arith::CmpIPredicate::slt, lb.toI32(i), current);
+    lb.store(lb.toI32(lb.select(written, row, lb.index(rows))),
+             kernel.getArgument(sortedArg), row);
+    lb.store(lb.toI32(e), kernel.getArgument(expertsArg), row);
+    lb.ifThen(lb.cmpi(arith::CmpIPredicate::eq, row, lb.index(0)), [&] {
+      lb.store(lb.i32(rows), kernel.getArgument(paddedArg), {});
+    });
+  });
+}
+
+void mlir::moe::detail::emitEpCombine(PlanBuilder &plan, OpBuilder &builder,
+                                      EpCombineOp op) {
+  OpBuilder::InsertionGuard guard(builder);
+  auto returnedType = cast<RankedTensorType>(op.getReturned().getType());
+  auto countsType = cast<RankedTensorType>(op.getCounts().getType());
+  int64_t local = countsType.getDimSize(0), world = countsType.getDimSize(1);
+  int64_t capacity = returnedType.getDimSize(1);
+  int64_t numSlots = returnedType.getDimSize(2);
+  ReceiveLayout layout{local, /*routedLocal=*/0, world, capacity};
+  RowCopy copy =
+      RowCopy::of(returnedType.getElementType(), returnedType.getDimSize(3));
+
+  KernelArgList args;
+  unsigned rowsArg = args.add(plan.use(op.getRows()));
+  unsigned slotsArg = args.add(plan.use(op.getSlots()));
+  unsigned countsArg = args.add(plan.use(op.getCounts()));
+  plan.alias(op.getOutput(), op.getReturned());
+  unsigned returnedArg = args.add(KernelArg::peers(plan.use(op.getReturned())));
+  gpu::GPUFuncOp kernel =
+      plan.createKernel(builder, op.getLoc(), "moe_ep_combine", args.get(),
+                        warpGrid(layout.rows()), {kExchangeThreads, 1, 1});
+  ImplicitLocOpBuilder b(op.getLoc(), builder);
+  WarpBuilder wb = makeWarpBuilder(b);
+  Value row = globalWarp(wb);
+  wb.ifThen(
+      wb.cmpi(arith::CmpIPredicate::ult, row, wb.index(layout.rows())), [&] {
+        Value region = arith::DivUIOp::create(b, row, wb.index(capacity));
+        Value i = arith::RemUIOp::create(b, row, wb.index(capacity));
+        Value e = arith::DivUIOp::create(b, region, wb.index(world));
+        Value src = arith::RemUIOp::create(b, region, wb.index(world));
+        Value current = layout.current(
+            wb, wb.load(kernel.getArgument(countsArg), {e, src}));
+        Value slot = wb.toIndex(wb.load(kernel.getArgument(slotsArg), row));
+        Value returned = arith::AndIOp::create(
+            b, wb.cmpi(arith::CmpIPredicate::slt, wb.toI32(i), current),
+            wb.inRange(slot, wb.index(0), wb.index(capacity * numSlots)));
+        wb.ifThen(returned, [&] {
+          PeerSlice target = PeerSlice::of(b, kernel.getArgument(returnedArg),
+                                           src, copy.element);
+          copy.emit(wb, kernel.getArgument(rowsArg), row, target,
+                    arith::MulIOp::create(b, slot, wb.index(copy.hidden)));
+        });
+      });
+}

@@ -1,0 +1,134 @@
+// convert-moe-to-gpu compiles the exchange ops of an expert-parallel layer
+// (moe-expert-parallel's phases): moe.ep_dispatch to one warp per region of
+// the ranks' receive buffers, storing through peer tables (`peers` launch
+// arguments) and updating its `into` buffers in place (they become the
+// results' tensors); moe.ep_route to one thread per receive row;
+// moe.ep_combine to one warp per receive row, storing through the return
+// buffers' peer table.
+// RUN: moe-opt %s --split-input-file --convert-moe-to-gpu="tokens-max=4" --canonicalize --cse | FileCheck %s
+
+// Rank 1 of 2, E = 8 routed experts and one shared: L = 5 local experts
+// (4 routed), T = 4, S = 3, C = 4; receive buffers of L*W*C = 40 rows.
+// CHECK-LABEL: gpu.module @moe_kernels
+// CHECK-SAME: buffers = [<input "arg0" : bf16 ["4", "64"]>, <input "arg1" : f32 ["4", "8"]>, <input "arg2" : f32 ["8"]>, <output "result0" : bf16 ["2", "40", "64"]>, <output "result1" : f32 ["2", "40"]>, <output "result2" : i32 ["2", "40"]>, <output "result3" : i32 ["2", "5", "2"]>,
+// CHECK: gpu.func @moe_gate_0(
+// W*L = 10 regions, 4 warps a block.
+// CHECK: gpu.func @moe_ep_dispatch_1(%[[X:.*]]: memref<4x64xbf16>, %[[IDS:.*]]: memref<4x3xi32>, %[[W:.*]]: memref<4x3xf32>, %[[ROWS:.*]]: !llvm.ptr, %[[WTS:.*]]: !llvm.ptr, %[[SLOTS:.*]]: !llvm.ptr, %[[COUNTS:.*]]: !llvm.ptr, %{{.*}}: i32) kernel
+// CHECK-SAME: moe.launch = #moe.launch<grid = ["3", "1", "1"], block = [128, 1, 1], smem = 0, args = ["arg0", "gate_ids", "gate_weights", peers "result0", peers "result1", peers "result2", peers "result3", i32 "T"], dependent = true>
+// CHECK: nvvm.griddepcontrol wait
+// Region (d, e) = (warp / L, warp % L); rank d's slices from the tables.
+// CHECK: %[[D:.*]] = arith.divui %[[REGION:.*]], %c5
+// CHECK: %[[E:.*]] = arith.remui %[[REGION]], %c5
+// CHECK: %[[D64:.*]] = arith.index_cast %[[D]] : index to i64
+// CHECK: %[[ROWS_D:.*]] = llvm.load {{.*}} : !llvm.ptr -> !llvm.ptr
+// CHECK: %[[WTS_D:.*]] = llvm.load {{.*}} : !llvm.ptr -> !llvm.ptr
+// CHECK: %[[SLOTS_D:.*]] = llvm.load {{.*}} : !llvm.ptr -> !llvm.ptr
+// CHECK: %[[COUNTS_D:.*]] = llvm.load {{.*}} : !llvm.ptr -> !llvm.ptr
+// Its expert: routed d * 4 + e for e < 4, shared 8 + e - 4 on rank 1 only.
+// CHECK: %[[ROUTED:.*]] = arith.cmpi slt, %[[EI:.*]], %c4_i32
+// CHECK: %[[G_ROUTED:.*]] = arith.addi %{{.*}}, %[[EI]] : i32
+// CHECK: %[[G_SHARED:.*]] = arith.addi %[[EI]], %c4_i32 : i32
+// CHECK: %[[G:.*]] = arith.select %[[ROUTED]], %[[G_ROUTED]], %[[G_SHARED]]
+// CHECK: %[[HERE:.*]] = arith.cmpi eq, %{{.*}}, %c1_i32
+// CHECK: %[[RECEIVES:.*]] = arith.ori %[[ROUTED]], %[[HERE]]
+// CHECK: %[[EXPERT:.*]] = arith.select %[[RECEIVES]], %[[G]], %c-1_i32
+// A lane per slot of the chunk; the ballot of those routed to the region.
+// CHECK: %[[ID:.*]] = memref.load %[[IDS]]
+// CHECK: %[[MATCH:.*]] = arith.cmpi eq, %[[ID]], %[[EXPERT]]
+// CHECK: %[[MASK:.*]] = nvvm.vote.sync ballot %c-1_i32, %{{.*}} -> i32
+// The slots in order: slot j's position is the matches below it, sent while
+// below C = 4, to row (e * W + 1) * C + position of rank d's slice.
+// CHECK: scf.for %[[J:.*]] = %c0 to %c32 step %c1
+// CHECK: %[[POS:.*]] = llvm.intr.ctpop
+// CHECK: arith.cmpi slt, %[[POS]], %c4_i32
+// CHECK: %[[REG:.*]] = arith.muli %[[E]], %c2
+// CHECK: %[[REG1:.*]] = arith.addi %[[REG]], %c1
+// CHECK: %[[ROWBASE:.*]] = arith.muli %[[REG1]], %c4
+// CHECK: %[[ROW:.*]] = arith.addi %[[ROWBASE]], %{{.*}} : index
+// 16 bytes a lane: 8 bf16 of the token's row.
+// CHECK: vector.load %[[X]][%{{.*}}, %{{.*}}] {alignment = 16 : i64} : memref<4x64xbf16>, vector<8xbf16>
+// CHECK: llvm.getelementptr %[[ROWS_D]][%{{.*}}] : (!llvm.ptr, i64) -> !llvm.ptr, bf16
+// CHECK: llvm.store %{{.*}}, %{{.*}} {alignment = 16 : i64} : vector<8xbf16>, !llvm.ptr
+// CHECK: memref.load %[[W]]
+// CHECK: llvm.getelementptr %[[WTS_D]]
+// CHECK: llvm.store %{{.*}}, %{{.*}} : f32, !llvm.ptr
+// CHECK: llvm.getelementptr %[[SLOTS_D]]
+// CHECK: llvm.store %{{.*}}, %{{.*}} : i32, !llvm.ptr
+// Then counts[d, e, 1]: every region's, 0 included.
+// CHECK: %[[COUNT:.*]] = llvm.intr.ctpop(%[[MASK]])
+// CHECK: llvm.getelementptr %[[COUNTS_D]]
+// CHECK: llvm.store %[[COUNT]], %{{.*}} : i32, !llvm.ptr
+func.func @layer_dispatch(%arg0: tensor<4x64xbf16>, %arg1: tensor<4x8xf32>,
+                          %arg2: tensor<8xf32>, %arg3: tensor<2x40x64xbf16>,
+                          %arg4: tensor<2x40xf32>, %arg5: tensor<2x40xi32>,
+                          %arg6: tensor<2x5x2xi32>)
+    -> (tensor<2x40x64xbf16>, tensor<2x40xf32>, tensor<2x40xi32>,
+        tensor<2x5x2xi32>) {
+  %weights, %ids = moe.gate %arg1 bias %arg2
+      {router = #moe.router<scoring = sigmoid, top_k = 2, renormalize = true,
+                            num_shared_experts = 1>}
+    : (tensor<4x8xf32>, tensor<8xf32>) -> (tensor<4x3xf32>, tensor<4x3xi32>)
+  %rows, %routed_weights, %slots, %counts = moe.ep_dispatch %arg0, %ids, %weights
+      into(%arg3, %arg4, %arg5, %arg6)
+      {expert_parallel = #moe.expert_parallel<world = 2, rank = 1>,
+       num_experts = 8 : i64}
+    : (tensor<4x64xbf16>, tensor<4x3xi32>, tensor<4x3xf32>,
+       tensor<2x40x64xbf16>, tensor<2x40xf32>, tensor<2x40xi32>,
+       tensor<2x5x2xi32>)
+      -> (tensor<2x40x64xbf16>, tensor<2x40xf32>, tensor<2x40xi32>,
+          tensor<2x5x2xi32>)
+  return %rows, %routed_weights, %slots, %counts
+    : tensor<2x40x64xbf16>, tensor<2x40xf32>, tensor<2x40xi32>,
+      tensor<2x5x2xi32>
+}
+
+// -----
+
+// The receive side of a rank's buffers (L = 5, W = 2, C = 4), as the
+// experts phase routes them and returns its rows.
+// CHECK-LABEL: gpu.module @moe_kernels
+// CHECK-SAME: buffers = [<input "arg0" : i32 ["5", "2"]>, <input "arg1" : bf16 ["40", "64"]>, <input "arg2" : i32 ["40"]>, <output "result3" : bf16 ["2", "4", "3", "64"]>, <output "result0" : i32 ["40"]>, <output "result1" : i32 ["40"]>, <output "result2" : i32 []>]
+// CHECK: gpu.func @moe_ep_route_0(%[[COUNTS:.*]]: memref<5x2xi32>, %[[SORTED:.*]]: memref<40xi32>, %[[EXPERTS:.*]]: memref<40xi32>, %[[PADDED:.*]]: memref<i32>, %{{.*}}: i32) kernel
+// CHECK-SAME: moe.launch = #moe.launch<grid = ["1", "1", "1"], block = [256, 1, 1], smem = 0, args = ["arg0", "result0", "result1", "result2", i32 "T"], dependent = true>
+// CHECK: nvvm.griddepcontrol wait
+// Row r: region r / C, i = r % C; e = region / W, src = region % W.
+// CHECK: %[[REGION:.*]] = arith.divui %[[ROW:.*]], %c4
+// CHECK: %[[I:.*]] = arith.remui %[[ROW]], %c4
+// CHECK: %[[E:.*]] = arith.divui %[[REGION]], %c2
+// CHECK: %[[SRC:.*]] = arith.remui %[[REGION]], %c2
+// CHECK: %[[COUNT:.*]] = memref.load %[[COUNTS]][%[[E]], %[[SRC]]]
+// counts[e, src] clamped to [0, C].
+// CHECK: %[[LOW:.*]] = arith.maxsi %[[COUNT]], %c0_i32
+// CHECK: %[[CURRENT:.*]] = arith.minsi %[[LOW]], %c4_i32
+// CHECK: %[[WRITTEN:.*]] = arith.cmpi slt, %{{.*}}, %[[CURRENT]]
+// CHECK: %[[ID:.*]] = arith.select %[[WRITTEN]], %[[ROW]], %c40
+// CHECK: memref.store %{{.*}}, %[[SORTED]][%[[ROW]]]
+// CHECK: memref.store %{{.*}}, %[[EXPERTS]][%[[ROW]]]
+// CHECK: memref.store %c40_i32, %[[PADDED]][]
+// CHECK: gpu.func @moe_ep_combine_1(%[[ROWS:.*]]: memref<40x64xbf16>, %[[SLOTS:.*]]: memref<40xi32>, %[[COUNTS2:.*]]: memref<5x2xi32>, %[[RETURNED:.*]]: !llvm.ptr, %{{.*}}: i32) kernel
+// CHECK-SAME: moe.launch = #moe.launch<grid = ["10", "1", "1"], block = [128, 1, 1], smem = 0, args = ["arg1", "arg2", "arg0", peers "result3", i32 "T"], dependent = true>
+// CHECK: nvvm.griddepcontrol wait
+// A current row with a slot in [0, C*S) goes to its source's slice.
+// CHECK: %[[SRC2:.*]] = arith.remui %{{.*}}, %c2
+// CHECK: %[[SLOT:.*]] = memref.load %[[SLOTS]]
+// CHECK: arith.cmpi slt, %{{.*}}, %c12
+// CHECK: scf.if
+// CHECK: %[[SRC64:.*]] = arith.index_cast %[[SRC2]] : index to i64
+// CHECK: %[[ENTRY:.*]] = llvm.getelementptr %[[RETURNED]][%[[SRC64]]] : (!llvm.ptr, i64) -> !llvm.ptr, !llvm.ptr
+// CHECK: %[[SLICE:.*]] = llvm.load %[[ENTRY]] : !llvm.ptr -> !llvm.ptr
+// Row r to element slot * H of the slice.
+// CHECK: %[[START:.*]] = arith.muli %{{.*}}, %c64
+// CHECK: vector.load %[[ROWS]]
+// CHECK: llvm.getelementptr %[[SLICE]]
+// CHECK: llvm.store %{{.*}}, %{{.*}} {alignment = 16 : i64} : vector<8xbf16>, !llvm.ptr
+func.func @receive(%counts: tensor<5x2xi32>, %rows: tensor<40x64xbf16>,
+                   %slots: tensor<40xi32>, %returned: tensor<2x4x3x64xbf16>)
+    -> (tensor<40xi32>, tensor<40xi32>, tensor<i32>, tensor<2x4x3x64xbf16>) {
+  %sorted, %experts, %padded = moe.ep_route %counts
+    : (tensor<5x2xi32>) -> (tensor<40xi32>, tensor<40xi32>, tensor<i32>)
+  %back = moe.ep_combine %rows, %slots, %counts into(%returned)
+    : (tensor<40x64xbf16>, tensor<40xi32>, tensor<5x2xi32>,
+       tensor<2x4x3x64xbf16>) -> tensor<2x4x3x64xbf16>
+  return %sorted, %experts, %padded, %back
+    : tensor<40xi32>, tensor<40xi32>, tensor<i32>, tensor<2x4x3x64xbf16>
+}
