@@ -258,3 +258,17 @@ func.func @gemm_cluster_plain(%x: tensor<?x64xbf16>, %w: tensor<4x64x64xbf16>, %
   return %o : tensor<?x64xbf16>
 }
 
+
+// -----
+
+// The experts phase of an expert-parallel layer (moe-expert-parallel) reads
+// its rank's slice of the receive buffers, a view the launch plan cannot
+// name (and its grouped matmuls take block_m = 1, which the block_m 8
+// diagnostic above covers): only its exchange ops have kernels.
+func.func @layer_experts(%counts: tensor<2x5x2xi32>) -> (tensor<40xi32>, tensor<40xi32>, tensor<i32>) {
+  // expected-error @below {{'tensor.extract_slice' op is not part of a moe layer (convert-moe-to-gpu)}}
+  %mine = tensor.extract_slice %counts[1, 0, 0] [1, 5, 2] [1, 1, 1] : tensor<2x5x2xi32> to tensor<5x2xi32>
+  %sorted, %experts, %padded = moe.ep_route %mine : (tensor<5x2xi32>) -> (tensor<40xi32>, tensor<40xi32>, tensor<i32>)
+  return %sorted, %experts, %padded : tensor<40xi32>, tensor<40xi32>, tensor<i32>
+}
+
