@@ -246,8 +246,9 @@ void mlir::moe::detail::emitEpDispatch(PlanBuilder &plan, OpBuilder &builder,
   unsigned idsArg = args.add(plan.use(op.getIds()));
   unsigned weightsArg = args.add(plan.use(op.getWeights()));
   SmallVector<unsigned> peerArgs;
-  for (auto [operand, result] :
-       llvm::zip(op->getOperands().drop_front(3), op->getResults())) {
+  Value updated[] = {op.getRecvRows(), op.getRecvWeights(), op.getRecvSlots(),
+                     op.getRecvCounts()};
+  for (auto [operand, result] : llvm::zip_equal(updated, op->getResults())) {
     plan.alias(result, operand);
     peerArgs.push_back(args.add(KernelArg::peers(plan.use(operand))));
   }
