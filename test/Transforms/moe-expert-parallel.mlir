@@ -12,13 +12,15 @@
 // T = 4 tokens, S = 3 slots; C = T rows per (local expert, source rank):
 // receive buffers of L*W*C = 40 rows.
 // CHECK-LABEL: func.func @layer_dispatch
-// CHECK-SAME: (%[[X:.*]]: tensor<4x64xbf16>, %[[L:.*]]: tensor<4x8xf32>, %[[B:.*]]: tensor<8xf32>, %[[ROWS:.*]]: tensor<2x40x64xbf16>, %[[WTS:.*]]: tensor<2x40xf32>, %[[SLOTS:.*]]: tensor<2x40xi32>, %[[COUNTS:.*]]: tensor<2x5x2xi32>)
+// The exchange buffers are marked as such, so that a GPU rank holds one
+// slice of each.
+// CHECK-SAME: (%[[X:.*]]: tensor<4x64xbf16>, %[[L:.*]]: tensor<4x8xf32>, %[[B:.*]]: tensor<8xf32>, %[[ROWS:.*]]: tensor<2x40x64xbf16> {moe.exchange = #moe.expert_parallel<world = 2, rank = 1>}, %[[WTS:.*]]: tensor<2x40xf32> {moe.exchange = #moe.expert_parallel<world = 2, rank = 1>}, %[[SLOTS:.*]]: tensor<2x40xi32> {moe.exchange = #moe.expert_parallel<world = 2, rank = 1>}, %[[COUNTS:.*]]: tensor<2x5x2xi32> {moe.exchange = #moe.expert_parallel<world = 2, rank = 1>})
 // CHECK-NEXT: %[[W:.*]], %[[IDS:.*]] = moe.gate %[[L]] bias %[[B]] {{.*}} -> (tensor<4x3xf32>, tensor<4x3xi32>)
 // CHECK-NEXT: %[[R:.*]], %[[RW:.*]], %[[RS:.*]], %[[RC:.*]] = moe.ep_dispatch %[[X]], %[[IDS]], %[[W]] into(%[[ROWS]], %[[WTS]], %[[SLOTS]], %[[COUNTS]]) {expert_parallel = #moe.expert_parallel<world = 2, rank = 1>, num_experts = 8 : i64}
 // CHECK-NEXT: return %[[R]], %[[RW]], %[[RS]], %[[RC]] :
 
 // CHECK-LABEL: func.func @layer_experts
-// CHECK-SAME: (%[[W13:.*]]: tensor<5x256x64xbf16>, %[[W2:.*]]: tensor<5x64x128xbf16>, %[[ROWS:.*]]: tensor<2x40x64xbf16>, %[[WTS:.*]]: tensor<2x40xf32>, %[[SLOTS:.*]]: tensor<2x40xi32>, %[[COUNTS:.*]]: tensor<2x5x2xi32>, %[[RET:.*]]: tensor<2x4x3x64xbf16>) -> tensor<2x4x3x64xbf16>
+// CHECK-SAME: (%[[W13:.*]]: tensor<5x256x64xbf16>, %[[W2:.*]]: tensor<5x64x128xbf16>, %[[ROWS:.*]]: tensor<2x40x64xbf16> {moe.exchange = #moe.expert_parallel<world = 2, rank = 1>}, %[[WTS:.*]]: tensor<2x40xf32> {moe.exchange = #moe.expert_parallel<world = 2, rank = 1>}, %[[SLOTS:.*]]: tensor<2x40xi32> {moe.exchange = #moe.expert_parallel<world = 2, rank = 1>}, %[[COUNTS:.*]]: tensor<2x5x2xi32> {moe.exchange = #moe.expert_parallel<world = 2, rank = 1>}, %[[RET:.*]]: tensor<2x4x3x64xbf16> {moe.exchange = #moe.expert_parallel<world = 2, rank = 1>}) -> tensor<2x4x3x64xbf16>
 // CHECK-DAG: %[[MY_ROWS:.*]] = tensor.extract_slice %[[ROWS]][1, 0, 0] [1, 40, 64] [1, 1, 1] : tensor<2x40x64xbf16> to tensor<40x64xbf16>
 // CHECK-DAG: %[[MY_SLOTS:.*]] = tensor.extract_slice %[[SLOTS]][1, 0] [1, 40] [1, 1] : tensor<2x40xi32> to tensor<40xi32>
 // CHECK-DAG: %[[MY_COUNTS:.*]] = tensor.extract_slice %[[COUNTS]][1, 0, 0] [1, 5, 2] [1, 1, 1] : tensor<2x5x2xi32> to tensor<5x2xi32>
@@ -34,7 +36,7 @@
 // CHECK-NEXT: return %[[BACK]]
 
 // CHECK-LABEL: func.func @layer_combine
-// CHECK-SAME: (%[[RET:.*]]: tensor<2x4x3x64xbf16>) -> tensor<4x64xbf16>
+// CHECK-SAME: (%[[RET:.*]]: tensor<2x4x3x64xbf16> {moe.exchange = #moe.expert_parallel<world = 2, rank = 1>}) -> tensor<4x64xbf16>
 // CHECK-NEXT: %[[MINE:.*]] = tensor.extract_slice %[[RET]][1, 0, 0, 0] [1, 4, 3, 64] [1, 1, 1, 1] : tensor<2x4x3x64xbf16> to tensor<4x3x64xbf16>
 // CHECK-NEXT: %[[Y:.*]] = moe.combine %[[MINE]] : (tensor<4x3x64xbf16>) -> tensor<4x64xbf16>
 // CHECK-NEXT: return %[[Y]]

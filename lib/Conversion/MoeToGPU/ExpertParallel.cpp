@@ -230,8 +230,9 @@ void emitDispatchRegion(WarpBuilder &wb, const DispatchRegion &region, Value d,
 
 } // namespace
 
-void mlir::moe::detail::emitEpDispatch(PlanBuilder &plan, OpBuilder &builder,
-                                       EpDispatchOp op) {
+LogicalResult mlir::moe::detail::emitEpDispatch(PlanBuilder &plan,
+                                                OpBuilder &builder,
+                                                EpDispatchOp op) {
   OpBuilder::InsertionGuard guard(builder);
   ExpertParallelAttr parallel = op.getExpertParallel();
   auto countsType = cast<RankedTensorType>(op.getRecvCounts().getType());
@@ -249,8 +250,11 @@ void mlir::moe::detail::emitEpDispatch(PlanBuilder &plan, OpBuilder &builder,
   Value updated[] = {op.getRecvRows(), op.getRecvWeights(), op.getRecvSlots(),
                      op.getRecvCounts()};
   for (auto [operand, result] : llvm::zip_equal(updated, op->getResults())) {
+    FailureOr<unsigned> buffer = plan.useExchange(op, operand);
+    if (failed(buffer))
+      return failure();
     plan.alias(result, operand);
-    peerArgs.push_back(args.add(KernelArg::peers(plan.use(operand))));
+    peerArgs.push_back(args.add(KernelArg::peers(*buffer)));
   }
   gpu::GPUFuncOp kernel =
       plan.createKernel(builder, op.getLoc(), "moe_ep_dispatch", args.get(),
@@ -282,6 +286,7 @@ void mlir::moe::detail::emitEpDispatch(PlanBuilder &plan, OpBuilder &builder,
                                                   rowsType.getDimSize(2))};
               emitDispatchRegion(wb, dispatch, d, e);
             });
+  return success();
 }
 
 void mlir::moe::detail::emitEpRoute(PlanBuilder &plan, OpBuilder &builder,
@@ -330,8 +335,9 @@ void mlir::moe::detail::emitEpRoute(PlanBuilder &plan, OpBuilder &builder,
   });
 }
 
-void mlir::moe::detail::emitEpCombine(PlanBuilder &plan, OpBuilder &builder,
-                                      EpCombineOp op) {
+LogicalResult mlir::moe::detail::emitEpCombine(PlanBuilder &plan,
+                                               OpBuilder &builder,
+                                               EpCombineOp op) {
   OpBuilder::InsertionGuard guard(builder);
   auto returnedType = cast<RankedTensorType>(op.getReturned().getType());
   auto countsType = cast<RankedTensorType>(op.getCounts().getType());
@@ -346,8 +352,11 @@ void mlir::moe::detail::emitEpCombine(PlanBuilder &plan, OpBuilder &builder,
   unsigned rowsArg = args.add(plan.use(op.getRows()));
   unsigned slotsArg = args.add(plan.use(op.getSlots()));
   unsigned countsArg = args.add(plan.use(op.getCounts()));
+  FailureOr<unsigned> returned = plan.useExchange(op, op.getReturned());
+  if (failed(returned))
+    return failure();
   plan.alias(op.getOutput(), op.getReturned());
-  unsigned returnedArg = args.add(KernelArg::peers(plan.use(op.getReturned())));
+  unsigned returnedArg = args.add(KernelArg::peers(*returned));
   gpu::GPUFuncOp kernel =
       plan.createKernel(builder, op.getLoc(), "moe_ep_combine", args.get(),
                         warpGrid(layout.rows()), {kExchangeThreads, 1, 1});
@@ -373,4 +382,5 @@ void mlir::moe::detail::emitEpCombine(PlanBuilder &plan, OpBuilder &builder,
                     arith::MulIOp::create(b, slot, wb.index(copy.hidden)));
         });
       });
+  return success();
 }

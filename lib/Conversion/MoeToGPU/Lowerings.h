@@ -26,15 +26,19 @@ LogicalResult emitRoute(PlanBuilder &plan, OpBuilder &builder, RouteOp op);
 void emitCombine(PlanBuilder &plan, OpBuilder &builder, CombineOp op);
 
 /// moe.ep_dispatch: one warp per region of the ranks' receive buffers
-/// sends it this rank's slots, in slot order, through the peer tables.
-void emitEpDispatch(PlanBuilder &plan, OpBuilder &builder, EpDispatchOp op);
+/// sends it this rank's slots, in slot order, through the peer tables; its
+/// `into` buffers must be exchange buffer arguments.
+LogicalResult emitEpDispatch(PlanBuilder &plan, OpBuilder &builder,
+                             EpDispatchOp op);
 
 /// moe.ep_route: one thread per receive row, from the region counts.
 void emitEpRoute(PlanBuilder &plan, OpBuilder &builder, EpRouteOp op);
 
 /// moe.ep_combine: one warp per current receive row stores it at its slot
-/// of its source rank's return buffer, through the peer table.
-void emitEpCombine(PlanBuilder &plan, OpBuilder &builder, EpCombineOp op);
+/// of its source rank's return buffer, through the peer table; its `into`
+/// buffer must be an exchange buffer argument.
+LogicalResult emitEpCombine(PlanBuilder &plan, OpBuilder &builder,
+                            EpCombineOp op);
 
 /// moe.quantize: one warp per row and group of columns.
 void emitQuantize(PlanBuilder &plan, OpBuilder &builder, QuantizeOp op);

@@ -10,6 +10,7 @@
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/MC/MCSubtargetInfo.h"
 #include "llvm/MC/TargetRegistry.h"
@@ -82,6 +83,33 @@ LogicalResult checkRoutingAt(func::FuncOp function, int64_t tokensMax) {
     return failed(checked) ? WalkResult::interrupt() : WalkResult::advance();
   });
   return failure(result.wasInterrupted());
+}
+
+/// Makes `slice`, the part of an exchange buffer argument that its own rank
+/// holds (the experts and combine phases of moe-expert-parallel), name the
+/// buffer of that argument, whose dims are that slice's: a rank's kernels
+/// read their own slice as a plain buffer. Any other slice is refused.
+LogicalResult viewRankSlice(PlanBuilder &plan, tensor::ExtractSliceOp slice) {
+  ExpertParallelAttr exchange = plan.exchangeOf(plan.use(slice.getSource()));
+  auto sourceType = slice.getSourceType();
+  auto isRankSlice = [&] {
+    SmallVector<int64_t> offsets(sourceType.getRank(), 0), sizes;
+    offsets[0] = exchange.getRank();
+    sizes.push_back(1);
+    llvm::append_range(sizes, sourceType.getShape().drop_front());
+    return slice.getStaticOffsets() == ArrayRef<int64_t>(offsets) &&
+           slice.getStaticSizes() == ArrayRef<int64_t>(sizes) &&
+           llvm::all_of(slice.getStaticStrides(),
+                        [](int64_t stride) { return stride == 1; }) &&
+           slice.getType().getShape() == sourceType.getShape().drop_front();
+  };
+  if (!exchange || !isRankSlice())
+    return slice.emitOpError()
+           << "is not a rank's own slice [rank, 0, ...] of an exchange buffer "
+              "argument (marked 'moe.exchange'), the one slice a rank's "
+              "kernels read as a buffer (convert-moe-to-gpu)";
+  plan.alias(slice.getResult(), slice.getSource());
+  return success();
 }
 
 /// Whether LLVM's NVPTX back end has the subtarget feature `name`.
@@ -169,16 +197,14 @@ struct ConvertMoeToGPUPass
                 return success();
               })
               .Case([&](EpDispatchOp dispatch) -> LogicalResult {
-                emitEpDispatch(plan, builder, dispatch);
-                return success();
+                return emitEpDispatch(plan, builder, dispatch);
               })
               .Case([&](EpRouteOp route) -> LogicalResult {
                 emitEpRoute(plan, builder, route);
                 return success();
               })
               .Case([&](EpCombineOp combine) -> LogicalResult {
-                emitEpCombine(plan, builder, combine);
-                return success();
+                return emitEpCombine(plan, builder, combine);
               })
               .Case([&](QuantizeOp quantize) -> LogicalResult {
                 // Quantized by the epilogue of the GEMM it follows.
@@ -196,6 +222,14 @@ struct ConvertMoeToGPUPass
               .Case([&](GroupedMatmulOp gemm) -> LogicalResult {
                 return emitGroupedMatmul(plan, builder, gemm, choiceTokens);
               })
+              .Case([&](tensor::ExtractSliceOp slice) -> LogicalResult {
+                return viewRankSlice(plan, slice);
+              })
+              .Case<tensor::ExpandShapeOp, tensor::CollapseShapeOp>(
+                  [&](Operation *reshape) -> LogicalResult {
+                    plan.view(reshape->getResult(0), reshape->getOperand(0));
+                    return success();
+                  })
               .Case<FusedMoeOp, FusedExpertsOp>(
                   [&](Operation *fused) -> LogicalResult {
                     return fused->emitOpError()

@@ -37,6 +37,12 @@ struct Buffer {
   Type elementType;
   SmallVector<std::string> dims;   // size expressions in T
   SmallVector<int64_t> shapeAtMax; // the sizes at T = tokens-max
+  /// A caller tensor that is one rank's slice of an exchange buffer (an
+  /// argument marked `moe.exchange`); its dims are the slice's.
+  ExpertParallelAttr exchange = {};
+  /// A view (a reshape) of this other buffer: the same memory under these
+  /// dims, named as that buffer and not declared in the plan.
+  std::optional<unsigned> viewOf = {};
 };
 
 /// Size expressions in the token count T (docs/BUNDLE.md), with their value
@@ -205,16 +211,52 @@ public:
   /// after the op's in-place writes, name `updated`'s buffer.
   void alias(Value result, Value updated) { bufferOf[result] = use(updated); }
 
+  /// Makes `result`, a reshape of `source`, a view of `source`'s buffer:
+  /// kernels take the same pointer as a memref of `result`'s shape.
+  void view(Value result, Value source) {
+    unsigned base = use(source);
+    while (buffers[base].viewOf)
+      base = *buffers[base].viewOf;
+    Buffer buffer{
+        /*name=*/"", buffers[base].role, buffers[base].elementType, {}, {}};
+    for (const SizeExpr &dim : dimsOf(result)) {
+      buffer.dims.push_back(dim.text);
+      buffer.shapeAtMax.push_back(dim.atMax);
+    }
+    buffer.viewOf = base;
+    bufferOf[result] = buffers.size();
+    buffers.push_back(std::move(buffer));
+  }
+
   /// The buffer holding `value`, which an earlier op or the signature
-  /// defined with its type's dims (dynamic dims are T).
+  /// defined with its type's dims (dynamic dims are T); an exchange buffer
+  /// argument's are its slice's.
   unsigned use(Value value) {
     auto found = bufferOf.find(value);
     if (found != bufferOf.end())
       return found->second;
-    SmallVector<SizeExpr> dims;
-    for (int64_t dim : cast<ShapedType>(value.getType()).getShape())
-      dims.push_back(ShapedType::isDynamic(dim) ? tokens() : constant(dim));
-    return define(value, "unnamed", dims);
+    ExpertParallelAttr exchange = exchangeOf(value);
+    SmallVector<SizeExpr> dims = dimsOf(value);
+    unsigned buffer = define(value, "unnamed",
+                             ArrayRef<SizeExpr>(dims).drop_front(!!exchange));
+    buffers[buffer].exchange = exchange;
+    return buffer;
+  }
+  /// The buffer of `value`, an exchange buffer argument (or an op's in-place
+  /// update of one) that `op` stores into through its peer table; a
+  /// diagnostic on `op` when it is not one.
+  FailureOr<unsigned> useExchange(Operation *op, Value value) {
+    unsigned buffer = use(value);
+    if (exchangeOf(buffer))
+      return buffer;
+    return op->emitOpError()
+           << "stores into every rank's slice of a buffer that is not an "
+              "exchange buffer argument (marked 'moe.exchange'), so no caller "
+              "binds its ranks' slices (convert-moe-to-gpu)";
+  }
+  /// The ranks of `buffer` if it is an exchange buffer's slice, else null.
+  ExpertParallelAttr exchangeOf(unsigned buffer) const {
+    return buffers[buffer].exchange;
   }
   /// Dimension `dim` of buffer `buffer`.
   SizeExpr dimOf(unsigned buffer, unsigned dim) const {
@@ -222,7 +264,8 @@ public:
   }
   void markOutputs(func::ReturnOp ret) {
     for (auto [index, value] : llvm::enumerate(ret.getOperands())) {
-      Buffer &buffer = buffers[use(value)];
+      unsigned returned = use(value);
+      Buffer &buffer = buffers[buffers[returned].viewOf.value_or(returned)];
       buffer.name = "result" + std::to_string(index);
       buffer.role = BufferRole::output;
     }
@@ -323,12 +366,17 @@ public:
   void finish(OpBuilder &builder) {
     MLIRContext *context = builder.getContext();
     SmallVector<PlanBufferAttr> bufferAttrs;
-    for (const Buffer &buffer : buffers) {
+    for (Buffer &buffer : buffers) {
+      if (buffer.viewOf) {
+        buffer.name = buffers[*buffer.viewOf].name;
+        continue;
+      }
       auto dims = llvm::map_to_vector(buffer.dims, [&](const std::string &dim) {
         return builder.getStringAttr(dim);
       });
-      bufferAttrs.push_back(PlanBufferAttr::get(
-          context, buffer.role, buffer.name, buffer.elementType, dims));
+      bufferAttrs.push_back(PlanBufferAttr::get(context, buffer.role,
+                                                buffer.name, buffer.elementType,
+                                                dims, buffer.exchange));
     }
     SmallVector<StringAttr> zeroFill;
     for (unsigned buffer : zeroed)
@@ -368,6 +416,26 @@ public:
   int64_t numSMs;
 
 private:
+  /// The dims of `value`'s type (dynamic dims are T).
+  SmallVector<SizeExpr> dimsOf(Value value) const {
+    SmallVector<SizeExpr> dims;
+    for (int64_t dim : cast<ShapedType>(value.getType()).getShape())
+      dims.push_back(ShapedType::isDynamic(dim) ? tokens() : constant(dim));
+    return dims;
+  }
+
+  /// The ranks of `value` if it is an argument marked `moe.exchange`.
+  ExpertParallelAttr exchangeOf(Value value) {
+    auto argument = dyn_cast<BlockArgument>(value);
+    auto function =
+        argument ? dyn_cast<func::FuncOp>(argument.getOwner()->getParentOp())
+                 : func::FuncOp();
+    if (!function)
+      return {};
+    return function.getArgAttrOfType<ExpertParallelAttr>(
+        argument.getArgNumber(), dialect().getExchangeAttrHelper().getName());
+  }
+
   /// `base`, or `base_<n>` when a layer has several ops of one kind.
   std::string uniqueName(StringRef base) {
     unsigned uses = nameUses[base]++;

@@ -10,7 +10,9 @@
 // Rank 1 of 2, E = 8 routed experts and one shared: L = 5 local experts
 // (4 routed), T = 4, S = 3, C = 4; receive buffers of L*W*C = 40 rows.
 // CHECK-LABEL: gpu.module @moe_kernels
-// CHECK-SAME: buffers = [<input "arg0" : bf16 ["4", "64"]>, <input "arg1" : f32 ["4", "8"]>, <input "arg2" : f32 ["8"]>, <output "result0" : bf16 ["2", "40", "64"]>, <output "result1" : f32 ["2", "40"]>, <output "result2" : i32 ["2", "40"]>, <output "result3" : i32 ["2", "5", "2"]>,
+// The exchange buffers are the caller's slices of rank 1, with the ranks
+// whose slices the caller binds.
+// CHECK-SAME: buffers = [<input "arg0" : bf16 ["4", "64"]>, <input "arg1" : f32 ["4", "8"]>, <input "arg2" : f32 ["8"]>, <output "result0" : bf16 ["40", "64"] exchange <world = 2, rank = 1>>, <output "result1" : f32 ["40"] exchange <world = 2, rank = 1>>, <output "result2" : i32 ["40"] exchange <world = 2, rank = 1>>, <output "result3" : i32 ["5", "2"] exchange <world = 2, rank = 1>>,
 // CHECK: gpu.func @moe_gate_0(
 // W*L = 10 regions, 4 warps a block.
 // CHECK: gpu.func @moe_ep_dispatch_1(%[[X:.*]]: memref<4x64xbf16>, %[[IDS:.*]]: memref<4x3xi32>, %[[W:.*]]: memref<4x3xf32>, %[[ROWS:.*]]: !llvm.ptr, %[[WTS:.*]]: !llvm.ptr, %[[SLOTS:.*]]: !llvm.ptr, %[[COUNTS:.*]]: !llvm.ptr, %{{.*}}: i32) kernel
@@ -59,9 +61,11 @@
 // CHECK: llvm.getelementptr %[[COUNTS_D]]
 // CHECK: llvm.store %[[COUNT]], %{{.*}} : i32, !llvm.ptr
 func.func @layer_dispatch(%arg0: tensor<4x64xbf16>, %arg1: tensor<4x8xf32>,
-                          %arg2: tensor<8xf32>, %arg3: tensor<2x40x64xbf16>,
-                          %arg4: tensor<2x40xf32>, %arg5: tensor<2x40xi32>,
-                          %arg6: tensor<2x5x2xi32>)
+                          %arg2: tensor<8xf32>,
+                          %arg3: tensor<2x40x64xbf16> {moe.exchange = #moe.expert_parallel<world = 2, rank = 1>},
+                          %arg4: tensor<2x40xf32> {moe.exchange = #moe.expert_parallel<world = 2, rank = 1>},
+                          %arg5: tensor<2x40xi32> {moe.exchange = #moe.expert_parallel<world = 2, rank = 1>},
+                          %arg6: tensor<2x5x2xi32> {moe.exchange = #moe.expert_parallel<world = 2, rank = 1>})
     -> (tensor<2x40x64xbf16>, tensor<2x40xf32>, tensor<2x40xi32>,
         tensor<2x5x2xi32>) {
   %weights, %ids = moe.gate %arg1 bias %arg2
@@ -87,7 +91,7 @@ func.func @layer_dispatch(%arg0: tensor<4x64xbf16>, %arg1: tensor<4x8xf32>,
 // The receive side of a rank's buffers (L = 5, W = 2, C = 4), as the
 // experts phase routes them and returns its rows.
 // CHECK-LABEL: gpu.module @moe_kernels
-// CHECK-SAME: buffers = [<input "arg0" : i32 ["5", "2"]>, <input "arg1" : bf16 ["40", "64"]>, <input "arg2" : i32 ["40"]>, <output "result3" : bf16 ["2", "4", "3", "64"]>, <output "result0" : i32 ["40"]>, <output "result1" : i32 ["40"]>, <output "result2" : i32 []>]
+// CHECK-SAME: buffers = [<input "arg0" : i32 ["5", "2"]>, <input "arg1" : bf16 ["40", "64"]>, <input "arg2" : i32 ["40"]>, <output "result3" : bf16 ["4", "3", "64"] exchange <world = 2, rank = 1>>, <output "result0" : i32 ["40"]>, <output "result1" : i32 ["40"]>, <output "result2" : i32 []>]
 // CHECK: gpu.func @moe_ep_route_0(%[[COUNTS:.*]]: memref<5x2xi32>, %[[SORTED:.*]]: memref<40xi32>, %[[EXPERTS:.*]]: memref<40xi32>, %[[PADDED:.*]]: memref<i32>, %{{.*}}: i32) kernel
 // CHECK-SAME: moe.launch = #moe.launch<grid = ["1", "1", "1"], block = [256, 1, 1], smem = 0, args = ["arg0", "result0", "result1", "result2", i32 "T"], dependent = true>
 // CHECK: nvvm.griddepcontrol wait
@@ -122,7 +126,8 @@ func.func @layer_dispatch(%arg0: tensor<4x64xbf16>, %arg1: tensor<4x8xf32>,
 // CHECK: llvm.getelementptr %[[SLICE]]
 // CHECK: llvm.store %{{.*}}, %{{.*}} {alignment = 16 : i64} : vector<8xbf16>, !llvm.ptr
 func.func @receive(%counts: tensor<5x2xi32>, %rows: tensor<40x64xbf16>,
-                   %slots: tensor<40xi32>, %returned: tensor<2x4x3x64xbf16>)
+                   %slots: tensor<40xi32>,
+                   %returned: tensor<2x4x3x64xbf16> {moe.exchange = #moe.expert_parallel<world = 2, rank = 1>})
     -> (tensor<40xi32>, tensor<40xi32>, tensor<i32>, tensor<2x4x3x64xbf16>) {
   %sorted, %experts, %padded = moe.ep_route %counts
     : (tensor<5x2xi32>) -> (tensor<40xi32>, tensor<40xi32>, tensor<i32>)

@@ -261,14 +261,31 @@ func.func @gemm_cluster_plain(%x: tensor<?x64xbf16>, %w: tensor<4x64x64xbf16>, %
 
 // -----
 
-// The experts phase of an expert-parallel layer (moe-expert-parallel) reads
-// its rank's slice of the receive buffers, a view the launch plan cannot
-// name (and its grouped matmuls take block_m = 1, which the block_m 8
-// diagnostic above covers): only its exchange ops have kernels.
-func.func @layer_experts(%counts: tensor<2x5x2xi32>) -> (tensor<40xi32>, tensor<40xi32>, tensor<i32>) {
-  // expected-error @below {{'tensor.extract_slice' op is not part of a moe layer (convert-moe-to-gpu)}}
-  %mine = tensor.extract_slice %counts[1, 0, 0] [1, 5, 2] [1, 1, 1] : tensor<2x5x2xi32> to tensor<5x2xi32>
-  %sorted, %experts, %padded = moe.ep_route %mine : (tensor<5x2xi32>) -> (tensor<40xi32>, tensor<40xi32>, tensor<i32>)
-  return %sorted, %experts, %padded : tensor<40xi32>, tensor<40xi32>, tensor<i32>
+// A rank's kernels read only its own slice of an exchange buffer.
+func.func @other_rank(%counts: tensor<2x5x2xi32> {moe.exchange = #moe.expert_parallel<world = 2, rank = 1>}) -> tensor<40xi32> {
+  // expected-error @below {{'tensor.extract_slice' op is not a rank's own slice [rank, 0, ...] of an exchange buffer argument (marked 'moe.exchange'), the one slice a rank's kernels read as a buffer (convert-moe-to-gpu)}}
+  %theirs = tensor.extract_slice %counts[0, 0, 0] [1, 5, 2] [1, 1, 1] : tensor<2x5x2xi32> to tensor<5x2xi32>
+  %sorted, %experts, %padded = moe.ep_route %theirs : (tensor<5x2xi32>) -> (tensor<40xi32>, tensor<40xi32>, tensor<i32>)
+  return %sorted : tensor<40xi32>
 }
 
+// -----
+
+// A slice of a buffer that is not an exchange buffer is no buffer of the plan.
+func.func @not_exchanged(%counts: tensor<2x5x2xi32>) -> tensor<40xi32> {
+  // expected-error @below {{'tensor.extract_slice' op is not a rank's own slice [rank, 0, ...] of an exchange buffer argument}}
+  %mine = tensor.extract_slice %counts[1, 0, 0] [1, 5, 2] [1, 1, 1] : tensor<2x5x2xi32> to tensor<5x2xi32>
+  %sorted, %experts, %padded = moe.ep_route %mine : (tensor<5x2xi32>) -> (tensor<40xi32>, tensor<40xi32>, tensor<i32>)
+  return %sorted : tensor<40xi32>
+}
+
+// -----
+
+// The combine stores into every rank's return buffer: it must be an
+// exchange buffer, whose slices the caller binds.
+func.func @combine_not_exchanged(%rows: tensor<40x64xbf16>, %slots: tensor<40xi32>, %counts: tensor<5x2xi32>, %returned: tensor<2x4x3x64xbf16>) -> tensor<2x4x3x64xbf16> {
+  // expected-error @below {{'moe.ep_combine' op stores into every rank's slice of a buffer that is not an exchange buffer argument (marked 'moe.exchange'), so no caller binds its ranks' slices (convert-moe-to-gpu)}}
+  %back = moe.ep_combine %rows, %slots, %counts into(%returned)
+    : (tensor<40x64xbf16>, tensor<40xi32>, tensor<5x2xi32>, tensor<2x4x3x64xbf16>) -> tensor<2x4x3x64xbf16>
+  return %back : tensor<2x4x3x64xbf16>
+}

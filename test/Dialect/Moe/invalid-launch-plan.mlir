@@ -221,7 +221,7 @@ gpu.module @arg_map_type attributes {moe.launch_plan = #moe.launch_plan<tokens_m
 
 // -----
 
-gpu.module @arg_peers_type attributes {moe.launch_plan = #moe.launch_plan<tokens_max = 8, buffers = [<input "arg0" : f32 ["2", "T"]>]>} {
+gpu.module @arg_peers_type attributes {moe.launch_plan = #moe.launch_plan<tokens_max = 8, buffers = [<input "arg0" : f32 ["2", "T"] exchange <world = 4, rank = 0>>]>} {
   // expected-error @below {{'gpu.func' op 'moe.launch' argument 0 (peers 'arg0') cannot be passed for a 'memref<2x8xf32>'}}
   gpu.func @k(%x: memref<2x8xf32>) kernel attributes {moe.launch = #moe.launch<grid = ["T", "1", "1"], block = [32, 1, 1], smem = 0, args = [peers "arg0"]>} {
     gpu.return
@@ -361,3 +361,18 @@ func.func private @tuned_untyped() attributes {moe.tuned = true}
 // The module attribute's name before the plan was typed.
 // expected-error @below {{'gpu.module' op has 'moe.tensormaps', which is not an attribute of the moe dialect}}
 gpu.module @old_name attributes {moe.tensormaps = []} {}
+
+// -----
+
+// A peer table exists only for an exchange buffer, whose slices the caller binds.
+gpu.module @arg_peers_not_exchanged attributes {moe.launch_plan = #moe.launch_plan<tokens_max = 8, buffers = [<input "arg0" : f32 ["2", "T"]>]>} {
+  // expected-error @below {{'gpu.func' op 'moe.launch' argument 0 (peers 'arg0') names a buffer that is not an exchange buffer (no 'exchange' in the plan), so it has no peer table}}
+  gpu.func @k(%x: !llvm.ptr) kernel attributes {moe.launch = #moe.launch<grid = ["T", "1", "1"], block = [32, 1, 1], smem = 0, args = [peers "arg0"]>} {
+    gpu.return
+  }
+}
+
+// -----
+
+// expected-error @below {{workspace 'slices' cannot be an exchange buffer: the caller binds every rank's slice of one, which only a tensor has}}
+func.func private @workspace_exchange() attributes {b = #moe.plan_buffer<workspace "slices" : f32 ["T"] exchange <world = 2, rank = 0>>}

@@ -1459,3 +1459,28 @@ func.func @ep_combine_capacity(%rows: tensor<40x64xbf16>, %slots: tensor<40xi32>
   %r = moe.ep_combine %rows, %slots, %counts into(%returned) : (tensor<40x64xbf16>, tensor<40xi32>, tensor<5x2xi32>, tensor<2x3x3x64xbf16>) -> tensor<2x3x3x64xbf16>
   return
 }
+
+// -----
+
+// An exchange buffer holds one slice per rank: its first dimension is the
+// world.
+// expected-error @below {{'func.func' op argument 0 is an exchange buffer of 4 ranks ('moe.exchange') but its type 'tensor<2x40xf32>' is not a ranked tensor [4, ...] of one slice per rank}}
+func.func private @exchange_world(tensor<2x40xf32> {moe.exchange = #moe.expert_parallel<world = 4, rank = 0>})
+
+// -----
+
+// expected-error @below {{'func.func' op expects 'moe.exchange' of argument 0 to be a #moe.expert_parallel, got 2 : i64}}
+func.func private @exchange_kind(tensor<2x40xf32> {moe.exchange = 2})
+
+// -----
+
+// expected-error @below {{'func.func' op argument 0 has 'moe.slices', which is not an argument attribute of the moe dialect}}
+func.func private @exchange_unknown(tensor<2x40xf32> {moe.slices = 2})
+
+// -----
+
+func.func @exchange_on_op(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @below {{'arith.addf' op has 'moe.exchange', which only a function argument may carry}}
+  %y = arith.addf %x, %x {moe.exchange = #moe.expert_parallel<world = 2, rank = 0>} : tensor<4xf32>
+  return %y : tensor<4xf32>
+}

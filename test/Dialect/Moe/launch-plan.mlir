@@ -70,13 +70,15 @@ module attributes {gpu.container_module} {
 }
 
 // A peer table: the kernel takes the pointer to an array of pointers, one
-// per slice of the buffer's first dimension (an expert-parallel exchange).
+// per rank's slice of an exchange buffer (the caller's tensor is rank 1's).
 // CHECK-LABEL: gpu.module @exchange
+// CHECK-SAME: buffers = [<output "result0" : i32 ["5", "2"] exchange <world = 2, rank = 1>>]
 // CHECK: gpu.func @dispatch(%{{.*}}: !llvm.ptr, %{{.*}}: i32) kernel
 // CHECK-SAME: moe.launch = #moe.launch<grid = ["1", "1", "1"], block = [32, 1, 1], smem = 0, args = [peers "result0", i32 "T"]>
 module attributes {gpu.container_module} {
   gpu.module @exchange attributes {moe.launch_plan = #moe.launch_plan<
-      tokens_max = 4, buffers = [<output "result0" : i32 ["2", "5", "2"]>]>} {
+      tokens_max = 4, buffers = [<output "result0" : i32 ["5", "2"]
+                                  exchange <world = 2, rank = 1>>]>} {
     gpu.func @dispatch(%counts: !llvm.ptr, %tokens: i32) kernel
         attributes {moe.launch = #moe.launch<grid = ["1", "1", "1"],
                                              block = [32, 1, 1], smem = 0,

@@ -353,7 +353,7 @@ void mlir::moe::detail::printListElement(AsmPrinter &printer,
 LogicalResult
 PlanBufferAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                        BufferRole role, StringRef name, Type elementType,
-                       ArrayRef<StringAttr> dims) {
+                       ArrayRef<StringAttr> dims, ExpertParallelAttr exchange) {
   if (!isBundleName(name))
     return emitError() << "buffer name '" << name
                        << "' is not an identifier ([A-Za-z_][A-Za-z0-9_]*)";
@@ -365,6 +365,10 @@ PlanBufferAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     if (!isSizeExpression(dim.getValue()))
       return emitError() << "dim '" << dim.getValue() << "' of buffer '" << name
                          << "' is not a size expression in T";
+  if (exchange && role == BufferRole::workspace)
+    return emitError() << "workspace '" << name
+                       << "' cannot be an exchange buffer: the caller binds "
+                          "every rank's slice of one, which only a tensor has";
   return success();
 }
 

@@ -116,6 +116,13 @@ LogicalResult verifyLaunch(FunctionOpInterface kernel, LaunchAttr launch) {
              << arg.value.getValue() << "', which is not a "
              << (arg.kind == LaunchArgKind::map ? "tensor map" : "buffer")
              << " of the module's 'moe.launch_plan'";
+    if (arg.kind == LaunchArgKind::peers &&
+        !plan.lookupBuffer(arg.value).getExchange())
+      return kernel.emitOpError()
+             << "'moe.launch' argument " << index << " (peers '"
+             << arg.value.getValue()
+             << "') names a buffer that is not an exchange buffer (no "
+                "'exchange' in the plan), so it has no peer table";
     if (!takes(type, arg, plan))
       return kernel.emitOpError()
              << "'moe.launch' argument " << index << " ("
@@ -186,6 +193,8 @@ LogicalResult MoeDialect::verifyOperationAttribute(Operation *op,
       return placementError("a moe.grouped_matmul");
     return success();
   }
+  if (name == getExchangeAttrHelper().getName())
+    return placementError("a function argument");
   if (name == getLaunchPlanAttrHelper().getName()) {
     if (!isa<LaunchPlanAttr>(value))
       return typeError("a #moe.launch_plan");
@@ -214,4 +223,34 @@ LogicalResult MoeDialect::verifyOperationAttribute(Operation *op,
   return op->emitOpError() << "has '" << name.getValue()
                            << "', which is not an attribute of the moe "
                               "dialect";
+}
+
+LogicalResult MoeDialect::verifyRegionArgAttribute(Operation *op,
+                                                   unsigned regionIndex,
+                                                   unsigned argIndex,
+                                                   NamedAttribute attribute) {
+  StringAttr name = attribute.getName();
+  if (name != getExchangeAttrHelper().getName())
+    return op->emitOpError()
+           << "argument " << argIndex << " has '" << name.getValue()
+           << "', which is not an argument attribute of the moe dialect";
+  auto exchange = dyn_cast<ExpertParallelAttr>(attribute.getValue());
+  if (!exchange)
+    return op->emitOpError()
+           << "expects '" << name.getValue() << "' of argument " << argIndex
+           << " to be a #moe.expert_parallel, got " << attribute.getValue();
+  auto function = dyn_cast<FunctionOpInterface>(op);
+  if (!function || regionIndex != 0)
+    return op->emitOpError() << "has '" << name.getValue()
+                             << "' on a region argument that is not a "
+                                "function's";
+  auto type = dyn_cast<RankedTensorType>(function.getArgumentTypes()[argIndex]);
+  if (!type || type.getRank() < 2 || type.getDimSize(0) != exchange.getWorld())
+    return op->emitOpError()
+           << "argument " << argIndex << " is an exchange buffer of "
+           << exchange.getWorld() << " ranks ('" << name.getValue()
+           << "') but its type " << function.getArgumentTypes()[argIndex]
+           << " is not a ranked tensor [" << exchange.getWorld()
+           << ", ...] of one slice per rank";
+  return success();
 }

@@ -65,8 +65,9 @@ Value rankPart(OpBuilder &b, Location loc, Value buffer, int64_t rank) {
 
 /// Builds one phase of `layer` after `layer`'s function: a function named
 /// `name` of the layer's `operands` (mapped to its first arguments in
-/// `mapping`) and of arguments of `extraTypes`, whose body `build` fills
-/// from those and returns.
+/// `mapping`) and of the exchange buffers `extraTypes` (marked
+/// `moe.exchange`, so that a GPU rank holds one slice of each), whose body
+/// `build` fills from those and returns.
 func::FuncOp
 buildPhase(OpBuilder &b, FusedMoeOp layer, StringRef name, ValueRange operands,
            ArrayRef<Type> extraTypes,
@@ -76,6 +77,10 @@ buildPhase(OpBuilder &b, FusedMoeOp layer, StringRef name, ValueRange operands,
   argTypes.append(extraTypes.begin(), extraTypes.end());
   auto function =
       func::FuncOp::create(b, loc, name, b.getFunctionType(argTypes, {}));
+  auto *dialect = b.getContext()->getLoadedDialect<MoeDialect>();
+  for (unsigned index = operands.size(); index < argTypes.size(); ++index)
+    function.setArgAttr(index, dialect->getExchangeAttrHelper().getName(),
+                        layer.getExpertParallelAttr());
   Block *entry = function.addEntryBlock();
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(entry);

@@ -394,14 +394,27 @@ def Moe_PlanBufferAttr : Moe_Attr<"PlanBuffer", "plan_buffer"> {
     ```mlir
     #moe.plan_buffer<workspace "route_block_offsets" : i32 ["cdiv(T*9,512)", "257"]>
     ```
+
+    A caller tensor with an `exchange` is one rank's slice of an
+    expert-parallel exchange buffer (a phase argument marked `moe.exchange`):
+    `dims` are the slice's, the caller passes rank `rank`'s slice and binds
+    the `world` slices of every rank, which `peers` launch arguments pass as
+    a table (the manifest's `exchange` statement):
+
+    ```mlir
+    #moe.plan_buffer<output "result0" : bf16 ["40", "64"] exchange <world = 2, rank = 1>>
+    ```
   }];
   let parameters = (ins
     EnumParameter<Moe_BufferRoleAttr>:$role,
     StringRefParameter<"identifier unique in the plan">:$name,
     "::mlir::Type":$element_type,
-    Moe_ListParameter<"::mlir::StringAttr", "size expressions in T">:$dims
+    Moe_ListParameter<"::mlir::StringAttr", "size expressions in T">:$dims,
+    OptionalParameter<"::mlir::moe::ExpertParallelAttr",
+                      "the ranks of an exchange buffer's slices">:$exchange
   );
-  let assemblyFormat = "`<` $role $name `:` $element_type $dims `>`";
+  let assemblyFormat =
+      "`<` $role $name `:` $element_type $dims (`exchange` $exchange^)? `>`";
   let genVerifyDecl = 1;
 }
 

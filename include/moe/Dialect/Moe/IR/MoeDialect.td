@@ -45,8 +45,12 @@ def Moe_Dialect : Dialect {
   // gpu.module, `moe.launch` on each kernel, and on a kernel that takes
   // tensor maps `moe.grid_constant_args`, the indices of the arguments that
   // moe-grid-constant-tensor-maps turns into by-value grid constants.
+  // `moe.exchange` marks an argument of a phase of an expert-parallel layer
+  // (moe-expert-parallel) as the `[W, ...]` exchange buffer of the ranks of
+  // its #moe.expert_parallel: on a GPU each rank holds one slice of it.
   let discardableAttrs = (ins
     "::mlir::UnitAttr":$tuned,
+    "::mlir::moe::ExpertParallelAttr":$exchange,
     "::mlir::moe::LaunchPlanAttr":$launch_plan,
     "::mlir::moe::LaunchAttr":$launch,
     "::mlir::DenseI64ArrayAttr":$grid_constant_args
@@ -54,6 +58,7 @@ def Moe_Dialect : Dialect {
   // Checks the attributes above: their kind, the op they are on, and that
   // launches and grid constants agree with the plan and the kernel.
   let hasOperationAttrVerify = 1;
+  let hasRegionArgAttrVerify = 1;
   let extraClassDeclaration = [{
     void registerAttributes();
     void registerTypes();
