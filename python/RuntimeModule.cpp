@@ -23,8 +23,8 @@ using moe_python::Error;
 namespace {
 
 /// The runtime's element type names, indexed by MoeDtype.
-constexpr const char *kDtypeNames[] = {"f32", "bf16", "f16",
-                                       "i32", "i64",  "u8", "f8e4m3"};
+constexpr const char *kDtypeNames[] = {"f32", "bf16", "f16",   "i32",
+                                       "i64", "u8",   "f8e4m3"};
 
 int32_t parseDtype(const std::string &name) {
   for (int32_t code = 0; code < static_cast<int32_t>(std::size(kDtypeNames));
@@ -121,6 +121,48 @@ public:
           kDtypeNames[info.dtype], shape));
     }
     return list;
+  }
+
+  /// {name: (world, rank)} of the exchange buffers among the caller
+  /// tensors: the ranks of their slices and the rank whose slice a run
+  /// passes.
+  py::dict exchanges() const {
+    py::dict exchanges;
+    for (int index = 0; index < get().numTensors(); ++index) {
+      MoeTensorInfo info;
+      moe::runtime::Status status =
+          get().tensorInfo(index, get().tokensMax(), info);
+      if (!status.ok())
+        throw Error(status.message());
+      if (info.world)
+        exchanges[py::str(info.name)] =
+            py::make_tuple(info.world, info.rank_of_slice);
+    }
+    return exchanges;
+  }
+
+  /// Binds the device addresses `slices` (rank d's at index d) of exchange
+  /// buffer `index`; blocking.
+  void bindPeers(py::handle index, py::sequence slices) {
+    std::vector<const void *> pointers;
+    for (size_t d = 0; d < slices.size(); ++d) {
+      int64_t pointer = moe_python::int64Argument(
+          slices[d], "the slice of rank " + std::to_string(d));
+      if (pointer < 0)
+        throw py::value_error("the slice of rank " + std::to_string(d) +
+                              " is a negative pointer");
+      pointers.push_back(
+          reinterpret_cast<const void *>(static_cast<uintptr_t>(pointer)));
+    }
+    int64_t tensor = moe_python::int64Argument(index, "tensor index");
+    if (tensor < 0 || tensor > std::numeric_limits<int>::max())
+      throw py::value_error("tensor index " + std::to_string(tensor) +
+                            " is out of range");
+    moe::runtime::Status status =
+        get().bindPeers(static_cast<int>(tensor), pointers.data(),
+                        static_cast<int>(pointers.size()));
+    if (!status.ok())
+      throw Error(status.message());
   }
 
   /// Enqueues the plan for `tokens` tokens on `stream` (a CUstream; 0 is
@@ -250,6 +292,9 @@ PYBIND11_MODULE(_runtime, m) {
       .def_property_readonly("variants", &Bundle::variants)
       .def("variant_for", &Bundle::variantFor, py::arg("tokens"))
       .def("tensors", &Bundle::tensors, py::arg("tokens"))
+      .def("exchanges", &Bundle::exchanges)
+      .def("bind_peers", &Bundle::bindPeers, py::arg("index"),
+           py::arg("slices"))
       .def("run", &Bundle::run, py::arg("tokens"), py::arg("tensors"),
            py::arg("stream"));
   m.def("read_dlpack", &readDlpack, py::arg("capsule"));

@@ -107,6 +107,13 @@ struct Bundle::State {
     CUtensorMap *current = nullptr; ///< The one for the run in progress.
   };
 
+  /// The bound slices of an exchange buffer (moe_bundle_bind_peers) and
+  /// the device table of them that `peers:` arguments pass.
+  struct Exchange {
+    std::vector<CUdeviceptr> slices; ///< Empty until bound.
+    CUdeviceptr table = 0;
+  };
+
   /// One variant's plan evaluated at a run's T, parallel to its
   /// declaration: each variant has its own tensor map caches.
   struct VariantState {
@@ -125,6 +132,10 @@ struct Bundle::State {
   Status allocateWorkspaces();
   void initVariants();
   Status raiseSmemLimit(Kernel &kernel, int64_t smem);
+  Status bindPeers(int tensor, const void *const *slices, int count);
+  /// Checks that every exchange buffer is bound and that the run passes its
+  /// rank's slice.
+  Status checkExchanges(const MoeTensor *tensors) const;
   CUdeviceptr pointer(const Variant &variant, BufferRef buffer,
                       const MoeTensor *tensors) const;
   Status prepare(int variant, int64_t tokens, const MoeTensor *tensors);
@@ -151,6 +162,7 @@ struct Bundle::State {
   std::vector<CUdeviceptr> workspaces;
   std::vector<int64_t> workspaceBytes;
   std::vector<VariantState> variants; ///< Parallel to Manifest::variants.
+  std::vector<Exchange> exchanges;    ///< Parallel to Manifest::tensors.
   /// Whether `dependent` launches are programmatic dependents: unless
   /// MOE_DEPENDENT_LAUNCH=0 when the bundle opened, until the driver
   /// refuses one.
@@ -165,6 +177,9 @@ Bundle::State::~State() {
     if (scope.status.ok()) {
       for (CUdeviceptr workspace : workspaces)
         driver->memFree(workspace);
+      for (const Exchange &exchange : exchanges)
+        if (exchange.table)
+          driver->memFree(exchange.table);
       if (module)
         driver->moduleUnload(module);
     }
@@ -346,6 +361,72 @@ Status Bundle::State::allocateWorkspaces() {
           result, "allocating workspace '" + manifest.workspaceNames[i] +
                       "' (" + std::to_string(workspaceBytes[i]) + " bytes)");
     workspaces.push_back(workspace);
+  }
+  return Status();
+}
+
+Status Bundle::State::bindPeers(int tensor, const void *const *slices,
+                                int count) {
+  if (tensor < 0 || tensor >= static_cast<int>(manifest.tensors.size()))
+    return Status(MOE_ERROR_INVALID_ARGUMENT,
+                  "tensor index " + std::to_string(tensor) +
+                      " is outside [0, " +
+                      std::to_string(manifest.tensors.size()) + ")");
+  const BufferDecl &declared = manifest.tensors[tensor];
+  std::string owner =
+      "tensor " + std::to_string(tensor) + " ('" + declared.name + "')";
+  if (!declared.world)
+    return Status(MOE_ERROR_INVALID_ARGUMENT,
+                  owner + " is not an exchange buffer: it has no peers");
+  if (count != declared.world)
+    return Status(MOE_ERROR_INVALID_ARGUMENT,
+                  owner + " has a slice on each of " +
+                      std::to_string(declared.world) + " ranks, got " +
+                      std::to_string(count) + " slices");
+  std::vector<CUdeviceptr> bound(count);
+  for (int d = 0; d < count; ++d) {
+    bound[d] = reinterpret_cast<CUdeviceptr>(slices[d]);
+    if (!bound[d] || bound[d] % 16)
+      return Status(MOE_ERROR_INVALID_ARGUMENT,
+                    owner + ": the slice of rank " + std::to_string(d) +
+                        " is " + (bound[d] ? "not 16-byte aligned" : "null"));
+  }
+  ContextScope scope(*driver, context);
+  if (!scope.status.ok())
+    return scope.status;
+  Exchange &exchange = exchanges[tensor];
+  size_t bytes = bound.size() * sizeof(CUdeviceptr);
+  if (!exchange.table)
+    if (CUresult result = driver->memAlloc(&exchange.table, bytes))
+      return driver->error(result, owner + ": allocating its peer table");
+  if (CUresult result =
+          driver->memcpyHtoD(exchange.table, bound.data(), bytes)) {
+    exchange.slices.clear();
+    return driver->error(result, owner + ": uploading its peer table");
+  }
+  exchange.slices = std::move(bound);
+  return Status();
+}
+
+Status Bundle::State::checkExchanges(const MoeTensor *tensors) const {
+  for (size_t i = 0; i < exchanges.size(); ++i) {
+    const BufferDecl &declared = manifest.tensors[i];
+    if (!declared.world)
+      continue;
+    const std::vector<CUdeviceptr> &slices = exchanges[i].slices;
+    std::string owner =
+        "tensor " + std::to_string(i) + " ('" + declared.name + "')";
+    if (slices.empty())
+      return Status(MOE_ERROR_INVALID_ARGUMENT,
+                    owner + " is an exchange buffer of " +
+                        std::to_string(declared.world) +
+                        " ranks whose slices are not bound: call "
+                        "moe_bundle_bind_peers first");
+    if (reinterpret_cast<CUdeviceptr>(tensors[i].data) != slices[declared.rank])
+      return Status(MOE_ERROR_INVALID_ARGUMENT,
+                    owner + " is not the slice of rank " +
+                        std::to_string(declared.rank) +
+                        " that moe_bundle_bind_peers bound");
   }
   return Status();
 }
@@ -547,6 +628,9 @@ Status Bundle::State::prepareLaunch(int variant, size_t index, int64_t tokens,
     case LaunchArg::Kind::TensorMap:
       launch.params[i] = state.tensorMaps[arg.tensorMap].current;
       break;
+    case LaunchArg::Kind::Peers:
+      value = exchanges[arg.buffer.index].table;
+      break;
     }
   }
   return Status();
@@ -646,6 +730,7 @@ Status Bundle::open(const std::string &path, int device,
   if (!status.ok())
     return status;
   state->initVariants();
+  state->exchanges.resize(state->manifest.tensors.size());
   bundle.reset(new Bundle(std::move(state)));
   return Status();
 }
@@ -655,6 +740,8 @@ Status Bundle::run(int64_t tokens, const MoeTensor *tensors, int count,
   if (Status status =
           checkRunArguments(state->manifest, tokens, tensors, count);
       !status.ok())
+    return status;
+  if (Status status = state->checkExchanges(tensors); !status.ok())
     return status;
   int variant = 0;
   if (Status status = selectVariant(state->manifest, tokens, variant);
@@ -666,6 +753,10 @@ Status Bundle::run(int64_t tokens, const MoeTensor *tensors, int count,
   if (Status status = state->prepare(variant, tokens, tensors); !status.ok())
     return status;
   return state->enqueue(variant, stream);
+}
+
+Status Bundle::bindPeers(int tensor, const void *const *slices, int count) {
+  return state->bindPeers(tensor, slices, count);
 }
 
 int64_t Bundle::tokensMax() const { return state->manifest.tokensMax; }
@@ -703,5 +794,7 @@ Status Bundle::tensorInfo(int index, int64_t tokens,
   info.role = declared.role;
   info.dtype = declared.dtype;
   info.rank = static_cast<int32_t>(declared.dims.size());
+  info.world = declared.world;
+  info.rank_of_slice = declared.rank;
   return evaluateDims(declared, tokens, info.dims);
 }

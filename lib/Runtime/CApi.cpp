@@ -51,6 +51,17 @@ int moe_bundle_run(MoeBundle *bundle, int64_t tokens, const MoeTensor *tensors,
                 errbuf, errlen);
 }
 
+int moe_bundle_bind_peers(MoeBundle *bundle, int tensor,
+                          const void *const *slices, int count, char *errbuf,
+                          size_t errlen) {
+  if (!bundle)
+    return report(nullArgument("the bundle"), errbuf, errlen);
+  if (!slices)
+    return report(nullArgument("the slices"), errbuf, errlen);
+  return report(bundle->bundle->bindPeers(tensor, slices, count), errbuf,
+                errlen);
+}
+
 void moe_bundle_close(MoeBundle *bundle) { delete bundle; }
 
 int64_t moe_bundle_tokens_max(const MoeBundle *bundle) {

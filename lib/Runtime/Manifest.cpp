@@ -14,13 +14,16 @@
 using namespace moe::runtime;
 
 namespace {
-constexpr const char *kDtypeNames[] = {"f32", "bf16", "f16",
-                                       "i32", "i64",  "u8", "f8e4m3"};
+constexpr const char *kDtypeNames[] = {"f32", "bf16", "f16",   "i32",
+                                       "i64", "u8",   "f8e4m3"};
 constexpr int64_t kDtypeBytes[] = {4, 2, 2, 4, 8, 1, 1};
 constexpr int kNumDtypes = sizeof(kDtypeNames) / sizeof(kDtypeNames[0]);
 
 /// The largest rank `cuTensorMapEncodeTiled` accepts.
 constexpr int kMaxTensorMapRank = 5;
+
+/// The most ranks an exchange buffer may have: its peer table's entries.
+constexpr int64_t kMaxWorld = 1 << 16;
 
 using Tokens = std::vector<std::string>;
 
@@ -115,6 +118,7 @@ private:
   Status checkLastVariant() const;
   Status parseTarget(const Tokens &tokens);
   Status parseBuffer(const Tokens &tokens, bool isWorkspace);
+  Status parseExchange(const Tokens &tokens);
   Status parseZero(const Tokens &tokens);
   Status parseTensorMap(const Tokens &tokens);
   Status parseLaunch(const Tokens &tokens);
@@ -259,6 +263,8 @@ Status ManifestParser::parseStatement(const Tokens &tokens) {
     return parseBuffer(tokens, /*isWorkspace=*/false);
   if (keyword == "workspace")
     return parseBuffer(tokens, /*isWorkspace=*/true);
+  if (keyword == "exchange")
+    return parseExchange(tokens);
   if (keyword == "zero")
     return parseZero(tokens);
   if (keyword == "tensormap")
@@ -276,7 +282,8 @@ Status ManifestParser::checkPlacement(const std::string &keyword) const {
   bool perVariant = keyword == "workspace" || keyword == "tensormap" ||
                     keyword == "zero" || keyword == "launch";
   bool global = keyword == "target" || keyword == "module" ||
-                keyword == "tokens-max" || keyword == "tensor";
+                keyword == "tokens-max" || keyword == "tensor" ||
+                keyword == "exchange";
   if (perVariant && manifest.variants.empty())
     return error("'" + keyword + "' must follow a 'variant' line");
   if (global && !manifest.variants.empty())
@@ -402,6 +409,30 @@ Status ManifestParser::parseBuffer(const Tokens &tokens, bool isWorkspace) {
     if (Status status = shareAllocation(buffer); !status.ok())
       return status;
   buffers.push_back(std::move(buffer));
+  return Status();
+}
+
+Status ManifestParser::parseExchange(const Tokens &tokens) {
+  if (manifest.version < 3)
+    return error("'exchange' needs bundle format version 3 ('moe-bundle 3')");
+  if (tokens.size() != 6 || tokens[2] != "world" || tokens[4] != "rank")
+    return usage("exchange <tensor> world <int> rank <int>");
+  const Symbol *symbol = lookup(tokens[1]);
+  if (!symbol || symbol->kind != SymbolKind::Buffer ||
+      symbol->buffer.isWorkspace)
+    return error("'" + tokens[1] + "' is not a tensor defined above");
+  BufferDecl &tensor = manifest.tensors[symbol->buffer.index];
+  if (tensor.world)
+    return error("duplicate 'exchange' of tensor '" + tensor.name + "'");
+  int64_t world = 0, rank = 0;
+  if (!parseInteger(tokens[3], world) || world < 1 || world > kMaxWorld)
+    return error("bad world '" + tokens[3] + "'; expected an integer in [1, " +
+                 std::to_string(kMaxWorld) + "]");
+  if (!parseInteger(tokens[5], rank) || rank >= world)
+    return error("bad rank '" + tokens[5] + "'; expected an integer in [0, " +
+                 std::to_string(world) + ")");
+  tensor.world = static_cast<int>(world);
+  tensor.rank = static_cast<int>(rank);
   return Status();
 }
 
@@ -541,9 +572,20 @@ Status ManifestParser::parseLaunchArg(const std::string &token,
     arg.kind = prefix == "i32" ? LaunchArg::Kind::I32 : LaunchArg::Kind::I64;
     return parseExpression(rest, "argument '" + token + "'", arg.scalar);
   }
+  if (prefix == "peers") {
+    arg.kind = LaunchArg::Kind::Peers;
+    if (Status status = lookupBuffer(rest, arg.buffer); !status.ok())
+      return status;
+    if (arg.buffer.isWorkspace || !manifest.tensors[arg.buffer.index].world)
+      return error("'" + token + "' names '" + rest +
+                   "', which is no tensor with an 'exchange' statement: only "
+                   "an exchange buffer has a table of its ranks' slices");
+    return Status();
+  }
   if (prefix != "map")
     return error("bad argument '" + token +
-                 "'; expected a name, i32:<expr>, i64:<expr> or map:<name>");
+                 "'; expected a name, i32:<expr>, i64:<expr>, map:<name> or "
+                 "peers:<tensor>");
   arg.kind = LaunchArg::Kind::TensorMap;
   const Symbol *symbol = lookup(rest);
   if (!symbol || symbol->kind != SymbolKind::TensorMap)

@@ -31,6 +31,9 @@ struct BufferDecl {
   /// Manifest::workspaceNames (shared by the variants' workspaces of one
   /// name).
   int allocation = 0;
+  /// Tensors only, from an `exchange` line: the ranks of an exchange buffer
+  /// (0: not one) and the rank whose slice the caller passes.
+  int world = 0, rank = 0;
 };
 
 /// A name that denotes a buffer: caller tensor `index` (Manifest::tensors)
@@ -52,9 +55,11 @@ struct TensorMapDecl {
 
 /// One kernel argument of a launch.
 struct LaunchArg {
-  enum class Kind { Buffer, I32, I64, TensorMap };
+  enum class Kind { Buffer, I32, I64, TensorMap, Peers };
   Kind kind = Kind::Buffer;
-  BufferRef buffer;  ///< Kind::Buffer.
+  /// Kind::Buffer; Kind::Peers: the exchange buffer (a tensor) whose table
+  /// of slices is passed.
+  BufferRef buffer;
   Expression scalar; ///< Kind::I32, Kind::I64.
   int tensorMap = 0; ///< Kind::TensorMap: index into Variant::tensorMaps.
 };

@@ -141,7 +141,8 @@ llvm::Expected<LaunchPlanAttr> launchPlanOf(gpu::GPUModuleOp kernels) {
 }
 
 /// The `tensor` or `workspace` statements of the plan's buffers of `role`,
-/// in signature order (arguments, then results), workspaces by name.
+/// in signature order (arguments, then results), workspaces by name; an
+/// exchange buffer's `exchange` statement after its `tensor`.
 llvm::Error writeBuffers(raw_ostream &os, LaunchPlanAttr plan,
                          BufferRole role) {
   SmallVector<PlanBufferAttr> selected;
@@ -164,6 +165,9 @@ llvm::Error writeBuffers(raw_ostream &os, LaunchPlanAttr plan,
     for (StringAttr dim : buffer.getDims())
       os << " " << dim.getValue();
     os << "\n";
+    if (ExpertParallelAttr exchange = buffer.getExchange())
+      os << "exchange " << buffer.getName() << " world " << exchange.getWorld()
+         << " rank " << exchange.getRank() << "\n";
   }
   return llvm::Error::success();
 }

@@ -160,6 +160,30 @@ class Bundle:
         shape at ``tokens`` tokens (to allocate the outputs)."""
         return [TensorInfo(*info) for info in self._bundle.tensors(tokens)]
 
+    @property
+    def exchanges(self):
+        """{name: (world, rank)} of the caller tensors that are exchange
+        buffers (an expert-parallel phase's, docs/BUNDLE.md): one slice of
+        a buffer that every one of ``world`` ranks holds, ``rank`` being the
+        rank whose slice ``run`` takes. Empty for a one-GPU layer."""
+        return self._bundle.exchanges()
+
+    def bind_peers(self, name, slices):
+        """Binds the ranks' slices of exchange buffer ``name``: ``slices``
+        holds, for rank d at index d, its slice as a torch CUDA tensor or a
+        device address (int), each reachable from this device. Blocking:
+        call it before the runs (outside a CUDA graph capture), and again
+        only once the runs of the previous binding have finished. Every
+        exchange buffer must be bound before ``run``, which must pass the
+        bound slice of this bundle's rank."""
+        names = [info.name for info in self.tensors(self.tokens_max)]
+        if name not in names:
+            raise Error(f"{name!r} is not a tensor of the bundle "
+                        f"({', '.join(names)})")
+        pointers = [slice_.data_ptr() if hasattr(slice_, "data_ptr")
+                    else slice_ for slice_ in slices]
+        self._bundle.bind_peers(names.index(name), pointers)
+
     def run(self, tokens, tensors, stream=None):
         """Enqueues the bundle for ``tokens`` tokens on ``stream``.
 

@@ -215,6 +215,11 @@ TEST(CApi, NullArguments) {
             MOE_ERROR_INVALID_ARGUMENT);
   EXPECT_STREQ(message, "the bundle is null");
   EXPECT_EQ(variant, 5);
+  const void *slices[1] = {nullptr};
+  EXPECT_EQ(
+      moe_bundle_bind_peers(nullptr, 0, slices, 1, message, sizeof(message)),
+      MOE_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(message, "the bundle is null");
   moe_bundle_close(nullptr);
 }
 

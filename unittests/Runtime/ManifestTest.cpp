@@ -6,7 +6,7 @@
 // element types, expressions, that a module file exists, format version
 // 2's variants: names scoped to a variant, workspaces of one name sharing
 // the largest allocation, bounds, and the variant a T selects, and format
-// version 3's dependent launches.
+// version 3's dependent launches and exchange buffers.
 // Every error names the manifest line and the offending token. Also what a
 // run checks against the device before it enqueues anything (launch sizes,
 // shared memory, tensor map boxes), and that the files it reads are regular
@@ -267,8 +267,8 @@ TEST(Manifest, LaunchSyntax) {
   EXPECT_EQ(statementError("launch k block 1 1 1 grid 1 1 1 smem 0 args"),
             "expected 'grid', got 'block'");
   EXPECT_EQ(statementError("launch k grid 1 1 1 block 1 1 1 smem 0 args f32:1"),
-            "bad argument 'f32:1'; expected a name, i32:<expr>, i64:<expr> or "
-            "map:<name>");
+            "bad argument 'f32:1'; expected a name, i32:<expr>, i64:<expr>, "
+            "map:<name> or peers:<tensor>");
 }
 
 TEST(Manifest, TensorMapSyntax) {
@@ -743,6 +743,59 @@ TEST(DependentLaunches, TheFlagStandsBeforeTheArguments) {
   EXPECT_EQ(parseError(variant + launch + "args x dependent\n"),
             "manifest.txt:8: 'dependent' is not a tensor or workspace "
             "defined above");
+}
+
+TEST(ExchangeBuffers, ParsesTheStatementAndPeerTables) {
+  Manifest manifest;
+  std::string text = version3Globals() +
+                     "exchange y world 4 rank 3\n"
+                     "variant 64\n"
+                     "launch k grid 1 1 1 block 1 1 1 smem 0 args x peers:y\n";
+  Status status = parseManifest(text, "manifest.txt", manifest);
+  ASSERT_TRUE(status.ok()) << status.message();
+  EXPECT_EQ(manifest.tensors[0].world, 0);
+  EXPECT_EQ(manifest.tensors[1].world, 4);
+  EXPECT_EQ(manifest.tensors[1].rank, 3);
+  const LaunchArg &peers = manifest.variants[0].launches[0].args[1];
+  EXPECT_EQ(peers.kind, LaunchArg::Kind::Peers);
+  EXPECT_FALSE(peers.buffer.isWorkspace);
+  EXPECT_EQ(peers.buffer.index, 1);
+}
+
+TEST(ExchangeBuffers, Errors) {
+  auto exchangeError = [](const std::string &statements) {
+    return parseError(version3Globals() + statements);
+  };
+  EXPECT_EQ(exchangeError("exchange y world 2\n"),
+            "manifest.txt:7: wrong number of operands; expected 'exchange "
+            "<tensor> world <int> rank <int>'");
+  EXPECT_EQ(exchangeError("exchange z world 2 rank 0\n"),
+            "manifest.txt:7: 'z' is not a tensor defined above");
+  EXPECT_EQ(exchangeError("exchange y world 0 rank 0\n"),
+            "manifest.txt:7: bad world '0'; expected an integer in [1, 65536]");
+  EXPECT_EQ(exchangeError("exchange y world 2 rank 2\n"),
+            "manifest.txt:7: bad rank '2'; expected an integer in [0, 2)");
+  EXPECT_EQ(exchangeError("exchange y world 2 rank 0\nexchange y world 2 "
+                          "rank 1\n"),
+            "manifest.txt:8: duplicate 'exchange' of tensor 'y'");
+  EXPECT_EQ(exchangeError("variant 64\nexchange y world 2 rank 0\n"),
+            "manifest.txt:8: 'exchange' must come before the first 'variant' "
+            "line");
+  EXPECT_EQ(exchangeError("variant 64\nworkspace w i32 4\n"
+                          "launch k grid 1 1 1 block 1 1 1 smem 0 args "
+                          "peers:x\n"),
+            "manifest.txt:9: 'peers:x' names 'x', which is no tensor with an "
+            "'exchange' statement: only an exchange buffer has a table of its "
+            "ranks' slices");
+  EXPECT_EQ(exchangeError("variant 64\nworkspace w i32 4\n"
+                          "launch k grid 1 1 1 block 1 1 1 smem 0 args "
+                          "peers:w\n"),
+            "manifest.txt:9: 'peers:w' names 'w', which is no tensor with an "
+            "'exchange' statement: only an exchange buffer has a table of its "
+            "ranks' slices");
+  EXPECT_EQ(parseError(std::string(kGlobals) + "exchange y world 2 rank 0\n"),
+            "manifest.txt:7: 'exchange' needs bundle format version 3 "
+            "('moe-bundle 3')");
 }
 
 TEST(Manifest, LoadChecksTheFiles) {

@@ -70,6 +70,11 @@ typedef struct MoeTensorInfo {
   int32_t dtype;    ///< A MoeDtype.
   int32_t rank;
   int64_t dims[MOE_MAX_RANK]; ///< At the token count of the query.
+  /// An exchange buffer's (its `exchange` line): the ranks whose slices
+  /// moe_bundle_bind_peers binds, and the rank whose slice the caller
+  /// passes; 0 and 0 for any other tensor.
+  int32_t world;
+  int32_t rank_of_slice;
 } MoeTensorInfo;
 
 /// A bundle loaded onto one device.
@@ -98,6 +103,20 @@ int moe_bundle_open(const char *path, int device, MoeBundle **bundle,
 /// call concurrently on one bundle.
 int moe_bundle_run(MoeBundle *bundle, int64_t tokens, const MoeTensor *tensors,
                    int count, void *stream, char *errbuf, size_t errlen);
+
+/// Binds the `count` slices of exchange buffer `tensor` (a tensor with an
+/// `exchange` line, docs/BUNDLE.md): `slices[d]` is the device address of
+/// rank d's slice, each the tensor's dims, 16-byte aligned and reachable
+/// from this device (its own memory or a peer's, through NVLink); `count`
+/// must be the tensor's world. The runtime copies them into a device table,
+/// which `peers:` kernel arguments pass, so a bundle that has exchange
+/// buffers runs only once each is bound, and each run's tensor for it must
+/// be `slices[rank]`. Blocking (it uploads the table): call it before the
+/// runs, outside a CUDA graph capture, and again only once the runs that
+/// use the previous binding have finished.
+int moe_bundle_bind_peers(MoeBundle *bundle, int tensor,
+                          const void *const *slices, int count, char *errbuf,
+                          size_t errlen);
 
 /// Frees the workspaces and module and releases the device's primary
 /// context. Accepts NULL. The caller must have synchronised the streams
@@ -192,6 +211,9 @@ public:
   /// Enqueues the plan for `tokens` tokens on `stream`; see moe_bundle_run.
   Status run(int64_t tokens, const MoeTensor *tensors, int count,
              CUstream stream);
+  /// Binds the ranks' slices of exchange buffer `tensor`; see
+  /// moe_bundle_bind_peers.
+  Status bindPeers(int tensor, const void *const *slices, int count);
 
   /// The largest token count a run accepts.
   int64_t tokensMax() const;

@@ -1464,7 +1464,7 @@ func.func @ep_combine_capacity(%rows: tensor<40x64xbf16>, %slots: tensor<40xi32>
 
 // An exchange buffer holds one slice per rank: its first dimension is the
 // world.
-// expected-error @below {{'func.func' op argument 0 is an exchange buffer of 4 ranks ('moe.exchange') but its type 'tensor<2x40xf32>' is not a ranked tensor [4, ...] of one slice per rank}}
+// expected-error @below {{'func.func' op argument 0 is an exchange buffer of 4 ranks ('moe.exchange') but its type 'tensor<2x40xf32>' is not a ranked tensor or memref [4, ...] of one slice per rank}}
 func.func private @exchange_world(tensor<2x40xf32> {moe.exchange = #moe.expert_parallel<world = 4, rank = 0>})
 
 // -----

@@ -244,13 +244,19 @@ LogicalResult MoeDialect::verifyRegionArgAttribute(Operation *op,
     return op->emitOpError() << "has '" << name.getValue()
                              << "' on a region argument that is not a "
                                 "function's";
-  auto type = dyn_cast<RankedTensorType>(function.getArgumentTypes()[argIndex]);
-  if (!type || type.getRank() < 2 || type.getDimSize(0) != exchange.getWorld())
+  // A tensor, or the memref that bufferization makes of it (the pointers of
+  // a lowered function carry the attribute on, unchecked).
+  Type argType = function.getArgumentTypes()[argIndex];
+  if (isa<LLVM::LLVMPointerType>(argType))
+    return success();
+  auto type = dyn_cast<ShapedType>(argType);
+  if (!type || !type.hasRank() || type.getRank() < 2 ||
+      type.getDimSize(0) != exchange.getWorld())
     return op->emitOpError()
            << "argument " << argIndex << " is an exchange buffer of "
            << exchange.getWorld() << " ranks ('" << name.getValue()
            << "') but its type " << function.getArgumentTypes()[argIndex]
-           << " is not a ranked tensor [" << exchange.getWorld()
+           << " is not a ranked tensor or memref [" << exchange.getWorld()
            << ", ...] of one slice per rank";
   return success();
 }
