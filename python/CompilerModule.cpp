@@ -729,12 +729,13 @@ the compiler moe_mlir.Error.
          const std::string &router, bool correctionBias,
          const std::string &dtype, int64_t blockM,
          const std::string &quantization, const std::string &swiglu,
-         bool expertBiases) {
+         bool expertBiases, int64_t world, int64_t rank, int64_t tokens) {
         moe::LayerDescription layer{
             "",           hiddenSize,     intermediateSize,
             numExperts,   topK,           numSharedExperts,
             router,       correctionBias, checkLayerDtype(dtype),
-            quantization, swiglu,         expertBiases};
+            quantization, swiglu,         expertBiases,
+            world,        rank,           tokens};
         llvm::Expected<std::string> text =
             moe::getPartSource(layer, part, blockM);
         if (!text)
@@ -746,7 +747,8 @@ the compiler moe_mlir.Error.
       py::arg("num_shared_experts"), py::arg("router"),
       py::arg("correction_bias"), py::arg("dtype"), py::arg("block_m"),
       py::arg("quantization"), py::arg("swiglu") = "",
-      py::arg("expert_biases") = false,
+      py::arg("expert_biases") = false, py::arg("world") = 0,
+      py::arg("rank") = 0, py::arg("tokens") = 0,
       "A part of a layer as moe-compile's --part names it: 'layer' (one "
       "moe.fused_moe), 'experts' (one moe.fused_experts), 'routing' (gate, "
       "route, combine), 'router' (gate), 'gemm1' or 'gemm2' (a grouped "
@@ -755,5 +757,7 @@ the compiler moe_mlir.Error.
       "and their scales, after the correction bias); `swiglu` the "
       "#moe.swiglu parameters of a clamped SwiGLU ('' for SiLU-and-mul), "
       "`expert_biases` whether the experts take biases (after the "
-      "correction bias, before any scales).");
+      "correction bias, before any scales); `world` > 0: rank `rank` of an "
+      "expert-parallel layer over `world` ranks at `tokens` tokens a rank "
+      "(part 'layer' only).");
 }

@@ -148,10 +148,15 @@ struct ScalesText {
 /// sources; for quantized weights also their scales, and the text the layer
 /// op adds for them.
 struct LayerTypes {
+  /// The types of a layer of `preset` holding `stored` experts (all E + X
+  /// when 0) at `tokens` tokens (dynamic when 0).
   LayerTypes(const Preset &preset, llvm::StringRef dtype,
-             llvm::StringRef quantization) {
+             llvm::StringRef quantization, int64_t stored = 0,
+             int64_t tokens = 0) {
     int64_t h = preset.hiddenSize, i = preset.intermediate;
-    int64_t stored = preset.numExperts + preset.numSharedExperts;
+    if (!stored)
+      stored = preset.numExperts + preset.numSharedExperts;
+    tokenDim = tokens ? std::to_string(tokens) : "?";
     Scheme scheme(quantization);
     quantization = scheme.weights;
     mxfp4 = quantization == "mxfp4";
@@ -159,7 +164,7 @@ struct LayerTypes {
     llvm::StringRef weights = quantization.empty() ? dtype
                               : mxfp4              ? "i8"
                                                    : "f8E4M3FN";
-    hidden = llvm::formatv("tensor<?x{0}x{1}>", h, dtype);
+    hidden = llvm::formatv("tensor<{0}x{1}x{2}>", tokenDim, h, dtype);
     w13 = llvm::formatv("tensor<{0}x{1}x{2}x{3}>", stored, 2 * i, h / packing,
                         weights);
     w2 = llvm::formatv("tensor<{0}x{1}x{2}x{3}>", stored, h, i / packing,
@@ -242,7 +247,7 @@ struct LayerTypes {
             llvm::formatv(" bias(%{0})", name), ", " + type.str()};
   }
 
-  std::string hidden, w13, w2;
+  std::string tokenDim, hidden, w13, w2;
   std::string activation = "silu_and_mul";
   // Empty for SiLU-and-mul, and without expert biases.
   std::string swiglu, w13Bias, w2Bias;
@@ -254,18 +259,20 @@ struct LayerTypes {
 };
 } // namespace
 
-std::string mlir::moe::getLayerSource(const Preset &preset,
-                                      llvm::StringRef dtype,
-                                      llvm::StringRef quantization) {
+namespace {
+/// The function of one moe.fused_moe of `types` whose attributes start with
+/// its router and then `parallel` (empty for the whole layer).
+std::string layerFunction(const Preset &preset, const LayerTypes &types,
+                          llvm::StringRef parallel) {
   int64_t e = preset.numExperts;
-  LayerTypes types(preset, dtype, quantization);
-  std::string l = llvm::formatv("tensor<?x{0}xf32>", e);
+  std::string l = llvm::formatv("tensor<{0}x{1}xf32>", types.tokenDim, e);
   std::string b = llvm::formatv("tensor<{0}xf32>", e);
   std::string biasArg = preset.bias ? ", %bias: " + b : "";
   std::string biasUse = preset.bias ? " bias(%bias)" : "";
   std::string biasType = preset.bias ? ", " + b : "";
-  std::string attributes = types.attributes("router = #moe.router<" +
-                                            std::string(preset.router) + ">");
+  std::string attributes =
+      types.attributes("router = #moe.router<" + std::string(preset.router) +
+                       ">" + (parallel.empty() ? "" : ", " + parallel.str()));
   return llvm::formatv(
       "func.func @layer(%x: {0}, %logits: {1}, %w13: {2}, %w2: "
       "{3}{4}{11}{5}) -> {0} {{\n  %y = moe.fused_moe %x, %logits, %w13, "
@@ -275,6 +282,25 @@ std::string mlir::moe::getLayerSource(const Preset &preset,
       types.scales.use, attributes, biasType, types.scales.types,
       types.biases.args, types.biases.use, types.biases.types,
       types.activation);
+}
+} // namespace
+
+std::string mlir::moe::getLayerSource(const Preset &preset,
+                                      llvm::StringRef dtype,
+                                      llvm::StringRef quantization) {
+  return layerFunction(preset, LayerTypes(preset, dtype, quantization), "");
+}
+
+std::string mlir::moe::getExpertParallelLayerSource(
+    const Preset &preset, llvm::StringRef dtype, llvm::StringRef quantization,
+    ExpertParallelPart part) {
+  int64_t local = preset.numExperts / part.world + preset.numSharedExperts;
+  return layerFunction(
+      preset, LayerTypes(preset, dtype, quantization, local, part.tokens),
+      llvm::formatv("expert_parallel = #moe.expert_parallel<world = {0}, "
+                    "rank = {1}>",
+                    part.world, part.rank)
+          .str());
 }
 
 std::string mlir::moe::getExpertsSource(const Preset &preset,
@@ -412,6 +438,34 @@ static llvm::Error checkQuantization(llvm::StringRef quantization) {
   return llvm::Error::success();
 }
 
+namespace {
+/// The source of `part` of the expert-parallel `layer` (`preset`, its
+/// description's): "layer" only, its sizes checked.
+llvm::Expected<std::string>
+getExpertParallelPartSource(const LayerDescription &layer, const Preset &preset,
+                            llvm::StringRef part) {
+  if (part != "layer")
+    return makeError("an expert-parallel layer has the part 'layer' only "
+                     "(moe-expert-parallel splits it into its phases), not '" +
+                     part + "'");
+  for (auto [name, value, least] :
+       {std::tuple<llvm::StringRef, int64_t, int64_t>{"world size", layer.world,
+                                                      1},
+        {"rank", layer.rank, 0},
+        {"token count", layer.tokens, 1}})
+    if (std::optional<std::string> bad = checkSizeOption(name, value, least))
+      return makeError(*bad);
+  if (layer.rank >= layer.world || layer.numExperts % layer.world)
+    return makeError(llvm::formatv("rank {0} of {1} ranks: the rank must be "
+                                   "below the world size, which must divide "
+                                   "the {2} routed experts",
+                                   layer.rank, layer.world, layer.numExperts)
+                         .str());
+  return getExpertParallelLayerSource(preset, layer.dtype, layer.quantization,
+                                      {layer.world, layer.rank, layer.tokens});
+}
+} // namespace
+
 llvm::Expected<std::string>
 mlir::moe::getPartSource(const LayerDescription &layer, llvm::StringRef part,
                          int64_t blockM) {
@@ -440,6 +494,8 @@ mlir::moe::getPartSource(const LayerDescription &layer, llvm::StringRef part,
     if (std::optional<std::string> bad = checkSizeOption(name, value, least))
       return makeError(*bad);
   Preset preset = layer.preset();
+  if (layer.world)
+    return getExpertParallelPartSource(layer, preset, part);
   if (part == "layer")
     return getLayerSource(preset, dtype, quantization);
   if (part == "experts")
@@ -595,6 +651,9 @@ describeNamedLayer(const LayerSource &source) {
     if (llvm::Error error = checkQuantization(source.quantization))
       return std::move(error);
   }
+  if (source.world && !source.inputFile.empty())
+    return makeError("--expert-parallel is for a preset or layer sizes; the "
+                     "file's layer says its own");
   if (!source.inputFile.empty())
     return std::nullopt;
   LayerDescription layer;
@@ -612,6 +671,9 @@ describeNamedLayer(const LayerSource &source) {
     layer.dtype = source.dtype;
   }
   layer.quantization = source.quantization;
+  layer.world = source.world;
+  layer.rank = source.rank;
+  layer.tokens = source.tokens;
   // --reduced: routing unchanged.
   layer.hiddenSize /= source.shrink;
   layer.intermediate /= source.shrink;

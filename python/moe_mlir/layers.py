@@ -437,6 +437,18 @@ class Layer:
         in f32, T dynamic."""
         return self._part_source("layer", dtype, quantization=quantization)
 
+    def expert_parallel_source(self, world, rank, tokens, dtype="bf16",
+                               quantization=None):
+        """Rank ``rank`` of the layer split over ``world`` ranks by its
+        routed experts, at ``tokens`` tokens a rank, as MLIR: source()'s
+        function with T = ``tokens``, the weights (and their scales and
+        biases) of the rank's E/world routed experts then every shared
+        expert, and ``expert_parallel = #moe.expert_parallel<world, rank>``
+        on its moe.fused_moe (docs/MULTI-GPU.md). moe-compile --phase
+        compiles each of its phases."""
+        return self._part_source("layer", dtype, quantization=quantization,
+                                 parallel=(world, rank, tokens))
+
     def experts_source(self, dtype="bf16", quantization=None):
         """The layer's experts given their routing, as MLIR: ``func.func
         @experts(%x [T, H], %ids [T, S] i32, %weights [T, S] f32, %w13,
@@ -456,8 +468,10 @@ class Layer:
         """The layer's router as MLIR: one moe.gate."""
         return self._part_source("router", "f32")
 
-    def _part_source(self, part, dtype, block_m=64, quantization=None):
+    def _part_source(self, part, dtype, block_m=64, quantization=None,
+                     parallel=(0, 0, 0)):
         quantization = _check_quantization(quantization)
+        world, rank, tokens = parallel
         compiler = require_compiler("Layer." + ("source" if part == "layer"
                                                 else part + "_source"))
         return compiler.layer_part_source(
@@ -470,7 +484,8 @@ class Layer:
             block_m=block_m, quantization=quantization,
             swiglu=(f"alpha = {_mlir_float(self.swiglu[0])}, limit = "
                     f"{_mlir_float(self.swiglu[1])}" if self.swiglu else ""),
-            expert_biases=self.expert_biases)
+            expert_biases=self.expert_biases, world=world, rank=rank,
+            tokens=tokens)
 
 
 def preset_names():

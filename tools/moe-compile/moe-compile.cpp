@@ -96,6 +96,12 @@ static cl::opt<std::string> quantization(
              "static); or 'mxfp4' (OCP MXFP4, e2m1 packed two per byte with "
              "an e8m0 scale per 32 values of K; the rows stay in --dtype)"),
     cl::init(""), cl::cat(moeCompileCategory));
+static cl::opt<std::string> expertParallel(
+    "expert-parallel",
+    cl::desc("Rank R of a preset's or the sizes' layer split over W ranks by "
+             "its routed experts, at --tokens-max tokens a rank: 'W,R' "
+             "(docs/MULTI-GPU.md); compile one of its phases (--phase)"),
+    cl::value_desc("W,R"), cl::init(""), cl::cat(moeCompileCategory));
 static cl::opt<int64_t> tokensMax("tokens-max",
                                   cl::desc("Largest token count to size for"),
                                   cl::init(16384), cl::cat(moeCompileCategory));
@@ -146,6 +152,23 @@ static cl::opt<std::string>
             cl::desc("CUDA toolkit whose ptxas makes the cubin (PTX only when "
                      "it has none)"),
             cl::init(kDefaultCudaToolkit), cl::cat(moeCompileCategory));
+
+/// Reads --expert-parallel's 'W,R' into `source` (nothing when empty); says
+/// what is wrong with it.
+static std::optional<std::string> parseExpertParallel(StringRef text,
+                                                      LayerSource &source) {
+  if (text.empty())
+    return std::nullopt;
+  auto [world, rank] = text.split(',');
+  if (world.getAsInteger(10, source.world) ||
+      rank.getAsInteger(10, source.rank) || source.world < 1 ||
+      source.rank < 0 || source.rank >= source.world)
+    return "--expert-parallel: expected 'W,R', the world size W >= 1 and a "
+           "rank R in [0, W), got '" +
+           text.str() + "'";
+  source.tokens = tokensMax;
+  return std::nullopt;
+}
 
 /// Reads --token-buckets into `buckets` (empty for 'auto'); says what is
 /// wrong with it, if anything.
@@ -221,6 +244,9 @@ int main(int argc, char **argv) {
   SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
   LayerSource source{inputFile,        presetName, part,       dtype,
                      reduced ? 32 : 1, blockM,     layerSizes, quantization};
+  if (std::optional<std::string> bad =
+          parseExpertParallel(expertParallel, source))
+    return fail(*bad);
   if (describe)
     return printLayer(source, context, sourceMgr);
   if (output.empty() && !printSource)

@@ -52,6 +52,10 @@ struct LayerDescription {
   std::string swiglu;
   /// Expert biases, in `dtype` as gpt-oss's checkpoints hold them.
   bool expertBiases = false;
+  /// Rank `rank` of `world` ranks that split the routed experts (an
+  /// expert-parallel layer, #moe.expert_parallel), at a static `tokens` a
+  /// rank; world 0 is the whole layer at a dynamic T.
+  int64_t world = 0, rank = 0, tokens = 0;
 
   /// The description of `preset` with element type `dtype`.
   static LayerDescription of(const Preset &preset, llvm::StringRef dtype);
@@ -82,6 +86,21 @@ std::string presetNames();
 /// SiLU-and-mul.
 std::string getLayerSource(const Preset &preset, llvm::StringRef dtype,
                            llvm::StringRef quantization);
+
+/// Rank `rank` of an expert-parallel layer over `world` ranks, at `tokens`
+/// tokens a rank.
+struct ExpertParallelPart {
+  int64_t world, rank, tokens;
+};
+
+/// getLayerSource's layer as rank `part.rank` of `part.world` holds it: the
+/// moe.fused_moe with `expert_parallel = #moe.expert_parallel<...>`, T =
+/// `part.tokens`, the weights (scales, biases) of its E/world routed
+/// experts and the shared ones; the logits and the bias still score all E.
+std::string getExpertParallelLayerSource(const Preset &preset,
+                                         llvm::StringRef dtype,
+                                         llvm::StringRef quantization,
+                                         ExpertParallelPart part);
 
 /// The layer's experts without its router, as a function of one
 /// moe.fused_experts: (hidden [T,H], ids [T,S] i32, weights [T,S] f32, w13,
@@ -126,7 +145,8 @@ std::string getGroupedMatmulSource(const Preset &preset, llvm::StringRef dtype,
 /// its `quantization` (LayerDescription's) and routing blocks
 /// of `blockM` rows; an error names the valid choices, and the parts that
 /// need a router are refused for a layer without one (an fp8 layer's router
-/// and routing are any layer's).
+/// and routing are any layer's). An expert-parallel layer (`layer.world`)
+/// has only the part "layer" (getExpertParallelLayerSource).
 llvm::Expected<std::string> getPartSource(const LayerDescription &layer,
                                           llvm::StringRef part, int64_t blockM);
 
@@ -151,6 +171,10 @@ struct LayerSource {
   /// matmuls (LayerDescription::quantization); refused with a file, whose
   /// layer says its own, and with other parts.
   std::string quantization;
+  /// Rank `rank` of `world` of the expert-parallel form of a preset's or the
+  /// sizes' layer at `tokens` tokens (LayerDescription's); world 0: the
+  /// whole layer.
+  int64_t world = 0, rank = 0, tokens = 0;
 
   /// "deepseek-v3 (reduced)", "sizes experts=..." or the file name, for
   /// messages.
