@@ -136,21 +136,8 @@ void emitScanKernel(PlanBuilder &plan, OpBuilder &builder, Location loc,
   Value blockRows = wb.i32(blockM);
   Value padded = arith::MulIOp::create(
       b, arith::CeilDivUIOp::create(b, total, blockRows), blockRows);
-  // Inclusive scan of the padded counts over the block (Hillis-Steele).
-  wb.store(padded, scan, tid);
-  gpu::BarrierOp::create(b);
-  for (int64_t distance = 1; distance < kScanThreads; distance *= 2) {
-    Value hasLeft = wb.cmpi(arith::CmpIPredicate::uge, tid, wb.index(distance));
-    Value left = wb.load(
-        scan,
-        wb.select(hasLeft, arith::SubIOp::create(b, tid, wb.index(distance)),
-                  wb.index(0)));
-    left = wb.select(hasLeft, left, wb.i32(0));
-    gpu::BarrierOp::create(b);
-    wb.store(arith::AddIOp::create(b, wb.load(scan, tid), left), scan, tid);
-    gpu::BarrierOp::create(b);
-  }
-  Value offset = arith::SubIOp::create(b, wb.load(scan, tid), padded);
+  Value offset = arith::SubIOp::create(
+      b, blockInclusiveSum(wb, scan, tid, padded, kScanThreads), padded);
   Value totalPadded = wb.load(scan, wb.index(kScanThreads - 1));
   Value sortedBuffer = kernel.getArgument(sortedIdsArg),
         expertBuffer = kernel.getArgument(expertIdsArg);

@@ -1,7 +1,8 @@
 //===- WarpBuilder.h - Warp-level kernel building helpers -------*- C++ -*-===//
 //
-// Shuffles, warp reductions and the order-preserving keys of router scores:
-// what the gate, route and combine kernels build on top of LoopBuilder.
+// Shuffles, warp reductions, the order-preserving keys of router scores and
+// a block-wide scan: what the gate, route and combine kernels build on top
+// of LoopBuilder.
 //
 //===----------------------------------------------------------------------===//
 
@@ -109,6 +110,28 @@ struct WarpBuilder : LoopBuilder {
                         runnerUp)};
   }
 };
+
+/// The inclusive sum of the i32 `value` of threads 0 .. `tid` of the block
+/// of `threads` threads (Hillis-Steele, in `scan`, a shared buffer of
+/// `threads` i32 that then holds every thread's sum, after a barrier).
+inline Value blockInclusiveSum(LoopBuilder &lb, Value scan, Value tid,
+                               Value value, int64_t threads) {
+  ImplicitLocOpBuilder &b = lb.b;
+  lb.store(value, scan, tid);
+  gpu::BarrierOp::create(b);
+  for (int64_t distance = 1; distance < threads; distance *= 2) {
+    Value hasLeft = lb.cmpi(arith::CmpIPredicate::uge, tid, lb.index(distance));
+    Value left = lb.load(
+        scan,
+        lb.select(hasLeft, arith::SubIOp::create(b, tid, lb.index(distance)),
+                  lb.index(0)));
+    left = lb.select(hasLeft, left, lb.i32(0));
+    gpu::BarrierOp::create(b);
+    lb.store(arith::AddIOp::create(b, lb.load(scan, tid), left), scan, tid);
+    gpu::BarrierOp::create(b);
+  }
+  return lb.load(scan, tid);
+}
 
 inline WarpBuilder makeWarpBuilder(ImplicitLocOpBuilder &b) {
   WarpBuilder wb{{b}, Value(), Value()};
