@@ -26,7 +26,7 @@
 // CHECK-DAG: %[[MY_COUNTS:.*]] = tensor.extract_slice %[[COUNTS]][1, 0, 0] [1, 5, 2] [1, 1, 1] : tensor<2x5x2xi32> to tensor<5x2xi32>
 // CHECK-DAG: %[[MY_WTS:.*]] = tensor.extract_slice %[[WTS]][1, 0] [1, 40] [1, 1] : tensor<2x40xf32> to tensor<40xf32>
 // CHECK: %[[ROUTED:.*]] = tensor.expand_shape %[[MY_WTS]] {{\[\[}}0, 1]] output_shape [40, 1] : tensor<40xf32> into tensor<40x1xf32>
-// CHECK: %[[SORTED:.*]], %[[EXPERTS:.*]], %[[N:.*]] = moe.ep_route %[[MY_COUNTS]] : (tensor<5x2xi32>) -> (tensor<40xi32>, tensor<40xi32>, tensor<i32>)
+// CHECK: %[[SORTED:.*]], %[[EXPERTS:.*]], %[[N:.*]] = moe.ep_route %[[MY_COUNTS]] {block_m = 1 : i64} : (tensor<5x2xi32>) -> (tensor<40xi32>, tensor<40xi32>, tensor<i32>)
 // CHECK-NEXT: %[[H:.*]] = moe.grouped_matmul %[[MY_ROWS]], %[[W13]], %[[SORTED]], %[[EXPERTS]], %[[N]] input(token) output(sorted) activation(silu_and_mul) {block_m = 1 : i64, num_slots = 1 : i64}
 // CHECK-SAME: -> tensor<40x128xbf16>
 // CHECK-NEXT: %[[O:.*]] = moe.grouped_matmul %[[H]], %[[W2]], %[[SORTED]], %[[EXPERTS]], %[[N]] routed_weights(%[[ROUTED]]) input(sorted) output(slot) {block_m = 1 : i64, num_slots = 1 : i64}

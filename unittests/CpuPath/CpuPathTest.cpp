@@ -1763,6 +1763,58 @@ TEST(ExpertParallel, EveryWorldEqualsTheSingleDeviceLayerBitForBit) {
   }
 }
 
+/// moe.ep_route of `counts` [2, 2] (L = W = 2) over regions of C = 4 rows
+/// in blocks of `blockM`.
+std::vector<std::vector<int32_t>>
+runEpRoute(int64_t blockM, const std::vector<int32_t> &counts) {
+  int64_t positions = 16 + 2 * (blockM - 1);
+  int64_t blocks = (positions + blockM - 1) / blockM;
+  std::string results =
+      llvm::formatv("tensor<{0}xi32>, tensor<{1}xi32>, tensor<i32>", positions,
+                    blocks)
+          .str();
+  std::unique_ptr<CpuFunction> function = compile(
+      llvm::formatv("func.func @route(%c: tensor<2x2xi32>) -> ({0}) {{\n"
+                    "  %s, %e, %n = moe.ep_route %c {{block_m = {1}} : "
+                    "(tensor<2x2xi32>) -> ({0})\n"
+                    "  return %s, %e, %n : {0}\n}\n",
+                    results, blockM));
+  if (!function)
+    return {};
+  std::vector<HostTensor> outputs =
+      run(*function, {HostTensor::fromInts({2, 2}, counts)});
+  std::vector<std::vector<int32_t>> values;
+  for (const HostTensor &output : outputs)
+    values.push_back(output.toInts());
+  return values;
+}
+
+// moe.ep_route lists each local expert's current rows, region after
+// region, padded with the sentinel 16 to whole blocks, the experts of the
+// blocks, -1 and the sentinel past them; counts outside [0, C] read as
+// clamped (the op's example, then stale counts).
+TEST(ExpertParallel, EpRouteCompactsEachExpertsRowsIntoBlocks) {
+  constexpr int32_t kSentinel = 16;
+  std::vector<int32_t> sorted = {0,         1,         2,         4, 5,
+                                 kSentinel, kSentinel, kSentinel, 12};
+  sorted.resize(22, kSentinel);
+  EXPECT_EQ(
+      runEpRoute(4, {3, 2, 0, 1}),
+      (std::vector<std::vector<int32_t>>{sorted, {0, 0, 1, -1, -1, -1}, {12}}));
+  sorted = {0, 1, 2, 4, 5, 12};
+  sorted.resize(16, kSentinel);
+  std::vector<int32_t> experts = {0, 0, 0, 0, 0, 1};
+  experts.resize(16, -1);
+  EXPECT_EQ(runEpRoute(1, {3, 2, 0, 1}),
+            (std::vector<std::vector<int32_t>>{sorted, experts, {6}}));
+  // Expert 0 gets no row and no block; region (1, 0) its C = 4 rows.
+  sorted = {8, 9, 10, 11, 12};
+  sorted.resize(22, kSentinel);
+  EXPECT_EQ(
+      runEpRoute(4, {-5, 0, 99, 1}),
+      (std::vector<std::vector<int32_t>>{sorted, {1, 1, -1, -1, -1, -1}, {8}}));
+}
+
 TEST(CpuFunction, RejectsWrongInputs) {
   std::unique_ptr<CpuFunction> function = compile(
       "func.func @combine(%r: tensor<?x2x4xf32>, %w: tensor<?x2xf32>) -> "

@@ -23,7 +23,9 @@ namespace {
 
 constexpr int64_t kExchangeThreads = 128;
 constexpr int64_t kExchangeWarps = kExchangeThreads / kWarpSize;
-constexpr int64_t kRouteThreads = 256;
+/// The threads of a block of moe_ep_route, one per local expert in its
+/// scan.
+constexpr int64_t kEpRouteThreads = 1024;
 
 /// The sizes of a receive buffer: L local experts (`routedLocal` of them
 /// routed), W ranks, C rows per (local expert, source rank) region.
@@ -228,6 +230,42 @@ void emitDispatchRegion(WarpBuilder &wb, const DispatchRegion &region, Value d,
   });
 }
 
+/// The local expert whose blocks hold position `position` (i32) below the
+/// padded count: the first e with ends[e] > position, by binary search over
+/// the `local` inclusive ends of the experts' blocks in `ends`.
+Value findExpert(LoopBuilder &lb, Value ends, int64_t local, Value position) {
+  ImplicitLocOpBuilder &b = lb.b;
+  Value lo = lb.index(0), hi = lb.index(local - 1);
+  for (unsigned step = 0; step < llvm::Log2_64_Ceil(local); ++step) {
+    Value mid = arith::DivUIOp::create(b, arith::AddIOp::create(b, lo, hi),
+                                       lb.index(2));
+    Value past =
+        lb.cmpi(arith::CmpIPredicate::sgt, lb.load(ends, mid), position);
+    hi = lb.select(past, mid, hi);
+    lo = lb.select(past, lo, arith::AddIOp::create(b, mid, lb.index(1)));
+  }
+  return lo;
+}
+
+/// The receive row at position `k` (i32) of expert `e`'s current rows,
+/// region (e, 0) to (e, W-1) in turn: the region where k falls below its
+/// count, walking the W counts; `sentinel` where k is past them (padding).
+Value findRow(LoopBuilder &lb, const ReceiveLayout &layout, Value counts,
+              Value e, Value k, Value sentinel) {
+  ImplicitLocOpBuilder &b = lb.b;
+  return lb.loop(
+      lb.index(0), lb.index(layout.world), {k, sentinel},
+      [&](Value src, ValueRange carried) -> SmallVector<Value> {
+        Value remaining = carried[0];
+        Value current = layout.current(lb, lb.load(counts, {e, src}));
+        // Unsigned: once past the region that holds k, remaining < 0.
+        Value here = lb.cmpi(arith::CmpIPredicate::ult, remaining, current);
+        Value row = lb.toI32(layout.row(lb, e, src, lb.toIndex(remaining)));
+        return {arith::SubIOp::create(b, remaining, current),
+                lb.select(here, row, carried[1])};
+      })[1];
+}
+
 } // namespace
 
 LogicalResult mlir::moe::detail::emitEpDispatch(PlanBuilder &plan,
@@ -289,50 +327,103 @@ LogicalResult mlir::moe::detail::emitEpDispatch(PlanBuilder &plan,
   return success();
 }
 
-void mlir::moe::detail::emitEpRoute(PlanBuilder &plan, OpBuilder &builder,
-                                    EpRouteOp op) {
+LogicalResult mlir::moe::detail::emitEpRoute(PlanBuilder &plan,
+                                             OpBuilder &builder, EpRouteOp op) {
   OpBuilder::InsertionGuard guard(builder);
   auto countsType = cast<RankedTensorType>(op.getCounts().getType());
   int64_t local = countsType.getDimSize(0), world = countsType.getDimSize(1);
-  int64_t rows =
+  if (local > kEpRouteThreads)
+    return op.emitOpError() << "has no GPU lowering for more than "
+                            << kEpRouteThreads << " local experts";
+  int64_t blockM = op.getBlockM();
+  int64_t positions =
       cast<RankedTensorType>(op.getSortedIds().getType()).getDimSize(0);
+  int64_t rows = positions - local * (blockM - 1);
   ReceiveLayout layout{local, /*routedLocal=*/0, world, rows / (local * world)};
 
   KernelArgList args;
   unsigned countsArg = args.add(plan.use(op.getCounts()));
-  unsigned sortedArg = args.add(plan.define(op.getSortedIds(), "ep_sorted_ids",
-                                            {PlanBuilder::constant(rows)}));
-  unsigned expertsArg = args.add(plan.define(op.getExpertIds(), "ep_expert_ids",
-                                             {PlanBuilder::constant(rows)}));
+  unsigned sortedArg = args.add(plan.define(
+      op.getSortedIds(), "ep_sorted_ids", {PlanBuilder::constant(positions)}));
+  unsigned expertsArg = args.add(plan.define(
+      op.getExpertIds(), "ep_expert_ids",
+      {PlanBuilder::constant(llvm::divideCeil(positions, blockM))}));
   unsigned paddedArg =
       args.add(plan.define(op.getNumPadded(), "ep_num_padded", {}));
+  // Each block scans the counts (L*W loads, from L2) and places its share
+  // of the positions, grid-stride.
+  int64_t grid = std::min<int64_t>(llvm::divideCeil(positions, kEpRouteThreads),
+                                   plan.numSMs);
+  Type i32 = builder.getI32Type();
   gpu::GPUFuncOp kernel = plan.createKernel(
       builder, op.getLoc(), "moe_ep_route", args.get(),
-      {PlanBuilder::constant(llvm::divideCeil(rows, kRouteThreads)),
-       PlanBuilder::constant(1), PlanBuilder::constant(1)},
-      {kRouteThreads, 1, 1});
+      {PlanBuilder::constant(grid), PlanBuilder::constant(1),
+       PlanBuilder::constant(1)},
+      {kEpRouteThreads, 1, 1}, {workgroupMemRef({kEpRouteThreads}, i32)});
   ImplicitLocOpBuilder b(op.getLoc(), builder);
   LoopBuilder lb{b};
-  Value row = arith::AddIOp::create(
-      b,
-      arith::MulIOp::create(b, gpu::BlockIdOp::create(b, gpu::Dimension::x),
-                            lb.index(kRouteThreads)),
-      gpu::ThreadIdOp::create(b, gpu::Dimension::x));
-  lb.ifThen(lb.cmpi(arith::CmpIPredicate::ult, row, lb.index(rows)), [&] {
-    Value region = arith::DivUIOp::create(b, row, lb.index(layout.capacity));
-    Value i = arith::RemUIOp::create(b, row, lb.index(layout.capacity));
-    Value e = arith::DivUIOp::create(b, region, lb.index(world));
-    Value src = arith::RemUIOp::create(b, region, lb.index(world));
-    Value current =
-        layout.current(lb, lb.load(kernel.getArgument(countsArg), {e, src}));
-    Value written = lb.cmpi(arith::CmpIPredicate::slt, lb.toI32(i), current);
-    lb.store(lb.toI32(lb.select(written, row, lb.index(rows))),
-             kernel.getArgument(sortedArg), row);
-    lb.store(lb.toI32(e), kernel.getArgument(expertsArg), row);
-    lb.ifThen(lb.cmpi(arith::CmpIPredicate::eq, row, lb.index(0)), [&] {
-      lb.store(lb.i32(rows), kernel.getArgument(paddedArg), {});
-    });
-  });
+  Value counts = kernel.getArgument(countsArg);
+  Value ends = kernel.getWorkgroupAttributions()[0];
+  Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
+  Value blockId = gpu::BlockIdOp::create(b, gpu::Dimension::x);
+
+  // Thread e < L: its expert's current rows over the W regions, padded to
+  // whole blocks; the scan ends expert e's blocks at ends[e].
+  Value isExpert = lb.cmpi(arith::CmpIPredicate::ult, tid, lb.index(local));
+  Value expert = lb.select(isExpert, tid, lb.index(0));
+  Value total = lb.loop(
+      lb.index(0), lb.select(isExpert, lb.index(world), lb.index(0)),
+      {lb.i32(0)}, [&](Value src, ValueRange carried) -> SmallVector<Value> {
+        Value current = layout.current(lb, lb.load(counts, {expert, src}));
+        return {arith::AddIOp::create(b, carried[0], current)};
+      })[0];
+  Value blockRows = lb.i32(blockM);
+  Value padded = arith::MulIOp::create(
+      b, arith::CeilDivUIOp::create(b, total, blockRows), blockRows);
+  blockInclusiveSum(lb, ends, tid, padded, kEpRouteThreads);
+  Value numPadded = lb.load(ends, lb.index(kEpRouteThreads - 1));
+  Value first = arith::AndIOp::create(
+      b, lb.cmpi(arith::CmpIPredicate::eq, blockId, lb.index(0)),
+      lb.cmpi(arith::CmpIPredicate::eq, tid, lb.index(0)));
+  lb.ifThen(first,
+            [&] { lb.store(numPadded, kernel.getArgument(paddedArg), {}); });
+
+  Value sentinel = lb.i32(rows);
+  Value position = arith::AddIOp::create(
+      b, arith::MulIOp::create(b, blockId, lb.index(kEpRouteThreads)), tid);
+  lb.loop(
+      position, lb.index(positions),
+      [&](Value p) {
+        // Position p's id, and the expert of its block where it starts one.
+        auto place = [&](Value id, Value blockExpert) {
+          lb.store(id, kernel.getArgument(sortedArg), p);
+          Value startsBlock = lb.cmpi(
+              arith::CmpIPredicate::eq,
+              arith::RemUIOp::create(b, p, lb.index(blockM)), lb.index(0));
+          lb.ifThen(startsBlock, [&] {
+            Value block = arith::DivUIOp::create(b, p, lb.index(blockM));
+            lb.store(blockExpert, kernel.getArgument(expertsArg), block);
+          });
+        };
+        Value pI32 = lb.toI32(p);
+        lb.ifThenElse(
+            lb.cmpi(arith::CmpIPredicate::slt, pI32, numPadded),
+            [&] {
+              Value e = findExpert(lb, ends, local, pI32);
+              // Expert e's blocks start where expert e - 1's end.
+              Value hasLeft =
+                  lb.cmpi(arith::CmpIPredicate::ugt, e, lb.index(0));
+              Value left = lb.select(
+                  hasLeft, arith::SubIOp::create(b, e, lb.index(1)), e);
+              Value start = lb.select(hasLeft, lb.load(ends, left), lb.i32(0));
+              place(findRow(lb, layout, counts, e,
+                            arith::SubIOp::create(b, pI32, start), sentinel),
+                    lb.toI32(e));
+            },
+            [&] { place(sentinel, lb.i32(-1)); });
+      },
+      grid * kEpRouteThreads);
+  return success();
 }
 
 LogicalResult mlir::moe::detail::emitEpCombine(PlanBuilder &plan,

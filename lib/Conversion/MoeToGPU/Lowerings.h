@@ -31,8 +31,10 @@ void emitCombine(PlanBuilder &plan, OpBuilder &builder, CombineOp op);
 LogicalResult emitEpDispatch(PlanBuilder &plan, OpBuilder &builder,
                              EpDispatchOp op);
 
-/// moe.ep_route: one thread per receive row, from the region counts.
-void emitEpRoute(PlanBuilder &plan, OpBuilder &builder, EpRouteOp op);
+/// moe.ep_route: blocks of one thread per local expert scan the experts'
+/// padded counts, then place the positions, each finding its expert by
+/// binary search and its region by the counts.
+LogicalResult emitEpRoute(PlanBuilder &plan, OpBuilder &builder, EpRouteOp op);
 
 /// moe.ep_combine: one warp per current receive row stores it at its slot
 /// of its source rank's return buffer, through the peer table; its `into`

@@ -200,8 +200,7 @@ struct ConvertMoeToGPUPass
                 return emitEpDispatch(plan, builder, dispatch);
               })
               .Case([&](EpRouteOp route) -> LogicalResult {
-                emitEpRoute(plan, builder, route);
-                return success();
+                return emitEpRoute(plan, builder, route);
               })
               .Case([&](EpCombineOp combine) -> LogicalResult {
                 return emitEpCombine(plan, builder, combine);

@@ -643,19 +643,26 @@ Value copyOf(LoopBuilder &lb, Value tensor) {
   return copy;
 }
 
+/// The rows written to region (e, src) of a receive buffer whose `counts`
+/// buffer is [L, W]: counts[e, src] clamped to [0, capacity] (rows past a
+/// region's capacity were never written), as an index.
+Value currentRows(LoopBuilder &lb, Value counts, Value e, Value src,
+                  int64_t capacity) {
+  ImplicitLocOpBuilder &b = lb.b;
+  Value count = lb.toIndex(lb.load(counts, {e, src}));
+  Value nonNegative = arith::MaxSIOp::create(b, count, lb.index(0));
+  return arith::MinSIOp::create(b, nonNegative, lb.index(capacity));
+}
+
 /// Runs `body(e, src, rows)` for each region of a receive buffer whose
 /// `counts` buffer is [L, W]: local expert e, source rank src, and the rows
-/// written there, counts[e, src] clamped to [0, capacity] (rows past a
-/// region's capacity were never written).
+/// written there (currentRows).
 void forEachRegion(LoopBuilder &lb, Value counts, int64_t capacity,
                    function_ref<void(Value, Value, Value)> body) {
   auto countsType = cast<MemRefType>(counts.getType());
   lb.loop(countsType.getDimSize(0), [&](Value e) {
     lb.loop(countsType.getDimSize(1), [&](Value src) {
-      ImplicitLocOpBuilder &b = lb.b;
-      Value count = lb.toIndex(lb.load(counts, {e, src}));
-      Value nonNegative = arith::MaxSIOp::create(b, count, lb.index(0));
-      body(e, src, arith::MinSIOp::create(b, nonNegative, lb.index(capacity)));
+      body(e, src, currentRows(lb, counts, e, src, capacity));
     });
   });
 }
@@ -748,8 +755,9 @@ struct EpDispatchToLoops : OpRewritePattern<EpDispatchOp> {
   }
 };
 
-/// Pattern: moe.ep_route(counts) => sorted_ids the row itself below its
-/// region's count (the sentinel past it), expert_ids the region's expert.
+/// Pattern: moe.ep_route(counts) => per local expert its current receive
+/// rows, region after region, then the sentinel up to a whole block, and
+/// the expert of each of its blocks; the sentinel and -1 past them.
 struct EpRouteToLoops : OpRewritePattern<EpRouteOp> {
   using OpRewritePattern::OpRewritePattern;
 
@@ -759,23 +767,42 @@ struct EpRouteToLoops : OpRewritePattern<EpRouteOp> {
     LoopBuilder lb{b};
     auto countsType = cast<RankedTensorType>(op.getCounts().getType());
     int64_t local = countsType.getDimSize(0), world = countsType.getDimSize(1);
+    int64_t blockM = op.getBlockM();
     int64_t rows =
-        cast<RankedTensorType>(op.getSortedIds().getType()).getDimSize(0);
+        cast<RankedTensorType>(op.getSortedIds().getType()).getDimSize(0) -
+        local * (blockM - 1);
     int64_t capacity = rows / (local * world);
     Value counts = lb.toBuffer(op.getCounts());
     Value sortedIds = lb.alloc(op.getSortedIds().getType());
     Value expertIds = lb.alloc(op.getExpertIds().getType());
     Value numPadded = lb.alloc(op.getNumPadded().getType());
-    forEachRegion(lb, counts, capacity, [&](Value e, Value src, Value current) {
-      lb.loop(capacity, [&](Value i) {
-        Value row = receiveRow(lb, e, src, i, world, capacity);
-        Value written = lb.cmpi(arith::CmpIPredicate::slt, i, current);
-        lb.store(lb.toI32(lb.select(written, row, lb.index(rows))), sortedIds,
-                 row);
-        lb.store(lb.toI32(e), expertIds, row);
-      });
-    });
-    lb.store(lb.i32(rows), numPadded, {});
+    lb.fill(sortedIds, lb.i32(rows));
+    lb.fill(expertIds, lb.i32(-1));
+    Value total = lb.loop(
+        lb.index(0), lb.index(local), {lb.index(0)},
+        [&](Value e, ValueRange carried) -> SmallVector<Value> {
+          Value start = carried[0];
+          Value end = lb.loop(
+              lb.index(0), lb.index(world), {start},
+              [&](Value src, ValueRange position) -> SmallVector<Value> {
+                Value current = currentRows(lb, counts, e, src, capacity);
+                lb.loop(lb.index(0), current, [&](Value i) {
+                  Value row = receiveRow(lb, e, src, i, world, capacity);
+                  Value at = arith::AddIOp::create(b, position[0], i);
+                  lb.store(lb.toI32(row), sortedIds, at);
+                });
+                return {arith::AddIOp::create(b, position[0], current)};
+              })[0];
+          Value blocks = arith::CeilDivUIOp::create(
+              b, arith::SubIOp::create(b, end, start), lb.index(blockM));
+          Value firstBlock = arith::DivUIOp::create(b, start, lb.index(blockM));
+          lb.loop(
+              firstBlock, arith::AddIOp::create(b, firstBlock, blocks),
+              [&](Value block) { lb.store(lb.toI32(e), expertIds, block); });
+          return {arith::AddIOp::create(
+              b, start, arith::MulIOp::create(b, blocks, lb.index(blockM)))};
+        })[0];
+    lb.store(lb.toI32(total), numPadded, {});
     rewriter.replaceOp(op,
                        {lb.toTensor(op.getSortedIds().getType(), sortedIds),
                         lb.toTensor(op.getExpertIds().getType(), expertIds),

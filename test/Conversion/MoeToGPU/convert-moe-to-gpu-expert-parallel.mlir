@@ -2,7 +2,8 @@
 // (moe-expert-parallel's phases): moe.ep_dispatch to one warp per region of
 // the ranks' receive buffers, storing through peer tables (`peers` launch
 // arguments) and updating its `into` buffers in place (they become the
-// results' tensors); moe.ep_route to one thread per receive row;
+// results' tensors); moe.ep_route to blocks that scan the local experts'
+// padded counts and place each position by binary search over them;
 // moe.ep_combine to one warp per receive row, storing through the return
 // buffers' peer table.
 // RUN: moe-opt %s --split-input-file --convert-moe-to-gpu="tokens-max=4" --canonicalize --cse | FileCheck %s
@@ -89,26 +90,46 @@ func.func @layer_dispatch(%arg0: tensor<4x64xbf16>, %arg1: tensor<4x8xf32>,
 // -----
 
 // The receive side of a rank's buffers (L = 5, W = 2, C = 4), as the
-// experts phase routes them and returns its rows.
+// experts phase routes them in blocks of 16 rows (40 + 5*15 = 115
+// positions, 8 blocks) and returns its rows.
 // CHECK-LABEL: gpu.module @moe_kernels
-// CHECK-SAME: buffers = [<input "arg0" : i32 ["5", "2"]>, <input "arg1" : bf16 ["40", "64"]>, <input "arg2" : i32 ["40"]>, <output "result3" : bf16 ["4", "3", "64"] exchange <world = 2, rank = 1>>, <output "result0" : i32 ["40"]>, <output "result1" : i32 ["40"]>, <output "result2" : i32 []>]
-// CHECK: gpu.func @moe_ep_route_0(%[[COUNTS:.*]]: memref<5x2xi32>, %[[SORTED:.*]]: memref<40xi32>, %[[EXPERTS:.*]]: memref<40xi32>, %[[PADDED:.*]]: memref<i32>, %{{.*}}: i32) kernel
-// CHECK-SAME: moe.launch = #moe.launch<grid = ["1", "1", "1"], block = [256, 1, 1], smem = 0, args = ["arg0", "result0", "result1", "result2", i32 "T"], dependent = true>
+// CHECK-SAME: buffers = [<input "arg0" : i32 ["5", "2"]>, <input "arg1" : bf16 ["40", "64"]>, <input "arg2" : i32 ["40"]>, <output "result3" : bf16 ["4", "3", "64"] exchange <world = 2, rank = 1>>, <output "result0" : i32 ["115"]>, <output "result1" : i32 ["8"]>, <output "result2" : i32 []>]
+// CHECK: gpu.func @moe_ep_route_0(%[[COUNTS:.*]]: memref<5x2xi32>, %[[SORTED:.*]]: memref<115xi32>, %[[EXPERTS:.*]]: memref<8xi32>, %[[PADDED:.*]]: memref<i32>, %{{.*}}: i32) workgroup(%[[ENDS:.*]] : memref<1024xi32, #gpu.address_space<workgroup>>
+// CHECK-SAME: moe.launch = #moe.launch<grid = ["1", "1", "1"], block = [1024, 1, 1], smem = 0, args = ["arg0", "result0", "result1", "result2", i32 "T"], dependent = true>
 // CHECK: nvvm.griddepcontrol wait
-// Row r: region r / C, i = r % C; e = region / W, src = region % W.
-// CHECK: %[[REGION:.*]] = arith.divui %[[ROW:.*]], %c4
-// CHECK: %[[I:.*]] = arith.remui %[[ROW]], %c4
-// CHECK: %[[E:.*]] = arith.divui %[[REGION]], %c2
-// CHECK: %[[SRC:.*]] = arith.remui %[[REGION]], %c2
-// CHECK: %[[COUNT:.*]] = memref.load %[[COUNTS]][%[[E]], %[[SRC]]]
-// counts[e, src] clamped to [0, C].
-// CHECK: %[[LOW:.*]] = arith.maxsi %[[COUNT]], %c0_i32
-// CHECK: %[[CURRENT:.*]] = arith.minsi %[[LOW]], %c4_i32
-// CHECK: %[[WRITTEN:.*]] = arith.cmpi slt, %{{.*}}, %[[CURRENT]]
-// CHECK: %[[ID:.*]] = arith.select %[[WRITTEN]], %[[ROW]], %c40
-// CHECK: memref.store %{{.*}}, %[[SORTED]][%[[ROW]]]
-// CHECK: memref.store %{{.*}}, %[[EXPERTS]][%[[ROW]]]
-// CHECK: memref.store %c40_i32, %[[PADDED]][]
+// Thread e < L: its expert's counts clamped to [0, C] and summed over the
+// W regions, padded to 16.
+// CHECK: %[[TID:.*]] = gpu.thread_id x
+// CHECK: %[[IS_EXPERT:.*]] = arith.cmpi ult, %[[TID]], %c5
+// CHECK: %[[EXPERT:.*]] = arith.select %[[IS_EXPERT]], %[[TID]], %c0
+// CHECK: scf.for
+// CHECK: memref.load %[[COUNTS]][%[[EXPERT]], %{{.*}}]
+// CHECK: arith.maxsi %{{.*}}, %c0_i32
+// CHECK: arith.minsi %{{.*}}, %c4_i32
+// CHECK: %[[BLOCKS:.*]] = arith.ceildivui %{{.*}}, %c16_i32
+// CHECK: %[[PADDED_ROWS:.*]] = arith.muli %[[BLOCKS]], %c16_i32
+// The inclusive scan: ends[e] is where expert e's blocks end.
+// CHECK: memref.store %[[PADDED_ROWS]], %[[ENDS]][%[[TID]]]
+// CHECK: gpu.barrier
+// CHECK: %[[TOTAL:.*]] = memref.load %[[ENDS]][%c1023]
+// CHECK: scf.if
+// CHECK-NEXT: memref.store %[[TOTAL]], %[[PADDED]][]
+// Each position below the padded count: its expert by binary search (three
+// steps over five experts), its row by walking the expert's W counts.
+// CHECK: scf.for %[[P:.*]] = %{{.*}} to %c115 step %c1024
+// CHECK: %[[P32:.*]] = arith.index_cast %[[P]] : index to i32
+// CHECK: %[[USED:.*]] = arith.cmpi slt, %[[P32]], %[[TOTAL]]
+// CHECK: scf.if %[[USED]]
+// CHECK-COUNT-3: arith.cmpi sgt, %{{.*}}, %[[P32]]
+// CHECK: %[[ROW:.*]]:2 = scf.for %{{.*}} = %c0 to %c2 step %c1 iter_args(%{{.*}} = %{{.*}}, %{{.*}} = %c40_i32)
+// CHECK: arith.cmpi ult
+// CHECK: memref.store %[[ROW]]#1, %[[SORTED]][%[[P]]]
+// CHECK: arith.remui %[[P]], %c16
+// CHECK: memref.store %{{.*}}, %[[EXPERTS]]
+// Past it: the sentinel 40, and -1 for the blocks.
+// CHECK: } else {
+// CHECK: memref.store %c40_i32, %[[SORTED]][%[[P]]]
+// CHECK: memref.store %c-1_i32, %[[EXPERTS]]
 // CHECK: gpu.func @moe_ep_combine_1(%[[ROWS:.*]]: memref<40x64xbf16>, %[[SLOTS:.*]]: memref<40xi32>, %[[COUNTS2:.*]]: memref<5x2xi32>, %[[RETURNED:.*]]: !llvm.ptr, %{{.*}}: i32) kernel
 // CHECK-SAME: moe.launch = #moe.launch<grid = ["10", "1", "1"], block = [128, 1, 1], smem = 0, args = ["arg1", "arg2", "arg0", peers "result3", i32 "T"], dependent = true>
 // CHECK: nvvm.griddepcontrol wait
@@ -128,12 +149,12 @@ func.func @layer_dispatch(%arg0: tensor<4x64xbf16>, %arg1: tensor<4x8xf32>,
 func.func @receive(%counts: tensor<5x2xi32>, %rows: tensor<40x64xbf16>,
                    %slots: tensor<40xi32>,
                    %returned: tensor<2x4x3x64xbf16> {moe.exchange = #moe.expert_parallel<world = 2, rank = 1>})
-    -> (tensor<40xi32>, tensor<40xi32>, tensor<i32>, tensor<2x4x3x64xbf16>) {
-  %sorted, %experts, %padded = moe.ep_route %counts
-    : (tensor<5x2xi32>) -> (tensor<40xi32>, tensor<40xi32>, tensor<i32>)
+    -> (tensor<115xi32>, tensor<8xi32>, tensor<i32>, tensor<2x4x3x64xbf16>) {
+  %sorted, %experts, %padded = moe.ep_route %counts {block_m = 16}
+    : (tensor<5x2xi32>) -> (tensor<115xi32>, tensor<8xi32>, tensor<i32>)
   %back = moe.ep_combine %rows, %slots, %counts into(%returned)
     : (tensor<40x64xbf16>, tensor<40xi32>, tensor<5x2xi32>,
        tensor<2x4x3x64xbf16>) -> tensor<2x4x3x64xbf16>
   return %sorted, %experts, %padded, %back
-    : tensor<40xi32>, tensor<40xi32>, tensor<i32>, tensor<2x4x3x64xbf16>
+    : tensor<115xi32>, tensor<8xi32>, tensor<i32>, tensor<2x4x3x64xbf16>
 }

@@ -155,6 +155,14 @@ func.func @too_many_experts(%ids: tensor<?x2xi32>) -> (tensor<?xi32>, tensor<?xi
 
 // -----
 
+func.func @ep_route_too_many_local_experts(%counts: tensor<1025x1xi32>) -> (tensor<1025xi32>, tensor<1025xi32>, tensor<i32>) {
+  // expected-error @below {{'moe.ep_route' op has no GPU lowering for more than 1024 local experts}}
+  %s, %e, %n = moe.ep_route %counts {block_m = 1} : (tensor<1025x1xi32>) -> (tensor<1025xi32>, tensor<1025xi32>, tensor<i32>)
+  return %s, %e, %n : tensor<1025xi32>, tensor<1025xi32>, tensor<i32>
+}
+
+// -----
+
 func.func @gate_too_many_experts(%l: tensor<?x2048xf32>) -> (tensor<?x2xf32>, tensor<?x2xi32>) {
   // expected-error @below {{'moe.gate' op has no GPU lowering for more than 1024 experts}}
   %w, %i = moe.gate %l {router = #moe.router<scoring = softmax, top_k = 2>}
@@ -265,7 +273,7 @@ func.func @gemm_cluster_plain(%x: tensor<?x64xbf16>, %w: tensor<4x64x64xbf16>, %
 func.func @other_rank(%counts: tensor<2x5x2xi32> {moe.exchange = #moe.expert_parallel<world = 2, rank = 1>}) -> tensor<40xi32> {
   // expected-error @below {{'tensor.extract_slice' op is not a rank's own slice [rank, 0, ...] of an exchange buffer argument (marked 'moe.exchange'), the one slice a rank's kernels read as a buffer (convert-moe-to-gpu)}}
   %theirs = tensor.extract_slice %counts[0, 0, 0] [1, 5, 2] [1, 1, 1] : tensor<2x5x2xi32> to tensor<5x2xi32>
-  %sorted, %experts, %padded = moe.ep_route %theirs : (tensor<5x2xi32>) -> (tensor<40xi32>, tensor<40xi32>, tensor<i32>)
+  %sorted, %experts, %padded = moe.ep_route %theirs {block_m = 1} : (tensor<5x2xi32>) -> (tensor<40xi32>, tensor<40xi32>, tensor<i32>)
   return %sorted : tensor<40xi32>
 }
 
@@ -275,7 +283,7 @@ func.func @other_rank(%counts: tensor<2x5x2xi32> {moe.exchange = #moe.expert_par
 func.func @not_exchanged(%counts: tensor<2x5x2xi32>) -> tensor<40xi32> {
   // expected-error @below {{'tensor.extract_slice' op is not a rank's own slice [rank, 0, ...] of an exchange buffer argument}}
   %mine = tensor.extract_slice %counts[1, 0, 0] [1, 5, 2] [1, 1, 1] : tensor<2x5x2xi32> to tensor<5x2xi32>
-  %sorted, %experts, %padded = moe.ep_route %mine : (tensor<5x2xi32>) -> (tensor<40xi32>, tensor<40xi32>, tensor<i32>)
+  %sorted, %experts, %padded = moe.ep_route %mine {block_m = 1} : (tensor<5x2xi32>) -> (tensor<40xi32>, tensor<40xi32>, tensor<i32>)
   return %sorted : tensor<40xi32>
 }
 

@@ -1448,7 +1448,48 @@ func.func @ep_dispatch_result_type(%x: tensor<4x64xbf16>, %ids: tensor<4x3xi32>,
 
 func.func @ep_route_ragged_regions(%counts: tensor<5x2xi32>) {
   // expected-error @below {{'moe.ep_route' op expects 'sorted_ids' to hold L*W*C rows, a multiple of L*W = 5*2, got 42}}
-  %s, %e, %n = moe.ep_route %counts : (tensor<5x2xi32>) -> (tensor<42xi32>, tensor<42xi32>, tensor<i32>)
+  %s, %e, %n = moe.ep_route %counts {block_m = 1} : (tensor<5x2xi32>) -> (tensor<42xi32>, tensor<42xi32>, tensor<i32>)
+  return
+}
+
+// -----
+
+func.func @ep_route_ragged_padded_regions(%counts: tensor<5x2xi32>) {
+  // expected-error @below {{'moe.ep_route' op expects 'sorted_ids' to hold L*W*C + L*(block_m-1) rows (C >= 1) for L*W = 5*2 and L*(block_m-1) = 5*3, got 42}}
+  %s, %e, %n = moe.ep_route %counts {block_m = 4} : (tensor<5x2xi32>) -> (tensor<42xi32>, tensor<11xi32>, tensor<i32>)
+  return
+}
+
+// -----
+
+// The padding alone: no region of C >= 1 rows.
+func.func @ep_route_no_rows(%counts: tensor<5x2xi32>) {
+  // expected-error @below {{'moe.ep_route' op expects 'sorted_ids' to hold L*W*C + L*(block_m-1) rows (C >= 1) for L*W = 5*2 and L*(block_m-1) = 5*3, got 15}}
+  %s, %e, %n = moe.ep_route %counts {block_m = 4} : (tensor<5x2xi32>) -> (tensor<15xi32>, tensor<4xi32>, tensor<i32>)
+  return
+}
+
+// -----
+
+func.func @ep_route_expert_ids(%counts: tensor<5x2xi32>) {
+  // expected-error @below {{'moe.ep_route' op expects 'expert_ids' of shape [ceil((L*W*C + L*(block_m-1)) / block_m)] = [14], got 'tensor<55xi32>'}}
+  %s, %e, %n = moe.ep_route %counts {block_m = 4} : (tensor<5x2xi32>) -> (tensor<55xi32>, tensor<55xi32>, tensor<i32>)
+  return
+}
+
+// -----
+
+func.func @ep_route_block_m_zero(%counts: tensor<5x2xi32>) {
+  // expected-error @below {{'moe.ep_route' op attribute 'block_m' failed to satisfy constraint: 64-bit signless integer attribute whose value is positive whose value is at most 2^31 - 1}}
+  %s, %e, %n = moe.ep_route %counts {block_m = 0} : (tensor<5x2xi32>) -> (tensor<40xi32>, tensor<40xi32>, tensor<i32>)
+  return
+}
+
+// -----
+
+func.func @ep_route_no_block_m(%counts: tensor<5x2xi32>) {
+  // expected-error @below {{'moe.ep_route' op requires attribute 'block_m'}}
+  %s, %e, %n = moe.ep_route %counts : (tensor<5x2xi32>) -> (tensor<40xi32>, tensor<40xi32>, tensor<i32>)
   return
 }
 

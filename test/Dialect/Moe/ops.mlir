@@ -411,7 +411,8 @@ func.func @expert_parallel_layer(%x: tensor<4x64xbf16>, %l: tensor<4x8xf32>,
 // CHECK-LABEL: func @expert_parallel_exchange
 // CHECK: moe.ep_dispatch %{{.*}}, %{{.*}}, %{{.*}} into(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) {expert_parallel = #moe.expert_parallel<world = 2, rank = 1>, num_experts = 8 : i64}
 // CHECK-SAME: -> (tensor<2x40x64xbf16>, tensor<2x40xf32>, tensor<2x40xi32>, tensor<2x5x2xi32>)
-// CHECK: moe.ep_route %{{.*}} : (tensor<5x2xi32>) -> (tensor<40xi32>, tensor<40xi32>, tensor<i32>)
+// CHECK: moe.ep_route %{{.*}} {block_m = 1 : i64} : (tensor<5x2xi32>) -> (tensor<40xi32>, tensor<40xi32>, tensor<i32>)
+// CHECK: moe.ep_route %{{.*}} {block_m = 16 : i64} : (tensor<5x2xi32>) -> (tensor<115xi32>, tensor<8xi32>, tensor<i32>)
 // CHECK: moe.ep_combine %{{.*}}, %{{.*}}, %{{.*}} into(%{{.*}})
 // CHECK-SAME: -> tensor<2x4x3x64xbf16>
 func.func @expert_parallel_exchange(%x: tensor<4x64xbf16>, %ids: tensor<4x3xi32>,
@@ -424,8 +425,10 @@ func.func @expert_parallel_exchange(%x: tensor<4x64xbf16>, %ids: tensor<4x3xi32>
     : (tensor<4x64xbf16>, tensor<4x3xi32>, tensor<4x3xf32>, tensor<2x40x64xbf16>,
        tensor<2x40xf32>, tensor<2x40xi32>, tensor<2x5x2xi32>)
       -> (tensor<2x40x64xbf16>, tensor<2x40xf32>, tensor<2x40xi32>, tensor<2x5x2xi32>)
-  %sorted, %experts, %n = moe.ep_route %my_counts
+  %sorted, %experts, %n = moe.ep_route %my_counts {block_m = 1}
     : (tensor<5x2xi32>) -> (tensor<40xi32>, tensor<40xi32>, tensor<i32>)
+  %blocked:3 = moe.ep_route %my_counts {block_m = 16}
+    : (tensor<5x2xi32>) -> (tensor<115xi32>, tensor<8xi32>, tensor<i32>)
   %back = moe.ep_combine %out, %mine, %my_counts into(%returned)
     : (tensor<40x64xbf16>, tensor<40xi32>, tensor<5x2xi32>, tensor<2x4x3x64xbf16>)
       -> tensor<2x4x3x64xbf16>

@@ -383,17 +383,26 @@ struct ReceiveLayout {
   int64_t rows() const { return local * world * capacity; }
 
   /// The layout of the rank's counts `counts` [L, W] (`dim` L at
-  /// `firstDim`) and its rows `rows` (L*W*C, whose C it finds).
+  /// `firstDim`) and its rows `rows`: L*W*C, whose C it finds, or with
+  /// `blockM` > 1 the routing of L*W*C rows padded to `blockM`-row blocks,
+  /// L*W*C + L*(block_m - 1).
   static FailureOr<ReceiveLayout> of(Operation *op, Value counts,
                                      unsigned firstDim, StringRef rowsName,
-                                     int64_t rows) {
+                                     int64_t rows, int64_t blockM = 1) {
     int64_t local = dimOf(counts, firstDim),
             world = dimOf(counts, firstDim + 1);
-    if (rows % (local * world) != 0)
+    int64_t regionRows = rows - local * (blockM - 1);
+    if (blockM > 1 && (regionRows < 1 || regionRows % (local * world) != 0))
+      return op->emitOpError()
+             << "expects '" << rowsName << "' to hold L*W*C + L*(block_m-1) "
+             << "rows (C >= 1) for L*W = " << local << "*" << world
+             << " and L*(block_m-1) = " << local << "*" << blockM - 1
+             << ", got " << rows;
+    if (regionRows % (local * world) != 0)
       return op->emitOpError()
              << "expects '" << rowsName << "' to hold L*W*C rows, a multiple "
              << "of L*W = " << local << "*" << world << ", got " << rows;
-    return ReceiveLayout{local, world, rows / (local * world)};
+    return ReceiveLayout{local, world, regionRows / (local * world)};
   }
 };
 
@@ -879,15 +888,18 @@ LogicalResult EpDispatchOp::verify() {
 LogicalResult EpRouteOp::verify() {
   Operation *op = getOperation();
   Value counts = getCounts(), sortedIds = getSortedIds();
+  int64_t blockM = getBlockM();
   if (failed(verifyRank(op, "counts", counts, 2, "[L, W]")) ||
       failed(verifyStaticDims(op, "counts", counts, {0, 1}, "dimensions")) ||
-      failed(verifyRank(op, "sorted_ids", sortedIds, 1, "[L*W*C]")) ||
+      failed(verifyRank(op, "sorted_ids", sortedIds, 1,
+                        "[L*W*C + L*(block_m-1)]")) ||
       failed(verifyStaticDims(op, "sorted_ids", sortedIds, {0}, "size")) ||
-      failed(
-          ReceiveLayout::of(op, counts, 0, "sorted_ids", dimOf(sortedIds, 0))))
+      failed(ReceiveLayout::of(op, counts, 0, "sorted_ids", dimOf(sortedIds, 0),
+                               blockM)))
     return failure();
-  return verifyShape(op, "expert_ids", getExpertIds(), {dimOf(sortedIds, 0)},
-                     "[L*W*C]");
+  return verifyShape(op, "expert_ids", getExpertIds(),
+                     {getNumBlocks(dimOf(sortedIds, 0), blockM)},
+                     "[ceil((L*W*C + L*(block_m-1)) / block_m)]");
 }
 
 //===----------------------------------------------------------------------===//

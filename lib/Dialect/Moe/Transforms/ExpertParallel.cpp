@@ -151,7 +151,7 @@ void buildExperts(OpBuilder &b, FusedMoeOp layer, StringRef name,
                auto route = EpRouteOp::create(
                    b, loc, RankedTensorType::get({numRows}, i32),
                    RankedTensorType::get({numRows}, i32),
-                   RankedTensorType::get({}, i32), counts);
+                   RankedTensorType::get({}, i32), counts, /*block_m=*/1);
                Value outputs =
                    buildExpertGemms(b, loc, rows, weights,
                                     {route.getSortedIds(), route.getExpertIds(),

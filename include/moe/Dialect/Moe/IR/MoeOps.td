@@ -677,29 +677,42 @@ def Moe_EpRouteOp : Moe_Op<"ep_route"> {
   let summary = "The routing of a rank's receive buffer, from its counts";
   let description = [{
     Gives the grouped matmuls the rows of a rank's expert-major receive
-    buffer (see `moe.ep_dispatch`) as `moe.route`'s results would for
-    block_m = 1 and one slot per row, without moving a row: with `counts`
-    `[L, W]` the rank's counts and C the capacity (`sorted_ids` is
-    `[L*W*C]`), row r = (e * W + src) * C + i
+    buffer (see `moe.ep_dispatch`) as `moe.route`'s results, without moving
+    a row: each local expert's current rows, compacted and padded to
+    `block_m`-row blocks. With `counts` `[L, W]` the rank's counts and C
+    the capacity of a region, receive row r = (e * W + src) * C + i is
+    current when i < clamp(counts[e, src], 0, C) (the rows past a region's
+    count are stale or were never written, and a count outside [0, C]
+    never indexes past its region). For each local expert e in order,
+    `sorted_ids` lists its current rows, region (e, 0) to (e, W-1) and each
+    region's rows in order, then the sentinel L*W*C (the receive rows'
+    count) up to the next multiple of `block_m`:
 
-    * `sorted_ids[r]` = r when i < counts[e, src] (at most C), else the
-      sentinel L*W*C: rows past a region's count are stale or were never
-      written;
-    * `expert_ids[r]` = e, the local expert of the row's region;
-    * `num_padded` = L*W*C.
+    * `sorted_ids` `[N]`: N = L*W*C + L*(`block_m` - 1), `moe.route`'s
+      capacity for L*W*C rows over L experts; entries past `num_padded`
+      hold the sentinel too;
+    * `expert_ids` `[ceil(N / block_m)]`: the local expert of each block
+      (blocks past `num_padded` hold -1); an expert with no current rows
+      gets no block;
+    * `num_padded`: the padded row count, the sum over the experts of their
+      current rows rounded up to `block_m`.
 
     The grouped matmuls then read the receive rows as token-order input
-    (`num_slots = 1`, `block_m = 1`) and the received weights as routed
-    weights `[L*W*C, 1]`.
+    (`num_slots = 1`, L*W*C "tokens" of one slot each, in blocks of
+    `block_m`) and the received weights as routed weights `[L*W*C, 1]`.
 
-    Example:
+    Example (L = 2, W = 2, C = 4, block_m = 4: N = 22; with counts
+    [[3, 2], [0, 1]], expert 0's rows 0, 1, 2 and 4, 5 and expert 1's row
+    12, each padded with the sentinel 16: `sorted_ids` = [0, 1, 2, 4, 5, 16,
+    16, 16, 12, 16, ...], `expert_ids` = [0, 0, 1, -1, -1, -1],
+    `num_padded` = 12):
 
     ```mlir
-    %sorted, %experts, %count = moe.ep_route %counts
-      : (tensor<5x2xi32>) -> (tensor<40xi32>, tensor<40xi32>, tensor<i32>)
+    %sorted, %experts, %count = moe.ep_route %counts {block_m = 4}
+      : (tensor<2x2xi32>) -> (tensor<22xi32>, tensor<6xi32>, tensor<i32>)
     ```
   }];
-  let arguments = (ins Moe_I32Tensor:$counts);
+  let arguments = (ins Moe_I32Tensor:$counts, Moe_SizeAttr:$block_m);
   let results = (outs
     Moe_I32Tensor:$sorted_ids,
     Moe_I32Tensor:$expert_ids,
