@@ -1576,12 +1576,14 @@ struct RankPhases {
   std::unique_ptr<CpuFunction> dispatch, experts, combine;
 };
 
-/// Splits `source` by moe-expert-parallel and compiles its three phases.
-std::optional<RankPhases> compilePhases(const std::string &source) {
+/// Splits `source` by moe-expert-parallel, routing the experts phase in
+/// blocks of `blockM` rows, and compiles its three phases.
+std::optional<RankPhases> compilePhases(const std::string &source,
+                                        int64_t blockM) {
   OwningOpRef<ModuleOp> module =
       parseSourceString<ModuleOp>(source, &sharedContext());
   PassManager pm(&sharedContext());
-  pm.addPass(createMoeExpertParallel());
+  pm.addPass(createMoeExpertParallel(MoeExpertParallelOptions{blockM}));
   if (!module || failed(pm.run(*module))) {
     ADD_FAILURE() << "does not split:\n" << source;
     return std::nullopt;
@@ -1617,7 +1619,7 @@ struct RankTokens {
 /// weights and returned rows, out-of-range slots, garbage counts.
 class SimulatedRanks {
 public:
-  SimulatedRanks(const EpLayer &layer, int64_t world,
+  SimulatedRanks(const EpLayer &layer, int64_t world, int64_t blockM,
                  const std::vector<HostTensor> &weights, HostTensor bias)
       : world(world), bias(std::move(bias)) {
     int64_t perRank = EpLayer::e / world, local = perRank + EpLayer::x;
@@ -1642,7 +1644,7 @@ public:
       for (const HostTensor &full : weights)
         mine.push_back(localExperts(full, rank * perRank, perRank));
       std::optional<RankPhases> compiled =
-          compilePhases(layer.source(mine, std::pair{world, rank}));
+          compilePhases(layer.source(mine, std::pair{world, rank}), blockM);
       if (!compiled)
         return;
       phases.push_back(std::move(*compiled));
@@ -1715,7 +1717,8 @@ std::vector<RankTokens> epTokens(std::mt19937 &generator, const EpLayer &layer,
 // For W = 1, 2, 4, 8 ranks, each rank's phases (gate and dispatch, local
 // experts, combine) run in turn in one process equal the single-device
 // layer on the same weights bit for bit, on random routing and then, on the
-// same uncleared buffers, with every token sent to rank 0's experts.
+// same uncleared buffers, with every token sent to rank 0's experts; the
+// experts phase routed in blocks of 1 row and of 16 (the GPU GEMMs' least).
 TEST(ExpertParallel, EveryWorldEqualsTheSingleDeviceLayerBitForBit) {
   for (ElementType type : {ElementType::BF16, ElementType::F32}) {
     SCOPED_TRACE(name(type));
@@ -1737,9 +1740,17 @@ TEST(ExpertParallel, EveryWorldEqualsTheSingleDeviceLayerBitForBit) {
     std::unique_ptr<CpuFunction> single =
         compile(layer.source(weights, std::nullopt));
     ASSERT_TRUE(single);
-    for (int64_t world : {1, 2, 4, 8}) {
-      SCOPED_TRACE(llvm::formatv("world = {0}", world).str());
-      SimulatedRanks ranks(layer, world, weights, bias);
+    for (auto [world, blockM] : {std::pair<int64_t, int64_t>{1, 1},
+                                 {2, 1},
+                                 {4, 1},
+                                 {8, 1},
+                                 {1, 16},
+                                 {2, 16},
+                                 {4, 16},
+                                 {8, 16}}) {
+      SCOPED_TRACE(
+          llvm::formatv("world = {0}, block_m = {1}", world, blockM).str());
+      SimulatedRanks ranks(layer, world, blockM, weights, bias);
       ASSERT_TRUE(ranks.compiled());
       for (bool skewed : {false, true}) {
         SCOPED_TRACE(skewed ? "skewed" : "random");

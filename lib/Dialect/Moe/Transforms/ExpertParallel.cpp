@@ -2,10 +2,12 @@
 
 #include "ExpertGemms.h"
 #include "moe/Dialect/Moe/IR/MoeOps.h"
+#include "moe/Dialect/Moe/Transforms/GemmHeuristic.h"
 #include "moe/Dialect/Moe/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "llvm/Support/MathExtras.h"
 
 namespace mlir {
 namespace moe {
@@ -126,10 +128,11 @@ void buildDispatch(OpBuilder &b, FusedMoeOp layer, StringRef name,
       });
 }
 
-/// Phase 2: the local experts over the rank's received rows, and each
-/// weighted output row returned to its token's rank.
+/// Phase 2: the local experts over the rank's received rows, routed in
+/// blocks of `blockM` rows, and each weighted output row returned to its
+/// token's rank.
 void buildExperts(OpBuilder &b, FusedMoeOp layer, StringRef name,
-                  const ExchangeTypes &types) {
+                  const ExchangeTypes &types, int64_t blockM) {
   ExpertMlp mlp = ExpertMlp::of(layer);
   SmallVector<Type> buffers = types.receive();
   buffers.push_back(types.returned);
@@ -148,15 +151,18 @@ void buildExperts(OpBuilder &b, FusedMoeOp layer, StringRef name,
                    rankPart(b, loc, args[1], rank),
                    ArrayRef<ReassociationIndices>{{0, 1}});
                Type i32 = b.getI32Type();
+               int64_t capacity = RouteOp::getCapacity(
+                   numRows, types.counts.getDimSize(1), blockM);
+               int64_t numBlocks = llvm::divideCeil(capacity, blockM);
                auto route = EpRouteOp::create(
-                   b, loc, RankedTensorType::get({numRows}, i32),
-                   RankedTensorType::get({numRows}, i32),
-                   RankedTensorType::get({}, i32), counts, /*block_m=*/1);
+                   b, loc, RankedTensorType::get({capacity}, i32),
+                   RankedTensorType::get({numBlocks}, i32),
+                   RankedTensorType::get({}, i32), counts, blockM);
                Value outputs =
                    buildExpertGemms(b, loc, rows, weights,
                                     {route.getSortedIds(), route.getExpertIds(),
-                                     route.getNumPadded(),
-                                     /*blockM=*/1, /*numSlots=*/1},
+                                     route.getNumPadded(), blockM,
+                                     /*numSlots=*/1},
                                     mlp.lookup(mapping));
                Value outputRows = tensor::CollapseShapeOp::create(
                    b, loc, rowsType, outputs,
@@ -212,7 +218,12 @@ FailureOr<FusedMoeOp> getExpertParallelLayer(func::FuncOp function) {
 
 struct MoeExpertParallelPass
     : moe::impl::MoeExpertParallelBase<MoeExpertParallelPass> {
+  using Base::Base;
+
   void runOnOperation() override {
+    if (failed(checkSizeOptions(getOperation(), "moe-expert-parallel",
+                                {{"block-m", blockM, 0}})))
+      return signalPassFailure();
     SmallVector<func::FuncOp> functions(getOperation().getOps<func::FuncOp>());
     for (func::FuncOp function : functions) {
       FailureOr<FusedMoeOp> layer = getExpertParallelLayer(function);
@@ -221,14 +232,49 @@ struct MoeExpertParallelPass
       if (!*layer)
         continue;
       ExchangeTypes types = ExchangeTypes::of(*layer);
+      FailureOr<int64_t> rows = routingBlockM(*layer, types);
+      if (failed(rows))
+        return signalPassFailure();
       OpBuilder b(function);
       b.setInsertionPointAfter(function);
       std::string name = function.getSymName().str();
       buildDispatch(b, *layer, name + "_dispatch", types);
-      buildExperts(b, *layer, name + "_experts", types);
+      buildExperts(b, *layer, name + "_experts", types, *rows);
       buildCombine(b, *layer, name + "_combine", types);
       function.erase();
     }
+  }
+
+  /// The routing block of `layer`'s experts phase: `block-m`, or when 0 the
+  /// single-device layer's at the T*W tokens of all ranks; a diagnostic
+  /// when the routing of the receive rows in such blocks overflows the
+  /// kernels' i32 rows (MoeLimits.h).
+  FailureOr<int64_t> routingBlockM(FusedMoeOp layer,
+                                   const ExchangeTypes &types) {
+    int64_t world = types.counts.getDimSize(0);
+    int64_t local = types.counts.getDimSize(1);
+    int64_t tokens = types.returned.getDimSize(1);
+    int64_t rows = blockM;
+    if (!rows) {
+      RouterAttr router = layer.getRouter();
+      QuantizationAttr quantization = layer.getQuantizationAttr();
+      rows = chooseRoutingBlockM(
+          tokens * world, router.getNumSlots(),
+          cast<RankedTensorType>(layer.getRouterLogits().getType())
+                  .getDimSize(1) +
+              router.getNumSharedExperts(),
+          quantization && quantization.getWeights() == WeightScaling::block);
+    }
+    std::string cause =
+        blockM ? "moe-expert-parallel: block-m = " + std::to_string(rows)
+               : "moe-expert-parallel: its routing block of " +
+                     std::to_string(rows) + " rows";
+    // The receive rows route as L*W*C tokens of one slot each.
+    if (failed(verifyRoutingCapacity([&] { return layer.emitOpError(); }, cause,
+                                     types.weights.getDimSize(1),
+                                     /*slots=*/1, local, rows)))
+      return failure();
+    return rows;
   }
 };
 

@@ -81,10 +81,11 @@ def MoeExpertParallel : Pass<"moe-expert-parallel", "::mlir::ModuleOp"> {
        expert (shared experts: the rank's own);
     2. `@f_experts(w13, w2[, biases][, scales][, input scales], rows,
        weights, slots, counts, returned)`: `moe.ep_route` of the rank's
-       receive buffer, the layer's two grouped matmuls over its L = E/W + X
-       local experts reading the received rows in place (`block_m = 1`, one
-       slot per row), and `moe.ep_combine` of each weighted output row into
-       the return buffer of its token's rank, at its slot;
+       receive buffer (each local expert's current rows in routing blocks
+       of `block-m` rows), the layer's two grouped matmuls over its
+       L = E/W + X local experts reading the received rows in place (one
+       slot per row) in those blocks, and `moe.ep_combine` of each weighted
+       output row into the return buffer of its token's rank, at its slot;
     3. `@f_combine(returned)`: `moe.combine` of the rank's returned rows,
        in slot order.
 
@@ -130,10 +131,10 @@ def MoeExpertParallel : Pass<"moe-expert-parallel", "::mlir::ModuleOp"> {
     }
     func.func @f_experts(%w13, %w2, %rows, %weights, %slots, %counts,
                          %returned) {
-      %sorted, %experts, %n = moe.ep_route %my_counts
+      %sorted, %experts, %n = moe.ep_route %my_counts {block_m = 64}
       %h = moe.grouped_matmul %my_rows, %w13, %sorted, %experts, %n
              input(token) output(sorted) activation(silu_and_mul)
-             {block_m = 1, num_slots = 1}
+             {block_m = 64, num_slots = 1}
       %o = moe.grouped_matmul %h, %w2, %sorted, %experts, %n
              routed_weights(%my_weights) input(sorted) output(slot) {...}
       %r = moe.ep_combine %o_rows, %my_slots, %my_counts into(%returned)
@@ -146,10 +147,23 @@ def MoeExpertParallel : Pass<"moe-expert-parallel", "::mlir::ModuleOp"> {
     ```
 
     where `%my_...` are rank 0's parts of the buffers (`tensor.extract_slice`).
+
+    The routing block is the GEMMs' M tile, as `moe-decompose`'s: the GPU
+    kernels take 16 to 128 rows; 1, which pads nothing, suits the CPU path.
+    Chosen (`block-m = 0`), it is the block of the single-device layer of
+    the W ranks' T*W tokens, whose routed experts receive as many rows on
+    average as a rank's do.
   }];
   let dependentDialects = ["::mlir::moe::MoeDialect",
                            "::mlir::func::FuncDialect",
                            "::mlir::tensor::TensorDialect"];
+  let options = [
+    Option<"blockM", "block-m", "int64_t", /*default=*/"0",
+           "Rows per routing block of the experts phase: each local "
+           "expert's current rows are padded to a multiple of it (the "
+           "GEMMs' M tile); 0 chooses it as moe-decompose does for the "
+           "T*W tokens of all ranks">
+  ];
 }
 
 def MoeTile : Pass<"moe-tile"> {
