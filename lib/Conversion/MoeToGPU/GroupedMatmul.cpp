@@ -16,10 +16,44 @@ using namespace mlir;
 using namespace mlir::moe;
 using namespace mlir::moe::detail;
 
+std::optional<int64_t> mlir::moe::detail::getStaticTokens(GroupedMatmulOp op) {
+  SmallVector<Value> tokenOrder;
+  if (op.getInputOrder() == RowOrder::token)
+    tokenOrder.push_back(op.getInput());
+  if (op.getOutputOrder() == RowOrder::slot)
+    tokenOrder.push_back(op.getOutput());
+  if (Value weights = op.getRoutedWeights())
+    tokenOrder.push_back(weights);
+  for (Value value : tokenOrder) {
+    int64_t tokens = cast<ShapedType>(value.getType()).getDimSize(0);
+    if (!ShapedType::isDynamic(tokens))
+      return tokens;
+  }
+  return std::nullopt;
+}
+
+SizeExpr mlir::moe::detail::gemmTokens(PlanBuilder &plan, GroupedMatmulOp op) {
+  std::optional<int64_t> tokens = getStaticTokens(op);
+  return tokens ? PlanBuilder::constant(*tokens) : plan.tokens();
+}
+
+SizeExpr mlir::moe::detail::routedSlots(PlanBuilder &plan, GroupedMatmulOp op) {
+  return gemmTokens(plan, op).times(op.getNumSlots());
+}
+
+Value mlir::moe::detail::routedSlotCount(LoopBuilder &lb, gpu::GPUFuncOp kernel,
+                                         GroupedMatmulOp op) {
+  std::optional<int64_t> tokens = getStaticTokens(op);
+  Value count = tokens ? lb.index(*tokens) : lb.toIndex(tokenCount(kernel));
+  return arith::MulIOp::create(lb.b, count, lb.index(op.getNumSlots()));
+}
+
 SizeExpr mlir::moe::detail::routedCapacity(PlanBuilder &plan,
                                            GroupedMatmulOp op) {
-  return plan.affine(op.getNumSlots(),
-                     op.getNumStoredExperts() * (op.getBlockM() - 1));
+  int64_t padding = op.getNumStoredExperts() * (op.getBlockM() - 1);
+  if (std::optional<int64_t> tokens = getStaticTokens(op))
+    return PlanBuilder::constant(*tokens * op.getNumSlots() + padding);
+  return plan.affine(op.getNumSlots(), padding);
 }
 
 GemmOperands mlir::moe::detail::useGemmOperands(PlanBuilder &plan,
@@ -43,7 +77,8 @@ unsigned mlir::moe::detail::defineOutput(PlanBuilder &plan,
   int64_t columns = op.getOutputColumns(), slots = op.getNumSlots();
   SmallVector<SizeExpr> dims =
       op.getOutputOrder() == RowOrder::slot
-          ? SmallVector<SizeExpr>{plan.tokens(), PlanBuilder::constant(slots),
+          ? SmallVector<SizeExpr>{gemmTokens(plan, op),
+                                  PlanBuilder::constant(slots),
                                   PlanBuilder::constant(columns)}
           : SmallVector<SizeExpr>{routedCapacity(plan, op),
                                   PlanBuilder::constant(columns)};

@@ -41,6 +41,18 @@ struct GemmShape {
   bool gated, tokenInput, slotOutput, weighted, biased;
 };
 
+/// The token count T of `op` when its token-order operands have a static
+/// one (an expert-parallel experts phase's receive rows, whose count is not
+/// the launch's T); none when T is the launch's.
+std::optional<int64_t> getStaticTokens(GroupedMatmulOp op);
+/// T: the static token count of `op`, else the plan's T.
+SizeExpr gemmTokens(PlanBuilder &plan, GroupedMatmulOp op);
+/// T*S, the op's routed slots.
+SizeExpr routedSlots(PlanBuilder &plan, GroupedMatmulOp op);
+/// T*S in `kernel`: a constant, or the launch's T times S.
+Value routedSlotCount(LoopBuilder &lb, gpu::GPUFuncOp kernel,
+                      GroupedMatmulOp op);
+
 /// The routing capacity C = T*S + E*(block_m - 1) of the op's sorted rows.
 SizeExpr routedCapacity(PlanBuilder &plan, GroupedMatmulOp op);
 

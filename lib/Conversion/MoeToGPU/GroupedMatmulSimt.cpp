@@ -110,8 +110,7 @@ void SimtGroupedMatmulEmitter::setUpKernel(gpu::GPUFuncOp kernel) {
   tileA = attributions[0];
   tileB = attributions[1];
   tileUp = gated ? Value(attributions[2]) : Value();
-  Value numTokens = wb.toIndex(tokenCount(kernel));
-  routedSlots = arith::MulIOp::create(b, numTokens, wb.index(slots));
+  routedSlots = routedSlotCount(wb, kernel, op);
 
   tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
   tx = arith::RemUIOp::create(b, tid, wb.index(kGemmThreadsPerSide));

@@ -144,7 +144,10 @@ struct ConvertMoeToGPUPass
     if (functions.size() != 1) {
       module.emitError() << "convert-moe-to-gpu: expected one layer function, "
                             "got "
-                         << functions.size();
+                         << functions.size()
+                         << " (an expert-parallel layer's phases compile one "
+                            "at a time: moe-gpu-pipeline's phase, moe-compile "
+                            "--phase)";
       return signalPassFailure();
     }
     if (std::optional<std::string> error = checkKernelTarget(chip, features)) {

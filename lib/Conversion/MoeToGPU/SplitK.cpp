@@ -30,13 +30,12 @@ ReductionBuffers mlir::moe::detail::defineReductionBuffers(PlanBuilder &plan,
                                                            OpBuilder &builder,
                                                            GroupedMatmulOp op,
                                                            int64_t splits) {
-  int64_t slots = op.getNumSlots();
   return ReductionBuffers{
       plan.scratch("gemm_partials", builder.getF32Type(),
-                   {PlanBuilder::constant(splits), plan.affine(slots, 0),
+                   {PlanBuilder::constant(splits), routedSlots(plan, op),
                     PlanBuilder::constant(op.getWeightsType().getDimSize(1))}),
       plan.scratch("gemm_slot_rows", builder.getI32Type(),
-                   {plan.affine(slots, 0)})};
+                   {routedSlots(plan, op)})};
 }
 
 /// Stores every accumulator register of the thread's routed rows as split
@@ -121,7 +120,8 @@ void mlir::moe::detail::emitSplitReduction(PlanBuilder &plan,
   unsigned outputArg = args.add(defineOutput(plan, op));
   gpu::GPUFuncOp kernel = plan.createKernel(
       builder, op.getLoc(), "moe_grouped_matmul_reduce", args.get(),
-      {PlanBuilder::ceilDiv(plan.affine(slots * columns, 0), kReduceThreads),
+      {PlanBuilder::ceilDiv(routedSlots(plan, op).times(columns),
+                            kReduceThreads),
        PlanBuilder::constant(1), PlanBuilder::constant(1)},
       {kReduceThreads, 1, 1});
   ImplicitLocOpBuilder b(op.getLoc(), builder);
@@ -134,8 +134,7 @@ void mlir::moe::detail::emitSplitReduction(PlanBuilder &plan,
   Value bias = kernelArgument(kernel, biasArg);
   Value expertIds = kernelArgument(kernel, expertIdsArg);
   Value output = kernel.getArgument(outputArg);
-  Value routedSlots =
-      arith::MulIOp::create(b, wb.toIndex(tokenCount(kernel)), wb.index(slots));
+  Value routedSlots = routedSlotCount(wb, kernel, op);
   Value item = arith::AddIOp::create(
       b,
       arith::MulIOp::create(b, gpu::BlockIdOp::create(b, gpu::Dimension::x),

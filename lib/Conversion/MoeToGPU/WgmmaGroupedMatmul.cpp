@@ -319,7 +319,7 @@ private:
   Value input, sorted, experts, padded, routedWeights, output, partials,
       slotRows, inputScales, weightScales, quantized, quantizedScales,
       staticScale, bias;
-  Value numTokens, routedSlots, sharedBase, weightMap, rowMap;
+  Value routedSlots, sharedBase, weightMap, rowMap;
   Value tid, warp, lane, loader, leader;
   /// With a cluster: this block's rank in it, and its peer's.
   Value clusterRank, peerRank;
@@ -395,7 +395,7 @@ gpu::GPUFuncOp WgmmaGroupedMatmulEmitter::declareKernel() {
   numPaddedArg = args.add(plan.use(op.getNumPadded()));
   if (fp8) {
     unsigned scales = plan.use(op.getInputScales());
-    plan.refineInput(scales, {tokenInput ? plan.tokens() : capacity,
+    plan.refineInput(scales, {tokenInput ? gemmTokens(plan, op) : capacity,
                               PlanBuilder::constant(llvm::divideCeil(
                                   k, quantization.getActivationGroupSize(k)))});
     inputScalesArg = args.add(scales);
@@ -469,8 +469,7 @@ void WgmmaGroupedMatmulEmitter::setUpKernel(gpu::GPUFuncOp kernel) {
   bias = kernelArgument(kernel, biasArg);
   if (staticScaleArg)
     staticScale = wb.load(kernel.getArgument(*staticScaleArg), {wb.index(0)});
-  numTokens = wb.toIndex(tokenCount(kernel));
-  routedSlots = arith::MulIOp::create(b, numTokens, wb.index(slots));
+  routedSlots = routedSlotCount(wb, kernel, op);
 
   // The ring: stage s's row tile at s * rowTileBytes, its weight tile (the
   // boxes one after another) after all row tiles; every tile 1024-aligned.

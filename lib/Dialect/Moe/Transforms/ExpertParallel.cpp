@@ -98,13 +98,13 @@ buildPhase(OpBuilder &b, FusedMoeOp layer, StringRef name, ValueRange operands,
 
 /// Phase 1: the gate over all experts, and each routed slot's row sent to
 /// its expert's rank.
-void buildDispatch(OpBuilder &b, FusedMoeOp layer, StringRef name,
-                   const ExchangeTypes &types) {
+func::FuncOp buildDispatch(OpBuilder &b, FusedMoeOp layer, StringRef name,
+                           const ExchangeTypes &types) {
   SmallVector<Value> operands = {layer.getHiddenStates(),
                                  layer.getRouterLogits()};
   if (Value bias = layer.getCorrectionBias())
     operands.push_back(bias);
-  buildPhase(
+  return buildPhase(
       b, layer, name, operands, types.receive(),
       [&](IRMapping &mapping, ValueRange buffers) -> SmallVector<Value> {
         Location loc = layer.getLoc();
@@ -131,60 +131,62 @@ void buildDispatch(OpBuilder &b, FusedMoeOp layer, StringRef name,
 /// Phase 2: the local experts over the rank's received rows, routed in
 /// blocks of `blockM` rows, and each weighted output row returned to its
 /// token's rank.
-void buildExperts(OpBuilder &b, FusedMoeOp layer, StringRef name,
-                  const ExchangeTypes &types, int64_t blockM) {
+func::FuncOp buildExperts(OpBuilder &b, FusedMoeOp layer, StringRef name,
+                          const ExchangeTypes &types, int64_t blockM) {
   ExpertMlp mlp = ExpertMlp::of(layer);
   SmallVector<Type> buffers = types.receive();
   buffers.push_back(types.returned);
-  buildPhase(b, layer, name, mlp.getValues(), buffers,
-             [&](IRMapping &mapping, ValueRange args) -> SmallVector<Value> {
-               Location loc = layer.getLoc();
-               int64_t rank = layer.getExpertParallelAttr().getRank();
-               Value rows = rankPart(b, loc, args[0], rank);
-               Value slots = rankPart(b, loc, args[2], rank);
-               Value counts = rankPart(b, loc, args[3], rank);
-               auto rowsType = cast<RankedTensorType>(rows.getType());
-               int64_t numRows = rowsType.getDimSize(0);
-               // The received weights as routed weights of one slot per row.
-               Value weights = tensor::ExpandShapeOp::create(
-                   b, loc, RankedTensorType::get({numRows, 1}, b.getF32Type()),
-                   rankPart(b, loc, args[1], rank),
-                   ArrayRef<ReassociationIndices>{{0, 1}});
-               Type i32 = b.getI32Type();
-               int64_t capacity = RouteOp::getCapacity(
-                   numRows, types.counts.getDimSize(1), blockM);
-               int64_t numBlocks = llvm::divideCeil(capacity, blockM);
-               auto route = EpRouteOp::create(
-                   b, loc, RankedTensorType::get({capacity}, i32),
-                   RankedTensorType::get({numBlocks}, i32),
-                   RankedTensorType::get({}, i32), counts, blockM);
-               Value outputs =
-                   buildExpertGemms(b, loc, rows, weights,
-                                    {route.getSortedIds(), route.getExpertIds(),
-                                     route.getNumPadded(), blockM,
-                                     /*numSlots=*/1},
-                                    mlp.lookup(mapping));
-               Value outputRows = tensor::CollapseShapeOp::create(
-                   b, loc, rowsType, outputs,
-                   ArrayRef<ReassociationIndices>{{0, 1}, {2}});
-               return {EpCombineOp::create(b, loc, types.returned, outputRows,
-                                           slots, counts, args[4])
-                           .getOutput()};
-             });
+  return buildPhase(
+      b, layer, name, mlp.getValues(), buffers,
+      [&](IRMapping &mapping, ValueRange args) -> SmallVector<Value> {
+        Location loc = layer.getLoc();
+        int64_t rank = layer.getExpertParallelAttr().getRank();
+        Value rows = rankPart(b, loc, args[0], rank);
+        Value slots = rankPart(b, loc, args[2], rank);
+        Value counts = rankPart(b, loc, args[3], rank);
+        auto rowsType = cast<RankedTensorType>(rows.getType());
+        int64_t numRows = rowsType.getDimSize(0);
+        // The received weights as routed weights of one slot per row.
+        Value weights = tensor::ExpandShapeOp::create(
+            b, loc, RankedTensorType::get({numRows, 1}, b.getF32Type()),
+            rankPart(b, loc, args[1], rank),
+            ArrayRef<ReassociationIndices>{{0, 1}});
+        Type i32 = b.getI32Type();
+        int64_t capacity =
+            RouteOp::getCapacity(numRows, types.counts.getDimSize(1), blockM);
+        int64_t numBlocks = llvm::divideCeil(capacity, blockM);
+        auto route =
+            EpRouteOp::create(b, loc, RankedTensorType::get({capacity}, i32),
+                              RankedTensorType::get({numBlocks}, i32),
+                              RankedTensorType::get({}, i32), counts, blockM);
+        Value outputs =
+            buildExpertGemms(b, loc, rows, weights,
+                             {route.getSortedIds(), route.getExpertIds(),
+                              route.getNumPadded(), blockM,
+                              /*numSlots=*/1},
+                             mlp.lookup(mapping));
+        Value outputRows = tensor::CollapseShapeOp::create(
+            b, loc, rowsType, outputs,
+            ArrayRef<ReassociationIndices>{{0, 1}, {2}});
+        return {EpCombineOp::create(b, loc, types.returned, outputRows, slots,
+                                    counts, args[4])
+                    .getOutput()};
+      });
 }
 
 /// Phase 3: the sum of the rank's returned rows, in slot order.
-void buildCombine(OpBuilder &b, FusedMoeOp layer, StringRef name,
-                  const ExchangeTypes &types) {
-  buildPhase(b, layer, name, {}, {types.returned},
-             [&](IRMapping &, ValueRange args) -> SmallVector<Value> {
-               Location loc = layer.getLoc();
-               Value rows = rankPart(b, loc, args[0],
-                                     layer.getExpertParallelAttr().getRank());
-               return {CombineOp::create(b, loc, layer.getType(), rows,
-                                         /*weights=*/Value(), /*ids=*/Value(),
-                                         /*num_experts=*/IntegerAttr())};
-             });
+func::FuncOp buildCombine(OpBuilder &b, FusedMoeOp layer, StringRef name,
+                          const ExchangeTypes &types) {
+  return buildPhase(
+      b, layer, name, {}, {types.returned},
+      [&](IRMapping &, ValueRange args) -> SmallVector<Value> {
+        Location loc = layer.getLoc();
+        Value rows =
+            rankPart(b, loc, args[0], layer.getExpertParallelAttr().getRank());
+        return {CombineOp::create(b, loc, layer.getType(), rows,
+                                  /*weights=*/Value(), /*ids=*/Value(),
+                                  /*num_experts=*/IntegerAttr())};
+      });
 }
 
 /// The expert-parallel layer that `function` computes alone (its arguments
@@ -224,6 +226,12 @@ struct MoeExpertParallelPass
     if (failed(checkSizeOptions(getOperation(), "moe-expert-parallel",
                                 {{"block-m", blockM, 0}})))
       return signalPassFailure();
+    if (!llvm::is_contained({"", "dispatch", "experts", "combine"}, phase)) {
+      getOperation().emitError()
+          << "moe-expert-parallel: unknown phase '" << phase
+          << "' (dispatch, experts or combine; empty for all three)";
+      return signalPassFailure();
+    }
     SmallVector<func::FuncOp> functions(getOperation().getOps<func::FuncOp>());
     for (func::FuncOp function : functions) {
       FailureOr<FusedMoeOp> layer = getExpertParallelLayer(function);
@@ -238,9 +246,13 @@ struct MoeExpertParallelPass
       OpBuilder b(function);
       b.setInsertionPointAfter(function);
       std::string name = function.getSymName().str();
-      buildDispatch(b, *layer, name + "_dispatch", types);
-      buildExperts(b, *layer, name + "_experts", types, *rows);
-      buildCombine(b, *layer, name + "_combine", types);
+      std::pair<StringRef, func::FuncOp> phases[] = {
+          {"dispatch", buildDispatch(b, *layer, name + "_dispatch", types)},
+          {"experts", buildExperts(b, *layer, name + "_experts", types, *rows)},
+          {"combine", buildCombine(b, *layer, name + "_combine", types)}};
+      for (auto [kind, built] : phases)
+        if (!phase.empty() && kind != phase)
+          built.erase();
       function.erase();
     }
   }

@@ -153,6 +153,10 @@ def MoeExpertParallel : Pass<"moe-expert-parallel", "::mlir::ModuleOp"> {
     Chosen (`block-m = 0`), it is the block of the single-device layer of
     the W ranks' T*W tokens, whose routed experts receive as many rows on
     average as a rank's do.
+
+    With `phase` (`dispatch`, `experts` or `combine`) only that phase's
+    function is kept: a GPU bundle compiles one phase (`moe-compile
+    --phase`), since the ranks exchange rows between phases.
   }];
   let dependentDialects = ["::mlir::moe::MoeDialect",
                            "::mlir::func::FuncDialect",
@@ -162,7 +166,10 @@ def MoeExpertParallel : Pass<"moe-expert-parallel", "::mlir::ModuleOp"> {
            "Rows per routing block of the experts phase: each local "
            "expert's current rows are padded to a multiple of it (the "
            "GEMMs' M tile); 0 chooses it as moe-decompose does for the "
-           "T*W tokens of all ranks">
+           "T*W tokens of all ranks">,
+    Option<"phase", "phase", "std::string", /*default=*/"\"\"",
+           "The one phase to keep (dispatch, experts or combine); all three "
+           "when empty">
   ];
 }
 
