@@ -484,8 +484,8 @@ py::object compileBundle(const Module &layer, py::handle directory,
                          const std::string &configDatabase,
                          const std::string &device, py::handle numSMsArg,
                          const std::string &chip, const std::string &features,
-                         const std::string &toolkit,
-                         py::handle tokenBucketsArg) {
+                         const std::string &toolkit, py::handle tokenBucketsArg,
+                         const std::string &phase) {
   int64_t tokensMax = moe_python::int64Argument(tokensMaxArg, "tokens_max");
   int64_t blockM = moe_python::int64Argument(blockMArg, "block_m");
   int64_t numSMs = moe_python::int64Argument(numSMsArg, "num_sms");
@@ -508,6 +508,7 @@ py::object compileBundle(const Module &layer, py::handle directory,
   options.pipeline.numSMs = numSMs;
   options.pipeline.chip = chip;
   options.pipeline.features = features;
+  options.pipeline.phase = phase;
   options.toolkit = toolkit;
   options.tokenBuckets = std::move(tokenBuckets);
   std::string path = fsPath(directory);
@@ -670,15 +671,15 @@ the compiler moe_mlir.Error.
 
   // Both overloads take the same keyword arguments.
   auto bundleOptions = [](auto... first) {
-    return std::make_tuple(first..., py::kw_only(),
-                           py::arg("tokens_max") = 16384,
-                           py::arg("block_m") = 0, py::arg("config_db") = "",
-                           py::arg("device") = moe::kDefaultDeviceName,
-                           py::arg("num_sms") = moe::kDefaultNumSMs,
-                           py::arg("chip") = moe::kDefaultChip,
-                           py::arg("features") = moe::kDefaultFeatures,
-                           py::arg("toolkit") = moe::kDefaultCudaToolkit,
-                           py::arg("token_buckets") = py::tuple());
+    return std::make_tuple(
+        first..., py::kw_only(), py::arg("tokens_max") = 16384,
+        py::arg("block_m") = 0, py::arg("config_db") = "",
+        py::arg("device") = moe::kDefaultDeviceName,
+        py::arg("num_sms") = moe::kDefaultNumSMs,
+        py::arg("chip") = moe::kDefaultChip,
+        py::arg("features") = moe::kDefaultFeatures,
+        py::arg("toolkit") = moe::kDefaultCudaToolkit,
+        py::arg("token_buckets") = py::tuple(), py::arg("phase") = "");
   };
   std::apply(
       [&](auto... arguments) {
@@ -695,7 +696,8 @@ the compiler moe_mlir.Error.
               "routing blocks, tiles and K splits for; empty (the default), "
               "the token counts where those choices change, so that every "
               "token count runs the kernels a bundle for it alone would; "
-              "[tokens_max], one variant.");
+              "[tokens_max], one variant. `phase` (dispatch, experts or "
+              "combine) is the phase of an expert-parallel layer to compile.");
         m.def(
             "compile_bundle",
             [](const std::string &text, py::handle directory,
@@ -703,11 +705,11 @@ the compiler moe_mlir.Error.
                const std::string &configDatabase, const std::string &device,
                py::handle numSMs, const std::string &chip,
                const std::string &features, const std::string &toolkit,
-               py::handle tokenBuckets) {
+               py::handle tokenBuckets, const std::string &phase) {
               return compileBundle(*Module::parse(text, "<string>"), directory,
                                    tokensMax, blockM, configDatabase, device,
                                    numSMs, chip, features, toolkit,
-                                   tokenBuckets);
+                                   tokenBuckets, phase);
             },
             arguments...,
             "Compiles the layer in MLIR text to a bundle "

@@ -171,6 +171,11 @@ if [[ $what == tests || $what == all ]]; then
   step torch-tests 400 python3 test/GPU/torch_test.py
   step transformers-tests 400 python3 test/GPU/transformers_test.py
   step gpt-oss-torch-tests 540 python3 test/GPU/gpt_oss_torch_test.py
+  # Expert parallelism's kernels, every rank of a simulated world on this
+  # GPU; memcheck over one world, since they store through peer tables.
+  step ep-tests 300 python3 test/GPU/ep_test.py
+  step ep-sanitizer 300 compute-sanitizer --tool memcheck --error-exitcode 1 \
+    python3 test/GPU/ep_test.py --only deepseek-v3:4
   step sanitizer 400 compute-sanitizer --tool memcheck --error-exitcode 1 \
     python3 test/GPU/routing_test.py --tokens 7,300 --only routing-deepseek
   step experts-sanitizer 400 compute-sanitizer --tool memcheck \

@@ -29,6 +29,12 @@ void mlir::moe::buildMoeToKernelsPipeline(
   // The routing block size, the tiles and the K splits are chosen for
   // `tokens`; kernels and workspaces are sized for tokens-max.
   int64_t tokens = options.choiceTokens();
+  // An expert-parallel layer's phase: its own function, whose moe ops the
+  // passes below compile as a layer's.
+  MoeExpertParallelOptions expertParallel;
+  expertParallel.blockM = options.blockM;
+  expertParallel.phase = options.phase;
+  pm.addPass(createMoeExpertParallel(expertParallel));
   MoeDecomposeOptions decompose;
   decompose.blockM = options.blockM;
   decompose.tokens = tokens;
@@ -89,7 +95,9 @@ void mlir::moe::registerMoeGpuPipeline() {
   PassPipelineRegistration<MoeGpuPipelineOptions>(
       "moe-gpu-pipeline",
       "Compile a layer of moe ops on tensors to NVVM kernels and their launch "
-      "plan, as moe-compile does: moe-decompose, moe-tile, moe-split-k, "
+      "plan, as moe-compile does: moe-expert-parallel (the option phase's "
+      "function of an expert-parallel layer), moe-decompose, moe-tile, "
+      "moe-split-k, "
       "moe-tma, convert-moe-to-gpu (the kernel module @moe_kernels, the plan "
       "in its attributes), then on the kernel module convert-scf-to-cf, "
       "convert-nvgpu-to-nvvm, convert-gpu-to-nvvm (bare pointers), "

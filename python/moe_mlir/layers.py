@@ -519,7 +519,7 @@ def layer_bundle(layer, dtype="bf16", *, quantization=None, part="layer",
                  tokens_max=16384, block_m=0, config_db=None,
                  device_name=DEFAULT_DEVICE_NAME, num_sms=DEFAULT_NUM_SMS,
                  chip=DEFAULT_CHIP, toolkit=DEFAULT_CUDA_TOOLKIT,
-                 token_buckets=()):
+                 token_buckets=(), expert_parallel=None, phase=None):
     """The path of ``layer``'s bundle for ``dtype``, compiled on first use.
 
     ``part`` "layer" compiles the whole layer (Layer.source: hidden states,
@@ -553,6 +553,12 @@ def layer_bundle(layer, dtype="bf16", *, quantization=None, part="layer",
     the runtime's files it holds layer.mlir (the source) and layer.json
     (the key).
 
+    ``expert_parallel`` = (world, rank) compiles ``phase`` (dispatch,
+    experts or combine) of rank ``rank`` of the layer split over ``world``
+    ranks by its routed experts, at ``tokens_max`` tokens a rank
+    (Layer.expert_parallel_source; moe_mlir.expert_parallel runs them);
+    ``part`` must then be "layer".
+
     Raises moe_mlir.Error when the layer cannot be compiled (the message
     has the compiler's diagnostics) or when no compiler is there to make a
     missing bundle.
@@ -564,6 +570,10 @@ def layer_bundle(layer, dtype="bf16", *, quantization=None, part="layer",
         raise ValueError(f"unknown bundle part {part!r} "
                          f"({', '.join(BUNDLE_PARTS)})")
     scaling = _check_quantization(quantization)
+    if (expert_parallel is None) != (phase is None) or (
+            expert_parallel is not None and part != "layer"):
+        raise ValueError("expert_parallel=(world, rank) and a phase go "
+                         "together, with part 'layer'")
     database = None
     if config_db is not None:
         with open(config_db, "rb") as file:
@@ -574,6 +584,9 @@ def layer_bundle(layer, dtype="bf16", *, quantization=None, part="layer",
            "config_db": database, "device_name": device_name,
            "num_sms": num_sms, "token_buckets": list(token_buckets),
            "bundle_format": 3}
+    if expert_parallel is not None:
+        key.update(expert_parallel=list(expert_parallel), phase=phase)
+        part = f"ep{expert_parallel[0]}r{expert_parallel[1]}-{phase}"
     key_text = json.dumps(key, sort_keys=True, indent=1)
     digest = hashlib.sha256(key_text.encode()).hexdigest()[:16]
     weights, described = (
@@ -591,8 +604,13 @@ def layer_bundle(layer, dtype="bf16", *, quantization=None, part="layer",
 
     compiler = require_compiler(f"compiling {name} (not in {cache_dir})")
     os.makedirs(cache_dir, mode=0o700 if private else 0o777, exist_ok=True)
-    source = (layer.experts_source(dtype, quantization) if part == "experts"
-              else layer.source(dtype, quantization))
+    if expert_parallel is not None:
+        source = layer.expert_parallel_source(*expert_parallel, tokens_max,
+                                              dtype, quantization)
+    elif part == "experts":
+        source = layer.experts_source(dtype, quantization)
+    else:
+        source = layer.source(dtype, quantization)
     staging = tempfile.mkdtemp(prefix=name + ".", dir=cache_dir)
     try:
         try:
@@ -601,7 +619,8 @@ def layer_bundle(layer, dtype="bf16", *, quantization=None, part="layer",
                                     config_db=os.fspath(config_db or ""),
                                     device=device_name, num_sms=num_sms,
                                     chip=chip, toolkit=toolkit,
-                                    token_buckets=list(token_buckets))
+                                    token_buckets=list(token_buckets),
+                                    phase=phase or "")
         except Error as error:
             raise Error(f"cannot compile the layer (E={layer.num_experts}+"
                         f"{layer.router.num_shared_experts}, "

@@ -102,6 +102,11 @@ static cl::opt<std::string> expertParallel(
              "its routed experts, at --tokens-max tokens a rank: 'W,R' "
              "(docs/MULTI-GPU.md); compile one of its phases (--phase)"),
     cl::value_desc("W,R"), cl::init(""), cl::cat(moeCompileCategory));
+static cl::opt<std::string> phase(
+    "phase",
+    cl::desc("The phase of an expert-parallel layer to compile: dispatch, "
+             "experts or combine (docs/MULTI-GPU.md)"),
+    cl::init(""), cl::cat(moeCompileCategory));
 static cl::opt<int64_t> tokensMax("tokens-max",
                                   cl::desc("Largest token count to size for"),
                                   cl::init(16384), cl::cat(moeCompileCategory));
@@ -286,6 +291,7 @@ int main(int argc, char **argv) {
   // Each variant of a layer chooses its routing blocks; a preset's parts
   // take them from their source.
   options.pipeline.blockM = blockM;
+  options.pipeline.phase = phase;
   if (std::optional<std::string> bad =
           parseTokenBuckets(tokenBuckets, tokensMax, options.tokenBuckets))
     return fail("--token-buckets: " + *bad);

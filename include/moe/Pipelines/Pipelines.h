@@ -37,6 +37,12 @@ struct MoeGpuPipelineOptions
                      "chosen for (0: tokens-max); a bundle's variant for "
                      "token counts up to N is compiled with tokens=N"),
       llvm::cl::init(0)};
+  Option<std::string> phase{
+      *this, "phase",
+      llvm::cl::desc("The phase of an expert-parallel layer to compile "
+                     "(dispatch, experts or combine: moe-expert-parallel's "
+                     "phase); a layer that is not expert parallel has none"),
+      llvm::cl::init("")};
   Option<int64_t> blockM{
       *this, "block-m",
       llvm::cl::desc("Rows per routing block (0: chosen for `tokens`, 128 "

@@ -1,0 +1,198 @@
+"""Expert-parallel layers on GPUs (docs/MULTI-GPU.md).
+
+Rank R of a layer whose E routed experts are split over W ranks holds its
+E/W routed experts and every shared expert, and runs the three phases
+that moe-expert-parallel splits the layer into, each a bundle of its own
+(``moe-compile --expert-parallel W,R --phase <phase>``):
+
+- ``dispatch``: the router over all E experts, then each routed slot's
+  token row, weight and slot id stored straight into the receive buffers
+  of the rank that holds its expert, and every count of the rank's source
+  regions;
+- ``experts``: the rank's received rows routed by their counts in the
+  grouped matmuls' blocks, both grouped matmuls, and each weighted output
+  row stored into the return buffer of its token's rank;
+- ``combine``: the sum of the rank's returned rows, slot by slot.
+
+The exchange buffers (``EXCHANGES``) are symmetric: every rank holds one
+slice of each, and a bundle stores into all W slices through the peer
+table that ``Bundle.bind_peers`` binds. Phase p of a rank may start once
+phase p - 1 finished on every rank: ``RankBundles.forward`` takes the
+barrier to put between them. Nothing is cleared between calls (every
+count is written at every call), and nothing synchronises the host, so a
+forward is CUDA-graph capturable when its barrier is.
+
+``simulate_world`` runs all W ranks on one GPU, their slices in one
+allocation, the barrier being the stream's order: what the single-GPU
+tests check the kernels with. ``SymmetricExchange`` allocates the slices
+in torch's symmetric memory over a process group, one rank per GPU.
+"""
+
+from .layers import layer_bundle
+from .runtime import Bundle, Error
+
+#: The phases of an expert-parallel layer, in the order they run.
+PHASES = ("dispatch", "experts", "combine")
+
+#: The exchange buffers each phase's bundle takes, in the order it lists
+#: them: the receive buffers (rows, their routed weights, their slot ids on
+#: their source, the rows current in each (local expert, source) region)
+#: and the return buffer.
+EXCHANGES = {"dispatch": ("rows", "weights", "slots", "counts"),
+             "experts": ("rows", "weights", "slots", "counts", "returned"),
+             "combine": ("returned",)}
+
+
+def local_experts(layer, world, rank):
+    """The indices, among the whole layer's E + X stored experts, of those
+    rank ``rank`` of ``world`` holds, in its order: its E/world routed
+    experts, then every shared expert."""
+    experts = layer.num_experts
+    if world < 1 or not 0 <= rank < world or experts % world:
+        raise ValueError(f"rank {rank} of {world}: the rank must be in "
+                         f"[0, world), and the world must divide the "
+                         f"{experts} routed experts")
+    share = experts // world
+    return (list(range(rank * share, (rank + 1) * share))
+            + list(range(experts, layer.num_stored_experts)))
+
+
+class RankBundles:
+    """Rank ``rank``'s three bundles of ``layer`` over ``world`` ranks, at
+    ``tokens`` tokens a rank (every rank calls with the same count: it
+    sizes the exchange buffers), loaded onto ``device``. The remaining
+    keyword arguments go to layer_bundle (cache_dir, config_db, ...)."""
+
+    def __init__(self, layer, world, rank, tokens, dtype="bf16", *,
+                 quantization=None, device=None, **bundle_options):
+        local_experts(layer, world, rank)
+        self.layer, self.world, self.rank = layer, world, rank
+        self.tokens = tokens
+        self.bundles = {
+            phase: Bundle(layer_bundle(
+                layer, dtype, quantization=quantization, tokens_max=tokens,
+                token_buckets=(tokens,), expert_parallel=(world, rank),
+                phase=phase, **bundle_options), device)
+            for phase in PHASES}
+        for phase, bundle in self.bundles.items():
+            ranks = set(bundle.exchanges.values())
+            if len(bundle.exchanges) != len(EXCHANGES[phase]) or \
+                    ranks != {(world, rank)}:
+                raise Error(f"the {phase} bundle's exchange buffers "
+                            f"{bundle.exchanges} are not the "
+                            f"{len(EXCHANGES[phase])} of rank {rank} of "
+                            f"{world}")
+
+    def exchange_shapes(self):
+        """{name: (dtype name, shape)} of one rank's slice of each exchange
+        buffer, as the bundles declare them (they must agree)."""
+        shapes = {}
+        for phase, bundle in self.bundles.items():
+            for name, info in self._exchange_infos(phase):
+                shape = (info.dtype, tuple(info.shape))
+                if shapes.setdefault(name, shape) != shape:
+                    raise Error(f"the phases disagree on exchange buffer "
+                                f"{name!r}: {shapes[name]} and {shape}")
+        return shapes
+
+    def bind(self, slices):
+        """Binds, for each exchange buffer name, its W slices (rank d's at
+        index d: torch tensors or device addresses) in every phase's
+        bundle. Blocking; before the first forward."""
+        for phase, bundle in self.bundles.items():
+            for name, info in self._exchange_infos(phase):
+                bundle.bind_peers(info.name, slices[name])
+
+    def run(self, phase, tensors, exchange, stream=None):
+        """Enqueues ``phase`` on ``stream``: ``tensors`` are its bundle's
+        other tensors in order (inputs, then outputs), ``exchange`` maps
+        each exchange buffer name to this rank's slice."""
+        bundle = self.bundles[phase]
+        exchanged = dict(self._exchange_infos(phase))
+        by_tensor = {info.name: name for name, info in exchanged.items()}
+        others = iter(tensors)
+        ordered = []
+        for info in bundle.tensors(self.tokens):
+            if info.name in by_tensor:
+                ordered.append(exchange[by_tensor[info.name]])
+            else:
+                ordered.append(next(others, None))
+                if ordered[-1] is None:
+                    raise Error(f"the {phase} phase takes more tensors than "
+                                f"the {len(tensors)} given")
+        if next(others, None) is not None:
+            raise Error(f"the {phase} phase takes fewer tensors than the "
+                        f"{len(tensors)} given")
+        bundle.run(self.tokens, ordered, stream)
+
+    def forward(self, hidden_states, logits, weights, output, exchange,
+                barrier, bias=None, stream=None):
+        """This rank's layer: dispatch of ``hidden_states`` routed by
+        ``logits`` (and the correction ``bias``), ``barrier()``, its
+        experts over ``weights`` (w13, w2 and any biases and scales, in the
+        layer op's order), ``barrier()``, the combine into ``output``."""
+        routing = [hidden_states, logits] + ([bias] if bias is not None
+                                             else [])
+        self.run("dispatch", routing, exchange, stream)
+        barrier()
+        self.run("experts", list(weights), exchange, stream)
+        barrier()
+        self.run("combine", [output], exchange, stream)
+
+    def close(self):
+        for bundle in self.bundles.values():
+            bundle.close()
+
+    def _exchange_infos(self, phase):
+        """(exchange name, TensorInfo) of the phase's exchange buffers."""
+        bundle = self.bundles[phase]
+        infos = [info for info in bundle.tensors(self.tokens)
+                 if info.name in bundle.exchanges]
+        return list(zip(EXCHANGES[phase], infos))
+
+
+def allocate_exchange(shapes, world, device):
+    """All W ranks' exchange buffers in one allocation each ([W, ...] torch
+    tensors on ``device``, filled with garbage: NaN rows and weights, -1
+    slots and counts, as a previous call could leave them), for
+    simulate_world."""
+    import torch
+
+    dtypes = {"bf16": torch.bfloat16, "f16": torch.float16,
+              "f32": torch.float32, "i32": torch.int32}
+    buffers = {}
+    for name, (dtype, shape) in shapes.items():
+        buffer = torch.empty((world,) + shape, dtype=dtypes[dtype],
+                             device=device)
+        buffer.fill_(float("nan") if buffer.is_floating_point() else -1)
+        buffers[name] = buffer
+    return buffers
+
+
+def simulate_world(ranks, inputs, weights, outputs, buffers=None,
+                   stream=None):
+    """Runs the layer of ``ranks`` (the RankBundles of ranks 0 .. W-1, one
+    GPU) on one set of exchange buffers, each phase on every rank before
+    the next, in the stream's order. ``inputs[r]`` are rank r's hidden
+    states, logits (and bias), ``weights[r]`` its experts' weights,
+    ``outputs[r]`` its [T, H] output. ``buffers``: the exchange buffers a
+    previous call returned, already bound (so that the call can be
+    captured in a CUDA graph); None allocates them (allocate_exchange) and
+    binds their slices, which blocks. Returns the exchange buffers."""
+    world = len(ranks)
+    if buffers is None:
+        buffers = allocate_exchange(ranks[0].exchange_shapes(), world,
+                                    outputs[0].device)
+        slices = {name: [buffer[d] for d in range(world)]
+                  for name, buffer in buffers.items()}
+        for bundles in ranks:
+            bundles.bind(slices)
+    mine = [{name: buffer[r] for name, buffer in buffers.items()}
+            for r in range(world)]
+    for r, bundles in enumerate(ranks):
+        bundles.run("dispatch", inputs[r], mine[r], stream)
+    for r, bundles in enumerate(ranks):
+        bundles.run("experts", weights[r], mine[r], stream)
+    for r, bundles in enumerate(ranks):
+        bundles.run("combine", [outputs[r]], mine[r], stream)
+    return buffers

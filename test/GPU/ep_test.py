@@ -1,0 +1,250 @@
+#!/usr/bin/env python3
+"""GPU test of the expert-parallel kernels on one GPU: every rank of a
+simulated world of W ranks (moe_mlir.expert_parallel.simulate_world), its
+slices of the exchange buffers in one allocation, against the plain C++
+reference of the whole layer.
+
+For each case (CASES: reduced Qwen3-30B-A3B, DeepSeek-V3 with its shared
+expert, grouped sigmoid routing and correction bias, and Mixtral; W = 2,
+and 4 for DeepSeek-V3) and T in TOKEN_COUNTS tokens a rank, each rank's
+three bundles (dispatch, experts, combine; compiled here with --prepare)
+run for ranks 0 .. W-1 in turn, phase after phase, on exchange buffers
+that start as garbage (NaN rows and weights, -1 slots and counts) and are
+never cleared. Every rank's output, poisoned with NaN before, must be
+finite and within tolerance of the reference layer on the rank's tokens
+with the whole layer's weights, the rank holding only its E/W routed
+experts and the shared one:
+- "uniform": random normal logits;
+- "skewed": every token's logits favour rank 0's first experts, so that
+  its regions fill to their capacity (C = T) and the other ranks receive
+  nothing routed; run on the buffers the uniform call left, which checks
+  that stale rows and counts are overwritten rather than summed.
+Then the world's 3W launches are captured in a CUDA graph and replayed on
+new inputs (the outputs poisoned before): the replay must equal an eager
+run on the same inputs bit for bit. Argument errors: a run before the
+exchange buffers are bound, a binding of the wrong number of slices, a
+run given another rank's slice (moe_mlir.Error, nothing launched).
+
+Tolerance: max |error| / max |reference| <= 2e-2, as torch_test.py's; the
+reference rounds the intermediates to bf16 where the kernels do, and each
+row's arithmetic is the single-device layer's.
+
+The GPU machine has no compiler, so the bundles come from here:
+    /usr/bin/python3 test/GPU/ep_test.py --prepare   # here, with MLIR
+    PYTHONPATH=build-runtime/python python3 test/GPU/ep_test.py  # there
+(scripts/gpu-run.sh tests, step ep-tests).
+"""
+
+import sys
+
+from moe_mlir import Error, layers
+from moe_mlir.expert_parallel import (RankBundles, allocate_exchange,
+                                     local_experts, simulate_world)
+from moe_mlir.testing.results import module_test_main
+
+TOKEN_COUNTS = (1, 7, 128)
+# (preset, world sizes), reduced layers in bf16.
+CASES = (("qwen3-30b-a3b", (2,)), ("deepseek-v3", (2, 4)),
+         ("mixtral-8x7b", (2,)))
+TOLERANCE = 2e-2
+
+
+def bundle_options(cache):
+    return {"cache_dir": cache,
+            "device_name": layers.DEFAULT_DEVICE_NAME}
+
+
+def prepare(cache):
+    for preset, worlds in CASES:
+        layer = layers.Layer.preset(preset, reduced=True)
+        for world in worlds:
+            for rank in range(world):
+                for tokens in TOKEN_COUNTS:
+                    for phase in ("dispatch", "experts", "combine"):
+                        path = layers.layer_bundle(
+                            layer, "bf16", tokens_max=tokens,
+                            token_buckets=(tokens,),
+                            expert_parallel=(world, rank), phase=phase,
+                            **bundle_options(cache))
+                        print(path, flush=True)
+
+
+def reference_router(layer):
+    router = layer.router
+    return {"scoring": router.scoring, "top_k": router.top_k,
+            "groups": router.num_groups, "topk_groups": router.topk_groups,
+            "renormalize": router.renormalize,
+            "scale": router.routed_scaling_factor,
+            "shared": router.num_shared_experts}
+
+
+class World:
+    """The W ranks of one case at T tokens a rank: their bundles, the whole
+    layer's weights and each rank's share of them."""
+
+    def __init__(self, torch, layer, world, tokens, cache, generator):
+        self.torch, self.layer, self.world = torch, layer, world
+        self.tokens = tokens
+        self.ranks = [RankBundles(layer, world, rank, tokens, "bf16",
+                                  **bundle_options(cache))
+                      for rank in range(world)]
+        hidden, inter = layer.hidden_size, layer.intermediate_size
+        stored = layer.num_stored_experts
+
+        def normal(*shape, scale):
+            return (torch.randn(*shape, generator=generator) * scale).to(
+                torch.bfloat16).cuda()
+
+        self.w13 = normal(stored, 2 * inter, hidden, scale=hidden ** -0.5)
+        self.w2 = normal(stored, hidden, inter, scale=inter ** -0.5)
+        self.bias = (torch.randn(layer.num_experts, generator=generator)
+                     .cuda() * 0.1 if layer.correction_bias else None)
+        self.weights = []
+        for rank in range(world):
+            mine = torch.tensor(local_experts(layer, world, rank)).cuda()
+            self.weights.append([self.w13.index_select(0, mine).contiguous(),
+                                 self.w2.index_select(0, mine).contiguous()])
+
+    def inputs(self, generator, skewed):
+        torch = self.torch
+        experts = self.layer.num_experts
+        result = []
+        for _ in range(self.world):
+            hidden = torch.randn(self.tokens, self.layer.hidden_size,
+                                 generator=generator).to(torch.bfloat16)
+            logits = torch.randn(self.tokens, experts, generator=generator)
+            if skewed:
+                # Rank 0's first experts, in one group, far above the rest.
+                logits[:, :self.layer.router.top_k] += 20.0
+            routing = [hidden.cuda(), logits.cuda()]
+            if self.bias is not None:
+                routing.append(self.bias)
+            result.append(routing)
+        return result
+
+    def outputs(self):
+        return [self.torch.full((self.tokens, self.layer.hidden_size),
+                                float("nan"), dtype=self.torch.bfloat16,
+                                device="cuda") for _ in range(self.world)]
+
+    def run(self, inputs, outputs, buffers=None):
+        return simulate_world(self.ranks, inputs, self.weights, outputs,
+                              buffers=buffers)
+
+    def check(self, results, reference, name, inputs, outputs):
+        torch = self.torch
+        worst = 0.0
+        finite = True
+        for rank in range(self.world):
+            expected = reference.fused_moe(
+                reference_router(self.layer), "silu", "bf16",
+                inputs[rank][0], inputs[rank][1], self.bias, self.w13,
+                self.w2)
+            actual = outputs[rank].float().cpu()
+            finite &= bool(torch.isfinite(actual).all())
+            scale = max(expected.abs().max().item(), 1e-30)
+            worst = max(worst, (actual - expected).abs().max().item() / scale)
+        results.check(name, finite and worst <= TOLERANCE,
+                      f"max |error| / max |reference| = {worst:.2e}"
+                      + ("" if finite else ", not all finite"))
+
+    def close(self):
+        for bundles in self.ranks:
+            bundles.close()
+
+
+def check_graph(results, torch, world, generator, buffers, name):
+    """Captures the world's launches and replays them on new inputs: the
+    replay must equal an eager run on those inputs bit for bit."""
+    inputs = world.inputs(generator, skewed=False)
+    outputs = world.outputs()
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        world.run(inputs, outputs, buffers)  # warm up outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    with torch.cuda.graph(graph):
+        world.run(inputs, outputs, buffers)
+    fresh = world.inputs(generator, skewed=True)
+    for held, new in zip(inputs, fresh):
+        for tensor, value in zip(held, new):
+            tensor.copy_(value)
+    for output in outputs:
+        output.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    replayed = [output.clone() for output in outputs]
+    eager = world.outputs()
+    world.run(inputs, eager, buffers)
+    torch.cuda.synchronize()
+    same = all(torch.equal(a.view(torch.int16), b.view(torch.int16))
+               for a, b in zip(replayed, eager))
+    results.check(f"{name}: CUDA graph replay equals eager bit for bit", same)
+
+
+def check_errors(results, world):
+    torch = world.torch
+    inputs = world.inputs(torch.Generator().manual_seed(0), skewed=False)
+    fresh = RankBundles(world.layer, world.world, 0, world.tokens, "bf16",
+                        **bundle_options(world.cache))
+    buffers = allocate_exchange(fresh.exchange_shapes(), world.world, "cuda")
+    slices = {name: list(buffer) for name, buffer in buffers.items()}
+    mine = {name: buffer[0] for name, buffer in buffers.items()}
+    results.raises("a run before the exchange buffers are bound", Error,
+                   lambda: fresh.run("dispatch", inputs[0], mine))
+    results.raises("a binding of one slice too few", Error,
+                   lambda: fresh.bind({name: tensors[1:]
+                                       for name, tensors in slices.items()}))
+    fresh.bind(slices)
+    theirs = {name: buffer[1] for name, buffer in buffers.items()}
+    results.raises("a run given another rank's slice", Error,
+                   lambda: fresh.run("dispatch", inputs[0], theirs))
+    fresh.close()
+
+
+def run(results, args):
+    import torch
+    from moe_mlir.testing.reference import Reference
+
+    print(f"ep_test: seed {args.seed}", flush=True)
+    generator = torch.Generator().manual_seed(args.seed)
+    reference = Reference(args.build)
+    errors_checked = False
+    for preset, worlds in CASES:
+        layer = layers.Layer.preset(preset, reduced=True)
+        for world_size in worlds:
+            if args.only and f"{preset}:{world_size}" not in \
+                    args.only.split(","):
+                continue
+            for tokens in TOKEN_COUNTS:
+                name = f"{preset} W={world_size} T={tokens}"
+                world = World(torch, layer, world_size, tokens, args.cache,
+                              generator)
+                world.cache = args.cache
+                buffers = None
+                for routing in ("uniform", "skewed"):
+                    inputs = world.inputs(generator, routing == "skewed")
+                    outputs = world.outputs()
+                    buffers = world.run(inputs, outputs, buffers)
+                    torch.cuda.synchronize()
+                    world.check(results, reference, f"{name} {routing}",
+                                inputs, outputs)
+                check_graph(results, torch, world, generator, buffers, name)
+                if not errors_checked:
+                    check_errors(results, world)
+                    errors_checked = True
+                world.close()
+
+
+def add_arguments(parser):
+    parser.add_argument("--build", default="build-runtime",
+                        help="the build directory of libmoe_reference.so")
+    parser.add_argument("--only", default="",
+                        help="cases as preset:world, comma-separated "
+                             "(default: all)")
+
+
+if __name__ == "__main__":
+    sys.exit(module_test_main("ep_test", __doc__, "out/gpu-bundles/ep",
+                              prepare, run, add_arguments))
