@@ -40,6 +40,7 @@ import sys
 from moe_mlir import Error, layers
 from moe_mlir.expert_parallel import (RankBundles, allocate_exchange,
                                      local_experts, simulate_world)
+from moe_mlir.testing.presets import REDUCED_PRESETS, check_reduced_presets
 from moe_mlir.testing.results import module_test_main
 
 TOKEN_COUNTS = (1, 7, 128)
@@ -55,8 +56,9 @@ def bundle_options(cache):
 
 
 def prepare(cache):
+    check_reduced_presets()
     for preset, worlds in CASES:
-        layer = layers.Layer.preset(preset, reduced=True)
+        layer = REDUCED_PRESETS[preset]
         for world in worlds:
             for rank in range(world):
                 for tokens in TOKEN_COUNTS:
@@ -212,7 +214,7 @@ def run(results, args):
     reference = Reference(args.build)
     errors_checked = False
     for preset, worlds in CASES:
-        layer = layers.Layer.preset(preset, reduced=True)
+        layer = REDUCED_PRESETS[preset]
         for world_size in worlds:
             if args.only and f"{preset}:{world_size}" not in \
                     args.only.split(","):

@@ -70,6 +70,8 @@ disable_multicast()  # before torch is imported
 
 import moe_mlir  # noqa: E402
 from moe_mlir import layers  # noqa: E402
+from moe_mlir.testing.presets import (REDUCED_PRESETS,  # noqa: E402
+                                     check_reduced_presets)
 from moe_mlir.testing.results import Results  # noqa: E402
 
 try:
@@ -78,19 +80,6 @@ except ImportError:  # --prepare runs where MLIR is, which has no torch.
     torch = None
 
 WORLD_SIZE = 2
-# The presets' reduced layers, written out: the GPU machine's moe_mlir has
-# no compiler to read the presets from (--prepare checks they agree).
-REDUCED_PRESETS = {
-    "mixtral-8x7b": moe_mlir.Layer(
-        128, 448, 8, moe_mlir.Router("softmax", 2, renormalize=True)),
-    "qwen3-30b-a3b": moe_mlir.Layer(
-        64, 24, 128, moe_mlir.Router("softmax", 8, renormalize=True)),
-    "deepseek-v3": moe_mlir.Layer(
-        224, 64, 256,
-        moe_mlir.Router("sigmoid", 8, num_groups=8, topk_groups=4,
-                        renormalize=True, routed_scaling_factor=2.5,
-                        num_shared_experts=1), correction_bias=True),
-}
 # name: (layer, fp8 weight scaling or None for bf16 weights).
 CASES = {
     "mixtral-reduced-bf16": (REDUCED_PRESETS["mixtral-8x7b"], None),
@@ -117,8 +106,7 @@ TARGET = {"device_name": layers.DEFAULT_DEVICE_NAME,
 def prepare(cache_dir):
     """Compiles the bundles the modules will look for, one GPU's and one
     rank's of each (no torch needed)."""
-    for name, layer in REDUCED_PRESETS.items():
-        assert layer == moe_mlir.Layer.preset(name, reduced=True), name
+    check_reduced_presets()
     bundles = [(name, "layer") for name in CASES] + [(EXPERTS_CASE,
                                                       "experts")]
     for name, part in bundles:
