@@ -152,20 +152,28 @@ class RankBundles:
 
 
 def allocate_exchange(shapes, world, device):
-    """All W ranks' exchange buffers in one allocation each ([W, ...] torch
-    tensors on ``device``, filled with garbage: NaN rows and weights, -1
-    slots and counts, as a previous call could leave them), for
-    simulate_world."""
+    """All W ranks' slices of each exchange buffer, for simulate_world:
+    {name: [W torch tensors on ``device``]}, the slices of a buffer in one
+    allocation, each starting 256-byte aligned (the runtime takes 16-byte
+    aligned slices; a slice of W*C f32 weights need not be a multiple of
+    16 bytes), filled with garbage as a previous call could leave them:
+    NaN rows and weights, -1 slots and counts."""
+    import math
+
     import torch
 
     dtypes = {"bf16": torch.bfloat16, "f16": torch.float16,
               "f32": torch.float32, "i32": torch.int32}
     buffers = {}
     for name, (dtype, shape) in shapes.items():
-        buffer = torch.empty((world,) + shape, dtype=dtypes[dtype],
-                             device=device)
-        buffer.fill_(float("nan") if buffer.is_floating_point() else -1)
-        buffers[name] = buffer
+        dtype = dtypes[dtype]
+        elements = math.prod(shape)
+        per_line = 256 // torch.empty((), dtype=dtype).element_size()
+        stride = -(-elements // per_line) * per_line
+        storage = torch.empty(world, stride, dtype=dtype, device=device)
+        storage.fill_(float("nan") if storage.is_floating_point() else -1)
+        buffers[name] = [storage[d, :elements].view(shape)
+                         for d in range(world)]
     return buffers
 
 
@@ -178,16 +186,15 @@ def simulate_world(ranks, inputs, weights, outputs, buffers=None,
     ``outputs[r]`` its [T, H] output. ``buffers``: the exchange buffers a
     previous call returned, already bound (so that the call can be
     captured in a CUDA graph); None allocates them (allocate_exchange) and
-    binds their slices, which blocks. Returns the exchange buffers."""
+    binds their slices, which blocks. Returns the exchange buffers, {name:
+    [W slices]}."""
     world = len(ranks)
     if buffers is None:
         buffers = allocate_exchange(ranks[0].exchange_shapes(), world,
                                     outputs[0].device)
-        slices = {name: [buffer[d] for d in range(world)]
-                  for name, buffer in buffers.items()}
         for bundles in ranks:
-            bundles.bind(slices)
-    mine = [{name: buffer[r] for name, buffer in buffers.items()}
+            bundles.bind(buffers)
+    mine = [{name: slices[r] for name, slices in buffers.items()}
             for r in range(world)]
     for r, bundles in enumerate(ranks):
         bundles.run("dispatch", inputs[r], mine[r], stream)

@@ -190,16 +190,15 @@ def check_errors(results, world):
     inputs = world.inputs(torch.Generator().manual_seed(0), skewed=False)
     fresh = RankBundles(world.layer, world.world, 0, world.tokens, "bf16",
                         **bundle_options(world.cache))
-    buffers = allocate_exchange(fresh.exchange_shapes(), world.world, "cuda")
-    slices = {name: list(buffer) for name, buffer in buffers.items()}
-    mine = {name: buffer[0] for name, buffer in buffers.items()}
+    slices = allocate_exchange(fresh.exchange_shapes(), world.world, "cuda")
+    mine = {name: tensors[0] for name, tensors in slices.items()}
     results.raises("a run before the exchange buffers are bound", Error,
                    lambda: fresh.run("dispatch", inputs[0], mine))
     results.raises("a binding of one slice too few", Error,
                    lambda: fresh.bind({name: tensors[1:]
                                        for name, tensors in slices.items()}))
     fresh.bind(slices)
-    theirs = {name: buffer[1] for name, buffer in buffers.items()}
+    theirs = {name: tensors[1] for name, tensors in slices.items()}
     results.raises("a run given another rank's slice", Error,
                    lambda: fresh.run("dispatch", inputs[0], theirs))
     fresh.close()
