@@ -37,14 +37,15 @@
 # times chosen configs of one grouped matmul against the heuristic's
 # (bench/config_bench.py, its options after the mode). `tp` runs the
 # tensor-parallel test (test/GPU/tp_test.py) and `tp-bench` its benchmark
-# (bench/tp_bench.py, its options after the mode), each as two processes
+# (bench/tp_bench.py, its options after the mode), and `ep` the
+# expert-parallel test (test/GPU/ep_dist_test.py), each as two processes
 # under torchrun, on a machine with two GPUs (the nvidia-h200-x2 kind).
 #
-#   scripts/gpu-run.sh [tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench|fp8|fp8-bench|mxfp4|mxfp4-bench|config-bench|tp|tp-bench] [router benchmark options]
+#   scripts/gpu-run.sh [tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench|fp8|fp8-bench|mxfp4|mxfp4-bench|config-bench|tp|tp-bench|ep] [router benchmark options]
 set -uo pipefail
 what=${1:-all}
 shift || true
-modes="tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench|fp8|fp8-bench|mxfp4|mxfp4-bench|config-bench|tp|tp-bench"
+modes="tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench|fp8|fp8-bench|mxfp4|mxfp4-bench|config-bench|tp|tp-bench|ep"
 if [[ ! $what =~ ^($modes)$ ]]; then
   echo "usage: $0 [$modes] [router benchmark options]" >&2
   exit 2
@@ -74,7 +75,7 @@ step() {
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv \
   | tee "$OUT/device.log"
 gpus=$(nvidia-smi --list-gpus | wc -l)
-if [[ $what == tp || $what == tp-bench ]] && (( gpus < 2 )); then
+if [[ $what == tp || $what == tp-bench || $what == ep ]] && (( gpus < 2 )); then
   echo "=== $what needs two GPUs (the nvidia-h200-x2 kind); this machine" \
     "has $gpus" | tee "$OUT/$what.log"
   exit 1
@@ -86,11 +87,13 @@ step build 300 bash -c "cmake -G Ninja -S . -B build-runtime \
   -DPython3_EXECUTABLE=\"\$(command -v python3)\" >/dev/null && \
   ninja -C build-runtime all moe-python"
 export PYTHONPATH=$PWD/build-runtime/python${PYTHONPATH:+:$PYTHONPATH}
-if [[ $what == tp || $what == tp-bench ]]; then
+if [[ $what == tp || $what == tp-bench || $what == ep ]]; then
   export PYTHONUNBUFFERED=1
   torchrun=(python3 -m torch.distributed.run --standalone --nproc-per-node 2)
   if [[ $what == tp ]]; then
     step tp-tests 420 "${torchrun[@]}" test/GPU/tp_test.py "$@"
+  elif [[ $what == ep ]]; then
+    step ep-dist-tests 420 "${torchrun[@]}" test/GPU/ep_dist_test.py "$@"
   else
     step tp-bench 450 "${torchrun[@]}" bench/tp_bench.py "$@"
   fi

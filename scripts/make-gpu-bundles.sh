@@ -27,5 +27,6 @@ cp test/GPU/bundles.json out/gpu-bundles/
 /usr/bin/python3 test/GPU/gpt_oss_torch_test.py --prepare
 /usr/bin/python3 bench/transformers_bench.py --prepare
 /usr/bin/python3 test/GPU/ep_test.py --prepare
+/usr/bin/python3 test/GPU/ep_dist_test.py --prepare
 /usr/bin/python3 test/GPU/tp_test.py --prepare
 /usr/bin/python3 bench/tp_bench.py --prepare

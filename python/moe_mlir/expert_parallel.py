@@ -203,3 +203,56 @@ def simulate_world(ranks, inputs, weights, outputs, buffers=None,
     for r, bundles in enumerate(ranks):
         bundles.run("combine", [outputs[r]], mine[r], stream)
     return buffers
+
+
+class SymmetricExchange:
+    """One rank's exchange buffers in torch's symmetric memory over the
+    process group ``group`` (torch.distributed._symmetric_memory: every
+    rank's allocation mapped into its peers' address space, through NVLink
+    within a node), one allocation for all of them, and the barrier between
+    phases. ``shapes`` are RankBundles.exchange_shapes(); collective: every
+    rank of the group constructs it at once, with the same shapes.
+
+    ``slices`` ({name: [W device addresses]}) are what RankBundles.bind
+    takes, ``mine`` ({name: tensor}) this rank's slices. ``barrier()``
+    enqueues on the current stream a barrier of the group's ranks that no
+    rank passes before every rank reached it, with the memory ordering
+    that makes the previous phase's stores into peers visible: no host
+    synchronisation, so a forward stays CUDA-graph capturable. It gives up
+    after ``timeout_ms`` with a device-side error instead of hanging on a
+    missing peer. NVLink multicast stays off (MULTICAST_OFF of
+    moe_mlir.testing.distributed must be in the environment before torch
+    starts)."""
+
+    #: Alignment of each buffer's slice in the allocation (the runtime
+    #: takes 16-byte aligned slices).
+    ALIGNMENT = 256
+
+    def __init__(self, shapes, group, device, timeout_ms=10000):
+        import torch
+        import torch.distributed._symmetric_memory as symm_mem
+
+        dtypes = {"bf16": torch.bfloat16, "f16": torch.float16,
+                  "f32": torch.float32, "i32": torch.int32}
+        layout, total = {}, 0
+        for name, (dtype, shape) in sorted(shapes.items()):
+            dtype = dtypes[dtype]
+            size = torch.Size(shape).numel() * torch.empty(
+                (), dtype=dtype).element_size()
+            layout[name] = (total, dtype, shape)
+            total += -(-size // self.ALIGNMENT) * self.ALIGNMENT
+        self.storage = symm_mem.empty(total, dtype=torch.uint8, device=device)
+        self.handle = symm_mem.rendezvous(self.storage, group.group_name)
+        self.timeout_ms = timeout_ms
+        pointers = self.handle.buffer_ptrs
+        self.slices = {name: [pointer + offset for pointer in pointers]
+                       for name, (offset, _, _) in layout.items()}
+        self.mine = {}
+        for name, (offset, dtype, shape) in layout.items():
+            size = torch.Size(shape).numel() * torch.empty(
+                (), dtype=dtype).element_size()
+            self.mine[name] = self.storage[offset:offset + size].view(
+                dtype).view(shape)
+
+    def barrier(self):
+        self.handle.barrier(channel=0, timeout_ms=self.timeout_ms)

@@ -63,8 +63,9 @@ import os
 import sys
 import time
 
-from moe_mlir.testing.distributed import (MULTICAST_OFF, disable_multicast,
-                                          init_nccl, require_torchrun)
+from moe_mlir.testing.distributed import (MULTICAST_OFF, RankResults,
+                                          disable_multicast, init_nccl,
+                                          require_torchrun)
 
 disable_multicast()  # before torch is imported
 
@@ -72,7 +73,6 @@ import moe_mlir  # noqa: E402
 from moe_mlir import layers  # noqa: E402
 from moe_mlir.testing.presets import (REDUCED_PRESETS,  # noqa: E402
                                      check_reduced_presets)
-from moe_mlir.testing.results import Results  # noqa: E402
 
 try:
     import torch
@@ -117,19 +117,6 @@ def prepare(cache_dir):
                 quantization=scaling, part=part, cache_dir=cache_dir,
                 tokens_max=TOKENS_MAX, **TARGET)
             print(f"{name} {part}, {world_size} rank(s): {path}")
-
-
-class RankResults(Results):
-    """Results whose lines name the rank, counting passes too."""
-
-    def __init__(self, rank):
-        super().__init__()
-        self.rank = rank
-        self.passed = 0
-
-    def check(self, name, passed, detail=""):
-        self.passed += bool(passed)
-        super().check(f"[rank {self.rank}] {name}", passed, detail)
 
 
 def make_module(kind, layer, scaling, args, device, tp_group=None):

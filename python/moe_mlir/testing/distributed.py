@@ -10,6 +10,8 @@ import datetime
 import os
 import sys
 
+from .results import Results
+
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0",
                  "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
                  "NVSHMEM_DISABLE_NVLS": "1"}
@@ -40,3 +42,17 @@ def init_nccl(timeout_s):
         "nccl", timeout=datetime.timedelta(seconds=timeout_s),
         device_id=device)
     return device
+
+
+class RankResults(Results):
+    """Results whose lines name the rank, counting passes too (the ranks'
+    counts are summed over the group at the end)."""
+
+    def __init__(self, rank):
+        super().__init__()
+        self.rank = rank
+        self.passed = 0
+
+    def check(self, name, passed, detail=""):
+        self.passed += bool(passed)
+        super().check(f"[rank {self.rank}] {name}", passed, detail)
