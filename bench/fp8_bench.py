@@ -46,10 +46,10 @@ from moe_mlir.testing.experts_bench import (compile_experts, time_bundle,
                                             torch_experts)
 from moe_mlir.testing.gemm import Fp8Rows, random_fp8_weights, random_ids
 from moe_mlir.testing.peers import scaled_grouped_mm
-from moe_mlir.testing.timing import BANDWIDTH, flush_buffer, graphed, time_us
+from moe_mlir.testing.timing import (FP8_MATH, floor_us, flush_buffer,
+                                     graphed, time_us)
 
 DEVICE = "cuda"
-FP8_MATH = 1450e12  # dense fp8 tensor-core rate counted against, FLOP/s
 BLOCK = 128
 
 
@@ -165,7 +165,7 @@ def experts_floor_us(ids, hidden, inter, tokens, slots):
     weight_bytes = 3 * inter * hidden * (1 + 4 / BLOCK ** 2)
     moved = active * weight_bytes + 2 * 2 * tokens * hidden
     flops = 2 * tokens * slots * 3 * inter * hidden
-    return max(moved / BANDWIDTH, flops / FP8_MATH) * 1e6
+    return floor_us(moved, flops, math=FP8_MATH)
 
 
 def model_rows(args, flush, name, preset):

@@ -7,11 +7,15 @@ on the same data (rows pre-gathered in expert order, offs the int32 cumulative
 row counts), alone and with the epilogue in torch (silu(gate) * up; the
 routed-weight multiply and the scatter to slot order). Full-size Mixtral-8x7B,
 Qwen3-30B-A3B and DeepSeek-V3 (shared expert fused as expert 256) at
-T in {1, 16, 64, 256, 1024, 4096}, experts drawn uniformly, L2 flushed (256 MiB
-zeroed) before every timed call. Prints microseconds (median of CUDA-event
-timings), ours over grouped_mm, and the floor = max(bytes / 3.0 TB/s,
-flops / 720 TFLOP/s), bytes = the weights of the experts that received rows
-plus the activations read and written once. Our output must match the peer's
+T in {1, 16, 64, 256, 1024, 4096}, experts drawn uniformly (each token's top_k
+distinct routed experts uniformly at random, as layer_bench.py's --routing
+uniform; DeepSeek-V3's group limit is not imposed, which changes no expert's
+rows: under either draw each expert gets each token with chance top_k / E,
+so its rows are Binomial(T, top_k / E)), L2 flushed (256 MiB zeroed) before
+every timed call. Prints microseconds (median of CUDA-event timings), ours
+over grouped_mm, the floor = max(bytes / 3.0 TB/s, flops / 720 TFLOP/s),
+bytes = the weights of the experts that received rows plus the activations
+read and written once, and ours and grouped_mm over the floor. Our output must match the peer's
 (||error|| / ||peer|| <= 1e-2) for a time to be printed; a case whose call
 would take longer than --max-call-s is skipped with the reason.
 

@@ -9,15 +9,39 @@ expert, torch.nn.functional.grouped_mm for both GEMMs, SiLU-and-mul, the
 routed weights and the weighted combine (index_add_). Both sides run as
 CUDA-graph replays, L2 flushed (256 MiB zeroed) before every timed replay;
 full-size Mixtral-8x7B, Qwen3-30B-A3B, DeepSeek-V3 and Kimi-K2 (shared
-experts fused), random normal weights, hidden states and router logits, T
-in {1, 16, 64, 256, 1024, 4096}.
+experts fused), random normal weights and hidden states, the layers with a
+correction bias given one uniform in [-0.1, 0.1], T in {1, 16, 64, 256,
+1024, 4096}.
+
+Routing (--routing, both by default, a row each): `own` feeds the layer's
+router random normal logits; `uniform` crafts the logits so that the
+layer's router picks, for each token, top_k distinct experts drawn
+uniformly at random (as MoE kernels are usually benchmarked): the chosen
+experts' logits 6 down to 4 (descending, so that their weights differ and
+are well defined), the rest uniform in [-6, -4). A router with a group
+limit (DeepSeek-V3: 8 groups, the best 4 eligible) cannot pick any top_k of
+all experts, so there the draw is among what it can pick: topk_groups
+groups uniformly, then top_k distinct experts uniformly among those groups'
+experts (every expert still gets a token with chance top_k / E). The
+correction bias stays, as both sides add it for selection: the crafted
+scores (the layers with a bias score by sigmoid: chosen >= sigmoid(4) =
+0.982, the rest <= sigmoid(-4) = 0.018) dominate a bias within [-0.1, 0.1],
+in each group's top-2 sum too, so it shifts no choice. The experts the
+torch router picks from the crafted logits are checked to be the drawn ones
+(the run stops if not); ours must match the torch composition's output
+(below), so it picked them too. Both routings run the same bundle and the
+same torch composition, router included. Without a bias, i.i.d. logits
+already pick uniformly, so for Mixtral-8x7B and Qwen3-30B-A3B the two rows
+are two draws of one routing (their gap is the run's noise); with a bias
+(DeepSeek-V3, Kimi-K2) `own` is skewed by it, as trained biases skew.
 
 Prints µs (median of CUDA-event timings), the speed-up torch / ours, the
 floor = max(bytes / 3.0 TB/s, flops / 720 TFLOP/s) (bytes: the weights of the
-experts that received tokens plus hidden states in and out) and our output's
-error against the torch composition (||error|| / ||torch||, must be
-<= 2e-2 for a time to count: the two round intermediates to bf16 at
-different points). --json writes the rows for bench/plot_layer_bench.py.
+experts the routing hit plus hidden states in and out), ours / floor and
+torch / floor, and our output's error against the torch composition
+(||error|| / ||torch||, must be <= 2e-2 for a time to count: the two round
+intermediates to bf16 at different points). --json writes the rows (each
+with its routing) for bench/plot_layer_bench.py.
 
 Our kernels are launched as programmatic dependents of the kernel before
 them (docs/BUNDLE.md, "Dependent launches"), or plainly with
@@ -44,6 +68,8 @@ from moe_mlir.testing.timing import (flush_buffer, floor_us, graphed,
 
 TOLERANCE = 2e-2
 DEVICE = "cuda"
+ROUTINGS = {"own": ("own",), "uniform": ("uniform",),
+            "both": ("own", "uniform")}
 
 
 def torch_layer(preset, x, logits, bias, w13, w2):
@@ -113,6 +139,51 @@ def compile_bundles(compiler, presets, tokens_list, work, config_db, block_m,
         return {key: future.result() for key, future in futures.items()}
 
 
+def uniform_logits(preset, tokens):
+    """(router logits [T, E], the routed ids [T, top_k] they make the
+    layer's router pick): per token, topk_groups of the router's groups
+    drawn uniformly (a router without groups has one: all experts), then
+    top_k distinct experts drawn uniformly among theirs; their logits 6
+    down to 4, the rest's uniform in [-6, -4)."""
+    fields = router_fields(preset)
+    experts, top_k = preset["experts"], preset["top_k"]
+    groups, keep = fields["groups"], fields["topk_groups"]
+    per_group = experts // groups
+    # The first n of a random permutation: n distinct, uniformly.
+    chosen_groups = torch.rand(tokens, groups,
+                               device=DEVICE).argsort(dim=1)[:, :keep]
+    eligible = (chosen_groups.unsqueeze(2) * per_group +
+                torch.arange(per_group, device=DEVICE)).flatten(1)
+    picks = torch.rand(tokens, keep * per_group,
+                       device=DEVICE).argsort(dim=1)[:, :top_k]
+    ids = eligible.gather(1, picks)
+    logits = torch.rand(tokens, experts, device=DEVICE) * 2 - 6
+    chosen = torch.linspace(6.0, 4.0, top_k, device=DEVICE)
+    logits.scatter_(1, ids, chosen.repeat(tokens, 1))
+    return logits, ids.to(torch.int32)
+
+
+def router_logits(preset, tokens, routing, bias):
+    """(router logits [T, E], the routed ids [T, top_k] the torch router
+    picks from them) for `routing` "own" (random normal logits) or
+    "uniform" (uniform_logits: the ids picked checked to be the ones
+    drawn)."""
+    route = torch_router(router_fields(preset))
+    if routing == "own":
+        logits = torch.randn(tokens, preset["experts"], device=DEVICE)
+        return logits, route(logits, bias)[1]
+    logits, drawn = uniform_logits(preset, tokens)
+    ids = route(logits, bias)[1]
+    # Sets per token: the routers give a token's ids in no set order.
+    if not torch.equal(ids.sort(dim=1).values, drawn.sort(dim=1).values):
+        wrong = int((ids.sort(dim=1).values !=
+                     drawn.sort(dim=1).values).any(dim=1).sum())
+        raise RuntimeError(f"{preset['name']} T={tokens}: the router picks "
+                           f"other experts than the uniform draw for {wrong} "
+                           f"of {tokens} tokens: the crafted logits are wrong")
+    return logits, ids
+
+
 def layer_floor_us(preset, tokens, ids):
     """The layer's floor with the routed experts `ids` (and the shared)."""
     hidden, inter = preset["hidden"], preset["intermediate"]
@@ -121,6 +192,55 @@ def layer_floor_us(preset, tokens, ids):
     moved = 2 * (active * 3 * inter * hidden + 2 * tokens * hidden)
     flops = 2 * tokens * slots * 3 * inter * hidden
     return floor_us(moved, flops)
+
+
+def measure(preset, tokens, routing, layer, opened, flush, iterations):
+    """The row of one cell: the layer (x, w13, w2, bias) at `tokens` tokens
+    under `routing`, ours through each of the `opened` bundles ({dependent
+    launches: Bundle}, the first the one reported as ours) against the
+    torch composition."""
+    x, w13, w2, bias = layer
+    hidden = preset["hidden"]
+    logits, routed = router_logits(preset, tokens, routing, bias)
+    out = torch.full((tokens, hidden), float("nan"), dtype=torch.bfloat16,
+                     device=DEVICE)
+    tensors = [x, logits, w13, w2] + ([bias] if bias is not None
+                                      else []) + [out]
+
+    def runner(bundle):
+        def ours():
+            bundle.run(tokens, tensors)
+            return out
+        return ours
+
+    # Eager first (each side checked on its own), then the graphs, whose
+    # replays must give the same outputs.
+    ways = list(opened)
+    runner(opened[ways[0]])()
+    torch.cuda.synchronize()
+    composed = torch_layer(preset, x, logits, bias, w13, w2)
+    expected = composed().double()
+    torch.cuda.synchronize()
+    error = ((out.double() - expected).norm() / expected.norm()).item()
+    our_replays = {dependent: graphed(runner(bundle))[0]
+                   for dependent, bundle in opened.items()}
+    torch_replay, torch_out = graphed(composed)
+    torch_replay()
+    for replay in our_replays.values():
+        out.fill_(float("nan"))
+        replay()
+        torch.cuda.synchronize()
+        error = max(error, ((out.double() - torch_out.double()).norm() /
+                            torch_out.double().norm()).item())
+    row = {"layer": preset["name"], "routing": routing, "tokens": tokens,
+           "error": error, "floor": layer_floor_us(preset, tokens, routed),
+           "torch": time_us(torch_replay, flush, iterations), "ours": None}
+    if error <= TOLERANCE:
+        times = time_interleaved_us(our_replays, flush, iterations)
+        row["ours"] = times[ways[0]]
+        if len(ways) > 1:
+            row["plain"] = times[False]
+    return row
 
 
 def cells(row):
@@ -145,6 +265,10 @@ def main():
                         default="mixtral-8x7b,qwen3-30b-a3b,deepseek-v3,"
                                 "kimi-k2")
     parser.add_argument("--tokens", default="1,16,64,256,1024,4096")
+    parser.add_argument("--routing", default="both", choices=tuple(ROUTINGS),
+                        help="the layer's router on random logits (own), "
+                             "on logits crafted for uniform random experts "
+                             "(uniform), or both, one row each")
     parser.add_argument("--block-m", type=int, default=0,
                         help="rows per routing block of our layers (0: "
                              "moe-compile's choice for each T)")
@@ -169,8 +293,9 @@ def main():
     ways = {"on": (True,), "off": (False,),
             "both": (True, False)}[args.dependent_launch]
     both = len(ways) > 1
-    print(f"{'layer':14} {'T':>5} {'ours':>9} {'torch':>9} {'speed-up':>8} "
-          f"{'floor':>8} {'ours/floor':>10} {'error':>8}"
+    print(f"{'layer':14} {'routing':7} {'T':>5} {'ours':>9} {'torch':>9} "
+          f"{'speed-up':>8} {'floor':>8} {'ours/floor':>10} "
+          f"{'torch/floor':>11} {'error':>8}"
           + (f" {'plain':>9} {'plain/ours':>10}" if both else "")
           + "  (us, CUDA graphs)", flush=True)
     rows, failed = [], 0
@@ -179,83 +304,45 @@ def main():
         experts = preset["experts"] + preset["shared"]
         hidden, inter = preset["hidden"], preset["intermediate"]
         w13, w2 = random_weights(experts, hidden, inter)
-        bias = (torch.randn(preset["experts"], device=DEVICE) * 0.1
+        # Bounded, so that uniform_logits' scores dominate it.
+        bias = (torch.rand(preset["experts"], device=DEVICE) * 0.2 - 0.1
                 if preset["bias"] else None)
         for tokens in tokens_list:
             x = torch.randn(tokens, hidden, dtype=torch.bfloat16,
                             device=DEVICE)
-            logits = torch.randn(tokens, preset["experts"], device=DEVICE)
-            out = torch.full((tokens, hidden), float("nan"),
-                             dtype=torch.bfloat16, device=DEVICE)
             opened = {dependent: open_bundle(bundles[(name, tokens)],
                                              dependent)
                       for dependent in ways}
-            tensors = [x, logits, w13, w2] + ([bias] if bias is not None
-                                              else []) + [out]
-
-            def runner(bundle):
-                def ours():
-                    bundle.run(tokens, tensors)
-                    return out
-                return ours
-
-            # Eager first (each side checked on its own), then the graphs,
-            # whose replays must give the same outputs.
-            runner(opened[ways[0]])()
-            torch.cuda.synchronize()
-            composed = torch_layer(preset, x, logits, bias, w13, w2)
-            expected = composed().double()
-            torch.cuda.synchronize()
-            error = ((out.double() - expected).norm() /
-                     expected.norm()).item()
-            our_replays = {dependent: graphed(runner(bundle))[0]
-                           for dependent, bundle in opened.items()}
-            torch_replay, torch_out = graphed(composed)
-            torch_replay()
-            for replay in our_replays.values():
-                out.fill_(float("nan"))
-                replay()
-                torch.cuda.synchronize()
-                error = max(error,
-                            ((out.double() - torch_out.double()).norm() /
-                             torch_out.double().norm()).item())
-            row = {"layer": name, "tokens": tokens, "device": device,
-                   "block_m": args.block_m,
-                   "dependent_launch": args.dependent_launch,
-                   "error": error}
-            routed = torch_router(router_fields(preset))(logits, bias)[1]
-            row["floor"] = layer_floor_us(preset, tokens, routed)
-            row["torch"] = time_us(torch_replay, flush, args.iterations)
-            if not error <= TOLERANCE:
-                row["ours"] = None
-                failed += 1
-            else:
-                times = time_interleaved_us(our_replays, flush,
-                                            args.iterations)
-                row["ours"] = times[ways[0]]
-                if both:
-                    row["plain"] = times[False]
+            for routing in ROUTINGS[args.routing]:
+                row = measure(preset, tokens, routing, (x, w13, w2, bias),
+                              opened, flush, args.iterations)
+                row.update(device=device, block_m=args.block_m,
+                           dependent_launch=args.dependent_launch)
+                failed += row["ours"] is None
+                rows.append(row)
+                text = cells(row)
+                print(f"{name:14} {routing:7} {tokens:>5} {text[0]:>9} "
+                      f"{row['torch']:9.1f} {text[1]:>8} "
+                      f"{row['floor']:8.1f} {text[2]:>10} "
+                      f"{row['torch'] / row['floor']:10.2f}x "
+                      f"{row['error']:8.1e}"
+                      + (f" {text[3]:>9} {text[4]:>10}" if both else ""),
+                      flush=True)
             for bundle in opened.values():
                 bundle.close()
-            rows.append(row)
-            text = cells(row)
-            print(f"{name:14} {tokens:>5} {text[0]:>9} {row['torch']:9.1f} "
-                  f"{text[1]:>8} {row['floor']:8.1f} {text[2]:>10} "
-                  f"{error:8.1e}"
-                  + (f" {text[3]:>9} {text[4]:>10}" if both else ""),
-                  flush=True)
         del w13, w2
         torch.cuda.empty_cache()
-    print("\n| layer | T | ours µs | torch µs | speed-up | floor µs | "
-          "ours / floor | error |"
+    print("\n| layer | routing | T | ours µs | torch µs | speed-up | "
+          "floor µs | ours / floor | torch / floor | error |"
           + (" plain µs | plain / ours |" if both else ""))
-    print("|---|---:|---:|---:|---:|---:|---:|---:|"
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
           + ("---:|---:|" if both else ""))
     for row in rows:
         text = cells(row)
-        print(f"| {row['layer']} | {row['tokens']} | {text[0]} | "
-              f"{row['torch']:.1f} | {text[1]} | {row['floor']:.1f} | "
-              f"{text[2]} | {row['error']:.1e} |"
+        print(f"| {row['layer']} | {row['routing']} | {row['tokens']} | "
+              f"{text[0]} | {row['torch']:.1f} | {text[1]} | "
+              f"{row['floor']:.1f} | {text[2]} | "
+              f"{row['torch'] / row['floor']:.2f}x | {row['error']:.1e} |"
               + (f" {text[3]} | {text[4]} |" if both else ""))
     if args.json:
         with open(args.json, "w") as file:

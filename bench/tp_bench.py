@@ -17,6 +17,21 @@ call, the L2 flushed before each (bench/RESULTS.md's method), the slowest
 rank's; a collective makes both ranks wait for the later one, so the ranks
 run in step.
 
+Floors, at bandwidths measured at the start of the run and printed there
+(the slowest rank's): the device's, a 1 GiB copy within the GPU, bytes read
+and written (moe_mlir.testing.timing.device_copy_bandwidth; an H200's HBM
+is 4.8 TB/s nominal), and the peer's, a 1 GiB copy into the next rank's GPU
+over NVLink, both ranks copying at once
+(moe_mlir.testing.distributed.peer_copy_bandwidth). A layer's floor is
+max(bytes / device bandwidth, flops / tensor-core rate (720 TFLOP/s bf16,
+1450 fp8)), the bytes the weights of the experts the router hits (bf16, or
+e4m3 and a float32 scale per 128 x 128 block) and the bf16 hidden states in
+and out, for the one-GPU layer with all of I, for a rank's shard with
+I / 2 (and half the flops); the all-reduce's floor is the bytes a ring
+all-reduce sends per rank, 2 (W - 1) / W * T * H * 2 (bf16), over the peer
+bandwidth; TP=2's floor is the shard's plus the all-reduce's (the
+all-reduce sums the finished outputs). Each time is printed over its floor.
+
 NVLink multicast stays off (NCCL_NVLS_ENABLE=0,
 TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1, set before NCCL
 starts). The GPU machine has no compiler, so the bundles come from here:
@@ -117,7 +132,57 @@ def slowest_us(function, flush, group, iterations):
     return us.item()
 
 
-def bench_preset(name, args, group, device, flush):
+def measured_rates(group, flush):
+    """(device copy, peer copy) bytes/s, the slowest rank's of each."""
+    from moe_mlir.testing.distributed import peer_copy_bandwidth
+    from moe_mlir.testing.timing import device_copy_bandwidth
+
+    rates = torch.tensor([device_copy_bandwidth(flush),
+                          peer_copy_bandwidth(group, flush)],
+                         dtype=torch.float64, device=flush.device)
+    torch.distributed.all_reduce(rates, op=torch.distributed.ReduceOp.MIN,
+                                 group=group)
+    return rates.tolist()
+
+
+def routed_ids(layer, logits, bias):
+    """The routed experts [T, top_k] the layer's router picks from
+    ``logits`` and ``bias`` (the torch router of moe_mlir.testing.peers)."""
+    from moe_mlir.testing.peers import router_fields, torch_router
+
+    route = torch_router(router_fields({"router": layer.router.params()}))
+    with torch.no_grad():
+        return route(logits, bias)[1]
+
+
+def floors_us(layer, scaling, tokens, ids, rates):
+    """{call: its floor in µs} of the calls bench_preset times, for the
+    routed experts ``ids`` at ``rates`` (measured_rates)."""
+    from moe_mlir.testing.timing import FP8_MATH, MATH, floor_us
+
+    device_rate, peer_rate = rates
+    hidden = layer.hidden_size
+    router = layer.router
+    hit = int(torch.unique(ids).numel()) + router.num_shared_experts
+    # e4m3 codes and a float32 scale per block, or bf16.
+    weight_bytes = 1 + 4 / layers.SCALE_BLOCK ** 2 if scaling else 2
+    math = FP8_MATH if scaling else MATH
+
+    def layer_floor(inter):
+        moved = (hit * 3 * inter * hidden * weight_bytes +
+                 2 * 2 * tokens * hidden)
+        flops = 2 * tokens * router.num_slots * 3 * inter * hidden
+        return floor_us(moved, flops, device_rate, math)
+
+    sent = 2 * (WORLD_SIZE - 1) / WORLD_SIZE * tokens * hidden * 2
+    floors = {"one GPU": layer_floor(layer.intermediate_size),
+              "shard": layer_floor(layer.intermediate_size // WORLD_SIZE),
+              "all-reduce": sent / peer_rate * 1e6}
+    floors["TP=2"] = floors["shard"] + floors["all-reduce"]
+    return floors
+
+
+def bench_preset(name, args, group, device, flush, rates):
     """The table of one preset, printed by rank 0."""
     from moe_mlir.testing.tensors import relative_errors
     from moe_mlir.testing.timing import graphed
@@ -136,8 +201,9 @@ def bench_preset(name, args, group, device, flush):
               f"top-{layer.router.top_k}; µs per call, slowest rank",
               flush=True)
         print(f"{'T':>6} {'one GPU':>9} {'TP=2':>9} {'shard':>9} "
-              f"{'all-red.':>9} {'speedup':>8} {'vs one GPU':>11}",
-              flush=True)
+              f"{'all-red.':>9} {'speedup':>8} {'TP floor':>9} "
+              f"{'TP/floor':>9} {'1GPU/fl.':>9} {'shard/fl.':>9} "
+              f"{'a-r/fl.':>9} {'vs one GPU':>11}", flush=True)
     for tokens in args.tokens:
         hidden = torch.randn(tokens, layer.hidden_size, device=device,
                              generator=generator).to(torch.bfloat16)
@@ -164,12 +230,19 @@ def bench_preset(name, args, group, device, flush):
             times[call] = slowest_us(replay, flush, group, args.iterations)
             del replay
         error, _ = relative_errors(outputs["TP=2"], outputs["one GPU"])
+        floors = floors_us(layer, scaling, tokens,
+                           routed_ids(layer, logits, full.correction_bias),
+                           rates)
         if rank == 0:
             print(f"{tokens:>6} {times['one GPU']:>9.1f} "
                   f"{times['TP=2']:>9.1f} {times['shard']:>9.1f} "
                   f"{times['all-reduce']:>9.1f} "
                   f"{times['one GPU'] / times['TP=2']:>7.2f}x "
-                  f"{error:>11.1e}", flush=True)
+                  f"{floors['TP=2']:>9.1f} "
+                  + " ".join(f"{times[call] / floors[call]:>8.2f}x"
+                             for call in ("TP=2", "one GPU", "shard",
+                                          "all-reduce"))
+                  + f" {error:>11.1e}", flush=True)
 
 
 def main():
@@ -215,8 +288,15 @@ def main():
               f"{torch.cuda.get_device_name(device)}, NCCL "
               f"{'.'.join(map(str, torch.cuda.nccl.version()))}", flush=True)
     flush = flush_buffer(device)
+    rates = measured_rates(group, flush)
+    if torch.distributed.get_rank() == 0:
+        print(f"floors at the slowest rank's device copy "
+              f"{rates[0] / 1e12:.2f} TB/s (1 GiB within the GPU, bytes "
+              f"read and written) and peer copy {rates[1] / 1e9:.0f} GB/s "
+              f"(1 GiB into the next rank's GPU, both ranks at once)",
+              flush=True)
     for name in args.presets:
-        bench_preset(name, args, group, device, flush)
+        bench_preset(name, args, group, device, flush, rates)
         unload_bundles()  # their workspaces
         torch.cuda.empty_cache()
     torch.distributed.destroy_process_group()

@@ -22,7 +22,8 @@
 # too, against moe-tile's heuristic) and `layer` the whole-layer benchmark
 # (bench/layer_bench.py, its options after the mode: `layer --tokens
 # 1,2,4,8,16,32,64 --dependent-launch both` times decode with programmatic
-# dependent launches and without), both
+# dependent launches and without; `--routing own|uniform` one routing of
+# the two), both
 # compiled there against $CONFIG_DB when set (else the shipped configs);
 # `variants` times the default bundle of a layer (a variant per range of
 # token counts) against a bundle for each T alone; `hf-bench` times
@@ -37,7 +38,8 @@
 # times chosen configs of one grouped matmul against the heuristic's
 # (bench/config_bench.py, its options after the mode). `tp` runs the
 # tensor-parallel test (test/GPU/tp_test.py) and `tp-bench` its benchmark
-# (bench/tp_bench.py, its options after the mode), and `ep` the
+# (bench/tp_bench.py, its options after the mode; it measures the device
+# and NVLink bandwidths its floors count at), and `ep` the
 # expert-parallel test (test/GPU/ep_dist_test.py), each as two processes
 # under torchrun, on a machine with two GPUs (the nvidia-h200-x2 kind).
 #

@@ -4,7 +4,8 @@ They run bundles through moe_mlir.Bundle; this package holds the rest:
 
     bundles     the GPU test bundles' specs (test/GPU/bundles.json)
     compiler    moe-compile run as a program (the static one travels)
-    distributed multicast off, torchrun and NCCL for the multi-GPU scripts
+    distributed multicast off, torchrun and NCCL for the multi-GPU scripts,
+                the GPU-to-GPU copy bandwidth
     tune_space  the layer to tune (preset, file or sizes), the tuner's
                 candidate configs compiled, and its config database
     results     the GPU module tests' PASS/FAIL checks and command line
@@ -18,6 +19,7 @@ They run bundles through moe_mlir.Bundle; this package holds the rest:
     peers       what ours is timed against: the router composed in torch,
                 F.grouped_mm
     timing      CUDA-event timing with the L2 flushed, CUDA graphs, the floor
+                and the GPU's copy bandwidth
     tuner       the tuner (tools/moe-tune) as a call: tune_layer
 
 The first five need no torch, so that they run where the compiler is

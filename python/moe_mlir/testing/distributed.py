@@ -1,10 +1,11 @@
 """What the multi-GPU test and benchmark (test/GPU/tp_test.py,
 bench/tp_bench.py) share: NVLink multicast kept off, as the two-GPU
-machine needs, the check that torchrun started them, and NCCL's start on
-the rank's GPU with a timeout, so that a missing peer fails instead of
-hanging. Importing it imports no torch: the environment must be set before
-torch is (NCCL reads it when it creates a communicator, torch's symmetric
-memory and NVSHMEM when they start)."""
+machine needs, the check that torchrun started them, NCCL's start on the
+rank's GPU with a timeout, so that a missing peer fails instead of
+hanging, and the GPU-to-GPU copy bandwidth a collective's floor is
+counted at. Importing it imports no torch: the environment must be set
+before torch is (NCCL reads it when it creates a communicator, torch's
+symmetric memory and NVSHMEM when they start)."""
 
 import datetime
 import os
@@ -56,3 +57,38 @@ class RankResults(Results):
     def check(self, name, passed, detail=""):
         self.passed += bool(passed)
         super().check(f"[rank {self.rank}] {name}", passed, detail)
+
+
+def peer_copy_bandwidth(group, flush, size=None, iterations=10):
+    """Bytes/s of a copy of ``size`` bytes (timing.COPY_BYTES unless
+    given) from this rank's GPU (the current one) into the next rank's of
+    ``group`` (rank + 1 mod its size; the ranks on one host, their GPUs
+    peers, as over NVLink), every rank copying at once, as a ring
+    all-reduce's steps send, so that each link carries both directions:
+    the median of ``iterations`` event-timed copies on this rank
+    (timing.time_us, ``flush`` zeroed before each). The copy is a
+    peer-to-peer copy of this process's into memory it allocates on the
+    next rank's GPU, which torchrun leaves visible to it."""
+    import torch
+
+    from .timing import COPY_BYTES, time_us
+
+    size = size or COPY_BYTES
+    rank = torch.distributed.get_rank(group)
+    world_size = torch.distributed.get_world_size(group)
+    here = torch.cuda.current_device()
+    devices = torch.empty(world_size, dtype=torch.int64, device=here)
+    torch.distributed.all_gather_into_tensor(
+        devices, torch.tensor([here], device=here), group=group)
+    peer = int(devices[(rank + 1) % world_size])
+    if peer == here or not torch.cuda.can_device_access_peer(here, peer):
+        raise RuntimeError(f"rank {rank}: GPU {here} cannot copy into the "
+                           f"next rank's GPU {peer} peer to peer")
+    source = torch.empty(size, dtype=torch.uint8, device=here)
+    target = torch.empty(size, dtype=torch.uint8, device=peer)
+    torch.cuda.synchronize()
+    torch.distributed.barrier(group=group)
+    us = time_us(lambda: target.copy_(source), flush, iterations)
+    del target
+    torch.cuda.empty_cache()  # the peer GPU's block, cached by this process
+    return size / (us * 1e-6)

@@ -1,7 +1,7 @@
 """CUDA-event timing shared by the benchmarks and the tuner: medians of
 single calls with the L2 cache flushed before each, as bench/RESULTS.md
-describes; calls captured in CUDA graphs; and the floor a call is measured
-against."""
+describes; calls captured in CUDA graphs; the floor a call is measured
+against, and the device's copy bandwidth measured for it."""
 
 import statistics
 
@@ -11,6 +11,10 @@ import torch
 FLUSH_BYTES = 256 << 20
 BANDWIDTH = 3.0e12  # measured device-to-device copy on the H100, bytes/s
 MATH = 720e12       # dense bf16 tensor-core rate to count against, FLOP/s
+FP8_MATH = 1450e12  # dense fp8 tensor-core rate to count against, FLOP/s
+# Copied to measure a bandwidth: far beyond any L2, long enough (a
+# millisecond or more) that a launch's cost is noise.
+COPY_BYTES = 1 << 30
 
 
 def flush_buffer(device="cuda"):
@@ -102,6 +106,18 @@ def graphed(function, capture_error_mode="global"):
     return replay, output
 
 
-def floor_us(bytes_moved, flops=0):
-    """The least µs a call can take: max(bytes / BANDWIDTH, flops / MATH)."""
-    return max(bytes_moved / BANDWIDTH, flops / MATH) * 1e6
+def floor_us(bytes_moved, flops=0, bandwidth=BANDWIDTH, math=MATH):
+    """The least µs a call can take: max(bytes / bandwidth, flops / math),
+    BANDWIDTH and MATH unless given (a measured bandwidth, FP8_MATH)."""
+    return max(bytes_moved / bandwidth, flops / math) * 1e6
+
+
+def device_copy_bandwidth(flush, size=COPY_BYTES, iterations=10):
+    """Bytes/s of a copy of `size` bytes within the current GPU, counting
+    the bytes read and those written (2 * size), as BANDWIDTH counts: the
+    median of `iterations` event-timed copies (time_us, `flush` zeroed
+    before each)."""
+    source = torch.empty(size, dtype=torch.uint8, device=flush.device)
+    target = torch.empty_like(source)
+    us = time_us(lambda: target.copy_(source), flush, iterations)
+    return 2 * size / (us * 1e-6)
