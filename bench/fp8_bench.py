@@ -32,8 +32,6 @@ shipped database:
   PYTHONPATH=build-runtime/python bench/fp8_bench.py --compiler moe-compile
 """
 
-import argparse
-import os
 import statistics
 import sys
 
@@ -42,7 +40,8 @@ import torch.nn.functional as F
 
 from moe_mlir import Bundle
 from moe_mlir.testing.compiler import list_presets
-from moe_mlir.testing.experts_bench import (compile_experts, time_bundle,
+from moe_mlir.testing.experts_bench import (argument_parser, compile_experts,
+                                            parse_arguments, time_bundle,
                                             torch_experts)
 from moe_mlir.testing.gemm import Fp8Rows, random_fp8_weights, random_ids
 from moe_mlir.testing.peers import scaled_grouped_mm
@@ -248,28 +247,15 @@ def format_row(row):
 
 
 def main():
-    parser = argparse.ArgumentParser(
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--compiler", default="build/bin/moe-compile")
-    parser.add_argument("--config-db", default="",
-                        help="tuned database before the shipped entries")
-    parser.add_argument("--work", default="out/fp8-bench")
-    parser.add_argument("--models", default="deepseek-v3,kimi-k2")
-    parser.add_argument("--tokens", default="1,16,64,256,1024,4096")
+    parser = argument_parser(__doc__, "out/fp8-bench", "deepseek-v3,kimi-k2")
     parser.add_argument("--parts", default="gemm,layers")
-    parser.add_argument("--iterations", type=int, default=20)
     parser.add_argument("--block-m", type=int, default=0,
                         help="layers: rows per routing block (default: "
                              "moe-compile's choice for each T)")
     parser.add_argument("--kernels", action="store_true",
                         help="layers: also print each fp8 kernel's µs "
                              "(torch.profiler)")
-    parser.add_argument("--seed", type=int, default=2026)
-    args = parser.parse_args()
-    tokens = [int(t) for t in args.tokens.split(",")]
-    args.tokens_max = max(tokens)
-    os.makedirs(args.work, exist_ok=True)
+    args = parse_arguments(parser)
     flush = flush_buffer(DEVICE)
     torch.manual_seed(args.seed)  # random_fp8_weights draws from it
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")

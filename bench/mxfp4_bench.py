@@ -20,13 +20,12 @@ order differs; test/GPU/mxfp4_test.py checks correctness).
   PYTHONPATH=build-runtime/python bench/mxfp4_bench.py --compiler moe-compile
 """
 
-import argparse
-import os
 import sys
 
 import torch
 
-from moe_mlir.testing.experts_bench import (compile_experts, time_bundle,
+from moe_mlir.testing.experts_bench import (argument_parser, compile_experts,
+                                            parse_arguments, time_bundle,
                                             torch_experts)
 from moe_mlir.testing.gemm import random_ids
 from moe_mlir.testing.mxfp4 import decode, random_mxfp4
@@ -100,20 +99,8 @@ def format_row(row):
 
 
 def main():
-    parser = argparse.ArgumentParser(
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--compiler", default="build/bin/moe-compile")
-    parser.add_argument("--config-db", default="",
-                        help="tuned database before the shipped entries")
-    parser.add_argument("--work", default="out/mxfp4-bench")
-    parser.add_argument("--models", default="gpt-oss-20b,gpt-oss-120b")
-    parser.add_argument("--tokens", default="1,16,64,256,1024,4096")
-    parser.add_argument("--iterations", type=int, default=20)
-    parser.add_argument("--seed", type=int, default=2026)
-    args = parser.parse_args()
-    args.tokens_max = max(int(t) for t in args.tokens.split(","))
-    os.makedirs(args.work, exist_ok=True)
+    args = parse_arguments(argument_parser(__doc__, "out/mxfp4-bench",
+                                           "gpt-oss-20b,gpt-oss-120b"))
     flush = flush_buffer(DEVICE)
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     print(f"\n{'experts':13} {'T':>5} {'mxfp4':>9} {'bf16':>9} {'gain':>8} "

@@ -331,11 +331,10 @@ def test_compile(results, moe, generator):
                  moe.bundle_path, moe.w13_weight_scale.detach(),
                  moe.w2_weight_scale.detach(), None, moe.w13_bias.detach(),
                  moe.w2_bias.detach())
-    results.attempt(
-        "torch.library.opcheck(moe_mlir::fused_moe) with MXFP4 weights and biases",
-        lambda: (True, str(torch.library.opcheck(
-            torch.ops.moe_mlir.fused_moe.default, arguments,
-            test_utils=("test_faketensor", "test_aot_dispatch_dynamic")))))
+    results.opcheck(
+        "torch.library.opcheck(moe_mlir::fused_moe) with MXFP4 weights and "
+        "biases", torch.ops.moe_mlir.fused_moe.default, arguments,
+        test_utils=("test_faketensor", "test_aot_dispatch_dynamic"))
 
 
 def test_errors(results, moe, args, generator):

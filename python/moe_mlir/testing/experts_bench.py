@@ -1,8 +1,10 @@
 """What the experts benchmarks (bench/fp8_bench.py, bench/mxfp4_bench.py)
-share: compiling an experts bundle here or on the GPU machine, timing it
-replayed from a CUDA graph, and the torch composition an engine's naive
-backend runs, around the grouped GEMMs each benchmark gives it."""
+share: their common options, compiling an experts bundle here or on the
+GPU machine, timing it replayed from a CUDA graph, and the torch
+composition an engine's naive backend runs, around the grouped GEMMs each
+benchmark gives it."""
 
+import argparse
 import os
 
 import torch
@@ -11,6 +13,34 @@ import torch.nn.functional as F
 from moe_mlir import Bundle
 from moe_mlir.testing.compiler import compile_bundle
 from moe_mlir.testing.timing import graphed, kernel_times_us, time_us
+
+
+def argument_parser(description, work, models):
+    """The command line of an experts benchmark (`description` its
+    docstring) with the options they all have, --work defaulting to `work`
+    and --models to `models` (comma-separated); each adds its own."""
+    parser = argparse.ArgumentParser(
+        description=description,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--compiler", default="build/bin/moe-compile")
+    parser.add_argument("--config-db", default="",
+                        help="tuned database before the shipped entries")
+    parser.add_argument("--work", default=work)
+    parser.add_argument("--models", default=models)
+    parser.add_argument("--tokens", default="1,16,64,256,1024,4096")
+    parser.add_argument("--iterations", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=2026)
+    return parser
+
+
+def parse_arguments(parser):
+    """`parser`'s arguments with `tokens_max`, the largest of --tokens
+    (what compile_experts sizes the bundles for), and the --work folder
+    made."""
+    args = parser.parse_args()
+    args.tokens_max = max(int(t) for t in args.tokens.split(","))
+    os.makedirs(args.work, exist_ok=True)
+    return args
 
 
 def compile_experts(args, name, arguments, quantization=None,

@@ -2,7 +2,8 @@
 torch_test, transformers_test) and the command line they share: with
 --prepare they compile their bundles into a cache here, where the compiler
 is and torch is not; without, they run on the GPU machine and print a PASS
-or FAIL line per check. Imports no torch."""
+or FAIL line per check. Imports no torch (Results.opcheck does, when
+called on the GPU machine)."""
 
 import argparse
 import importlib.util
@@ -46,6 +47,15 @@ class Results:
                                     f"{message}")
             return
         self.check(name, passed, detail)
+
+    def opcheck(self, name, op, args, **options):
+        """Runs ``torch.library.opcheck(op, args, **options)`` as the check
+        ``name``: opcheck raises on a failure (reported by ``attempt``) and
+        otherwise returns its tests' results, printed as the detail."""
+        import torch  # here, not above: --prepare runs without torch
+
+        self.attempt(name, lambda: (True, str(torch.library.opcheck(
+            op, args, **options))))
 
     def raises_with(self, name, module, parameter, data, kind, call):
         """Checks that ``call`` raises ``kind`` while ``module``'s
