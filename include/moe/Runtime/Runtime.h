@@ -24,8 +24,9 @@ extern "C" {
 /// What went wrong; every status but MOE_OK comes with a message.
 typedef enum MoeStatusCode {
   MOE_OK = 0,
-  /// A run's arguments or a query's arguments are wrong (tensor count,
-  /// element type, dims, pointer, T out of range).
+  /// A run's, a binding's or a query's arguments are wrong (tensor count,
+  /// element type, dims, pointer, T out of range, an exchange buffer
+  /// unbound or passed another slice than its rank's).
   MOE_ERROR_INVALID_ARGUMENT = 1,
   /// The bundle is malformed (manifest syntax, names, missing files) or its
   /// module lacks a kernel the plan launches.
@@ -96,7 +97,9 @@ int moe_bundle_open(const char *path, int device, MoeBundle **bundle,
 /// that serves `tokens` (see moe_bundle_variant_for_tokens) on `stream` (a
 /// CUstream; NULL is the legacy default stream), a `dependent` launch as a
 /// programmatic dependent of the one before it. `tensors` are the `count`
-/// caller tensors in declaration order. Picks the variant on the host, and
+/// caller tensors in declaration order; an exchange buffer's must be the
+/// slice of its rank that moe_bundle_bind_peers bound, and every exchange
+/// buffer must be bound. Picks the variant on the host, and
 /// never synchronises or allocates device memory, so a run at a given T can
 /// be captured in a CUDA graph; host memory is allocated only to cache the
 /// tensor map of a (pointer, T) pair met for the first time. Not safe to
@@ -118,9 +121,9 @@ int moe_bundle_bind_peers(MoeBundle *bundle, int tensor,
                           const void *const *slices, int count, char *errbuf,
                           size_t errlen);
 
-/// Frees the workspaces and module and releases the device's primary
-/// context. Accepts NULL. The caller must have synchronised the streams
-/// that ran the bundle.
+/// Frees the workspaces, peer tables and module and releases the device's
+/// primary context. Accepts NULL. The caller must have synchronised the
+/// streams that ran the bundle.
 void moe_bundle_close(MoeBundle *bundle);
 
 /// The largest token count a run accepts; 0 for NULL.

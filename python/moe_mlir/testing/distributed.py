@@ -1,11 +1,12 @@
-"""What the multi-GPU test and benchmark (test/GPU/tp_test.py,
-bench/tp_bench.py) share: NVLink multicast kept off, as the two-GPU
-machine needs, the check that torchrun started them, NCCL's start on the
-rank's GPU with a timeout, so that a missing peer fails instead of
-hanging, and the GPU-to-GPU copy bandwidth a collective's floor is
-counted at. Importing it imports no torch: the environment must be set
-before torch is (NCCL reads it when it creates a communicator, torch's
-symmetric memory and NVSHMEM when they start)."""
+"""What the multi-GPU tests and benchmark (test/GPU/tp_test.py,
+test/GPU/ep_dist_test.py, bench/tp_bench.py) share: NVLink multicast kept
+off, as the two-GPU machine needs, the check that torchrun started them,
+NCCL's start on the rank's GPU with a timeout, so that a missing peer
+fails instead of hanging, results that name the rank, and the GPU-to-GPU
+copy bandwidth a collective's floor is counted at. Importing it imports no
+torch: the environment must be set before torch is (NCCL reads it when it
+creates a communicator, torch's symmetric memory and NVSHMEM when they
+start)."""
 
 import datetime
 import os

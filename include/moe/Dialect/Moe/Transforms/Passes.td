@@ -73,7 +73,7 @@ def MoeExpertParallel : Pass<"moe-expert-parallel", "::mlir::ModuleOp"> {
     (`#moe.expert_parallel<world = W, rank = R>`; the function's arguments
     are the layer's operands and it returns the layer) into rank R's three
     phases, each a function, between which the ranks exchange rows through
-    buffers that every rank can write (symmetric memory on GPUs):
+    buffers that every rank can write (on GPUs, one slice per rank):
 
     1. `@f_dispatch(hidden, logits[, bias], rows, weights, slots, counts)`:
        `moe.gate` over all E experts, then `moe.ep_dispatch` of each routed
@@ -91,12 +91,16 @@ def MoeExpertParallel : Pass<"moe-expert-parallel", "::mlir::ModuleOp"> {
 
     The buffers are function arguments and results (the phase's writes),
     `[W, ...]`: every rank's, as `moe.ep_dispatch` and `moe.ep_combine`
-    define them, with C = T rows per (local expert, source rank). Phase p
-    of any rank may run once phase p - 1 has run on every rank: on one
-    host, a test runs each phase for ranks 0 .. W-1 on the same buffers; on
-    GPUs each phase will be a kernel that writes through the peers'
-    pointers and signals its completion (release/acquire flags with epoch
-    counters, so nothing is cleared between calls). Each row gets the
+    define them, with C = T rows per (local expert, source rank). Each
+    such argument is marked `moe.exchange = #moe.expert_parallel<...>`: on
+    a GPU the rank holds one slice of it, and its kernels reach the other
+    ranks' slices through a peer table (convert-moe-to-gpu). Phase p of any
+    rank may run once phase p - 1 has run on every rank: on one host, a
+    test runs each phase for ranks 0 .. W-1 on the same buffers; on GPUs
+    each phase is a bundle of its own and the caller orders them (the
+    release/acquire flags with epoch counters that would order them on the
+    device are not built: docs/MULTI-GPU.md). Nothing is cleared between
+    calls, since every count is written at every call. Each row gets the
     arithmetic it gets in the single-device layer, and the final sum runs
     in slot order, so every rank's result is its tokens' rows of the
     single-device layer, bit for bit.
