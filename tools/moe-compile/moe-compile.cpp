@@ -105,7 +105,8 @@ static cl::opt<std::string> expertParallel(
 static cl::opt<std::string> phase(
     "phase",
     cl::desc("The phase of an expert-parallel layer to compile: dispatch, "
-             "experts or combine (docs/MULTI-GPU.md)"),
+             "experts or combine (docs/MULTI-GPU.md), at one variant for "
+             "--tokens-max unless --token-buckets says otherwise"),
     cl::init(""), cl::cat(moeCompileCategory));
 static cl::opt<int64_t> tokensMax("tokens-max",
                                   cl::desc("Largest token count to size for"),
@@ -295,6 +296,10 @@ int main(int argc, char **argv) {
   if (std::optional<std::string> bad =
           parseTokenBuckets(tokenBuckets, tokensMax, options.tokenBuckets))
     return fail("--token-buckets: " + *bad);
+  // A phase's T is static (it sizes the exchange buffers): one variant, its
+  // choices made for it, unless buckets are given.
+  if (!phase.empty() && tokenBuckets == "auto")
+    options.tokenBuckets = {tokensMax};
   options.pipeline.blockN = blockN;
   options.pipeline.numStages = numStages;
   options.pipeline.configDatabase = configDatabase;

@@ -233,12 +233,14 @@ struct MoeExpertParallelPass
       return signalPassFailure();
     }
     SmallVector<func::FuncOp> functions(getOperation().getOps<func::FuncOp>());
+    bool split = false;
     for (func::FuncOp function : functions) {
       FailureOr<FusedMoeOp> layer = getExpertParallelLayer(function);
       if (failed(layer))
         return signalPassFailure();
       if (!*layer)
         continue;
+      split = true;
       ExchangeTypes types = ExchangeTypes::of(*layer);
       FailureOr<int64_t> rows = routingBlockM(*layer, types);
       if (failed(rows))
@@ -254,6 +256,12 @@ struct MoeExpertParallelPass
         if (!phase.empty() && kind != phase)
           built.erase();
       function.erase();
+    }
+    if (!split && !phase.empty()) {
+      getOperation().emitError()
+          << "moe-expert-parallel: phase '" << phase
+          << "' given, but no function computes an expert-parallel layer";
+      return signalPassFailure();
     }
   }
 
