@@ -45,16 +45,11 @@ EXCHANGES = {"dispatch": ("rows", "weights", "slots", "counts"),
 
 def local_experts(layer, world, rank):
     """The indices, among the whole layer's E + X stored experts, of those
-    rank ``rank`` of ``world`` holds, in its order: its E/world routed
-    experts, then every shared expert."""
-    experts = layer.num_experts
-    if world < 1 or not 0 <= rank < world or experts % world:
-        raise ValueError(f"rank {rank} of {world}: the rank must be in "
-                         f"[0, world), and the world must divide the "
-                         f"{experts} routed experts")
-    share = experts // world
-    return (list(range(rank * share, (rank + 1) * share))
-            + list(range(experts, layer.num_stored_experts)))
+    rank ``rank`` of ``world`` holds, in its order (Layer.expert_slices):
+    its E/world routed experts, then every shared expert."""
+    return [expert for _, (experts,) in layer.expert_slices(world,
+                                                            rank)["w13"]
+            for expert in range(experts.start, experts.stop)]
 
 
 class RankBundles:

@@ -358,6 +358,55 @@ class Layer:
             slices.update(w13_scales=whole, w2_scales=whole)
         return slices
 
+    def expert_shard(self, world_size):
+        """The layer whose weights each of ``world_size`` expert-parallel
+        ranks holds: this one with E / world_size routed experts, the
+        shared ones and every size and rule unchanged, so that its w13, w2,
+        expert biases and scales have a rank's shapes, [E/world_size + X,
+        ...] (expert_slices says which experts). It is not what a rank
+        computes: a rank routes its tokens over all E experts and exchanges
+        them with the others (expert_parallel_source).
+
+        Raises ValueError unless ``world_size`` divides E.
+        """
+        _check_count("world_size", world_size, 1)
+        if self.num_experts % world_size:
+            raise ValueError(f"num_experts {self.num_experts} is not "
+                             f"divisible by {world_size} expert-parallel "
+                             "ranks")
+        return dataclasses.replace(
+            self, num_experts=self.num_experts // world_size)
+
+    def expert_slices(self, world_size, rank, quantization=None):
+        """Where rank ``rank`` of ``world_size`` expert-parallel ranks takes
+        its experts' weights (those of expert_shard(world_size)) from this
+        layer's full-size ones, in shard_slices' form: {name: [(rank's
+        index, full index), ...]} for "w13", "w2", with expert biases
+        "w13_bias" and "w2_bias", and with a ``quantization`` "w13_scales"
+        and "w2_scales", each indexed by expert first. With e = E /
+        world_size and r = rank, the rank holds the routed experts [r*e,
+        (r+1)*e) at its indices [0, e), then the X shared experts [E, E+X)
+        (every rank a replica); the correction bias and a static
+        quantization's input scales are whole.
+        """
+        shard = self.expert_shard(world_size)
+        _check_count("rank", rank, 0)
+        if rank >= world_size:
+            raise ValueError(f"rank {rank} is not one of {world_size} "
+                             "expert-parallel ranks")
+        routed, shared = shard.num_experts, self.router.num_shared_experts
+        pieces = [((slice(0, routed),),
+                   (slice(rank * routed, (rank + 1) * routed),))]
+        if shared:
+            pieces.append(((slice(routed, routed + shared),),
+                           (slice(self.num_experts,
+                                  self.num_stored_experts),)))
+        names = (["w13", "w2"]
+                 + (["w13_bias", "w2_bias"] if self.expert_biases else [])
+                 + (["w13_scales", "w2_scales"]
+                    if weight_scaling(quantization) else []))
+        return {name: list(pieces) for name in names}
+
     @property
     def num_stored_experts(self):
         """E + X: the experts whose weights w13 and w2 hold."""

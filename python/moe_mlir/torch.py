@@ -2,9 +2,10 @@
 bundle (the whole layer, or its experts routed by the caller) on CUDA
 tensors, with weights in the activations' dtype, in fp8 (e4m3) or MXFP4
 with their scales (fp8 ones with static activation scales too), and
-gpt-oss's expert biases, on one GPU or tensor-parallel over the ranks of
-a torch.distributed group; the torch.library ops they call,
-``moe_mlir::fused_moe`` and ``moe_mlir::fused_experts``;
+gpt-oss's expert biases, on one GPU, tensor-parallel over the ranks of
+a torch.distributed group or (FusedMoE) expert-parallel over them; the
+torch.library ops they call, ``moe_mlir::fused_moe``,
+``moe_mlir::fused_moe_ep`` and ``moe_mlir::fused_experts``;
 quantize_fp8_weights and fuse_gate_up for making and loading fp8 weights,
 quantize_mxfp4_weights, gpt_oss_weights and gpt_oss_mxfp4_weights for
 MXFP4 and gpt-oss's checkpoints; and empty_outputs for running any bundle
@@ -19,7 +20,10 @@ there and keeps it for the process (unload_bundles frees them).
 Importing this module imports torch; the rest of moe_mlir does not.
 """
 
+import dataclasses
+import json
 import math
+import os
 import threading
 from typing import Optional
 
@@ -28,10 +32,12 @@ import torch.distributed
 
 from . import layers
 from ._errors import Error
+from .expert_parallel import RankBundles, SymmetricExchange
 from .runtime import Bundle
 
 __all__ = ["FusedExperts", "FusedMoE", "TORCH_DTYPES", "empty_outputs",
-           "fuse_gate_up", "fused_experts", "fused_moe", "gpt_oss_weights",
+           "fuse_gate_up", "fused_experts", "fused_moe", "fused_moe_ep",
+           "gpt_oss_weights",
            "gpt_oss_mxfp4_weights", "quantize_fp8_weights",
            "quantize_mxfp4_weights", "unload_bundles"]
 
@@ -85,20 +91,33 @@ def empty_outputs(bundle, tokens):
 # The ops' bundles, loaded at the first call on each device:
 # {(bundle path, device index): Bundle}.
 _LOADED_BUNDLES = {}
+# fused_moe_ep's rank layers, made at the first call at each token count on
+# each device: {(ep_layer, group name, T, device index): (RankBundles,
+# SymmetricExchange)}.
+_EXPERT_PARALLEL = {}
 _LOADING = threading.Lock()
 
 
 def unload_bundles():
     """Frees the device memory of every bundle the ops loaded (after
-    waiting for the devices to finish their work); the next call of an op
-    loads its bundle again. CUDA graphs captured with them must not be
-    replayed afterwards."""
+    waiting for the devices to finish their work), and the exchange buffers
+    of expert-parallel layers; the next call of an op loads its bundle
+    again (and allocates new exchange buffers, collectively). CUDA graphs
+    captured with them must not be replayed afterwards. With
+    expert-parallel modules, every rank of their groups calls it at the
+    same point between forwards: a peer's next forward stores into this
+    rank's exchange buffers."""
     with _LOADING:
         bundles = list(_LOADED_BUNDLES.values())
         _LOADED_BUNDLES.clear()
+        ranks = list(_EXPERT_PARALLEL.values())
+        _EXPERT_PARALLEL.clear()
     for bundle in bundles:
         torch.cuda.synchronize(bundle.device)
         bundle.close()
+    for rank_bundles, _ in ranks:
+        torch.cuda.synchronize(rank_bundles.bundles["combine"].device)
+        rank_bundles.close()
 
 
 def _loaded_bundle(path, tokens, tensors):
@@ -161,10 +180,7 @@ def _run_bundle(path, activations, weights, tp_group_name=None):
     output = hidden_states.new_empty(hidden_states.shape)
     if tokens == 0:
         return output
-    for name, weight in weights:
-        if not _readable_in_place(weight):
-            raise ValueError(f"{name} must be contiguous and {_ALIGNMENT}-"
-                             "byte aligned")
+    _check_in_place(weights)
     # The runtime reads packed MXFP4 codes and e8m0 scales as bytes.
     tensors = ([_aligned(tensor.contiguous()) for tensor in activations]
                + [weight.view(torch.uint8) if weight.dtype in (_MXFP4, _E8M0)
@@ -187,6 +203,15 @@ def _readable_in_place(tensor):
     """Whether the runtime reads `tensor` as it is: contiguous and
     _ALIGNMENT-byte aligned."""
     return tensor.is_contiguous() and tensor.data_ptr() % _ALIGNMENT == 0
+
+
+def _check_in_place(weights):
+    """Raises ValueError unless the runtime reads each of ``weights``
+    ((name, tensor) pairs) in place (_readable_in_place)."""
+    for name, weight in weights:
+        if not _readable_in_place(weight):
+            raise ValueError(f"{name} must be contiguous and {_ALIGNMENT}-"
+                             "byte aligned")
 
 
 def _aligned(tensor):
@@ -296,18 +321,124 @@ def _fused_experts(hidden_states: torch.Tensor, topk_ids: torch.Tensor,
                                             w2_input_scale), tp_group_name)
 
 
+def _ep_layer(layer, dtype, world, rank, bundle_options):
+    """fused_moe_ep's ``ep_layer``: rank ``rank`` of ``world`` of the bf16,
+    f16 or f32 (``dtype``) ``layer`` and layer_bundle's ``bundle_options``
+    (cache_dir, device_name, ...), what makes its bundles at any token
+    count, as JSON text (an op takes strings, not objects)."""
+    return json.dumps({"layer": dataclasses.asdict(layer), "dtype": dtype,
+                       "world": world, "rank": rank,
+                       "bundle_options": bundle_options}, sort_keys=True)
+
+
+def _expert_parallel_rank(ep_layer, group_name, tokens, device):
+    """(RankBundles, SymmetricExchange) of the rank ``ep_layer`` describes
+    at ``tokens`` tokens on ``device`` (a torch.device, current), made at
+    the first call: its three bundles compiled (or found in the cache) and
+    loaded, the exchange buffers allocated in symmetric memory over the
+    process group named ``group_name`` and bound, which is collective and
+    blocking."""
+    key = (ep_layer, group_name, tokens, device.index)
+    rank_layer = _EXPERT_PARALLEL.get(key)
+    if rank_layer is not None:
+        return rank_layer
+    if torch.cuda.is_current_stream_capturing():
+        raise RuntimeError(
+            f"an expert-parallel FusedMoE makes its bundles and exchange "
+            f"buffers at its first forward at {tokens} tokens on "
+            f"cuda:{device.index}, which allocates device memory and so "
+            "cannot happen during CUDA-graph capture: run forward once at "
+            "that token count before capturing")
+    spec = json.loads(ep_layer)
+    fields = spec["layer"]
+    layer = layers.Layer(**dict(fields,
+                                router=layers.Router(**fields["router"])))
+    group = torch.distributed.distributed_c10d._resolve_process_group(
+        group_name)
+    place = (torch.distributed.get_world_size(group),
+             torch.distributed.get_rank(group))
+    if place != (spec["world"], spec["rank"]):
+        raise Error(f"the layer is rank {spec['rank']} of {spec['world']}, "
+                    f"but this process is rank {place[1]} of {place[0]} in "
+                    f"process group {group_name!r}")
+    with _LOADING:
+        rank_layer = _EXPERT_PARALLEL.get(key)
+        if rank_layer is None:
+            bundles = RankBundles(layer, spec["world"], spec["rank"], tokens,
+                                  spec["dtype"], device=device.index,
+                                  **spec["bundle_options"])
+            try:
+                exchange = SymmetricExchange(bundles.exchange_shapes(),
+                                             group, device)
+                bundles.bind(exchange.slices)
+            except BaseException:
+                bundles.close()
+                raise
+            rank_layer = _EXPERT_PARALLEL[key] = (bundles, exchange)
+    return rank_layer
+
+
+def _fused_moe_ep(hidden_states: torch.Tensor, router_logits: torch.Tensor,
+                  w13: torch.Tensor, w2: torch.Tensor,
+                  correction_bias: Optional[torch.Tensor], ep_layer: str,
+                  ep_group_name: str) -> torch.Tensor:
+    """One MoE layer split over the ranks of a torch.distributed process
+    group by its routed experts (moe_mlir.expert_parallel): this rank's
+    output [T, H] for its tokens. ``ep_layer`` (_ep_layer's) says which
+    rank of which layer, ``ep_group_name`` is the group's group_name; every
+    rank of the group calls the op with the same T.
+
+    At its first call at a T on a device the op makes that rank's three
+    bundles (dispatch, experts, combine; layer_bundle(expert_parallel=,
+    phase=, tokens_max=T, token_buckets=(T,))) and their exchange buffers
+    in symmetric memory over the group, which is collective: every rank of
+    the group makes them at once. Every call enqueues on torch's current
+    stream the dispatch of ``hidden_states`` [T, H] routed by
+    ``router_logits`` [T, E] float32 (and the float32 ``correction_bias``
+    [E], or None), a barrier of the group's ranks, the rank's experts
+    (``w13`` [L, 2I, H] and ``w2`` [L, H, I] in the activation dtype, L =
+    E/W + X: its routed experts, then the shared ones), a barrier, and the
+    combine of its tokens' returned rows into the output; nothing
+    synchronises the host. FusedMoE.forward checks the tensors; called
+    directly, the runtime's checks raise moe_mlir.Error.
+    """
+    tokens = hidden_states.shape[0]
+    output = hidden_states.new_empty(hidden_states.shape)
+    if tokens == 0:
+        return output
+    weights = [("w13", w13), ("w2", w2)]
+    if correction_bias is not None:
+        weights.append(("correction_bias", correction_bias))
+    _check_in_place(weights)
+    device = hidden_states.device
+    # The barrier is enqueued on the current device's current stream.
+    with torch.cuda.device(device):
+        bundles, exchange = _expert_parallel_rank(ep_layer, ep_group_name,
+                                                  tokens, device)
+        bundles.forward(_aligned(hidden_states.contiguous()),
+                        _aligned(router_logits.contiguous()), [w13, w2],
+                        output, exchange.mine, exchange.barrier,
+                        bias=correction_bias,
+                        stream=torch.cuda.current_stream(device).cuda_stream)
+    return output
+
+
 def _output_like_hidden_states(hidden_states, *_, **__):
-    """Both ops' fake implementation: the output has the hidden states'
+    """The ops' fake implementation: the output has the hidden states'
     shape, dtype and device."""
     return hidden_states.new_empty(hidden_states.shape)
 
 
 fused_moe = torch.library.custom_op("moe_mlir::fused_moe", _fused_moe,
                                     mutates_args=(), device_types="cuda")
+fused_moe_ep = torch.library.custom_op(
+    "moe_mlir::fused_moe_ep", _fused_moe_ep, mutates_args=(),
+    device_types="cuda")
 fused_experts = torch.library.custom_op(
     "moe_mlir::fused_experts", _fused_experts, mutates_args=(),
     device_types="cuda")
 fused_moe.register_fake(_output_like_hidden_states)
+fused_moe_ep.register_fake(_output_like_hidden_states)
 fused_experts.register_fake(_output_like_hidden_states)
 
 
@@ -563,8 +694,10 @@ def _copy_codes(target, source):
 
 class _LayerModule(torch.nn.Module):
     """What FusedMoE and FusedExperts share: the layer, the rank's shard of
-    it with a tp_group, its bundle (the ``part`` of moe_mlir.layer_bundle)
-    compiled at construction, the expert weights w13 and w2, their scales
+    it with a tp_group (its experts with an ep_group), its bundle (the
+    ``part`` of moe_mlir.layer_bundle) compiled at construction (with an
+    ep_group, _ep_layer's description of its bundles, which the op makes
+    per token count), the expert weights w13 and w2, their scales
     for fp8 and MXFP4 weights, the static activation scales of fp8 weights
     with them and the expert biases of a layer with them, loading them from
     full-size weights, and the checks of forward's arguments."""
@@ -572,7 +705,8 @@ class _LayerModule(torch.nn.Module):
     def __init__(self, layer, part, *, dtype, activation_dtype,
                  weight_scaling, weight_block_size, activation_scheme,
                  device, tokens_max, block_m, cache_dir, config_db,
-                 device_name, num_sms, chip, toolkit, tp_group):
+                 device_name, num_sms, chip, toolkit, tp_group,
+                 ep_group=None):
         super().__init__()
         self.layer = layer
         self.dtype = dtype
@@ -582,14 +716,25 @@ class _LayerModule(torch.nn.Module):
         # scaling, "-static" with static activation scales.
         self.quantization = _quantization(self.weight_scaling,
                                           activation_scheme)
-        self.tp_group = tp_group
-        self.tp_world_size, self.tp_rank = _group_rank(tp_group)
+        if tp_group is not None and ep_group is not None:
+            raise ValueError("give tp_group or ep_group, not both: a layer "
+                             "is split by its intermediate size or by its "
+                             "experts, not both yet")
+        self.tp_group, self.ep_group = tp_group, ep_group
+        self.tp_world_size, self.tp_rank = _group_rank(tp_group, "tp_group")
+        self.ep_world_size, self.ep_rank = _group_rank(ep_group, "ep_group")
         # What forward's op takes: a torch.library op takes no process
         # group, but its name.
         self._tp_group_name = (None if tp_group is None
                                else tp_group.group_name)
-        self.shard_layer = layer.tensor_parallel(self.tp_world_size,
-                                                 self.weight_scaling)
+        self._ep_group_name = (None if ep_group is None
+                               else ep_group.group_name)
+        if ep_group is None:
+            self.shard_layer = layer.tensor_parallel(self.tp_world_size,
+                                                     self.weight_scaling)
+        else:
+            self.shard_layer = layer.expert_shard(self.ep_world_size)
+            _check_expert_parallel(layer, self.quantization)
         self.tokens_max = tokens_max
         on_cuda = ((device is None or torch.device(device).type == "cuda")
                    and torch.cuda.is_available())
@@ -601,16 +746,28 @@ class _LayerModule(torch.nn.Module):
                 device if device is not None
                 else torch.cuda.current_device()).multi_processor_count
                 if on_cuda else layers.DEFAULT_NUM_SMS)
-        try:
-            self.bundle_path = layers.layer_bundle(
-                self.shard_layer, _LAYER_DTYPES[self.activation_dtype],
-                quantization=self.quantization, part=part,
-                cache_dir=cache_dir, tokens_max=tokens_max, block_m=block_m,
-                config_db=config_db, device_name=device_name,
-                num_sms=num_sms, chip=chip, toolkit=toolkit)
-        except Error as error:
-            raise Error(f"{type(self).__name__} has no GPU bundle for its "
-                        f"layer: {error}") from error
+        # Paths as text, which _ep_layer's JSON takes.
+        bundle_options = {
+            "cache_dir": None if cache_dir is None else os.fspath(cache_dir),
+            "config_db": None if config_db is None else os.fspath(config_db),
+            "block_m": block_m, "device_name": device_name,
+            "num_sms": num_sms, "chip": chip, "toolkit": toolkit}
+        dtype_name = _LAYER_DTYPES[self.activation_dtype]
+        # An expert-parallel layer's bundles are per token count: the op
+        # makes them at its first call at each.
+        self.bundle_path, self._ep_layer = None, None
+        if ep_group is not None:
+            self._ep_layer = _ep_layer(layer, dtype_name, self.ep_world_size,
+                                       self.ep_rank, bundle_options)
+        else:
+            try:
+                self.bundle_path = layers.layer_bundle(
+                    self.shard_layer, dtype_name,
+                    quantization=self.quantization, part=part,
+                    tokens_max=tokens_max, **bundle_options)
+            except Error as error:
+                raise Error(f"{type(self).__name__} has no GPU bundle for "
+                            f"its layer: {error}") from error
         shard, scaling = self.shard_layer, self.weight_scaling
         # MXFP4 scales are e8m0 exponents, fp8 ones float32.
         self._scale_dtype = (_E8M0 if scaling == layers.MXFP4
@@ -706,16 +863,19 @@ class _LayerModule(torch.nn.Module):
                           w13_bias=None, w2_bias=None, w13_input_scale=None,
                           w2_input_scale=None):
         """Copies the module's shard of a whole layer's expert weights into
-        its parameters: all of them without a tp_group, else the rows and
-        columns Layer.shard_slices gives this rank (with i = I / world and
-        r the rank: w13's gate rows [r*i, (r+1)*i) and up rows [I + r*i,
-        I + (r+1)*i), w2's columns [r*i, (r+1)*i), and the scales of those
-        rows and columns). ``w13`` [E+X, 2I, H] and ``w2`` [E+X, H, I] in
+        its parameters: all of them without a group; with a tp_group the
+        rows and columns Layer.shard_slices gives this rank (with i = I /
+        world and r the rank: w13's gate rows [r*i, (r+1)*i) and up rows
+        [I + r*i, I + (r+1)*i), w2's columns [r*i, (r+1)*i), and the scales
+        of those rows and columns); with an ep_group the experts
+        Layer.expert_slices gives it (with e = E / world: the routed
+        experts [r*e, (r+1)*e), then the shared ones [E, E+X)). ``w13``
+        [E+X, 2I, H] and ``w2`` [E+X, H, I] in
         the module's dtype (MXFP4: [E+X, 2I, H/2] and [E+X, H, I/2], packed
         float4_e2m1fn_x2 or their uint8 bytes) and, for fp8 weights,
         ``w13_scales`` and ``w2_scales`` (any float dtype, stored as
         float32; MXFP4: float8_e8m0fnu or uint8) have the whole layer's
-        shapes (those of the module's parameters without a tp_group); they
+        shapes (those of the module's parameters without a group); they
         may be on any device (the CPU, a memory-mapped checkpoint): only
         the rank's slices are read. The expert biases ``w13_bias`` [E+X,
         2I] and ``w2_bias`` [E+X, H] (any float dtype) of a layer with them
@@ -778,8 +938,10 @@ class _LayerModule(torch.nn.Module):
             exact = name in ("w13", "w2") or parameter.dtype == _E8M0
             _check_full_weight(
                 name, tensor, parameter.dtype if exact else None, shape)
-        slices = layer.shard_slices(self.tp_world_size, self.tp_rank,
-                                    scaling)
+        slices = (layer.shard_slices(self.tp_world_size, self.tp_rank,
+                                     scaling) if self.ep_group is None
+                  else layer.expert_slices(self.ep_world_size, self.ep_rank,
+                                           scaling))
         whole = [((Ellipsis,), (Ellipsis,))]
         with torch.no_grad():
             for name, tensor, parameter, _ in full:
@@ -818,7 +980,8 @@ class _LayerModule(torch.nn.Module):
 
     def _describe_weights(self):
         """extra_repr's words for gpt-oss's activation and biases, the
-        dtypes, the weights' scaling and the tensor-parallel rank."""
+        dtypes, the weights' scaling and the tensor- or expert-parallel
+        rank."""
         words = f"dtype={self.dtype}"
         if self.layer.swiglu is not None:
             words = f"swiglu={self.layer.swiglu}, " + words
@@ -833,6 +996,10 @@ class _LayerModule(torch.nn.Module):
             words += (f", tp_rank={self.tp_rank} of {self.tp_world_size} "
                       f"(intermediate_size "
                       f"{self.shard_layer.intermediate_size} each)")
+        if self.ep_group is not None:
+            words += (f", ep_rank={self.ep_rank} of {self.ep_world_size} "
+                      f"({self.shard_layer.num_experts} routed experts "
+                      "each)")
         return words
 
     def _check_arguments(self, hidden_states, routing):
@@ -994,6 +1161,47 @@ class FusedMoE(_LayerModule):
     from the one-GPU layer's (within that dtype's tolerance); with channel
     or tensor fp8 scales each rank also quantizes the intermediate
     activations per token over its own columns only.
+
+    Expert parallel: with ``ep_group`` (a torch.distributed process group
+    of W ranks, a GPU each, within one node; not with ``tp_group``) rank R
+    of the group holds the routed experts R*E/W .. (R+1)*E/W - 1 and every
+    shared expert (moe_mlir.expert_parallel): its parameters are w13 [L,
+    2I, H] and w2 [L, H, I], L = E/W + X, those experts in that order (its
+    ``shard_layer``, Layer.expert_shard, has their shapes), and the
+    correction bias whole; load_full_weights copies them out of the whole
+    layer's weights (Layer.expert_slices). E must be divisible by W
+    (ValueError); fp8 and MXFP4 weights and expert biases raise
+    NotImplementedError for now (their bundles compile, but no GPU test
+    has run them). Each rank routes its own tokens over all E experts and
+    sends each routed slot's row to the rank that holds the slot's expert,
+    straight into that rank's receive buffers; each rank runs its experts
+    on the rows it received and stores each output row back into its
+    token's rank, which sums its tokens' rows in slot order, as one GPU
+    does: three bundles (dispatch, experts, combine) with a device-side
+    barrier of the group between them (moe_mlir.expert_parallel's
+    RankBundles and SymmetricExchange), all on torch's current stream,
+    inside the op ``torch.ops.moe_mlir.fused_moe_ep``, so that
+    torch.compile(fullgraph=True) still sees one node. The output is the
+    rank's own tokens' layer, within the dtype's tolerance of the one-GPU
+    module's (its grouped matmuls may take other tiles).
+
+    Every rank of the group must call forward with the same T, each with
+    its own tokens: the exchange buffers are sized for T (serving engines
+    pad their data-parallel ranks to a common T, as their CUDA graphs need
+    anyway), up to ``tokens_max``. The bundles are compiled per T, at the
+    first forward at that T (a machine without the compiler finds them in
+    ``cache_dir``: layer_bundle(layer, expert_parallel=(W, R), phase=...,
+    tokens_max=T, token_buckets=(T,)), with the module's other bundle
+    options, for each phase); that forward also allocates the exchange
+    buffers in torch's symmetric memory over the group and binds them,
+    which is collective and blocks, so every rank makes its first forward
+    at a T at once, and not during CUDA-graph capture. Nothing else
+    synchronises the host: once a forward at a T has run, forwards at that
+    T can be captured in a CUDA graph. A rank's exchange buffers take
+    (E + W*X)*T rows of H, T*S returned rows and their weights and slots,
+    at each T it ran; modules of one layer, group and dtype share them and
+    the bundles: run them on one stream. NVLink multicast must stay off
+    (moe_mlir.testing.distributed.MULTICAST_OFF, set before torch starts).
     """
 
     def __init__(self, num_experts=None, hidden_size=None,
@@ -1006,7 +1214,8 @@ class FusedMoE(_LayerModule):
                  activation_scheme=None, device=None, tokens_max=16384,
                  block_m=0, cache_dir=None, config_db=None, device_name=None,
                  num_sms=None, chip=layers.DEFAULT_CHIP,
-                 toolkit=layers.DEFAULT_CUDA_TOOLKIT, tp_group=None):
+                 toolkit=layers.DEFAULT_CUDA_TOOLKIT, tp_group=None,
+                 ep_group=None):
         layer = _make_layer(
             preset, reduced, layer,
             sizes=(num_experts, hidden_size, intermediate_size, top_k),
@@ -1023,7 +1232,7 @@ class FusedMoE(_LayerModule):
             activation_scheme=activation_scheme, device=device,
             tokens_max=tokens_max, block_m=block_m, cache_dir=cache_dir,
             config_db=config_db, device_name=device_name, num_sms=num_sms,
-            chip=chip, toolkit=toolkit, tp_group=tp_group)
+            chip=chip, toolkit=toolkit, tp_group=tp_group, ep_group=ep_group)
         if layer.correction_bias:
             self.correction_bias = torch.nn.Parameter(
                 torch.empty(layer.num_experts, dtype=torch.float32,
@@ -1073,10 +1282,17 @@ class FusedMoE(_LayerModule):
         converted) on the parameters' CUDA device. Wrong types raise
         TypeError, wrong shapes or devices ValueError. With a tp_group,
         every rank of it calls forward alike, and the output is the whole
-        layer's on every rank.
+        layer's on every rank. With an ep_group, every rank of it calls
+        forward with the same T, each with its own tokens, and gets their
+        output.
         """
         self._check_arguments(hidden_states, [
             ("router_logits", router_logits, self.layer.num_experts, True)])
+        if self._ep_layer is not None:
+            return _call(torch.ops.moe_mlir.fused_moe_ep, _fused_moe_ep,
+                         hidden_states, router_logits.to(torch.float32),
+                         self.w13, self.w2, self.correction_bias,
+                         self._ep_layer, self._ep_group_name)
         return _call(torch.ops.moe_mlir.fused_moe, _fused_moe, hidden_states,
                      router_logits.to(torch.float32), self.w13, self.w2,
                      self.correction_bias, self.bundle_path, *self._scales(),
@@ -1184,19 +1400,38 @@ class FusedExperts(_LayerModule):
                 f"top_k={layer.router.top_k}, {self._describe_weights()}")
 
 
-def _group_rank(tp_group):
-    """(world size, rank) of this process in ``tp_group`` (a
-    torch.distributed process group), (1, 0) for None."""
-    if tp_group is None:
+def _group_rank(group, name):
+    """(world size, rank) of this process in ``group`` (a torch.distributed
+    process group, the argument ``name``), (1, 0) for None."""
+    if group is None:
         return 1, 0
     if not (torch.distributed.is_available()
-            and isinstance(tp_group, torch.distributed.ProcessGroup)):
-        raise TypeError(f"tp_group must be a torch.distributed.ProcessGroup "
-                        f"or None, got {type(tp_group).__name__}")
-    rank = torch.distributed.get_rank(tp_group)
+            and isinstance(group, torch.distributed.ProcessGroup)):
+        raise TypeError(f"{name} must be a torch.distributed.ProcessGroup "
+                        f"or None, got {type(group).__name__}")
+    rank = torch.distributed.get_rank(group)
     if rank < 0:
-        raise ValueError("this process is not a rank of tp_group")
-    return torch.distributed.get_world_size(tp_group), rank
+        raise ValueError(f"this process is not a rank of {name}")
+    return torch.distributed.get_world_size(group), rank
+
+
+def _check_expert_parallel(layer, quantization):
+    """Raises NotImplementedError for what an expert-parallel module does
+    not take yet: quantized weights and expert biases, which the phases'
+    bundles compile with (moe-compile --phase) but which no GPU test has
+    run through the experts phase."""
+    missing = []
+    if quantization is not None:
+        missing.append("MXFP4 weights" if quantization == layers.MXFP4
+                       else f"fp8 weights ({quantization} scales)")
+    if layer.expert_biases:
+        missing.append("expert biases (gpt-oss)")
+    if missing:
+        raise NotImplementedError(
+            f"ep_group with {' and '.join(missing)}: the expert-parallel "
+            "phases compile with them, but no GPU test has run their "
+            "experts phase yet (test/GPU/ep_test.py and ep_dist_test.py "
+            "run weights in the activations' dtype without expert biases)")
 
 
 def _check_full_weight(name, tensor, dtype, shape):

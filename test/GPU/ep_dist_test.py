@@ -21,6 +21,26 @@ and are never cleared between calls. Then the forward (three phases and
 two barriers) is captured in a CUDA graph on both ranks and replayed on
 new inputs: the replay must equal an eager forward bit for bit.
 
+Then the same through moe_mlir.torch.FusedMoE(ep_group=group) (a group of
+both ranks other than the default one, as a serving engine's is): for each
+case, a module on each rank and a one-GPU FusedMoE, both loaded with
+load_full_weights from the whole weights on the host (same seed on both
+ranks); the rank's parameters must be its routed experts and the shared
+one bit for bit, and the correction bias whole. At each T and routing the
+module's output (allocated where a NaN-filled block was just freed) must
+be finite and within 2e-2 of max |one-GPU output| of the one-GPU module's
+on the same tokens; its forward captured in a CUDA graph and replayed on
+new inputs of both routings must equal eager bit for bit. The first
+forward at each T makes the rank's bundles and exchange buffers
+(collectively), which the module finds in --cache. torch.compile
+(fullgraph=True) of reduced Mixtral's module must see one
+moe_mlir::fused_moe_ep node and, with Inductor, equal eager bit for bit.
+Argument errors: tp_group and ep_group together, experts that do not
+split over the ranks, a group that is no process group, fp8 weights and
+expert biases (not implemented), T beyond tokens_max, and
+load_full_weights given tensors of the wrong shape or dtype (ValueError,
+TypeError or NotImplementedError, copying nothing).
+
 NVLink multicast stays off, as the two-GPU machine needs: NCCL_NVLS_ENABLE=0,
 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and NVSHMEM_DISABLE_NVLS=1 are set here
 before torch starts. The process group is created with a timeout and the
@@ -36,6 +56,7 @@ The GPU machine has no compiler, so the bundles come from here:
 """
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -64,15 +85,31 @@ WORLD_SIZE = 2
 CASES = ("qwen3-30b-a3b", "deepseek-v3", "mixtral-8x7b")
 TOKEN_COUNTS = (1, 7, 128, 4096)
 ROUTINGS = ("uniform", "skewed")
+# The one-GPU FusedMoE's, which the expert-parallel ones are checked
+# against, and the expert-parallel ones' bound on T.
+TOKENS_MAX = max(TOKEN_COUNTS)
+COMPILE_CASE = "mixtral-8x7b"
+# Bundles for the default target (the shipped configs' device name; the
+# H200 has as many multiprocessors), passed explicitly: a module would
+# otherwise key its bundles by the GPU's own name, which --prepare cannot
+# know.
+TARGET = {"device_name": layers.DEFAULT_DEVICE_NAME,
+          "num_sms": layers.DEFAULT_NUM_SMS}
 
 
 def bundle_options(cache):
-    return {"cache_dir": cache, "device_name": layers.DEFAULT_DEVICE_NAME}
+    return {"cache_dir": cache, **TARGET}
 
 
 def prepare(cache):
+    """Compiles every bundle the test looks for: each rank's phases at each
+    T, which RankLayer and FusedMoE(ep_group=) load, and the one-GPU
+    FusedMoE's (no torch needed)."""
     check_reduced_presets()
     for preset in CASES:
+        print(layers.layer_bundle(REDUCED_PRESETS[preset], "bf16",
+                                  tokens_max=TOKENS_MAX,
+                                  **bundle_options(cache)), flush=True)
         for rank in range(WORLD_SIZE):
             for tokens in TOKEN_COUNTS:
                 for phase in PHASES:
@@ -145,6 +182,181 @@ def check_graph(results, part, rank, generator, name):
                               eager.view(torch.int16)))
 
 
+def check_module(results, preset, rank, group, args, generator, device):
+    """FusedMoE(ep_group=group) of ``preset`` against the one-GPU FusedMoE
+    on the same whole weights, loaded from the host: the rank's
+    parameters, then its output at each T and routing, eagerly (allocated
+    where a NaN-filled block was just freed) and replayed from a CUDA graph
+    on new inputs. Returns the module and its inputs' maker."""
+    from moe_mlir.testing.tensors import bits
+    from moe_mlir.testing.timing import graphed
+    from moe_mlir.torch import FusedMoE
+    from tp_test import on_poison, within_tolerance
+
+    layer = REDUCED_PRESETS[preset]
+    label = f"FusedMoE(ep_group=) {preset}"
+    start = time.time()
+    weights, bias = full_weights(layer, generator, device)
+    checkpoint = [weight.cpu() for weight in weights]
+    extra = {} if bias is None else {"correction_bias": bias.cpu()}
+    options = {"layer": layer, "device": device, "cache_dir": args.cache,
+               "tokens_max": TOKENS_MAX, **TARGET}
+    full = FusedMoE(**options)
+    ep = FusedMoE(**options, ep_group=group)
+    full.load_full_weights(*checkpoint, **extra)
+    ep.load_full_weights(*checkpoint, **extra)
+    # Written here apart from Layer.expert_slices: the rank's routed
+    # experts, then the shared ones.
+    share, routed = layer.num_experts // WORLD_SIZE, layer.num_experts
+    differ = [name for name, parameter, weight in (
+                  ("w13", ep.w13, checkpoint[0]),
+                  ("w2", ep.w2, checkpoint[1]))
+              if not torch.equal(bits(parameter.cpu()), bits(torch.cat(
+                  [weight[rank * share:(rank + 1) * share],
+                   weight[routed:]])))]
+    if bias is not None and not torch.equal(ep.correction_bias.cpu(),
+                                            extra["correction_bias"]):
+        differ.append("correction_bias (held whole)")
+    results.check(f"{label}: load_full_weights gives rank {rank} its "
+                  f"{share} routed experts and "
+                  f"{layer.router.num_shared_experts} shared", not differ,
+                  f"{', '.join(differ)} differ" if differ else "")
+
+    def make_inputs(tokens, routing):
+        """This rank's hidden states and logits: every rank draws all
+        ranks' from the shared generator, which keeps them in step."""
+        drawn = [rank_inputs(layer, tokens, routing == "skewed", None,
+                             generator, device)
+                 for _ in range(WORLD_SIZE)]
+        return drawn[rank]
+
+    for tokens in TOKEN_COUNTS:
+        for routing in ROUTINGS:
+            inputs = make_inputs(tokens, routing)
+            output, poisoned = on_poison(ep, *inputs)
+            expected = full(*inputs)
+            torch.cuda.synchronize()
+            passed, detail = within_tolerance(output, expected, None, 1)
+            if not poisoned:
+                detail += " (the output missed the poisoned block)"
+            results.check(f"{label} T={tokens} {routing}", passed, detail)
+
+        static = make_inputs(tokens, "uniform")
+        replay, static_output = graphed(lambda: ep(*static),
+                                        capture_error_mode="thread_local")
+        failures = []
+        for routing in ROUTINGS:
+            fresh = make_inputs(tokens, routing)
+            for tensor, new in zip(static, fresh):
+                tensor.copy_(new)
+            static_output.fill_(float("nan"))
+            replay()
+            eager = ep(*fresh)
+            expected = full(*fresh)
+            torch.cuda.synchronize()
+            if not torch.equal(bits(static_output), bits(eager)):
+                failures.append(f"{routing}: the replay differs from eager")
+            passed, detail = within_tolerance(static_output, expected, None,
+                                              1)
+            if not passed:
+                failures.append(f"{routing}: {detail}")
+        del replay
+        results.check(f"{label} T={tokens}: CUDA graph replays equal eager "
+                      "bit for bit", not failures, "; ".join(failures))
+    print(f"[rank {rank}] {label}: {time.time() - start:.1f} s", flush=True)
+    return ep, make_inputs
+
+
+def check_compile(results, ep, make_inputs):
+    """torch.compile(fullgraph=True) of an expert-parallel FusedMoE: one
+    node of the op in Dynamo's graph, and Inductor's output equal to eager
+    bit for bit."""
+    from moe_mlir.testing.tensors import bits
+
+    inputs = make_inputs(7, "uniform")
+    graphs = []
+
+    def recording(graph_module, _):
+        graphs.append(graph_module)
+        return graph_module.forward
+
+    def one_node():
+        torch._dynamo.reset()
+        torch.compile(ep, backend=recording, fullgraph=True)(*inputs)
+        targets = [node.target for graph in graphs
+                   for node in graph.graph.nodes
+                   if node.op == "call_function"]
+        op = torch.ops.moe_mlir.fused_moe_ep
+        ops = sum(target in (op, op.default) for target in targets)
+        return ops == 1, f"{ops} fused_moe_ep nodes in {targets}"
+
+    def inductor():
+        torch._dynamo.reset()
+        compiled = torch.compile(ep, fullgraph=True)(*inputs)
+        eager = ep(*inputs)
+        torch.cuda.synchronize()
+        return torch.equal(bits(compiled), bits(eager)), ""
+
+    results.attempt("torch.compile(fullgraph=True) of an expert-parallel "
+                    "FusedMoE sees one op node", one_node)
+    results.attempt("torch.compile(fullgraph=True) of an expert-parallel "
+                    "FusedMoE equals eager bit for bit", inductor)
+
+
+def check_errors(results, ep, rank, group, args, device):
+    """FusedMoE(ep_group=)'s argument errors on the module ``ep``: groups
+    given together, experts that do not split, a group that is no group,
+    what is not implemented, T beyond tokens_max and load_full_weights'
+    checks; no collectives."""
+    from moe_mlir.torch import FusedMoE
+
+    layer = ep.layer
+    options = {"device": device, "cache_dir": args.cache,
+               "tokens_max": TOKENS_MAX, **TARGET}
+    results.raises("FusedMoE: tp_group and ep_group together", ValueError,
+                   lambda: FusedMoE(layer=layer, tp_group=group,
+                                    ep_group=group, **options))
+    odd = dataclasses.replace(layer, num_experts=7)
+    results.raises("FusedMoE(ep_group=): 7 experts over 2 ranks",
+                   ValueError,
+                   lambda: FusedMoE(layer=odd, ep_group=group, **options))
+    results.raises("FusedMoE(ep_group=): not a process group", TypeError,
+                   lambda: FusedMoE(layer=layer, ep_group="ep", **options))
+    results.raises("FusedMoE(ep_group=): fp8 weights", NotImplementedError,
+                   lambda: FusedMoE(layer=layer, dtype=torch.float8_e4m3fn,
+                                    weight_scaling="channel", ep_group=group,
+                                    **options))
+    biased = dataclasses.replace(layer, expert_biases=True)
+    results.raises("FusedMoE(ep_group=): expert biases", NotImplementedError,
+                   lambda: FusedMoE(layer=biased, ep_group=group, **options))
+    results.check("FusedMoE(ep_group=): repr names the rank",
+                  f"ep_rank={rank} of {WORLD_SIZE}" in repr(ep), repr(ep))
+    tokens = TOKENS_MAX + 1
+    results.raises(
+        "FusedMoE(ep_group=): T beyond tokens_max", ValueError,
+        lambda: ep(torch.zeros(tokens, layer.hidden_size,
+                               dtype=torch.bfloat16, device=device),
+                   torch.zeros(tokens, layer.num_experts, device=device)))
+
+    w13, w2 = (torch.zeros(shape, dtype=torch.bfloat16)
+               for shape in (layer.w13_shape, layer.w2_shape))
+    kept = ep.w13.detach().clone()
+    cases = {
+        "the rank's shape, not the whole layer's (w13)": (
+            ValueError, (torch.zeros_like(ep.w13), w2)),
+        "w2 of another intermediate size": (ValueError, (w13, w2[..., :-1])),
+        "float32 w13": (TypeError, (w13.float(), w2)),
+        "scales of bf16 weights": (ValueError,
+                                   (w13, w2, torch.ones(1), torch.ones(1))),
+    }
+    for case, (kind, arguments) in cases.items():
+        results.raises(f"FusedMoE(ep_group=).load_full_weights: {case}",
+                       kind, lambda arguments=arguments:
+                       ep.load_full_weights(*arguments))
+    results.check("FusedMoE(ep_group=).load_full_weights: a refused call "
+                  "copies nothing", torch.equal(ep.w13, kept))
+
+
 def run(args):
     from moe_mlir.testing.reference import Reference
 
@@ -188,6 +400,20 @@ def run(args):
             check_graph(results, part, rank, generator, name)
             part.bundles.close()
             torch.distributed.barrier()
+
+    # The modules' group: all ranks, but not the default group, as a
+    # serving engine's expert-parallel group is not.
+    module_group = torch.distributed.new_group(list(range(world_size)))
+    modules = {}
+    for preset in CASES:
+        if args.only and preset not in args.only.split(","):
+            continue
+        modules[preset] = check_module(results, preset, rank, module_group,
+                                       args, generator, device)
+    if COMPILE_CASE in modules:
+        check_compile(results, *modules[COMPILE_CASE])
+        check_errors(results, modules[COMPILE_CASE][0], rank, module_group,
+                     args, device)
 
     counts = torch.tensor([results.passed, results.failed], device=device)
     torch.distributed.all_reduce(counts)
