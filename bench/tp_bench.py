@@ -51,6 +51,8 @@ disable_multicast()  # before torch is imported
 
 import moe_mlir  # noqa: E402
 from moe_mlir import layers  # noqa: E402
+from moe_mlir.testing.presets import (FULL_PRESETS,  # noqa: E402
+                                      check_full_presets)
 
 try:
     import torch
@@ -58,23 +60,13 @@ except ImportError:  # --prepare runs where MLIR is, which has no torch.
     torch = None
 
 WORLD_SIZE = 2
-# The presets' layers, written out (the GPU machine's moe_mlir has no
-# compiler to read them from; --prepare checks they agree), with the fp8
-# weight scaling each is benchmarked in (None: bf16 weights).
-PRESETS = {
-    "mixtral-8x7b": (moe_mlir.Layer(
-        4096, 14336, 8, moe_mlir.Router("softmax", 2, renormalize=True)),
-        None),
-    "qwen3-30b-a3b": (moe_mlir.Layer(
-        2048, 768, 128, moe_mlir.Router("softmax", 8, renormalize=True)),
-        None),
-    "deepseek-v3": (moe_mlir.Layer(
-        7168, 2048, 256,
-        moe_mlir.Router("sigmoid", 8, num_groups=8, topk_groups=4,
-                        renormalize=True, routed_scaling_factor=2.5,
-                        num_shared_experts=1), correction_bias=True),
-        "block"),
-}
+# The presets' layers (written out in moe_mlir.testing.presets: the GPU
+# machine's moe_mlir has no compiler to read them from; --prepare checks
+# they agree), with the fp8 weight scaling each is benchmarked in (None:
+# bf16 weights).
+PRESETS = {name: (FULL_PRESETS[name], scaling) for name, scaling in (
+    ("mixtral-8x7b", None), ("qwen3-30b-a3b", None),
+    ("deepseek-v3", "block"))}
 TOKENS_MAX = 4096
 # The default target, as test/GPU/tp_test.py: --prepare cannot know the
 # GPU's name.
@@ -85,9 +77,9 @@ SCALE_NAMES = {"block": ("w13_weight_scale_inv", "w2_weight_scale_inv")}
 
 def prepare(cache_dir, presets):
     """Compiles each preset's one-GPU and one-rank bundles."""
+    check_full_presets()
     for name in presets:
         layer, scaling = PRESETS[name]
-        assert layer == moe_mlir.Layer.preset(name), name
         for world_size in (1, WORLD_SIZE):
             path = moe_mlir.layer_bundle(
                 layer.tensor_parallel(world_size, scaling), "bf16",
