@@ -44,8 +44,9 @@ starts). The GPU machine has no compiler, so the bundles come from here:
 import argparse
 import sys
 
-from moe_mlir.testing.distributed import (disable_multicast, init_nccl,
-                                          require_torchrun)
+from moe_mlir.testing.distributed import (copy_bandwidths,
+                                          disable_multicast, init_nccl,
+                                          require_torchrun, slowest_us)
 
 disable_multicast()  # before torch is imported
 
@@ -111,45 +112,18 @@ def modules(name, args, group, device):
     return full, tp
 
 
-def slowest_us(function, flush, group, iterations):
-    """The median µs of ``function`` (a graph replay) on the slowest rank,
-    the ranks started together."""
-    from moe_mlir.testing.timing import time_us
-
-    torch.cuda.synchronize()
-    torch.distributed.barrier(group=group)
-    us = torch.tensor([time_us(function, flush, iterations)], device="cuda")
-    torch.distributed.all_reduce(us, op=torch.distributed.ReduceOp.MAX,
-                                 group=group)
-    return us.item()
-
-
-def measured_rates(group, flush):
-    """(device copy, peer copy) bytes/s, the slowest rank's of each."""
-    from moe_mlir.testing.distributed import peer_copy_bandwidth
-    from moe_mlir.testing.timing import device_copy_bandwidth
-
-    rates = torch.tensor([device_copy_bandwidth(flush),
-                          peer_copy_bandwidth(group, flush)],
-                         dtype=torch.float64, device=flush.device)
-    torch.distributed.all_reduce(rates, op=torch.distributed.ReduceOp.MIN,
-                                 group=group)
-    return rates.tolist()
-
-
 def routed_ids(layer, logits, bias):
     """The routed experts [T, top_k] the layer's router picks from
     ``logits`` and ``bias`` (the torch router of moe_mlir.testing.peers)."""
-    from moe_mlir.testing.peers import router_fields, torch_router
+    from moe_mlir.testing.peers import layer_router_fields, torch_router
 
-    route = torch_router(router_fields({"router": layer.router.params()}))
     with torch.no_grad():
-        return route(logits, bias)[1]
+        return torch_router(layer_router_fields(layer))(logits, bias)[1]
 
 
 def floors_us(layer, scaling, tokens, ids, rates):
     """{call: its floor in µs} of the calls bench_preset times, for the
-    routed experts ``ids`` at ``rates`` (measured_rates)."""
+    routed experts ``ids`` at ``rates`` (copy_bandwidths)."""
     from moe_mlir.testing.timing import FP8_MATH, MATH, floor_us
 
     device_rate, peer_rate = rates
@@ -280,7 +254,7 @@ def main():
               f"{torch.cuda.get_device_name(device)}, NCCL "
               f"{'.'.join(map(str, torch.cuda.nccl.version()))}", flush=True)
     flush = flush_buffer(device)
-    rates = measured_rates(group, flush)
+    rates = copy_bandwidths(group, flush)
     if torch.distributed.get_rank() == 0:
         print(f"floors at the slowest rank's device copy "
               f"{rates[0] / 1e12:.2f} TB/s (1 GiB within the GPU, bytes "
