@@ -36,9 +36,10 @@ same on both ranks (one seed), DeepSeek-V3's correction bias uniform in
 [-0.1, 0.1]. Routing (--routing): `uniform` (default) crafts each rank's
 router logits so that the layer's router picks top_k distinct experts per
 token uniformly at random (within topk_groups groups drawn uniformly,
-where the router has a group limit: bench/layer_bench.py --routing
-uniform's construction, checked against the torch router's ids); `own`
-feeds the router random normal logits. Each rank draws its own tokens.
+where the router has a group limit: moe_mlir.testing.peers.uniform_logits,
+as bench/layer_bench.py --routing uniform, checked against the torch
+router's ids); `own` feeds the router random normal logits. Each rank
+draws its own tokens.
 
 The layer table, µs per call, the slowest rank's (a barrier or collective
 makes both ranks wait for the later one, so they run in step): EP=2, one
@@ -69,7 +70,8 @@ its f32 weight and i32 slot id on the way out and H bf16 values on the
 way back, over the measured peer copy bandwidth; "% peer bw" is floor /
 d+c kern.
 
-Bandwidths, measured at the start and printed (the slowest rank's): the
+Bandwidths, measured at the start and printed (the slowest rank's), as
+bench/tp_bench.py's (moe_mlir.testing.distributed.copy_bandwidths): the
 device's, a 1 GiB copy within the GPU, bytes read and written; the
 peer's, a 1 GiB copy into the other rank's GPU, both ranks at once, so
 that the link carries both directions as the exchange does.
@@ -89,8 +91,10 @@ import os
 import sys
 import time
 
-from moe_mlir.testing.distributed import (disable_multicast, init_nccl,
-                                          require_torchrun)
+from moe_mlir.testing.distributed import (copy_bandwidths,
+                                          disable_multicast, init_nccl,
+                                          require_torchrun, slowest,
+                                          slowest_us)
 
 disable_multicast()  # before torch is imported
 
@@ -116,9 +120,6 @@ TARGET = {"device_name": layers.DEFAULT_DEVICE_NAME,
 # The exchange's kernels, by the prefix of their names in a bundle.
 KERNELS = {"dispatch": "moe_ep_dispatch", "ep_combine": "moe_ep_combine",
            "sum": "moe_combine"}
-# Copied to measure a bandwidth: far beyond any L2, a millisecond or more.
-COPY_BYTES = 1 << 30
-MATH = 720e12  # dense bf16 tensor-core rate to count against, FLOP/s
 
 
 def prepare(cache_dir, presets, token_counts):
@@ -148,128 +149,22 @@ def prepare(cache_dir, presets, token_counts):
     print(f"{cache_dir}: {size / 2 ** 20:.1f} MiB", flush=True)
 
 
-def slowest(values, group):
-    """The largest of each of ``values`` over the ranks of ``group``."""
-    tensor = torch.tensor(values, dtype=torch.float64, device="cuda")
-    torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.MAX,
-                                 group=group)
-    return tensor.tolist()
-
-
-def slowest_us(function, flush, group, iterations):
-    """The median µs of ``function`` on the slowest rank, the ranks
-    started together (bench/tp_bench.py's)."""
-    from moe_mlir.testing.timing import time_us
-
-    torch.cuda.synchronize()
-    torch.distributed.barrier(group=group)
-    return slowest([time_us(function, flush, iterations)], group)[0]
-
-
-def measured_device_copy_bandwidth(flush, iterations=10):
-    """Bytes/s of a COPY_BYTES copy within this GPU, bytes read and
-    written. To be replaced by moe_mlir.testing.timing's
-    device_copy_bandwidth once it lands (branch bench18)."""
-    from moe_mlir.testing.timing import time_us
-
-    source = torch.empty(COPY_BYTES, dtype=torch.uint8, device=flush.device)
-    target = torch.empty_like(source)
-    return 2 * COPY_BYTES / (time_us(lambda: target.copy_(source), flush,
-                                     iterations) * 1e-6)
-
-
-def measured_peer_copy_bandwidth(group, flush, iterations=10):
-    """Bytes/s of a COPY_BYTES peer-to-peer copy from this rank's GPU into
-    the next rank's (rank + 1 mod the group's size), every rank copying at
-    once, so that each link carries both directions, as the exchange's
-    phases do. To be replaced by moe_mlir.testing.distributed's
-    peer_copy_bandwidth once it lands (branch bench18), which measures
-    the same."""
-    from moe_mlir.testing.timing import time_us
-
-    rank = torch.distributed.get_rank(group)
-    world_size = torch.distributed.get_world_size(group)
-    here = torch.cuda.current_device()
-    devices = torch.empty(world_size, dtype=torch.int64, device=here)
-    torch.distributed.all_gather_into_tensor(
-        devices, torch.tensor([here], device=here), group=group)
-    peer = int(devices[(rank + 1) % world_size])
-    if peer == here or not torch.cuda.can_device_access_peer(here, peer):
-        raise RuntimeError(f"rank {rank}: GPU {here} cannot copy into the "
-                           f"next rank's GPU {peer} peer to peer")
-    source = torch.empty(COPY_BYTES, dtype=torch.uint8, device=here)
-    target = torch.empty(COPY_BYTES, dtype=torch.uint8, device=peer)
-    torch.cuda.synchronize()
-    torch.distributed.barrier(group=group)
-    us = time_us(lambda: target.copy_(source), flush, iterations)
-    del target
-    torch.cuda.empty_cache()  # the peer GPU's block, cached here
-    return COPY_BYTES / (us * 1e-6)
-
-
-def measured_rates(group, flush):
-    """(device copy, peer copy) bytes/s, the slowest rank's of each."""
-    rates = [measured_device_copy_bandwidth(flush),
-             measured_peer_copy_bandwidth(group, flush)]
-    return [-rate for rate in slowest([-rate for rate in rates], group)]
-
-
-def uniform_logits(layer, tokens, generator):
-    """(router logits [T, E], the routed ids [T, top_k] drawn): per token,
-    topk_groups of the router's groups drawn uniformly (a router without
-    groups has one: all experts), then top_k distinct experts drawn
-    uniformly among theirs; their logits 6 down to 4 (distinct weights),
-    the rest's uniform in [-6, -4), so that the router (a correction bias
-    within +-0.1 included) picks exactly the drawn ones. The construction
-    of bench/layer_bench.py --routing uniform (branch bench18), for a
-    moe_mlir.Layer."""
-    router, device = layer.router, generator.device
-    experts, top_k = layer.num_experts, router.top_k
-    groups, keep = router.num_groups, router.topk_groups
-    per_group = experts // groups
-
-    def rand(*shape):
-        return torch.rand(*shape, generator=generator, device=device)
-
-    # The first n of a random permutation: n distinct, uniformly.
-    chosen_groups = rand(tokens, groups).argsort(dim=1)[:, :keep]
-    eligible = (chosen_groups.unsqueeze(2) * per_group +
-                torch.arange(per_group, device=device)).flatten(1)
-    ids = eligible.gather(
-        1, rand(tokens, keep * per_group).argsort(dim=1)[:, :top_k])
-    logits = rand(tokens, experts) * 2 - 6
-    logits.scatter_(1, ids, torch.linspace(6.0, 4.0, top_k, device=device)
-                    .repeat(tokens, 1))
-    return logits, ids
-
-
-def router_of(layer):
-    """The layer's router composed in torch: (logits, bias) -> (weights
-    [T, top_k] float32, routed_scaling_factor applied, ids [T, top_k]
-    int32)."""
-    from moe_mlir.testing.peers import router_fields, torch_router
-
-    return torch_router(router_fields({"router": layer.router.params()}))
-
-
 def rank_inputs(layer, tokens, routing, bias, generator):
     """This rank's (hidden states [T, H] bf16, router logits [T, E] f32,
     the routed ids [T, top_k] the layer's router picks from them)."""
+    from moe_mlir.testing.peers import (layer_router_fields, torch_router,
+                                        uniform_logits)
+
     device = generator.device
+    router = layer_router_fields(layer)
     hidden = torch.randn(tokens, layer.hidden_size, generator=generator,
                          device=device).to(torch.bfloat16)
-    if routing == "own":
-        logits = torch.randn(tokens, layer.num_experts, generator=generator,
-                             device=device)
-        return hidden, logits, router_of(layer)(logits, bias)[1]
-    logits, drawn = uniform_logits(layer, tokens, generator)
-    ids = router_of(layer)(logits, bias)[1]
-    # Sets per token: the routers give a token's ids in no set order.
-    if not torch.equal(ids.sort(dim=1).values,
-                       drawn.to(ids.dtype).sort(dim=1).values):
-        raise RuntimeError(f"T={tokens}: the router picks other experts than "
-                           "the uniform draw: the crafted logits are wrong")
-    return hidden, logits, ids
+    if routing == "uniform":
+        return (hidden, *uniform_logits(router, layer.num_experts, tokens,
+                                        bias, device, generator))
+    logits = torch.randn(tokens, layer.num_experts, generator=generator,
+                         device=device)
+    return hidden, logits, torch_router(router)(logits, bias)[1]
 
 
 def torch_all_to_all(layer, hidden, logits, bias, w13, w2, group):
@@ -279,10 +174,11 @@ def torch_all_to_all(layer, hidden, logits, bias, w13, w2, group):
     H, I] are this rank's E/W routed experts, then the shared ones."""
     import torch.nn.functional as F
 
-    from moe_mlir.testing.peers import grouped_mm
+    from moe_mlir.testing.peers import (grouped_mm, layer_router_fields,
+                                        torch_router)
 
     dist = torch.distributed
-    route = router_of(layer)
+    route = torch_router(layer_router_fields(layer))
     world = dist.get_world_size(group)
     tokens, hidden_size = hidden.shape
     share = layer.num_experts // world
@@ -384,6 +280,8 @@ def floors_us(layer, tokens, ids, rates, rank, group):
     "EP=2", the layer's (the slowest rank's memory-or-math floor plus the
     exchange's); "one GPU", the whole layer's on a rank's T tokens; and
     "rows out", the routed rows the slowest rank sends its peer."""
+    from moe_mlir.testing.timing import floor_us
+
     device_rate, peer_rate = rates
     hidden, inter = layer.hidden_size, layer.intermediate_size
     shared = layer.router.num_shared_experts
@@ -396,7 +294,7 @@ def floors_us(layer, tokens, ids, rates, rank, group):
     def floor(hit, rows):
         moved = hit * 3 * inter * hidden * 2 + 2 * tokens * hidden * 2
         flops = 2 * rows * 3 * inter * hidden
-        return max(moved / device_rate, flops / MATH) * 1e6
+        return floor_us(moved, flops, device_rate)
 
     ranks = []
     for r in range(WORLD_SIZE):
@@ -430,29 +328,79 @@ def exchange_kernels_us(ep, routing, output, flush, calls, group):
     return dict(zip(found, slowest(list(found.values()), group)))
 
 
-def bench_preset(name, args, group, device, flush, rates):
-    """The tables of one preset, printed by rank 0."""
+def modules(layer, args, group, device):
+    """(one-GPU FusedMoE, TP=2 FusedMoE, this rank's EP weights [w13, w2])
+    of ``layer`` with the same random weights on every rank."""
     from moe_mlir.testing.expert_parallel import rank_weights
-    from moe_mlir.testing.tensors import relative_errors
-    from moe_mlir.testing.timing import graphed
     from moe_mlir.torch import FusedMoE
 
-    layer = FULL_PRESETS[name]
-    rank = torch.distributed.get_rank(group)
     options = {"layer": layer, "device": device, "cache_dir": args.cache,
                "tokens_max": TOKENS_MAX, **TARGET}
     torch.manual_seed(args.seed)  # reset_parameters' weights, every rank's
     full = FusedMoE(**options)
-    bias = None
+    bias = {}
     if layer.correction_bias:
         with torch.no_grad():
             full.correction_bias.uniform_(-0.1, 0.1)
-        bias = full.correction_bias
+        bias = {"correction_bias": full.correction_bias}
     tp = FusedMoE(**options, tp_group=group)
-    tp.load_full_weights(full.w13, full.w2,
-                         **({"correction_bias": bias} if bias is not None
-                            else {}))
-    mine = rank_weights(layer, WORLD_SIZE, rank, [full.w13, full.w2])
+    tp.load_full_weights(full.w13, full.w2, **bias)
+    rank = torch.distributed.get_rank(group)
+    return full, tp, rank_weights(layer, WORLD_SIZE, rank,
+                                  [full.w13, full.w2])
+
+
+def measure(layer, tokens, routing, peers, args, group, flush):
+    """(times {call: µs}, exchange kernels {KERNELS key: µs}, errors [EP=2,
+    TP=2, torch a2a] against one GPU) at ``tokens`` tokens a rank, the
+    slowest rank's, on this rank's ``routing`` (hidden states, logits,
+    bias or None) and the ``peers`` modules() made."""
+    from moe_mlir.testing.tensors import relative_errors
+    from moe_mlir.testing.timing import graphed
+
+    full, tp, mine = peers
+    hidden, logits, bias = routing
+    rank = torch.distributed.get_rank(group)
+    # A tensor-parallel layer takes the same tokens on every rank.
+    tp_hidden, tp_logits = hidden.clone(), logits.clone()
+    torch.distributed.broadcast(tp_hidden, 0, group=group)
+    torch.distributed.broadcast(tp_logits, 0, group=group)
+    ep = ExpertParallelLayer(layer, tokens, rank, mine, args, hidden.device)
+    ep_output = torch.empty_like(hidden)
+    calls = {
+        "EP=2": lambda: ep.forward(routing, ep_output),
+        "disp.+bar": lambda: ep.dispatch(routing),
+        "barrier": ep.exchange.barrier,
+        "one GPU": lambda: full(hidden, logits),
+        "TP=2": lambda: tp(tp_hidden, tp_logits),
+    }
+    times, outputs = {}, {}
+    for call, function in calls.items():
+        replay, outputs[call] = graphed(function,
+                                        capture_error_mode="thread_local")
+        times[call] = slowest_us(replay, flush, group, args.iterations)
+        del replay  # its graph's memory
+    composed = torch_all_to_all(layer, hidden, logits, bias, *mine, group)
+    outputs["torch a2a"] = composed()
+    times["torch a2a"] = slowest_us(composed, flush, group, args.iterations)
+    kernels = exchange_kernels_us(ep, routing, ep_output, flush,
+                                  args.profile_calls, group)
+    ep.close()
+    errors = slowest(
+        [relative_errors(outputs["EP=2"], outputs["one GPU"])[0],
+         relative_errors(outputs["TP=2"], outputs["one GPU"])[0]
+         if rank == 0 else 0.0,
+         relative_errors(outputs["torch a2a"], outputs["one GPU"])[0]],
+        group)
+    return times, kernels, errors
+
+
+def bench_preset(name, args, group, device, flush, rates):
+    """The tables of one preset, printed by rank 0."""
+    layer = FULL_PRESETS[name]
+    rank = torch.distributed.get_rank(group)
+    peers = modules(layer, args, group, device)
+    bias = peers[0].correction_bias
     generator = torch.Generator(device).manual_seed(args.seed + 1 + rank)
     if rank == 0:
         print(f"\n{name} (bf16), H={layer.hidden_size}, "
@@ -474,42 +422,10 @@ def bench_preset(name, args, group, device, flush, rates):
         started = time.monotonic()
         hidden, logits, ids = rank_inputs(layer, tokens, args.routing, bias,
                                           generator)
-        routing = (hidden, logits, bias)
-        # A tensor-parallel layer takes the same tokens on every rank.
-        tp_hidden, tp_logits = hidden.clone(), logits.clone()
-        torch.distributed.broadcast(tp_hidden, 0, group=group)
-        torch.distributed.broadcast(tp_logits, 0, group=group)
-        ep = ExpertParallelLayer(layer, tokens, rank, mine, args, device)
-        ep_output = torch.empty_like(hidden)
-        calls = {
-            "EP=2": lambda: ep.forward(routing, ep_output),
-            "disp.+bar": lambda: ep.dispatch(routing),
-            "barrier": ep.exchange.barrier,
-            "one GPU": lambda: full(hidden, logits),
-            "TP=2": lambda: tp(tp_hidden, tp_logits),
-        }
-        times, outputs = {}, {}
-        for call, function in calls.items():
-            replay, outputs[call] = graphed(function,
-                                            capture_error_mode="thread_local")
-            times[call] = slowest_us(replay, flush, group, args.iterations)
-            del replay
-        composed = torch_all_to_all(layer, hidden, logits, bias, *mine,
-                                    group)
-        outputs["torch a2a"] = composed()
-        times["torch a2a"] = slowest_us(composed, flush, group,
-                                        args.iterations)
-        kernels = exchange_kernels_us(ep, routing, ep_output, flush,
-                                      args.profile_calls, group)
-        ep.close()
-        del calls, ep, composed  # the exchange buffers, with the bundles
+        times, kernels, errors = measure(layer, tokens,
+                                         (hidden, logits, bias), peers, args,
+                                         group, flush)
         floors = floors_us(layer, tokens, ids, rates, rank, group)
-        errors = slowest(
-            [relative_errors(outputs["EP=2"], outputs["one GPU"])[0],
-             relative_errors(outputs["TP=2"], outputs["one GPU"])[0]
-             if rank == 0 else 0.0,
-             relative_errors(outputs["torch a2a"], outputs["one GPU"])[0]],
-            group)
         exchange_rows.append((tokens, times, kernels, floors))
         if rank == 0:
             ep_us = times["EP=2"]
@@ -525,15 +441,14 @@ def bench_preset(name, args, group, device, flush, rates):
     if rank == 0:
         print_exchange_table(exchange_rows)
         print_targets(exchange_rows)
-    del full, tp, mine
 
 
 def print_exchange_table(rows):
     """The exchange's table of one preset (rows: (T, times, kernels,
     floors) of bench_preset)."""
-    print(f"exchange, µs, slowest rank: kernels from torch.profiler "
-          f"(eager forwards), barrier and disp.+bar CUDA graphs; NVLink "
-          f"floor = rows out x (2H+8 out, 2H back) bytes / peer bandwidth",
+    print("exchange, µs, slowest rank: kernels from torch.profiler "
+          "(eager forwards), barrier and disp.+bar CUDA graphs; NVLink "
+          "floor = rows out x (2H+8 out, 2H back) bytes / peer bandwidth",
           flush=True)
     print(f"{'T':>6} {'dispatch':>9} {'ep_comb.':>9} {'sum':>7} "
           f"{'barrier':>8} {'disp.+bar':>10} {'d+c kern.':>10} "
@@ -622,7 +537,7 @@ def main():
                      f"{world_size}")
     group = torch.distributed.new_group(list(range(world_size)))
     flush = flush_buffer(device)
-    rates = measured_rates(group, flush)
+    rates = copy_bandwidths(group, flush)
     if torch.distributed.get_rank() == 0:
         print(f"ep_bench: torch {torch.__version__}, {world_size} x "
               f"{torch.cuda.get_device_name(device)}, NCCL "
