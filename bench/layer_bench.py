@@ -62,7 +62,8 @@ import torch.nn.functional as F
 from moe_mlir import Bundle
 from moe_mlir.testing.compiler import compile_bundle, list_presets
 from moe_mlir.testing.gemm import random_weights
-from moe_mlir.testing.peers import router_fields, torch_router
+from moe_mlir.testing.peers import (router_fields, torch_router,
+                                    uniform_logits)
 from moe_mlir.testing.timing import (flush_buffer, floor_us, graphed,
                                      time_interleaved_us, time_us)
 
@@ -139,49 +140,16 @@ def compile_bundles(compiler, presets, tokens_list, work, config_db, block_m,
         return {key: future.result() for key, future in futures.items()}
 
 
-def uniform_logits(preset, tokens):
-    """(router logits [T, E], the routed ids [T, top_k] they make the
-    layer's router pick): per token, topk_groups of the router's groups
-    drawn uniformly (a router without groups has one: all experts), then
-    top_k distinct experts drawn uniformly among theirs; their logits 6
-    down to 4, the rest's uniform in [-6, -4)."""
-    fields = router_fields(preset)
-    experts, top_k = preset["experts"], preset["top_k"]
-    groups, keep = fields["groups"], fields["topk_groups"]
-    per_group = experts // groups
-    # The first n of a random permutation: n distinct, uniformly.
-    chosen_groups = torch.rand(tokens, groups,
-                               device=DEVICE).argsort(dim=1)[:, :keep]
-    eligible = (chosen_groups.unsqueeze(2) * per_group +
-                torch.arange(per_group, device=DEVICE)).flatten(1)
-    picks = torch.rand(tokens, keep * per_group,
-                       device=DEVICE).argsort(dim=1)[:, :top_k]
-    ids = eligible.gather(1, picks)
-    logits = torch.rand(tokens, experts, device=DEVICE) * 2 - 6
-    chosen = torch.linspace(6.0, 4.0, top_k, device=DEVICE)
-    logits.scatter_(1, ids, chosen.repeat(tokens, 1))
-    return logits, ids.to(torch.int32)
-
-
 def router_logits(preset, tokens, routing, bias):
     """(router logits [T, E], the routed ids [T, top_k] the torch router
     picks from them) for `routing` "own" (random normal logits) or
-    "uniform" (uniform_logits: the ids picked checked to be the ones
-    drawn)."""
-    route = torch_router(router_fields(preset))
+    "uniform" (moe_mlir.testing.peers.uniform_logits: the ids picked
+    checked to be the ones drawn)."""
+    fields = router_fields(preset)
     if routing == "own":
         logits = torch.randn(tokens, preset["experts"], device=DEVICE)
-        return logits, route(logits, bias)[1]
-    logits, drawn = uniform_logits(preset, tokens)
-    ids = route(logits, bias)[1]
-    # Sets per token: the routers give a token's ids in no set order.
-    if not torch.equal(ids.sort(dim=1).values, drawn.sort(dim=1).values):
-        wrong = int((ids.sort(dim=1).values !=
-                     drawn.sort(dim=1).values).any(dim=1).sum())
-        raise RuntimeError(f"{preset['name']} T={tokens}: the router picks "
-                           f"other experts than the uniform draw for {wrong} "
-                           f"of {tokens} tokens: the crafted logits are wrong")
-    return logits, ids
+        return logits, torch_router(fields)(logits, bias)[1]
+    return uniform_logits(fields, preset["experts"], tokens, bias, DEVICE)
 
 
 def layer_floor_us(preset, tokens, ids):

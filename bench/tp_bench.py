@@ -44,13 +44,16 @@ starts). The GPU machine has no compiler, so the bundles come from here:
 import argparse
 import sys
 
-from moe_mlir.testing.distributed import (disable_multicast, init_nccl,
-                                          require_torchrun)
+from moe_mlir.testing.distributed import (copy_bandwidths,
+                                          disable_multicast, init_nccl,
+                                          require_torchrun, slowest_us)
 
 disable_multicast()  # before torch is imported
 
 import moe_mlir  # noqa: E402
 from moe_mlir import layers  # noqa: E402
+from moe_mlir.testing.presets import (FULL_PRESETS,  # noqa: E402
+                                      check_full_presets)
 
 try:
     import torch
@@ -58,23 +61,13 @@ except ImportError:  # --prepare runs where MLIR is, which has no torch.
     torch = None
 
 WORLD_SIZE = 2
-# The presets' layers, written out (the GPU machine's moe_mlir has no
-# compiler to read them from; --prepare checks they agree), with the fp8
-# weight scaling each is benchmarked in (None: bf16 weights).
-PRESETS = {
-    "mixtral-8x7b": (moe_mlir.Layer(
-        4096, 14336, 8, moe_mlir.Router("softmax", 2, renormalize=True)),
-        None),
-    "qwen3-30b-a3b": (moe_mlir.Layer(
-        2048, 768, 128, moe_mlir.Router("softmax", 8, renormalize=True)),
-        None),
-    "deepseek-v3": (moe_mlir.Layer(
-        7168, 2048, 256,
-        moe_mlir.Router("sigmoid", 8, num_groups=8, topk_groups=4,
-                        renormalize=True, routed_scaling_factor=2.5,
-                        num_shared_experts=1), correction_bias=True),
-        "block"),
-}
+# The presets' layers (written out in moe_mlir.testing.presets: the GPU
+# machine's moe_mlir has no compiler to read them from; --prepare checks
+# they agree), with the fp8 weight scaling each is benchmarked in (None:
+# bf16 weights).
+PRESETS = {name: (FULL_PRESETS[name], scaling) for name, scaling in (
+    ("mixtral-8x7b", None), ("qwen3-30b-a3b", None),
+    ("deepseek-v3", "block"))}
 TOKENS_MAX = 4096
 # The default target, as test/GPU/tp_test.py: --prepare cannot know the
 # GPU's name.
@@ -85,9 +78,9 @@ SCALE_NAMES = {"block": ("w13_weight_scale_inv", "w2_weight_scale_inv")}
 
 def prepare(cache_dir, presets):
     """Compiles each preset's one-GPU and one-rank bundles."""
+    check_full_presets()
     for name in presets:
         layer, scaling = PRESETS[name]
-        assert layer == moe_mlir.Layer.preset(name), name
         for world_size in (1, WORLD_SIZE):
             path = moe_mlir.layer_bundle(
                 layer.tensor_parallel(world_size, scaling), "bf16",
@@ -119,45 +112,18 @@ def modules(name, args, group, device):
     return full, tp
 
 
-def slowest_us(function, flush, group, iterations):
-    """The median µs of ``function`` (a graph replay) on the slowest rank,
-    the ranks started together."""
-    from moe_mlir.testing.timing import time_us
-
-    torch.cuda.synchronize()
-    torch.distributed.barrier(group=group)
-    us = torch.tensor([time_us(function, flush, iterations)], device="cuda")
-    torch.distributed.all_reduce(us, op=torch.distributed.ReduceOp.MAX,
-                                 group=group)
-    return us.item()
-
-
-def measured_rates(group, flush):
-    """(device copy, peer copy) bytes/s, the slowest rank's of each."""
-    from moe_mlir.testing.distributed import peer_copy_bandwidth
-    from moe_mlir.testing.timing import device_copy_bandwidth
-
-    rates = torch.tensor([device_copy_bandwidth(flush),
-                          peer_copy_bandwidth(group, flush)],
-                         dtype=torch.float64, device=flush.device)
-    torch.distributed.all_reduce(rates, op=torch.distributed.ReduceOp.MIN,
-                                 group=group)
-    return rates.tolist()
-
-
 def routed_ids(layer, logits, bias):
     """The routed experts [T, top_k] the layer's router picks from
     ``logits`` and ``bias`` (the torch router of moe_mlir.testing.peers)."""
-    from moe_mlir.testing.peers import router_fields, torch_router
+    from moe_mlir.testing.peers import layer_router_fields, torch_router
 
-    route = torch_router(router_fields({"router": layer.router.params()}))
     with torch.no_grad():
-        return route(logits, bias)[1]
+        return torch_router(layer_router_fields(layer))(logits, bias)[1]
 
 
 def floors_us(layer, scaling, tokens, ids, rates):
     """{call: its floor in µs} of the calls bench_preset times, for the
-    routed experts ``ids`` at ``rates`` (measured_rates)."""
+    routed experts ``ids`` at ``rates`` (copy_bandwidths)."""
     from moe_mlir.testing.timing import FP8_MATH, MATH, floor_us
 
     device_rate, peer_rate = rates
@@ -288,7 +254,7 @@ def main():
               f"{torch.cuda.get_device_name(device)}, NCCL "
               f"{'.'.join(map(str, torch.cuda.nccl.version()))}", flush=True)
     flush = flush_buffer(device)
-    rates = measured_rates(group, flush)
+    rates = copy_bandwidths(group, flush)
     if torch.distributed.get_rank() == 0:
         print(f"floors at the slowest rank's device copy "
               f"{rates[0] / 1e12:.2f} TB/s (1 GiB within the GPU, bytes "

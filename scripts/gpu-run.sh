@@ -39,15 +39,17 @@
 # (bench/config_bench.py, its options after the mode). `tp` runs the
 # tensor-parallel test (test/GPU/tp_test.py) and `tp-bench` its benchmark
 # (bench/tp_bench.py, its options after the mode; it measures the device
-# and NVLink bandwidths its floors count at), and `ep` the
-# expert-parallel test (test/GPU/ep_dist_test.py), each as two processes
-# under torchrun, on a machine with two GPUs (the nvidia-h200-x2 kind).
+# and NVLink bandwidths its floors count at), `ep` the expert-parallel test
+# (test/GPU/ep_dist_test.py) and `ep-bench` its benchmark
+# (bench/ep_bench.py, its options after the mode; it measures the same
+# bandwidths), each as two processes under torchrun, on a machine with two
+# GPUs (the nvidia-h200-x2 kind).
 #
-#   scripts/gpu-run.sh [tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench|fp8|fp8-bench|mxfp4|mxfp4-bench|config-bench|tp|tp-bench|ep] [router benchmark options]
+#   scripts/gpu-run.sh [tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench|fp8|fp8-bench|mxfp4|mxfp4-bench|config-bench|tp|tp-bench|ep|ep-bench] [router benchmark options]
 set -uo pipefail
 what=${1:-all}
 shift || true
-modes="tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench|fp8|fp8-bench|mxfp4|mxfp4-bench|config-bench|tp|tp-bench|ep"
+modes="tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench|fp8|fp8-bench|mxfp4|mxfp4-bench|config-bench|tp|tp-bench|ep|ep-bench"
 if [[ ! $what =~ ^($modes)$ ]]; then
   echo "usage: $0 [$modes] [router benchmark options]" >&2
   exit 2
@@ -77,7 +79,9 @@ step() {
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv \
   | tee "$OUT/device.log"
 gpus=$(nvidia-smi --list-gpus | wc -l)
-if [[ $what == tp || $what == tp-bench || $what == ep ]] && (( gpus < 2 )); then
+# The modes that run two processes under torchrun, a GPU each.
+two_gpus="tp|tp-bench|ep|ep-bench"
+if [[ $what =~ ^($two_gpus)$ ]] && (( gpus < 2 )); then
   echo "=== $what needs two GPUs (the nvidia-h200-x2 kind); this machine" \
     "has $gpus" | tee "$OUT/$what.log"
   exit 1
@@ -89,13 +93,15 @@ step build 300 bash -c "cmake -G Ninja -S . -B build-runtime \
   -DPython3_EXECUTABLE=\"\$(command -v python3)\" >/dev/null && \
   ninja -C build-runtime all moe-python"
 export PYTHONPATH=$PWD/build-runtime/python${PYTHONPATH:+:$PYTHONPATH}
-if [[ $what == tp || $what == tp-bench || $what == ep ]]; then
+if [[ $what =~ ^($two_gpus)$ ]]; then
   export PYTHONUNBUFFERED=1
   torchrun=(python3 -m torch.distributed.run --standalone --nproc-per-node 2)
   if [[ $what == tp ]]; then
     step tp-tests 420 "${torchrun[@]}" test/GPU/tp_test.py "$@"
   elif [[ $what == ep ]]; then
     step ep-dist-tests 420 "${torchrun[@]}" test/GPU/ep_dist_test.py "$@"
+  elif [[ $what == ep-bench ]]; then
+    step ep-bench 480 "${torchrun[@]}" bench/ep_bench.py "$@"
   else
     step tp-bench 450 "${torchrun[@]}" bench/tp_bench.py "$@"
   fi

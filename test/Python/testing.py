@@ -5,12 +5,14 @@ torch is not: the GPU bundles' specs and where their bundles go; moe-compile
 run as a program, returning moe-tile's heuristic warnings and raising
 CompileError with its last diagnostic when it fails; a tuning's entries
 merged into a database, where the heuristic's wins retire older entries;
-none of it, nor the package, imports torch."""
+the presets written out for the GPU machine, as the compiler's; none of
+it, nor the package, imports torch."""
 
 import os
 import sys
 
-from moe_mlir.testing import bundles, compiler, tune_space
+from moe_mlir.testing import bundles, compiler, distributed, presets
+from moe_mlir.testing import tune_space
 
 root, moe_compile, work = sys.argv[1:4]
 
@@ -59,3 +61,11 @@ merged = tune_space.merge(old, [
     tune_space.retired(gemm, device, 64)])
 print([(item["tokens"], item["config"]) for item in merged])
 # CHECK: [(1, {'block_n': 128}), (16, {'block_n': 64})]
+
+# The layers the multi-GPU scripts take, written out since the GPU machine
+# has no compiler, are the compiler's presets.
+presets.check_full_presets()
+presets.check_reduced_presets()
+print(sorted(presets.FULL_PRESETS),
+      distributed.MULTICAST_OFF["NCCL_NVLS_ENABLE"], "torch" in sys.modules)
+# CHECK: ['deepseek-v3', 'mixtral-8x7b', 'qwen3-30b-a3b'] 0 False

@@ -1,12 +1,12 @@
-"""What the multi-GPU tests and benchmark (test/GPU/tp_test.py,
-test/GPU/ep_dist_test.py, bench/tp_bench.py) share: NVLink multicast kept
-off, as the two-GPU machine needs, the check that torchrun started them,
-NCCL's start on the rank's GPU with a timeout, so that a missing peer
-fails instead of hanging, results that name the rank, and the GPU-to-GPU
-copy bandwidth a collective's floor is counted at. Importing it imports no
-torch: the environment must be set before torch is (NCCL reads it when it
-creates a communicator, torch's symmetric memory and NVSHMEM when they
-start)."""
+"""What the multi-GPU tests and benchmarks (test/GPU/tp_test.py,
+test/GPU/ep_dist_test.py, bench/tp_bench.py, bench/ep_bench.py) share:
+NVLink multicast kept off, as the two-GPU machine needs, the check that
+torchrun started them, NCCL's start on the rank's GPU with a timeout, so
+that a missing peer fails instead of hanging, results that name the rank,
+the slowest rank's numbers and times, and the GPU-to-GPU copy bandwidth a
+collective's floor is counted at. Importing it imports no torch: the
+environment must be set before torch is (NCCL reads it when it creates a
+communicator, torch's symmetric memory and NVSHMEM when they start)."""
 
 import datetime
 import os
@@ -93,3 +93,39 @@ def peer_copy_bandwidth(group, flush, size=None, iterations=10):
     del target
     torch.cuda.empty_cache()  # the peer GPU's block, cached by this process
     return size / (us * 1e-6)
+
+
+def slowest(values, group):
+    """The largest of each of ``values`` (numbers) over the ranks of
+    ``group``, as a list: every rank gets the same."""
+    import torch
+
+    tensor = torch.tensor(values, dtype=torch.float64, device="cuda")
+    torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.MAX,
+                                 group=group)
+    return tensor.tolist()
+
+
+def slowest_us(function, flush, group, iterations):
+    """The median µs of ``function`` (timing.time_us: ``iterations``
+    event-timed calls, ``flush`` zeroed before each) on the slowest rank of
+    ``group``, the ranks started together. A collective or barrier inside
+    ``function`` makes the ranks wait for the later one, so they run in
+    step."""
+    import torch
+
+    from .timing import time_us
+
+    torch.cuda.synchronize()
+    torch.distributed.barrier(group=group)
+    return slowest([time_us(function, flush, iterations)], group)[0]
+
+
+def copy_bandwidths(group, flush):
+    """(device copy, peer copy) bytes/s, the slowest rank's of each:
+    timing.device_copy_bandwidth and peer_copy_bandwidth, what a
+    multi-GPU benchmark's floors count at."""
+    from .timing import device_copy_bandwidth
+
+    rates = [device_copy_bandwidth(flush), peer_copy_bandwidth(group, flush)]
+    return [-rate for rate in slowest([-rate for rate in rates], group)]
