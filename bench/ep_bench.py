@@ -251,7 +251,8 @@ class ExpertParallelLayer:
         # The symmetric memory of the default group, as ep_dist_test's.
         self.exchange = SymmetricExchange(self.bundles.exchange_shapes(),
                                           torch.distributed.group.WORLD,
-                                          device, args.barrier_timeout_ms)
+                                          device, args.barrier_timeout_ms,
+                                          rank=self.bundles.rank)
         self.bundles.bind(self.exchange.slices)
         self.weights = weights
 

@@ -208,6 +208,12 @@ class SymmetricExchange:
     phases. ``shapes`` are RankBundles.exchange_shapes(); collective: every
     rank of the group constructs it at once, with the same shapes.
 
+    Before anything is allocated, the ranks compare what they are about to
+    allocate (all_gather_object over the group): a rank whose buffers
+    differ (another layer, world size or T) or whose ``rank`` (its
+    bundles') is not its rank in the group raises moe_mlir.Error on every
+    rank, naming it, rather than corrupting a peer's memory.
+
     ``slices`` ({name: [W device addresses]}) are what RankBundles.bind
     takes, ``mine`` ({name: tensor}) this rank's slices. ``barrier()``
     enqueues on the current stream a barrier of the group's ranks that no
@@ -223,9 +229,11 @@ class SymmetricExchange:
     #: takes 16-byte aligned slices).
     ALIGNMENT = 256
 
-    def __init__(self, shapes, group, device, timeout_ms=10000):
+    def __init__(self, shapes, group, device, timeout_ms=10000, rank=None):
         import torch
         import torch.distributed._symmetric_memory as symm_mem
+
+        _check_ranks_agree(group, shapes, rank)
 
         dtypes = {"bf16": torch.bfloat16, "f16": torch.float16,
                   "f32": torch.float32, "i32": torch.int32}
@@ -251,3 +259,25 @@ class SymmetricExchange:
 
     def barrier(self):
         self.handle.barrier(channel=0, timeout_ms=self.timeout_ms)
+
+
+def _check_ranks_agree(group, shapes, rank):
+    """Raises moe_mlir.Error on every rank of ``group`` unless all of them
+    bring the same exchange ``shapes`` and each its own ``rank`` (when
+    given)."""
+    import torch.distributed as dist
+
+    mine = {"rank": dist.get_rank(group) if rank is None else rank,
+            "shapes": sorted((name, dtype, list(shape))
+                             for name, (dtype, shape) in shapes.items())}
+    everyone = [None] * dist.get_world_size(group)
+    dist.all_gather_object(everyone, mine, group=group)
+    for index, theirs in enumerate(everyone):
+        if theirs["rank"] != index:
+            raise Error(f"rank {index} of the group runs the bundles of "
+                        f"rank {theirs['rank']}: each rank must run its own")
+        if theirs["shapes"] != everyone[0]["shapes"]:
+            raise Error(f"rank {index} of the group brings exchange buffers "
+                        f"{theirs['shapes']}, rank 0 {everyone[0]['shapes']}:"
+                        f" every rank must run the same layer, world size "
+                        f"and token count")

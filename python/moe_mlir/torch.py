@@ -369,7 +369,8 @@ def _expert_parallel_rank(ep_layer, group_name, tokens, device):
                                   **spec["bundle_options"])
             try:
                 exchange = SymmetricExchange(bundles.exchange_shapes(),
-                                             group, device)
+                                             group, device,
+                                             rank=bundles.rank)
                 bundles.bind(exchange.slices)
             except BaseException:
                 bundles.close()

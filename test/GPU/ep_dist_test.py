@@ -131,7 +131,7 @@ class RankLayer:
                                    **bundle_options(args.cache))
         self.exchange = SymmetricExchange(self.bundles.exchange_shapes(),
                                           group, device,
-                                          args.barrier_timeout_ms)
+                                          args.barrier_timeout_ms, rank=rank)
         self.bundles.bind(self.exchange.slices)
         self.weights, self.bias = full_weights(layer, generator, device)
         self.mine = rank_weights(layer, WORLD_SIZE, rank, self.weights)
@@ -357,6 +357,35 @@ def check_errors(results, ep, rank, group, args, device):
                   "copies nothing", torch.equal(ep.w13, kept))
 
 
+def check_mismatch(results, rank, args, device):
+    """Ranks that bring different exchange buffers (rank 1 another T), or a
+    rank that runs another rank's bundles, are refused on every rank before
+    anything is allocated, the message naming the rank."""
+    from moe_mlir import Error
+    from moe_mlir.expert_parallel import SymmetricExchange
+
+    layer = REDUCED_PRESETS[CASES[0]]
+    group = torch.distributed.group.WORLD
+
+    def shapes(bundle_rank, tokens):
+        bundles = RankBundles(layer, WORLD_SIZE, bundle_rank, tokens, "bf16",
+                              device=device.index,
+                              **bundle_options(args.cache))
+        try:
+            return bundles.exchange_shapes()
+        finally:
+            bundles.close()
+
+    other_tokens = shapes(rank, TOKEN_COUNTS[rank])
+    results.raises("ranks with other token counts", Error,
+                   lambda: SymmetricExchange(other_tokens, group, device,
+                                             rank=rank))
+    rank_zeros = shapes(0, TOKEN_COUNTS[0])
+    results.raises("a rank running another rank's bundles", Error,
+                   lambda: SymmetricExchange(rank_zeros, group, device,
+                                             rank=0))
+
+
 def run(args):
     from moe_mlir.testing.reference import Reference
 
@@ -414,6 +443,8 @@ def run(args):
         check_compile(results, *modules[COMPILE_CASE])
         check_errors(results, modules[COMPILE_CASE][0], rank, module_group,
                      args, device)
+
+    check_mismatch(results, rank, args, device)
 
     counts = torch.tensor([results.passed, results.failed], device=device)
     torch.distributed.all_reduce(counts)
