@@ -1503,6 +1503,102 @@ func.func @ep_combine_capacity(%rows: tensor<40x64xbf16>, %slots: tensor<40xi32>
 
 // -----
 
+func.func @ep_signal_flags_of_other_world(%flags: tensor<4x4xi32>) {
+  // expected-error @below {{'moe.ep_signal' op expects 'flags' of shape [W, W] = [2, 2], got 'tensor<4x4xi32>'}}
+  %f = moe.ep_signal into(%flags) {expert_parallel = #moe.expert_parallel<world = 2, rank = 0>} : (tensor<4x4xi32>) -> tensor<4x4xi32>
+  return
+}
+
+// -----
+
+func.func @ep_signal_flags_rank(%flags: tensor<4xi32>) {
+  // expected-error @below {{'moe.ep_signal' op expects 'flags' of rank 2 [W, W], got 'tensor<4xi32>'}}
+  %f = moe.ep_signal into(%flags) {expert_parallel = #moe.expert_parallel<world = 2, rank = 0>} : (tensor<4xi32>) -> tensor<4xi32>
+  return
+}
+
+// -----
+
+func.func @ep_signal_dynamic_flags(%flags: tensor<?x2xi32>) {
+  // expected-error @below {{'moe.ep_signal' op expects 'flags' dimensions to be static, got 'tensor<?x2xi32>'}}
+  %f = moe.ep_signal into(%flags) {expert_parallel = #moe.expert_parallel<world = 2, rank = 0>} : (tensor<?x2xi32>) -> tensor<?x2xi32>
+  return
+}
+
+// -----
+
+func.func @ep_signal_f32_flags(%flags: tensor<2x2xf32>) {
+  // expected-error @below {{'moe.ep_signal' op operand #0 must be ranked tensor of 32-bit signless integer values, but got 'tensor<2x2xf32>'}}
+  %f = moe.ep_signal into(%flags) {expert_parallel = #moe.expert_parallel<world = 2, rank = 0>} : (tensor<2x2xf32>) -> tensor<2x2xf32>
+  return
+}
+
+// -----
+
+func.func @ep_signal_result_type(%flags: tensor<2x2xi32>) {
+  // expected-error @below {{'moe.ep_signal' op expects result 'output' of the type of the buffer it updates ('tensor<2x2xi32>'), got 'tensor<4xi32>'}}
+  %f = moe.ep_signal into(%flags) {expert_parallel = #moe.expert_parallel<world = 2, rank = 0>} : (tensor<2x2xi32>) -> tensor<4xi32>
+  return
+}
+
+// -----
+
+func.func @ep_wait_flags_of_other_world(%flags: tensor<2x2xi32>, %status: tensor<2xi32>) {
+  // expected-error @below {{'moe.ep_wait' op expects 'flags' of shape [W, W] = [4, 4], got 'tensor<2x2xi32>'}}
+  %s = moe.ep_wait %flags into(%status) {expert_parallel = #moe.expert_parallel<world = 4, rank = 0>, phase = 1} : (tensor<2x2xi32>, tensor<2xi32>) -> tensor<2xi32>
+  return
+}
+
+// -----
+
+func.func @ep_wait_status_shape(%flags: tensor<2x2xi32>, %status: tensor<3xi32>) {
+  // expected-error @below {{'moe.ep_wait' op expects 'status' of shape [2] = [2], got 'tensor<3xi32>'}}
+  %s = moe.ep_wait %flags into(%status) {expert_parallel = #moe.expert_parallel<world = 2, rank = 0>, phase = 1} : (tensor<2x2xi32>, tensor<3xi32>) -> tensor<3xi32>
+  return
+}
+
+// -----
+
+func.func @ep_wait_status_rank(%flags: tensor<2x2xi32>, %status: tensor<1x2xi32>) {
+  // expected-error @below {{'moe.ep_wait' op expects 'status' of rank 1 [2], got 'tensor<1x2xi32>'}}
+  %s = moe.ep_wait %flags into(%status) {expert_parallel = #moe.expert_parallel<world = 2, rank = 0>, phase = 1} : (tensor<2x2xi32>, tensor<1x2xi32>) -> tensor<1x2xi32>
+  return
+}
+
+// -----
+
+func.func @ep_wait_status_result(%flags: tensor<2x2xi32>, %status: tensor<2xi32>) {
+  // expected-error @below {{'moe.ep_wait' op expects result 'updated_status' of the type of the buffer it updates ('tensor<2xi32>'), got 'tensor<?xi32>'}}
+  %s = moe.ep_wait %flags into(%status) {expert_parallel = #moe.expert_parallel<world = 2, rank = 0>, phase = 1} : (tensor<2x2xi32>, tensor<2xi32>) -> tensor<?xi32>
+  return
+}
+
+// -----
+
+func.func @ep_wait_phase(%flags: tensor<2x2xi32>, %status: tensor<2xi32>) {
+  // expected-error @below {{'moe.ep_wait' op expects 'phase' 1 (the experts phase waits for the dispatch) or 2 (the combine phase waits for the experts phase), got 3}}
+  %s = moe.ep_wait %flags into(%status) {expert_parallel = #moe.expert_parallel<world = 2, rank = 0>, phase = 3} : (tensor<2x2xi32>, tensor<2xi32>) -> tensor<2xi32>
+  return
+}
+
+// -----
+
+func.func @ep_wait_guarded_count(%flags: tensor<2x2xi32>, %status: tensor<2xi32>, %rows: tensor<2x40x64xbf16>) {
+  // expected-error @below {{'moe.ep_wait' op expects one result per guarded buffer (1), got 0}}
+  %s = moe.ep_wait %flags into(%status) guards(%rows) {expert_parallel = #moe.expert_parallel<world = 2, rank = 0>, phase = 1} : (tensor<2x2xi32>, tensor<2xi32>, tensor<2x40x64xbf16>) -> tensor<2xi32>
+  return
+}
+
+// -----
+
+func.func @ep_wait_guarded_type(%flags: tensor<2x2xi32>, %status: tensor<2xi32>, %rows: tensor<2x40x64xbf16>, %counts: tensor<2x5x2xi32>) {
+  // expected-error @below {{'moe.ep_wait' op expects result 'ready #1' of the type of the buffer it updates ('tensor<2x5x2xi32>'), got 'tensor<2x5x2xf32>'}}
+  %s, %r:2 = moe.ep_wait %flags into(%status) guards(%rows, %counts) {expert_parallel = #moe.expert_parallel<world = 2, rank = 0>, phase = 2} : (tensor<2x2xi32>, tensor<2xi32>, tensor<2x40x64xbf16>, tensor<2x5x2xi32>) -> (tensor<2xi32>, tensor<2x40x64xbf16>, tensor<2x5x2xf32>)
+  return
+}
+
+// -----
+
 // An exchange buffer holds one slice per rank: its first dimension is the
 // world.
 // expected-error @below {{'func.func' op argument 0 is an exchange buffer of 4 ranks ('moe.exchange') but its type 'tensor<2x40xf32>' is not a ranked tensor or memref [4, ...] of one slice per rank}}

@@ -434,3 +434,28 @@ func.func @expert_parallel_exchange(%x: tensor<4x64xbf16>, %ids: tensor<4x3xi32>
       -> tensor<2x4x3x64xbf16>
   return %back : tensor<2x4x3x64xbf16>
 }
+
+// The completion flags of an exchange: a rank's signal, and its waits with
+// and without guarded buffers.
+// CHECK-LABEL: func @expert_parallel_completion
+// CHECK: moe.ep_signal into(%{{.*}}) {expert_parallel = #moe.expert_parallel<world = 2, rank = 1>} : (tensor<2x2xi32>) -> tensor<2x2xi32>
+// CHECK: moe.ep_wait %{{.*}} into(%{{.*}}) guards(%{{.*}}, %{{.*}}) {expert_parallel = #moe.expert_parallel<world = 2, rank = 1>, phase = 1 : i64}
+// CHECK-SAME: -> (tensor<2xi32>, tensor<2x40x64xbf16>, tensor<2x5x2xi32>)
+// CHECK: moe.ep_wait %{{.*}} into(%{{.*}}) {expert_parallel = #moe.expert_parallel<world = 2, rank = 1>, phase = 2 : i64} : (tensor<2x2xi32>, tensor<2xi32>) -> tensor<2xi32>
+func.func @expert_parallel_completion(%flags: tensor<2x2xi32>,
+    %status: tensor<2xi32>, %rows: tensor<2x40x64xbf16>,
+    %counts: tensor<2x5x2xi32>)
+    -> (tensor<2x2xi32>, tensor<2xi32>, tensor<2x40x64xbf16>, tensor<2x5x2xi32>) {
+  %signalled = moe.ep_signal into(%flags)
+      {expert_parallel = #moe.expert_parallel<world = 2, rank = 1>}
+    : (tensor<2x2xi32>) -> tensor<2x2xi32>
+  %waited, %ready:2 = moe.ep_wait %flags into(%status) guards(%rows, %counts)
+      {expert_parallel = #moe.expert_parallel<world = 2, rank = 1>, phase = 1}
+    : (tensor<2x2xi32>, tensor<2xi32>, tensor<2x40x64xbf16>, tensor<2x5x2xi32>)
+      -> (tensor<2xi32>, tensor<2x40x64xbf16>, tensor<2x5x2xi32>)
+  %again = moe.ep_wait %flags into(%waited)
+      {expert_parallel = #moe.expert_parallel<world = 2, rank = 1>, phase = 2}
+    : (tensor<2x2xi32>, tensor<2xi32>) -> tensor<2xi32>
+  return %signalled, %again, %ready#0, %ready#1
+    : tensor<2x2xi32>, tensor<2xi32>, tensor<2x40x64xbf16>, tensor<2x5x2xi32>
+}

@@ -934,6 +934,55 @@ LogicalResult EpCombineOp::verify() {
 }
 
 //===----------------------------------------------------------------------===//
+// EpSignalOp and EpWaitOp
+//===----------------------------------------------------------------------===//
+
+/// Checks that `flags` is the [W, W] flags of `parallel`'s world.
+static LogicalResult verifyFlags(Operation *op, Value flags,
+                                 ExpertParallelAttr parallel) {
+  int64_t world = parallel.getWorld();
+  if (failed(verifyRank(op, "flags", flags, 2, "[W, W]")) ||
+      failed(verifyStaticDims(op, "flags", flags, {0, 1}, "dimensions")))
+    return failure();
+  return verifyShape(op, "flags", flags, {world, world}, "[W, W]");
+}
+
+LogicalResult EpSignalOp::verify() {
+  Operation *op = getOperation();
+  if (failed(verifyFlags(op, getFlags(), getExpertParallel())))
+    return failure();
+  return verifyUpdated(op, "output", getOutput(), getFlags());
+}
+
+LogicalResult EpWaitOp::verify() {
+  Operation *op = getOperation();
+  Value status = getStatus();
+  if (failed(verifyFlags(op, getFlags(), getExpertParallel())) ||
+      failed(verifyRank(op, "status", status, 1, "[2]")) ||
+      failed(verifyStaticDims(op, "status", status, {0}, "size")) ||
+      failed(verifyShape(op, "status", status, {2}, "[2]")) ||
+      failed(verifyUpdated(op, "updated_status", getUpdatedStatus(), status)))
+    return failure();
+  if (!llvm::is_contained({kExpertsPhase, kCombinePhase}, getPhase()))
+    return emitOpError() << "expects 'phase' " << kExpertsPhase
+                         << " (the experts phase waits for the dispatch) or "
+                         << kCombinePhase
+                         << " (the combine phase waits for the experts "
+                            "phase), got "
+                         << getPhase();
+  if (getReady().size() != getGuarded().size())
+    return emitOpError() << "expects one result per guarded buffer ("
+                         << getGuarded().size() << "), got "
+                         << getReady().size();
+  for (auto [index, result, guarded] :
+       llvm::enumerate(getReady(), getGuarded()))
+    if (failed(verifyUpdated(op, "ready #" + std::to_string(index), result,
+                             guarded)))
+      return failure();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // Custom assembly
 //===----------------------------------------------------------------------===//
 

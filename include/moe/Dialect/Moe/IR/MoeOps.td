@@ -763,4 +763,115 @@ def Moe_EpCombineOp : Moe_Op<"ep_combine"> {
   }];
 }
 
+def Moe_EpSignalOp : Moe_Op<"ep_signal"> {
+  let summary = "Tell every rank that this rank's stores before it are done";
+  let description = [{
+    One rank's half of the completion of an exchange of an expert-parallel
+    layer (`#moe.expert_parallel<world = W, rank = R>`): `flags` `[W, W]
+    i32` are every rank's flags of the exchange (on a GPU, the peers'
+    symmetric memory), rank d's slice, row d, holding one counter per source
+    rank. The result is `flags` after this rank added one to `flags[d, R]`
+    for every rank d, its own included, after every store of the ops before
+    it, with release semantics at system scope: a rank that reads the
+    incremented counter with acquire semantics (`moe.ep_wait`) then sees
+    every row, weight, slot, count or returned row that this rank stored
+    into its buffers before the signal.
+
+    The flags are zeroed once, when allocated, and never cleared: counter
+    `flags[d, R]` is the number of calls whose signal R has sent to d, so
+    that R's own counter `flags[R, R]`, which only R increments, is R's
+    call number, the epoch that `moe.ep_wait` compares the other sources'
+    counters with. No host stores an epoch, so the launches of a layer are
+    the same at every call and a CUDA graph can replay them.
+
+    On a GPU the op is one block of W threads: thread d issues a
+    system-scope fence (`fence.acq_rel.sys`) and then adds one to element R
+    of rank d's slice, reached through the flags' peer table, with an
+    atomic at system scope (`atom.sys.add`): the fence and the atomic
+    together release the stores of the kernels before it, which completed
+    before it in the stream.
+
+    Example (rank 0 of 2):
+
+    ```mlir
+    %signalled = moe.ep_signal into(%flags)
+        {expert_parallel = #moe.expert_parallel<world = 2, rank = 0>}
+      : (tensor<2x2xi32>) -> tensor<2x2xi32>
+    ```
+  }];
+  let arguments = (ins Moe_I32Tensor:$flags,
+                       Moe_ExpertParallelAttr:$expert_parallel);
+  let results = (outs Moe_I32Tensor:$output);
+  let assemblyFormat = [{
+    `into` `(` $flags `)` attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def Moe_EpWaitOp : Moe_Op<"ep_wait"> {
+  let summary = "Wait until every rank signalled as often as this one";
+  let description = [{
+    The other half of `moe.ep_signal`: rank R of an expert-parallel layer
+    (`#moe.expert_parallel<world = W, rank = R>`) waits until every source
+    rank s has signalled `flags` `[W, W] i32` (every rank's flags of the
+    exchange; R's own row, its slice, is what it reads) as often as R has
+    itself, that is until `(int32)(flags[R, s] - flags[R, R]) >= 0` for
+    every s, reading with acquire semantics at system scope. Its results
+    are then `status` (see below) and the `guards` operands, unchanged:
+    the buffers the phase reads after the wait (the receive buffers in the
+    experts phase, the return buffer in the combine phase), which its ops
+    take from these results, so that they depend on the wait in SSA form.
+
+    `phase` says which phase waits: 1, the experts phase waiting for every
+    rank's dispatch; 2, the combine phase waiting for every rank's experts
+    phase. The wait is bounded: past about 10 seconds (a constant of the
+    GPU lowering, `kEpWaitTimeoutNs`) with a source s still behind, it
+    stores `[phase, s + 1]` into `status` `[2] i32` (a plain buffer of the
+    rank, not an exchange buffer; `[0, 0]` means that nothing was missing)
+    unless `status[0]` is already non-zero, which keeps the first failure,
+    and gives up: the guarded buffers are then whatever the late source
+    left there, but nothing hangs. Nothing clears the status but its
+    caller, after reporting it.
+
+    The counters may be reused at every call because no rank can get more
+    than one call ahead of a peer, nor overwrite what a peer still reads:
+    a rank's dispatch of call n + 1 follows its combine phase of call n,
+    which waited for every rank's experts phase of call n, which each
+    signalled after reading its received rows of call n; and a rank's
+    experts phase of call n + 1, which stores into the return buffers,
+    waits for every rank's dispatch of call n + 1, which each sent after
+    its combine of call n had read them.
+
+    On a GPU the op is one block of W threads: thread s spins on
+    `flags[R, s]` (`ld.acquire.sys`, `nanosleep` between reads); the
+    guarded results are their operands' buffers. On the CPU path, where
+    the phases of the ranks run in turn, the check alone.
+
+    Example (rank 0 of 2, the experts phase):
+
+    ```mlir
+    %status1, %rows1, %counts1 = moe.ep_wait %flags into(%status)
+        guards(%rows, %counts)
+        {expert_parallel = #moe.expert_parallel<world = 2, rank = 0>,
+         phase = 1}
+      : (tensor<2x2xi32>, tensor<2xi32>, tensor<2x40x64xbf16>,
+         tensor<2x5x2xi32>)
+        -> (tensor<2xi32>, tensor<2x40x64xbf16>, tensor<2x5x2xi32>)
+    ```
+  }];
+  let arguments = (ins Moe_I32Tensor:$flags, Moe_I32Tensor:$status,
+                       Variadic<AnyRankedTensor>:$guarded,
+                       Moe_ExpertParallelAttr:$expert_parallel,
+                       I64Attr:$phase);
+  let results = (outs Moe_I32Tensor:$updated_status,
+                      Variadic<AnyRankedTensor>:$ready);
+  let assemblyFormat = [{
+    $flags `into` `(` $status `)` (`guards` `(` $guarded^ `)`)? attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let extraClassDeclaration = [{
+    /// The values of `phase`: the phase that waits.
+    static constexpr int64_t kExpertsPhase = 1, kCombinePhase = 2;
+  }];
+}
+
 #endif // MOE_DIALECT_MOE_IR_MOEOPS_TD
