@@ -849,6 +849,63 @@ struct EpCombineToLoops : OpRewritePattern<EpCombineOp> {
   }
 };
 
+/// Pattern: moe.ep_signal into(flags) => a copy of flags with flags[d, R]
+/// incremented for every rank d.
+struct EpSignalToLoops : OpRewritePattern<EpSignalOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(EpSignalOp op,
+                                PatternRewriter &rewriter) const override {
+    ImplicitLocOpBuilder b(op.getLoc(), rewriter);
+    LoopBuilder lb{b};
+    ExpertParallelAttr parallel = op.getExpertParallel();
+    Value flags = copyOf(lb, op.getFlags());
+    Value rank = lb.index(parallel.getRank());
+    lb.loop(parallel.getWorld(), [&](Value d) {
+      Value count = lb.load(flags, {d, rank});
+      lb.store(arith::AddIOp::create(b, count, lb.i32(1)), flags, {d, rank});
+    });
+    rewriter.replaceOp(op, lb.toTensor(op.getOutput().getType(), flags));
+    return success();
+  }
+};
+
+/// Pattern: moe.ep_wait flags into(status) guards(buffers) => a copy of
+/// status holding [phase, s + 1] for the first source s behind this rank,
+/// unless it held a failure already; the guarded buffers as they are. The
+/// phases of the ranks run in turn here: a source behind never catches up.
+struct EpWaitToLoops : OpRewritePattern<EpWaitOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(EpWaitOp op,
+                                PatternRewriter &rewriter) const override {
+    ImplicitLocOpBuilder b(op.getLoc(), rewriter);
+    LoopBuilder lb{b};
+    ExpertParallelAttr parallel = op.getExpertParallel();
+    Value flags = lb.toBuffer(op.getFlags());
+    Value status = copyOf(lb, op.getStatus());
+    Value rank = lb.index(parallel.getRank());
+    Value epoch = lb.load(flags, {rank, rank});
+    lb.loop(parallel.getWorld(), [&](Value s) {
+      // Counters wrap: a source is behind when its difference is negative.
+      Value ahead = arith::SubIOp::create(b, lb.load(flags, {rank, s}), epoch);
+      Value behind = lb.cmpi(arith::CmpIPredicate::slt, ahead, lb.i32(0));
+      Value first = lb.cmpi(arith::CmpIPredicate::eq,
+                            lb.load(status, lb.index(0)), lb.i32(0));
+      lb.ifThen(arith::AndIOp::create(b, behind, first), [&] {
+        lb.store(lb.i32(op.getPhase()), status, lb.index(0));
+        lb.store(lb.toI32(arith::AddIOp::create(b, s, lb.index(1))), status,
+                 lb.index(1));
+      });
+    });
+    SmallVector<Value> results = {
+        lb.toTensor(op.getUpdatedStatus().getType(), status)};
+    llvm::append_range(results, op.getGuarded());
+    rewriter.replaceOp(op, results);
+    return success();
+  }
+};
+
 struct ConvertMoeToLoopsPass
     : moe::impl::ConvertMoeToLoopsBase<ConvertMoeToLoopsPass> {
   void runOnOperation() override {
@@ -876,8 +933,8 @@ struct ConvertMoeToLoopsPass
 } // namespace
 
 void mlir::moe::populateMoeToLoopsPatterns(RewritePatternSet &patterns) {
-  patterns
-      .add<GateToLoops, RouteToLoops, GroupedMatmulToLoops, QuantizeToLoops,
-           CombineToLoops, EpDispatchToLoops, EpRouteToLoops, EpCombineToLoops>(
-          patterns.getContext());
+  patterns.add<GateToLoops, RouteToLoops, GroupedMatmulToLoops, QuantizeToLoops,
+               CombineToLoops, EpDispatchToLoops, EpRouteToLoops,
+               EpCombineToLoops, EpSignalToLoops, EpWaitToLoops>(
+      patterns.getContext());
 }

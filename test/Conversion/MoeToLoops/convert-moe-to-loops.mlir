@@ -2,7 +2,8 @@
 // the gate's fp32 scoring and arg-max selection, the route's counting sort,
 // the grouped matmul's guarded rows with fp32 dots (fp8: scaled per K block,
 // channel or tensor) and epilogues, the quantize's amax and scale (or the
-// given scale) and e4m3 encoding, and the combine's fp32 sums.
+// given scale) and e4m3 encoding, the combine's fp32 sums, and the
+// completion flags of an expert-parallel exchange.
 // RUN: moe-opt %s --convert-moe-to-loops --split-input-file | FileCheck %s
 
 // Softmax scoring: the max over the non-NaN logits; exp(x - max), with
@@ -457,4 +458,55 @@ func.func @quantize_static(%x: tensor<?x64xf16>, %s: tensor<1xf32>) -> (tensor<?
   %q, %scales = moe.quantize %x scale(%s) {group_size = 64}
     : (tensor<?x64xf16>, tensor<1xf32>) -> (tensor<?x64xf8E4M3FN>, tensor<?x1xf32>)
   return %q, %scales : tensor<?x64xf8E4M3FN>, tensor<?x1xf32>
+}
+
+// -----
+
+// The completion flags of rank 1 of 2 on the CPU path: the signal adds one
+// to column 1 of a copy of the flags; the wait compares row 1 with the
+// rank's own counter flags[1, 1] (a wrapping difference below 0 is behind)
+// and records [phase, s + 1] for the first source behind in a copy of the
+// status, unless it holds a failure; its guarded buffer is the operand.
+// CHECK-LABEL: func @completion
+// CHECK: %[[FLAGS:.*]] = memref.alloc() : memref<2x2xi32>
+// CHECK: memref.copy %{{.*}}, %[[FLAGS]]
+// CHECK: %[[RANK:.*]] = arith.constant 1 : index
+// CHECK: scf.for %[[D:.*]] =
+// CHECK:   %[[COUNT:.*]] = memref.load %[[FLAGS]][%[[D]], %[[RANK]]]
+// CHECK:   %[[ONE:.*]] = arith.constant 1 : i32
+// CHECK:   %[[NEXT:.*]] = arith.addi %[[COUNT]], %[[ONE]]
+// CHECK:   memref.store %[[NEXT]], %[[FLAGS]][%[[D]], %[[RANK]]]
+// CHECK: %[[SIGNALLED:.*]] = bufferization.to_tensor %[[FLAGS]]
+// CHECK: %[[READ:.*]] = bufferization.to_buffer %[[SIGNALLED]] read_only
+// CHECK: %[[STATUS:.*]] = memref.alloc() : memref<2xi32>
+// CHECK: memref.copy %{{.*}}, %[[STATUS]]
+// CHECK: %[[ME:.*]] = arith.constant 1 : index
+// CHECK: %[[EPOCH:.*]] = memref.load %[[READ]][%[[ME]], %[[ME]]]
+// CHECK: scf.for %[[S:.*]] =
+// CHECK:   %[[THEIRS:.*]] = memref.load %[[READ]][%[[ME]], %[[S]]]
+// CHECK:   %[[AHEAD:.*]] = arith.subi %[[THEIRS]], %[[EPOCH]]
+// CHECK:   %[[BEHIND:.*]] = arith.cmpi slt, %[[AHEAD]], %{{.*}} : i32
+// CHECK:   %[[FAILED:.*]] = memref.load %[[STATUS]]
+// CHECK:   %[[FIRST:.*]] = arith.cmpi eq, %[[FAILED]], %{{.*}} : i32
+// CHECK:   %[[RECORD:.*]] = arith.andi %[[BEHIND]], %[[FIRST]]
+// CHECK:   scf.if %[[RECORD]]
+// CHECK:     %[[PHASE:.*]] = arith.constant 2 : i32
+// CHECK:     memref.store %[[PHASE]], %[[STATUS]]
+// CHECK:     %[[SOURCE:.*]] = arith.addi %[[S]], %{{.*}} : index
+// CHECK:     %[[SOURCE32:.*]] = arith.index_cast %[[SOURCE]] : index to i32
+// CHECK:     memref.store %[[SOURCE32]], %[[STATUS]]
+// CHECK: %[[WAITED:.*]] = bufferization.to_tensor %[[STATUS]]
+// CHECK: return %[[SIGNALLED]], %[[WAITED]], %arg2
+func.func @completion(%flags: tensor<2x2xi32>, %status: tensor<2xi32>,
+                      %returned: tensor<2x4x3x64xbf16>)
+    -> (tensor<2x2xi32>, tensor<2xi32>, tensor<2x4x3x64xbf16>) {
+  %signalled = moe.ep_signal into(%flags)
+      {expert_parallel = #moe.expert_parallel<world = 2, rank = 1>}
+    : (tensor<2x2xi32>) -> tensor<2x2xi32>
+  %waited, %ready = moe.ep_wait %signalled into(%status) guards(%returned)
+      {expert_parallel = #moe.expert_parallel<world = 2, rank = 1>, phase = 2}
+    : (tensor<2x2xi32>, tensor<2xi32>, tensor<2x4x3x64xbf16>)
+      -> (tensor<2xi32>, tensor<2x4x3x64xbf16>)
+  return %signalled, %waited, %ready
+    : tensor<2x2xi32>, tensor<2xi32>, tensor<2x4x3x64xbf16>
 }
