@@ -1,12 +1,14 @@
 //===- ExpertParallel.cpp - The exchange ops to GPU kernels ---------------===//
 //
 // moe.ep_dispatch, moe.ep_route and moe.ep_combine, the kernels between
-// which the ranks of an expert-parallel layer exchange rows. The buffers of
-// all W ranks (`[W, ...]` operands) are reached through peer tables, one
-// pointer per rank (LaunchArgKind::peers), so that the same kernel stores
-// into one GPU's simulated world or into the peers' symmetric memory. Each
-// kernel writes exactly what the op's CPU lowering writes (MoeToLoops.cpp),
-// in the same places, rows of a region in slot order included.
+// which the ranks of an expert-parallel layer exchange rows, and
+// moe.ep_signal and moe.ep_wait, which tell the ranks that an exchange is
+// complete. The buffers of all W ranks (`[W, ...]` operands) are reached
+// through peer tables, one pointer per rank (LaunchArgKind::peers), so that
+// the same kernel stores into one GPU's simulated world or into the peers'
+// symmetric memory. Each kernel writes exactly what the op's CPU lowering
+// writes (MoeToLoops.cpp), in the same places, rows of a region in slot
+// order included; the wait, which the CPU path only checks, spins.
 //
 //===----------------------------------------------------------------------===//
 
@@ -26,6 +28,18 @@ constexpr int64_t kExchangeWarps = kExchangeThreads / kWarpSize;
 /// The threads of a block of moe_ep_route, one per local expert in its
 /// scan.
 constexpr int64_t kEpRouteThreads = 1024;
+/// The most ranks of moe_ep_signal and moe_ep_wait, whose one block has a
+/// thread per rank.
+constexpr int64_t kMaxFlagRanks = 1024;
+/// How long moe_ep_wait spins on a source's flag before it gives up and
+/// records the source in the status: about 10 s of %globaltimer, orders of
+/// magnitude beyond what a live peer's phase should take, yet short enough
+/// that a dead or mismatched peer fails a run instead of hanging it.
+constexpr int64_t kEpWaitTimeoutNs = 10'000'000'000;
+/// The sleep between two reads of a flag (nanosleep's bound): short beside
+/// a phase, so that the wait ends soon after the flag, while a spinning
+/// thread leaves the interconnect and its multiprocessor alone.
+constexpr int64_t kEpWaitSleepNs = 128;
 
 /// The sizes of a receive buffer: L local experts (`routedLocal` of them
 /// routed), W ranks, C rows per (local expert, source rank) region.
@@ -63,14 +77,16 @@ struct PeerSlice {
                                       ValueRange{toI64(b, rank)});
     return {LLVM::LoadOp::create(b, pointer, entry), element};
   }
+  /// The address of element `index` of the slice.
+  Value address(ImplicitLocOpBuilder &b, Value index) const {
+    return LLVM::GEPOp::create(b, LLVM::LLVMPointerType::get(b.getContext()),
+                               element, base, ValueRange{toI64(b, index)});
+  }
   /// Stores `value` (an element, or a vector of them `alignment` bytes
   /// wide) at element `index` of the slice.
   void store(ImplicitLocOpBuilder &b, Value value, Value index,
              unsigned alignment = 0) const {
-    Value address =
-        LLVM::GEPOp::create(b, LLVM::LLVMPointerType::get(b.getContext()),
-                            element, base, ValueRange{toI64(b, index)});
-    LLVM::StoreOp::create(b, value, address, alignment);
+    LLVM::StoreOp::create(b, value, address(b, index), alignment);
   }
   static Value toI64(ImplicitLocOpBuilder &b, Value indexValue) {
     return arith::IndexCastOp::create(b, b.getI64Type(), indexValue);
@@ -264,6 +280,36 @@ Value findRow(LoopBuilder &lb, const ReceiveLayout &layout, Value counts,
         return {arith::SubIOp::create(b, remaining, current),
                 lb.select(here, row, carried[1])};
       })[1];
+}
+
+/// The one block of `world` threads of moe_ep_signal and moe_ep_wait; a
+/// diagnostic on `op` when the world needs more.
+FailureOr<SmallVector<int64_t>> rankBlock(Operation *op, int64_t world) {
+  if (world > kMaxFlagRanks)
+    return op->emitOpError() << "has no GPU lowering for more than "
+                             << kMaxFlagRanks << " ranks (one thread each)";
+  return SmallVector<int64_t>{world, 1, 1};
+}
+
+/// Records in `status` (memref<2xi32>) that `phase` gave up waiting for
+/// source `source`, unless an earlier wait recorded a failure: the first
+/// thread to claim status[0] stores source + 1 into status[1].
+void recordMissing(LoopBuilder &lb, Value status, int64_t phase, Value source) {
+  ImplicitLocOpBuilder &b = lb.b;
+  auto claim =
+      memref::GenericAtomicRMWOp::create(b, status, ValueRange{lb.index(0)});
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(&claim.getAtomicBody().front());
+    Value current = claim.getCurrentValue();
+    Value unset = lb.cmpi(arith::CmpIPredicate::eq, current, lb.i32(0));
+    memref::AtomicYieldOp::create(b, lb.select(unset, lb.i32(phase), current));
+  }
+  lb.ifThen(lb.cmpi(arith::CmpIPredicate::eq, claim.getResult(), lb.i32(0)),
+            [&] {
+              lb.store(lb.toI32(arith::AddIOp::create(b, source, lb.index(1))),
+                       status, lb.index(1));
+            });
 }
 
 } // namespace
@@ -473,5 +519,100 @@ LogicalResult mlir::moe::detail::emitEpCombine(PlanBuilder &plan,
                     arith::MulIOp::create(b, slot, wb.index(copy.hidden)));
         });
       });
+  return success();
+}
+
+LogicalResult mlir::moe::detail::emitEpSignal(PlanBuilder &plan,
+                                              OpBuilder &builder,
+                                              EpSignalOp op) {
+  OpBuilder::InsertionGuard guard(builder);
+  ExpertParallelAttr parallel = op.getExpertParallel();
+  FailureOr<SmallVector<int64_t>> block = rankBlock(op, parallel.getWorld());
+  FailureOr<unsigned> flags = plan.useExchange(op, op.getFlags());
+  if (failed(block) || failed(flags))
+    return failure();
+  plan.alias(op.getOutput(), op.getFlags());
+  KernelArgList args;
+  unsigned flagsArg = args.add(KernelArg::peers(*flags));
+  gpu::GPUFuncOp kernel =
+      plan.createKernel(builder, op.getLoc(), "moe_ep_signal", args.get(),
+                        {PlanBuilder::constant(1), PlanBuilder::constant(1),
+                         PlanBuilder::constant(1)},
+                        *block);
+  ImplicitLocOpBuilder b(op.getLoc(), builder);
+  LoopBuilder lb{b};
+  // Thread d: flags[d, R], element R of rank d's slice.
+  Value d = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
+  PeerSlice slice =
+      PeerSlice::of(b, kernel.getArgument(flagsArg), d, b.getI32Type());
+  // A release: the system-scope fence orders the stores of the kernels
+  // before this one, which completed before it in the stream, before the
+  // system-scope add. (LLVM's NVPTX back end drops the ordering and scope of
+  // an atomicrmw, which would make it a relaxed add at GPU scope.)
+  LLVM::FenceOp::create(b, LLVM::AtomicOrdering::acq_rel);
+  LLVM::CallIntrinsicOp::create(
+      b, b.getI32Type(), b.getStringAttr("llvm.nvvm.atomic.add.gen.i.sys"),
+      ValueRange{slice.address(b, lb.index(parallel.getRank())), lb.i32(1)});
+  return success();
+}
+
+LogicalResult mlir::moe::detail::emitEpWait(PlanBuilder &plan,
+                                            OpBuilder &builder, EpWaitOp op) {
+  OpBuilder::InsertionGuard guard(builder);
+  ExpertParallelAttr parallel = op.getExpertParallel();
+  FailureOr<SmallVector<int64_t>> block = rankBlock(op, parallel.getWorld());
+  FailureOr<unsigned> flags = plan.useExchange(op, op.getFlags());
+  if (failed(block) || failed(flags))
+    return failure();
+  KernelArgList args;
+  unsigned flagsArg = args.add(KernelArg::peers(*flags));
+  unsigned statusArg = args.add(plan.use(op.getStatus()));
+  plan.alias(op.getUpdatedStatus(), op.getStatus());
+  for (auto [ready, guarded] : llvm::zip_equal(op.getReady(), op.getGuarded()))
+    plan.alias(ready, guarded);
+  gpu::GPUFuncOp kernel =
+      plan.createKernel(builder, op.getLoc(), "moe_ep_wait", args.get(),
+                        {PlanBuilder::constant(1), PlanBuilder::constant(1),
+                         PlanBuilder::constant(1)},
+                        *block);
+  ImplicitLocOpBuilder b(op.getLoc(), builder);
+  LoopBuilder lb{b};
+  Type i32 = b.getI32Type();
+  // This rank's row of the flags is its own slice.
+  PeerSlice row = PeerSlice::of(b, kernel.getArgument(flagsArg),
+                                lb.index(parallel.getRank()), i32);
+  auto acquire = [&](Value index) -> Value {
+    return LLVM::LoadOp::create(b, i32, row.address(b, index), /*alignment=*/4,
+                                /*isVolatile=*/false, /*isNonTemporal=*/false,
+                                /*isInvariant=*/false,
+                                /*isInvariantGroup=*/false,
+                                LLVM::AtomicOrdering::acquire);
+  };
+  Value epoch = acquire(lb.index(parallel.getRank()));
+  // Thread s: until flags[R, s] has caught up with the epoch (counters
+  // wrap: behind is a negative difference), or the time is up.
+  Value source = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
+  Type i64 = b.getI64Type();
+  Value start = NVVM::GlobalTimerOp::create(b, i64);
+  auto spin = scf::WhileOp::create(
+      b, TypeRange{b.getI1Type()}, ValueRange{},
+      [&](OpBuilder &, Location, ValueRange) {
+        Value ahead = arith::SubIOp::create(b, acquire(source), epoch);
+        Value behind = lb.cmpi(arith::CmpIPredicate::slt, ahead, lb.i32(0));
+        Value elapsed = arith::SubIOp::create(
+            b, NVVM::GlobalTimerOp::create(b, i64), start);
+        Value inTime =
+            lb.cmpi(arith::CmpIPredicate::slt, elapsed,
+                    arith::ConstantIntOp::create(b, i64, kEpWaitTimeoutNs));
+        scf::ConditionOp::create(b, arith::AndIOp::create(b, behind, inTime),
+                                 ValueRange{behind});
+      },
+      [&](OpBuilder &, Location, ValueRange) {
+        NVVM::NanosleepOp::create(b, lb.i32(kEpWaitSleepNs));
+        scf::YieldOp::create(b);
+      });
+  lb.ifThen(spin.getResult(0), [&] {
+    recordMissing(lb, kernel.getArgument(statusArg), op.getPhase(), source);
+  });
   return success();
 }

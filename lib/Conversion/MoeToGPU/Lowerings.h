@@ -3,7 +3,7 @@
 // convert-moe-to-gpu lowers each op of a layer to its kernels, appended to the
 // launch plan in program order; one file per op (Gate.cpp, Route.cpp,
 // Combine.cpp, Quantize.cpp, GroupedMatmul.cpp; ExpertParallel.cpp for the
-// three ops of the expert-parallel exchange).
+// ops of the expert-parallel exchange and its completion).
 //
 //===----------------------------------------------------------------------===//
 
@@ -41,6 +41,16 @@ LogicalResult emitEpRoute(PlanBuilder &plan, OpBuilder &builder, EpRouteOp op);
 /// buffer must be an exchange buffer argument.
 LogicalResult emitEpCombine(PlanBuilder &plan, OpBuilder &builder,
                             EpCombineOp op);
+
+/// moe.ep_signal: one block of a thread per rank d adds one to flags[d, R]
+/// with release semantics at system scope, through the flags' peer table.
+LogicalResult emitEpSignal(PlanBuilder &plan, OpBuilder &builder,
+                           EpSignalOp op);
+
+/// moe.ep_wait: one block of a thread per source rank s spins on
+/// flags[R, s] (acquire, system scope) until it caught up with this rank's
+/// own counter, or records the source in the status past a timeout.
+LogicalResult emitEpWait(PlanBuilder &plan, OpBuilder &builder, EpWaitOp op);
 
 /// moe.quantize: one warp per row and group of columns.
 void emitQuantize(PlanBuilder &plan, OpBuilder &builder, QuantizeOp op);

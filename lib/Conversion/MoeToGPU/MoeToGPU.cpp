@@ -208,6 +208,12 @@ struct ConvertMoeToGPUPass
               .Case([&](EpCombineOp combine) -> LogicalResult {
                 return emitEpCombine(plan, builder, combine);
               })
+              .Case([&](EpSignalOp signal) -> LogicalResult {
+                return emitEpSignal(plan, builder, signal);
+              })
+              .Case([&](EpWaitOp wait) -> LogicalResult {
+                return emitEpWait(plan, builder, wait);
+              })
               .Case([&](QuantizeOp quantize) -> LogicalResult {
                 // Quantized by the epilogue of the GEMM it follows.
                 auto gemm =

@@ -243,14 +243,15 @@ public:
     return buffer;
   }
   /// The buffer of `value`, an exchange buffer argument (or an op's in-place
-  /// update of one) that `op` stores into through its peer table; a
-  /// diagnostic on `op` when it is not one.
+  /// update of one) that `op` reaches through its peer table (to store into
+  /// every rank's slice, or to wait on its own); a diagnostic on `op` when it
+  /// is not one.
   FailureOr<unsigned> useExchange(Operation *op, Value value) {
     unsigned buffer = use(value);
     if (exchangeOf(buffer))
       return buffer;
     return op->emitOpError()
-           << "stores into every rank's slice of a buffer that is not an "
+           << "reaches every rank's slice of a buffer that is not an "
               "exchange buffer argument (marked 'moe.exchange'), so no caller "
               "binds its ranks' slices (convert-moe-to-gpu)";
   }

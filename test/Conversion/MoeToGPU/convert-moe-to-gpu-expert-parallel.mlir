@@ -5,7 +5,11 @@
 // results' tensors); moe.ep_route to blocks that scan the local experts'
 // padded counts and place each position by binary search over them;
 // moe.ep_combine to one warp per receive row, storing through the return
-// buffers' peer table.
+// buffers' peer table; moe.ep_signal to a block of a thread per rank that
+// fences and adds one to the rank's counter in each rank's flags at system
+// scope; moe.ep_wait to a block of a thread per source that spins on its
+// counter in the rank's own flags, bounded, and records a missing source in
+// the status, its guarded buffers and the status updated in place.
 // RUN: moe-opt %s --split-input-file --convert-moe-to-gpu="tokens-max=4" --canonicalize --cse | FileCheck %s
 
 // Rank 1 of 2, E = 8 routed experts and one shared: L = 5 local experts
@@ -61,14 +65,28 @@
 // CHECK: %[[COUNT:.*]] = llvm.intr.ctpop(%[[MASK]])
 // CHECK: llvm.getelementptr %[[COUNTS_D]]
 // CHECK: llvm.store %[[COUNT]], %{{.*}} : i32, !llvm.ptr
+// Then the signal: one block of W = 2 threads, thread d adding one to
+// element 1 (this rank's counter) of rank d's flags, after a fence.
+// CHECK: gpu.func @moe_ep_signal_2(%[[FLAGS:.*]]: !llvm.ptr, %{{.*}}: i32) kernel
+// CHECK-SAME: known_block_size = array<i32: 2, 1, 1>
+// CHECK-SAME: moe.launch = #moe.launch<grid = ["1", "1", "1"], block = [2, 1, 1], smem = 0, args = [peers "result4", i32 "T"], dependent = true>
+// CHECK: nvvm.griddepcontrol wait
+// CHECK: %[[DS:.*]] = gpu.thread_id x
+// CHECK: %[[D64:.*]] = arith.index_cast %[[DS]] : index to i64
+// CHECK: %[[ENTRY:.*]] = llvm.getelementptr %[[FLAGS]][%[[D64]]] : (!llvm.ptr, i64) -> !llvm.ptr, !llvm.ptr
+// CHECK: %[[SLICE:.*]] = llvm.load %[[ENTRY]] : !llvm.ptr -> !llvm.ptr
+// CHECK: llvm.fence acq_rel
+// CHECK: %[[MINE:.*]] = llvm.getelementptr %[[SLICE]][1] : (!llvm.ptr) -> !llvm.ptr, i32
+// CHECK: llvm.call_intrinsic "llvm.nvvm.atomic.add.gen.i.sys"(%[[MINE]], %c1_i32) : (!llvm.ptr, i32) -> i32
 func.func @layer_dispatch(%arg0: tensor<4x64xbf16>, %arg1: tensor<4x8xf32>,
                           %arg2: tensor<8xf32>,
                           %arg3: tensor<2x40x64xbf16> {moe.exchange = #moe.expert_parallel<world = 2, rank = 1>},
                           %arg4: tensor<2x40xf32> {moe.exchange = #moe.expert_parallel<world = 2, rank = 1>},
                           %arg5: tensor<2x40xi32> {moe.exchange = #moe.expert_parallel<world = 2, rank = 1>},
-                          %arg6: tensor<2x5x2xi32> {moe.exchange = #moe.expert_parallel<world = 2, rank = 1>})
+                          %arg6: tensor<2x5x2xi32> {moe.exchange = #moe.expert_parallel<world = 2, rank = 1>},
+                          %arg7: tensor<2x2xi32> {moe.exchange = #moe.expert_parallel<world = 2, rank = 1>})
     -> (tensor<2x40x64xbf16>, tensor<2x40xf32>, tensor<2x40xi32>,
-        tensor<2x5x2xi32>) {
+        tensor<2x5x2xi32>, tensor<2x2xi32>) {
   %weights, %ids = moe.gate %arg1 bias %arg2
       {router = #moe.router<scoring = sigmoid, top_k = 2, renormalize = true,
                             num_shared_experts = 1>}
@@ -82,9 +100,12 @@ func.func @layer_dispatch(%arg0: tensor<4x64xbf16>, %arg1: tensor<4x8xf32>,
        tensor<2x5x2xi32>)
       -> (tensor<2x40x64xbf16>, tensor<2x40xf32>, tensor<2x40xi32>,
           tensor<2x5x2xi32>)
-  return %rows, %routed_weights, %slots, %counts
+  %flags = moe.ep_signal into(%arg7)
+      {expert_parallel = #moe.expert_parallel<world = 2, rank = 1>}
+    : (tensor<2x2xi32>) -> tensor<2x2xi32>
+  return %rows, %routed_weights, %slots, %counts, %flags
     : tensor<2x40x64xbf16>, tensor<2x40xf32>, tensor<2x40xi32>,
-      tensor<2x5x2xi32>
+      tensor<2x5x2xi32>, tensor<2x2xi32>
 }
 
 // -----
@@ -157,4 +178,62 @@ func.func @receive(%counts: tensor<5x2xi32>, %rows: tensor<40x64xbf16>,
        tensor<2x4x3x64xbf16>) -> tensor<2x4x3x64xbf16>
   return %sorted, %experts, %padded, %back
     : tensor<115xi32>, tensor<8xi32>, tensor<i32>, tensor<2x4x3x64xbf16>
+}
+
+// -----
+
+// The combine phase: the wait for every rank's experts phase, then the sum
+// of the rank's returned rows, which it guards.
+// CHECK-LABEL: gpu.module @moe_kernels
+// The status is the caller's plain buffer, updated in place.
+// CHECK-SAME: buffers = [<input "arg0" : bf16 ["4", "3", "64"] exchange <world = 2, rank = 1>>, <input "arg1" : i32 ["2"] exchange <world = 2, rank = 1>>, <output "result1" : i32 ["2"]>, <output "result0" : bf16 ["T", "64"]>]
+// CHECK: gpu.func @moe_ep_wait_0(%[[FLAGS:.*]]: !llvm.ptr, %[[STATUS:.*]]: memref<2xi32>, %{{.*}}: i32) kernel
+// CHECK-SAME: known_block_size = array<i32: 2, 1, 1>
+// CHECK-SAME: moe.launch = #moe.launch<grid = ["1", "1", "1"], block = [2, 1, 1], smem = 0, args = [peers "arg1", "result1", i32 "T"], dependent = true>
+// CHECK: nvvm.griddepcontrol wait
+// The rank's own row of the flags, and its own counter there, the epoch.
+// CHECK: %[[ENTRY:.*]] = llvm.getelementptr %[[FLAGS]][1] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr
+// CHECK: %[[ROW:.*]] = llvm.load %[[ENTRY]] : !llvm.ptr -> !llvm.ptr
+// CHECK: %[[OWN:.*]] = llvm.getelementptr %[[ROW]][1] : (!llvm.ptr) -> !llvm.ptr, i32
+// CHECK: %[[EPOCH:.*]] = llvm.load %[[OWN]] atomic acquire {alignment = 4 : i64} : !llvm.ptr -> i32
+// CHECK: %[[S:.*]] = gpu.thread_id x
+// CHECK: %[[START:.*]] = nvvm.read.ptx.sreg.globaltimer : i64
+// Thread s reads source s's counter until it is not behind, or 10 s passed.
+// CHECK: %[[BEHIND:.*]] = scf.while : () -> i1 {
+// CHECK: %[[THEIRS:.*]] = llvm.load %{{.*}} atomic acquire {alignment = 4 : i64} : !llvm.ptr -> i32
+// CHECK: %[[AHEAD:.*]] = arith.subi %[[THEIRS]], %[[EPOCH]] : i32
+// CHECK: %[[LATE:.*]] = arith.cmpi slt, %[[AHEAD]], %c0_i32 : i32
+// CHECK: %[[NOW:.*]] = nvvm.read.ptx.sreg.globaltimer : i64
+// CHECK: %[[ELAPSED:.*]] = arith.subi %[[NOW]], %[[START]] : i64
+// CHECK: %[[IN_TIME:.*]] = arith.cmpi slt, %[[ELAPSED]], %c10000000000_i64 : i64
+// CHECK: %[[SPIN:.*]] = arith.andi %[[LATE]], %[[IN_TIME]] : i1
+// CHECK: scf.condition(%[[SPIN]]) %[[LATE]] : i1
+// CHECK: } do {
+// CHECK: nvvm.nanosleep %c128_i32
+// Past the bound: phase 2 claims status[0] unless it holds a failure, and
+// the claimant stores s + 1.
+// CHECK: scf.if %[[BEHIND]] {
+// CHECK: %[[OLD:.*]] = memref.generic_atomic_rmw %[[STATUS]][%c0] : memref<2xi32> {
+// CHECK: %[[UNSET:.*]] = arith.cmpi eq, %{{.*}}, %c0_i32 : i32
+// CHECK: %[[CLAIM:.*]] = arith.select %[[UNSET]], %c2_i32, %{{.*}} : i32
+// CHECK: memref.atomic_yield %[[CLAIM]] : i32
+// CHECK: %[[CLAIMED:.*]] = arith.cmpi eq, %[[OLD]], %c0_i32 : i32
+// CHECK: scf.if %[[CLAIMED]] {
+// CHECK: %[[SOURCE:.*]] = arith.addi %[[S]], %c1 : index
+// CHECK: %[[SOURCE32:.*]] = arith.index_cast %[[SOURCE]] : index to i32
+// CHECK: memref.store %[[SOURCE32]], %[[STATUS]][%c1] : memref<2xi32>
+// The combine reads the guarded return buffer, the rank's slice.
+// CHECK: gpu.func @moe_combine_1
+// CHECK-SAME: args = ["arg0", "result0", i32 "T"]
+func.func @layer_combine(%returned: tensor<2x4x3x64xbf16> {moe.exchange = #moe.expert_parallel<world = 2, rank = 1>},
+                         %flags: tensor<2x2xi32> {moe.exchange = #moe.expert_parallel<world = 2, rank = 1>},
+                         %status: tensor<2xi32>) -> (tensor<4x64xbf16>, tensor<2xi32>) {
+  %waited, %ready = moe.ep_wait %flags into(%status) guards(%returned)
+      {expert_parallel = #moe.expert_parallel<world = 2, rank = 1>, phase = 2}
+    : (tensor<2x2xi32>, tensor<2xi32>, tensor<2x4x3x64xbf16>)
+      -> (tensor<2xi32>, tensor<2x4x3x64xbf16>)
+  %mine = tensor.extract_slice %ready[1, 0, 0, 0] [1, 4, 3, 64] [1, 1, 1, 1]
+    : tensor<2x4x3x64xbf16> to tensor<4x3x64xbf16>
+  %y = moe.combine %mine : (tensor<4x3x64xbf16>) -> tensor<4x64xbf16>
+  return %y, %waited : tensor<4x64xbf16>, tensor<2xi32>
 }

@@ -292,8 +292,47 @@ func.func @not_exchanged(%counts: tensor<2x5x2xi32>) -> tensor<40xi32> {
 // The combine stores into every rank's return buffer: it must be an
 // exchange buffer, whose slices the caller binds.
 func.func @combine_not_exchanged(%rows: tensor<40x64xbf16>, %slots: tensor<40xi32>, %counts: tensor<5x2xi32>, %returned: tensor<2x4x3x64xbf16>) -> tensor<2x4x3x64xbf16> {
-  // expected-error @below {{'moe.ep_combine' op stores into every rank's slice of a buffer that is not an exchange buffer argument (marked 'moe.exchange'), so no caller binds its ranks' slices (convert-moe-to-gpu)}}
+  // expected-error @below {{'moe.ep_combine' op reaches every rank's slice of a buffer that is not an exchange buffer argument (marked 'moe.exchange'), so no caller binds its ranks' slices (convert-moe-to-gpu)}}
   %back = moe.ep_combine %rows, %slots, %counts into(%returned)
     : (tensor<40x64xbf16>, tensor<40xi32>, tensor<5x2xi32>, tensor<2x4x3x64xbf16>) -> tensor<2x4x3x64xbf16>
   return %back : tensor<2x4x3x64xbf16>
+}
+
+// -----
+
+// The flags of a signal and of a wait are reached through their peer
+// table: they must be exchange buffers.
+func.func @signal_not_exchanged(%flags: tensor<2x2xi32>) -> tensor<2x2xi32> {
+  // expected-error @below {{'moe.ep_signal' op reaches every rank's slice of a buffer that is not an exchange buffer argument (marked 'moe.exchange'), so no caller binds its ranks' slices (convert-moe-to-gpu)}}
+  %signalled = moe.ep_signal into(%flags) {expert_parallel = #moe.expert_parallel<world = 2, rank = 0>}
+    : (tensor<2x2xi32>) -> tensor<2x2xi32>
+  return %signalled : tensor<2x2xi32>
+}
+
+// -----
+
+func.func @wait_not_exchanged(%flags: tensor<2x2xi32>, %status: tensor<2xi32>) -> tensor<2xi32> {
+  // expected-error @below {{'moe.ep_wait' op reaches every rank's slice of a buffer that is not an exchange buffer argument}}
+  %waited = moe.ep_wait %flags into(%status) {expert_parallel = #moe.expert_parallel<world = 2, rank = 0>, phase = 1}
+    : (tensor<2x2xi32>, tensor<2xi32>) -> tensor<2xi32>
+  return %waited : tensor<2xi32>
+}
+
+// -----
+
+// One thread per rank, in one block.
+func.func @signal_too_many_ranks(%flags: tensor<1025x1025xi32> {moe.exchange = #moe.expert_parallel<world = 1025, rank = 0>}) -> tensor<1025x1025xi32> {
+  // expected-error @below {{'moe.ep_signal' op has no GPU lowering for more than 1024 ranks (one thread each)}}
+  %signalled = moe.ep_signal into(%flags) {expert_parallel = #moe.expert_parallel<world = 1025, rank = 0>}
+    : (tensor<1025x1025xi32>) -> tensor<1025x1025xi32>
+  return %signalled : tensor<1025x1025xi32>
+}
+
+// -----
+
+func.func @wait_too_many_ranks(%flags: tensor<1025x1025xi32> {moe.exchange = #moe.expert_parallel<world = 1025, rank = 0>}, %status: tensor<2xi32>) -> tensor<2xi32> {
+  // expected-error @below {{'moe.ep_wait' op has no GPU lowering for more than 1024 ranks (one thread each)}}
+  %waited = moe.ep_wait %flags into(%status) {expert_parallel = #moe.expert_parallel<world = 1025, rank = 0>, phase = 2}
+    : (tensor<1025x1025xi32>, tensor<2xi32>) -> tensor<2xi32>
+  return %waited : tensor<2xi32>
 }
