@@ -11,9 +11,11 @@ The world runs as moe_mlir.expert_parallel.simulate_world runs it on one
 GPU: the three phases of each rank (moe-expert-parallel), phase after
 phase for ranks 0 .. W-1, on one set of exchange buffers that starts stale
 (NaN rows and weights, -1 slots and counts) and is never cleared, first on
-random logits, then on logits that send every token to rank 0's experts.
-A rank holding another rank's experts, or its shared expert in the wrong
-place, gets the wrong rows' products.
+random logits, then on logits that send every token to rank 0's experts;
+the completion flags, zeroed once, must then count the two calls, and no
+rank's status may record a wait that found a peer behind. A rank holding
+another rank's experts, or its shared expert in the wrong place, gets the
+wrong rows' products.
 """
 
 import os
@@ -123,10 +125,14 @@ def check_world(world, quantization, rng):
         ranks.append(phases(world, rank, quantization))
         mine.append([cut(weights[name], slices[name], shapes[name])
                      for name in slices])
-    # The receive buffers (the dispatch's last arguments), then the return
-    # buffer (the experts phase's last).
-    receive = stale(ranks[0][0], 3)
-    returned = stale(ranks[0][1], -1)[0]
+    # The receive buffers (the dispatch's last arguments but its flags) and
+    # the return buffer (the experts phase's, before its flags and status)
+    # stale; the flags of the dispatch and of the combine zeroed once; each
+    # rank's status clear.
+    receive = stale(ranks[0][0], 3)[:-1]
+    returned = stale(ranks[0][1], -4)[0]
+    flags = [np.zeros((world, world), dtype=np.int32) for _ in range(2)]
+    statuses = [np.zeros(2, dtype=np.int32) for _ in range(world)]
     for routing in ("random", "skewed"):
         inputs = []
         for _ in range(world):
@@ -137,17 +143,22 @@ def check_world(world, quantization, rng):
                 logits[:, :2] += 8.0
             inputs.append((x, logits))
         for rank, (dispatch, _, _) in enumerate(ranks):
-            receive = list(dispatch(*inputs[rank], bias, *receive))
+            *receive, flags[0] = dispatch(*inputs[rank], bias, *receive,
+                                          flags[0])
         for rank, (_, experts, _) in enumerate(ranks):
-            returned = experts(*mine[rank], *receive, returned)
+            returned, flags[1], statuses[rank] = experts(
+                *mine[rank], *receive, returned, *flags, statuses[rank])
         for rank, (_, _, combine) in enumerate(ranks):
             expected = full(*inputs[rank], weights["w13"], weights["w2"],
                             bias, *[weights[name]
                                     for name in list(weights)[2:]])
-            output = combine(returned)
+            output, statuses[rank] = combine(returned, flags[1],
+                                             statuses[rank])
             assert np.array_equal(output, expected), (
                 world, quantization, routing, rank,
                 np.abs(output - expected).max())
+    assert all((counters == 2).all() for counters in flags), flags
+    assert all((status == 0).all() for status in statuses), statuses
     print(f"{quantization or 'f32'} weights, {world} ranks: every rank's "
           "output is the layer's bit for bit")
 

@@ -1529,6 +1529,28 @@ struct EpLayer {
   }
   int64_t slots() const { return router().numSlots(); }
 
+  /// Random weights of all E + X experts ({w13, w2, w13_bias, w2_bias}) and
+  /// a random correction bias.
+  std::pair<std::vector<HostTensor>, HostTensor>
+  randomWeights(std::mt19937 &generator) const {
+    const int64_t stored = e + x;
+    std::vector<HostTensor> weights = {
+        HostTensor::fromFloats(
+            type, {stored, 2 * intermediate, h},
+            uniform(generator, stored * 2 * intermediate * h, 0.3f)),
+        HostTensor::fromFloats(
+            type, {stored, h, intermediate},
+            uniform(generator, stored * h * intermediate, 0.3f)),
+        HostTensor::fromFloats(
+            type, {stored, 2 * intermediate},
+            uniform(generator, stored * 2 * intermediate, 0.5f)),
+        HostTensor::fromFloats(type, {stored, h},
+                               uniform(generator, stored * h, 0.5f))};
+    return {std::move(weights),
+            HostTensor::fromFloats(ElementType::F32, {e},
+                                   uniform(generator, e, 0.5f))};
+  }
+
   /// The layer's function on `weights` ({w13, w2, w13_bias, w2_bias}),
   /// rank `rank` of `world` when `world` is given.
   std::string source(const std::vector<HostTensor> &weights,
@@ -1614,9 +1636,10 @@ struct RankTokens {
 };
 
 /// W ranks of the layer in one process: each rank's phases and weights,
-/// and the exchange buffers of all ranks (on GPUs, the peers' symmetric
-/// memory), stale from the start as no call clears them: NaN rows,
-/// weights and returned rows, out-of-range slots, garbage counts.
+/// the exchange buffers of all ranks (on GPUs, the peers' symmetric
+/// memory), stale from the start as no call clears them (NaN rows, weights
+/// and returned rows, out-of-range slots, garbage counts), the completion
+/// flags of either exchange, zeroed once, and each rank's status.
 class SimulatedRanks {
 public:
   SimulatedRanks(const EpLayer &layer, int64_t world, int64_t blockM,
@@ -1639,6 +1662,9 @@ public:
     this->returned = HostTensor::fromFloats(
         layer.type, {world, EpLayer::t, layer.slots(), EpLayer::h},
         std::vector<float>(returned, nan));
+    dispatchFlags = combineFlags = HostTensor::fromInts(
+        {world, world}, std::vector<int32_t>(world * world));
+    statuses.assign(world, HostTensor::fromInts({2}, {0, 0}));
     for (int64_t rank = 0; rank < world; ++rank) {
       std::vector<HostTensor> mine;
       for (const HostTensor &full : weights)
@@ -1657,31 +1683,69 @@ public:
   /// Each phase for ranks 0 .. W-1 in turn on the shared buffers; returns
   /// every rank's output.
   std::vector<std::vector<float>> call(const std::vector<RankTokens> &tokens) {
-    for (int64_t rank = 0; rank < world; ++rank) {
-      std::vector<HostTensor> inputs = {tokens[rank].hidden,
-                                        tokens[rank].logits, bias};
-      inputs.insert(inputs.end(), buffers.begin(), buffers.end());
-      buffers = run(*phases[rank].dispatch, inputs);
-      if (buffers.size() != 4)
+    for (int64_t rank = 0; rank < world; ++rank)
+      if (!dispatch(rank, tokens[rank]))
         return {};
-    }
-    for (int64_t rank = 0; rank < world; ++rank) {
-      std::vector<HostTensor> inputs = localWeights[rank];
-      inputs.insert(inputs.end(), buffers.begin(), buffers.end());
-      inputs.push_back(returned);
-      std::vector<HostTensor> outputs = run(*phases[rank].experts, inputs);
-      if (outputs.size() != 1)
+    for (int64_t rank = 0; rank < world; ++rank)
+      if (!experts(rank))
         return {};
-      returned = outputs[0];
-    }
     std::vector<std::vector<float>> results;
     for (int64_t rank = 0; rank < world; ++rank) {
-      std::vector<HostTensor> outputs = run(*phases[rank].combine, {returned});
-      if (outputs.size() != 1)
+      std::optional<std::vector<float>> output = combine(rank);
+      if (!output)
         return {};
-      results.push_back(outputs[0].toFloats());
+      results.push_back(std::move(*output));
     }
     return results;
+  }
+
+  /// Rank `rank`'s dispatch of `tokens`; false when it failed to run.
+  bool dispatch(int64_t rank, const RankTokens &tokens) {
+    std::vector<HostTensor> inputs = {tokens.hidden, tokens.logits, bias};
+    inputs.insert(inputs.end(), buffers.begin(), buffers.end());
+    inputs.push_back(dispatchFlags);
+    std::vector<HostTensor> outputs = run(*phases[rank].dispatch, inputs);
+    if (outputs.size() != 5)
+      return false;
+    dispatchFlags = outputs.back();
+    outputs.pop_back();
+    buffers = std::move(outputs);
+    return true;
+  }
+
+  /// Rank `rank`'s experts phase; false when it failed to run.
+  bool experts(int64_t rank) {
+    std::vector<HostTensor> inputs = localWeights[rank];
+    inputs.insert(inputs.end(), buffers.begin(), buffers.end());
+    inputs.insert(inputs.end(),
+                  {returned, dispatchFlags, combineFlags, statuses[rank]});
+    std::vector<HostTensor> outputs = run(*phases[rank].experts, inputs);
+    if (outputs.size() != 3)
+      return false;
+    returned = outputs[0];
+    combineFlags = outputs[1];
+    statuses[rank] = outputs[2];
+    return true;
+  }
+
+  /// Rank `rank`'s combine phase: its output, none when it failed to run.
+  std::optional<std::vector<float>> combine(int64_t rank) {
+    std::vector<HostTensor> outputs =
+        run(*phases[rank].combine, {returned, combineFlags, statuses[rank]});
+    if (outputs.size() != 2)
+      return std::nullopt;
+    statuses[rank] = outputs[1];
+    return outputs[0].toFloats();
+  }
+
+  /// Rank `rank`'s status: [phase, missing source + 1] of its first wait
+  /// that gave up, [0, 0] if none did.
+  std::vector<int32_t> status(int64_t rank) const {
+    return statuses[rank].toInts();
+  }
+  /// The dispatch's and the combine's flags, [W, W] each.
+  std::pair<std::vector<int32_t>, std::vector<int32_t>> flags() const {
+    return {dispatchFlags.toInts(), combineFlags.toInts()};
   }
 
 private:
@@ -1690,7 +1754,8 @@ private:
   std::vector<RankPhases> phases;
   std::vector<std::vector<HostTensor>> localWeights;
   std::vector<HostTensor> buffers;
-  HostTensor returned;
+  HostTensor returned, dispatchFlags, combineFlags;
+  std::vector<HostTensor> statuses;
 };
 
 /// Random tokens of `ranks` ranks; with `skewed`, logits that send every
@@ -1723,20 +1788,8 @@ TEST(ExpertParallel, EveryWorldEqualsTheSingleDeviceLayerBitForBit) {
   for (ElementType type : {ElementType::BF16, ElementType::F32}) {
     SCOPED_TRACE(name(type));
     EpLayer layer{type};
-    const int64_t e = EpLayer::e, stored = e + EpLayer::x;
-    const int64_t h = EpLayer::h, i = EpLayer::intermediate;
     std::mt19937 generator(19);
-    std::vector<HostTensor> weights = {
-        HostTensor::fromFloats(type, {stored, 2 * i, h},
-                               uniform(generator, stored * 2 * i * h, 0.3f)),
-        HostTensor::fromFloats(type, {stored, h, i},
-                               uniform(generator, stored * h * i, 0.3f)),
-        HostTensor::fromFloats(type, {stored, 2 * i},
-                               uniform(generator, stored * 2 * i, 0.5f)),
-        HostTensor::fromFloats(type, {stored, h},
-                               uniform(generator, stored * h, 0.5f))};
-    HostTensor bias = HostTensor::fromFloats(ElementType::F32, {e},
-                                             uniform(generator, e, 0.5f));
+    auto [weights, bias] = layer.randomWeights(generator);
     std::unique_ptr<CpuFunction> single =
         compile(layer.source(weights, std::nullopt));
     ASSERT_TRUE(single);
@@ -1768,10 +1821,52 @@ TEST(ExpertParallel, EveryWorldEqualsTheSingleDeviceLayerBitForBit) {
                                    [](float v) { return std::isnan(v); }));
           SCOPED_TRACE(llvm::formatv("rank {0}", rank).str());
           expectSameBits(outputs[rank], values);
+          EXPECT_EQ(ranks.status(rank), (std::vector<int32_t>{0, 0}));
         }
       }
+      // Two calls: every rank signalled every rank twice in either
+      // exchange, and nothing cleared the counters.
+      std::vector<int32_t> twice(world * world, 2);
+      EXPECT_EQ(ranks.flags(), std::pair(twice, twice));
     }
   }
+}
+
+// A rank whose experts phase runs before a peer's dispatch records phase 1
+// and the peer (+ 1) in its status, and keeps that first failure when its
+// combine phase then runs before the peer's experts phase; a rank whose
+// combine phase runs before a peer's experts phase records phase 2. The
+// others, whose peers all signalled, record nothing.
+TEST(ExpertParallel, AWaitForAPeerBehindRecordsThePhaseAndThePeer) {
+  EpLayer layer{ElementType::F32};
+  std::mt19937 generator(7);
+  auto [weights, bias] = layer.randomWeights(generator);
+  constexpr int64_t kWorld = 4;
+  SimulatedRanks ranks(layer, kWorld, /*blockM=*/1, weights, bias);
+  ASSERT_TRUE(ranks.compiled());
+  std::vector<RankTokens> tokens = epTokens(generator, layer, kWorld, false);
+  // Rank 2 dispatches last: rank 0's experts phase runs before it.
+  for (int64_t rank : {0, 1, 3})
+    ASSERT_TRUE(ranks.dispatch(rank, tokens[rank]));
+  ASSERT_TRUE(ranks.experts(0));
+  EXPECT_EQ(ranks.status(0), (std::vector<int32_t>{1, 3}));
+  ASSERT_TRUE(ranks.dispatch(2, tokens[2]));
+  // Rank 3's experts phase runs last: the combine phases of ranks 0 and 1
+  // run before it.
+  for (int64_t rank : {1, 2})
+    ASSERT_TRUE(ranks.experts(rank));
+  ASSERT_TRUE(ranks.combine(0));
+  ASSERT_TRUE(ranks.combine(1));
+  ASSERT_TRUE(ranks.experts(3));
+  ASSERT_TRUE(ranks.combine(2));
+  ASSERT_TRUE(ranks.combine(3));
+  EXPECT_EQ(ranks.status(0), (std::vector<int32_t>{1, 3}));
+  EXPECT_EQ(ranks.status(1), (std::vector<int32_t>{2, 4}));
+  EXPECT_EQ(ranks.status(2), (std::vector<int32_t>{0, 0}));
+  EXPECT_EQ(ranks.status(3), (std::vector<int32_t>{0, 0}));
+  // Every signal was sent, late or not: the counters are in step.
+  std::vector<int32_t> once(kWorld * kWorld, 1);
+  EXPECT_EQ(ranks.flags(), std::pair(once, once));
 }
 
 /// moe.ep_route of `counts` [2, 2] (L = W = 2) over regions of C = 4 rows

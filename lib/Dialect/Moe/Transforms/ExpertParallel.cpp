@@ -22,10 +22,11 @@ using namespace mlir::moe;
 namespace {
 
 /// The exchange buffers of one expert-parallel layer, all ranks' ([W, ...]):
-/// the receive buffers of moe.ep_dispatch and the return buffer of
-/// moe.ep_combine.
+/// the receive buffers of moe.ep_dispatch, the return buffer of
+/// moe.ep_combine and the completion flags of either exchange ([W, W]); and
+/// the status of a rank's waits, a buffer of its own.
 struct ExchangeTypes {
-  RankedTensorType rows, weights, slots, counts, returned;
+  RankedTensorType rows, weights, slots, counts, returned, flags, status;
 
   static ExchangeTypes of(FusedMoeOp op) {
     ExpertParallelAttr parallel = op.getExpertParallelAttr();
@@ -37,13 +38,15 @@ struct ExchangeTypes {
     int64_t rows = local * world * tokens;
     Type element = hidden.getElementType();
     Builder b(op.getContext());
-    return {RankedTensorType::get({world, rows, hiddenSize}, element),
-            RankedTensorType::get({world, rows}, b.getF32Type()),
-            RankedTensorType::get({world, rows}, b.getI32Type()),
-            RankedTensorType::get({world, local, world}, b.getI32Type()),
-            RankedTensorType::get(
-                {world, tokens, op.getRouter().getNumSlots(), hiddenSize},
-                element)};
+    return {
+        RankedTensorType::get({world, rows, hiddenSize}, element),
+        RankedTensorType::get({world, rows}, b.getF32Type()),
+        RankedTensorType::get({world, rows}, b.getI32Type()),
+        RankedTensorType::get({world, local, world}, b.getI32Type()),
+        RankedTensorType::get(
+            {world, tokens, op.getRouter().getNumSlots(), hiddenSize}, element),
+        RankedTensorType::get({world, world}, b.getI32Type()),
+        RankedTensorType::get({2}, b.getI32Type())};
   }
 
   SmallVector<Type> receive() const { return {rows, weights, slots, counts}; }
@@ -67,21 +70,24 @@ Value rankPart(OpBuilder &b, Location loc, Value buffer, int64_t rank) {
 
 /// Builds one phase of `layer` after `layer`'s function: a function named
 /// `name` of the layer's `operands` (mapped to its first arguments in
-/// `mapping`) and of the exchange buffers `extraTypes` (marked
-/// `moe.exchange`, so that a GPU rank holds one slice of each), whose body
-/// `build` fills from those and returns.
+/// `mapping`), of the exchange buffers `exchangeTypes` (marked
+/// `moe.exchange`, so that a GPU rank holds one slice of each) and of the
+/// rank's own buffers `ownTypes`, whose body `build` fills from those and
+/// returns.
 func::FuncOp
 buildPhase(OpBuilder &b, FusedMoeOp layer, StringRef name, ValueRange operands,
-           ArrayRef<Type> extraTypes,
+           ArrayRef<Type> exchangeTypes, ArrayRef<Type> ownTypes,
            function_ref<SmallVector<Value>(IRMapping &, ValueRange)> build) {
   Location loc = layer.getLoc();
   SmallVector<Type> argTypes(operands.getTypes());
-  argTypes.append(extraTypes.begin(), extraTypes.end());
+  argTypes.append(exchangeTypes.begin(), exchangeTypes.end());
+  argTypes.append(ownTypes.begin(), ownTypes.end());
   auto function =
       func::FuncOp::create(b, loc, name, b.getFunctionType(argTypes, {}));
   auto *dialect = b.getContext()->getLoadedDialect<MoeDialect>();
-  for (unsigned index = operands.size(); index < argTypes.size(); ++index)
-    function.setArgAttr(index, dialect->getExchangeAttrHelper().getName(),
+  for (unsigned index = 0; index < exchangeTypes.size(); ++index)
+    function.setArgAttr(operands.size() + index,
+                        dialect->getExchangeAttrHelper().getName(),
                         layer.getExpertParallelAttr());
   Block *entry = function.addEntryBlock();
   OpBuilder::InsertionGuard guard(b);
@@ -96,6 +102,21 @@ buildPhase(OpBuilder &b, FusedMoeOp layer, StringRef name, ValueRange operands,
   return function;
 }
 
+/// The wait of `layer`'s `phase` (EpWaitOp::kExpertsPhase or kCombinePhase)
+/// on `flags`, recorded in `status`, before the ops that read `guarded`.
+EpWaitOp buildWait(OpBuilder &b, FusedMoeOp layer, int64_t phase, Value flags,
+                   Value status, ValueRange guarded) {
+  return EpWaitOp::create(b, layer.getLoc(), status.getType(),
+                          guarded.getTypes(), flags, status, guarded,
+                          layer.getExpertParallelAttr(), phase);
+}
+
+/// The signal on `flags` that the stores of the phase so far are done.
+Value buildSignal(OpBuilder &b, FusedMoeOp layer, Value flags) {
+  return EpSignalOp::create(b, layer.getLoc(), flags.getType(), flags,
+                            layer.getExpertParallelAttr());
+}
+
 /// Phase 1: the gate over all experts, and each routed slot's row sent to
 /// its expert's rank.
 func::FuncOp buildDispatch(OpBuilder &b, FusedMoeOp layer, StringRef name,
@@ -104,9 +125,11 @@ func::FuncOp buildDispatch(OpBuilder &b, FusedMoeOp layer, StringRef name,
                                  layer.getRouterLogits()};
   if (Value bias = layer.getCorrectionBias())
     operands.push_back(bias);
+  SmallVector<Type> buffers = types.receive();
+  buffers.push_back(types.flags);
   return buildPhase(
-      b, layer, name, operands, types.receive(),
-      [&](IRMapping &mapping, ValueRange buffers) -> SmallVector<Value> {
+      b, layer, name, operands, buffers, /*ownTypes=*/{},
+      [&](IRMapping &mapping, ValueRange args) -> SmallVector<Value> {
         Location loc = layer.getLoc();
         RouterAttr router = layer.getRouter();
         auto slotType = [&](Type element) {
@@ -122,34 +145,43 @@ func::FuncOp buildDispatch(OpBuilder &b, FusedMoeOp layer, StringRef name,
         auto dispatch = EpDispatchOp::create(
             b, loc, TypeRange(types.receive()),
             mapping.lookup(layer.getHiddenStates()), gate.getIds(),
-            gate.getWeights(), buffers[0], buffers[1], buffers[2], buffers[3],
+            gate.getWeights(), args[0], args[1], args[2], args[3],
             logitsType.getDimSize(1), layer.getExpertParallelAttr());
-        return dispatch.getResults();
+        Value flags = args[4];
+        SmallVector<Value> results = dispatch.getResults();
+        results.push_back(buildSignal(b, layer, flags));
+        return results;
       });
 }
 
-/// Phase 2: the local experts over the rank's received rows, routed in
-/// blocks of `blockM` rows, and each weighted output row returned to its
-/// token's rank.
+/// Phase 2: once every rank's dispatch arrived, the local experts over the
+/// rank's received rows, routed in blocks of `blockM` rows, and each
+/// weighted output row returned to its token's rank, which is then told.
 func::FuncOp buildExperts(OpBuilder &b, FusedMoeOp layer, StringRef name,
                           const ExchangeTypes &types, int64_t blockM) {
   ExpertMlp mlp = ExpertMlp::of(layer);
   SmallVector<Type> buffers = types.receive();
-  buffers.push_back(types.returned);
+  // The return buffer, then the dispatch's flags and the combine's.
+  buffers.append({types.returned, types.flags, types.flags});
   return buildPhase(
-      b, layer, name, mlp.getValues(), buffers,
+      b, layer, name, mlp.getValues(), buffers, {types.status},
       [&](IRMapping &mapping, ValueRange args) -> SmallVector<Value> {
         Location loc = layer.getLoc();
         int64_t rank = layer.getExpertParallelAttr().getRank();
-        Value rows = rankPart(b, loc, args[0], rank);
-        Value slots = rankPart(b, loc, args[2], rank);
-        Value counts = rankPart(b, loc, args[3], rank);
+        Value returnBuffer = args[4], dispatchFlags = args[5],
+              combineFlags = args[6], status = args[7];
+        EpWaitOp wait = buildWait(b, layer, EpWaitOp::kExpertsPhase,
+                                  dispatchFlags, status, args.take_front(4));
+        ValueRange received = wait.getReady();
+        Value rows = rankPart(b, loc, received[0], rank);
+        Value slots = rankPart(b, loc, received[2], rank);
+        Value counts = rankPart(b, loc, received[3], rank);
         auto rowsType = cast<RankedTensorType>(rows.getType());
         int64_t numRows = rowsType.getDimSize(0);
         // The received weights as routed weights of one slot per row.
         Value weights = tensor::ExpandShapeOp::create(
             b, loc, RankedTensorType::get({numRows, 1}, b.getF32Type()),
-            rankPart(b, loc, args[1], rank),
+            rankPart(b, loc, received[1], rank),
             ArrayRef<ReassociationIndices>{{0, 1}});
         Type i32 = b.getI32Type();
         int64_t capacity =
@@ -168,24 +200,31 @@ func::FuncOp buildExperts(OpBuilder &b, FusedMoeOp layer, StringRef name,
         Value outputRows = tensor::CollapseShapeOp::create(
             b, loc, rowsType, outputs,
             ArrayRef<ReassociationIndices>{{0, 1}, {2}});
-        return {EpCombineOp::create(b, loc, types.returned, outputRows, slots,
-                                    counts, args[4])
-                    .getOutput()};
+        Value returned = EpCombineOp::create(b, loc, types.returned, outputRows,
+                                             slots, counts, returnBuffer)
+                             .getOutput();
+        return {returned, buildSignal(b, layer, combineFlags),
+                wait.getUpdatedStatus()};
       });
 }
 
-/// Phase 3: the sum of the rank's returned rows, in slot order.
+/// Phase 3: once every rank's experts phase returned its rows, the sum of
+/// the rank's returned rows, in slot order.
 func::FuncOp buildCombine(OpBuilder &b, FusedMoeOp layer, StringRef name,
                           const ExchangeTypes &types) {
   return buildPhase(
-      b, layer, name, {}, {types.returned},
+      b, layer, name, {}, {types.returned, types.flags}, {types.status},
       [&](IRMapping &, ValueRange args) -> SmallVector<Value> {
         Location loc = layer.getLoc();
-        Value rows =
-            rankPart(b, loc, args[0], layer.getExpertParallelAttr().getRank());
+        Value returned = args[0], flags = args[1], status = args[2];
+        EpWaitOp wait = buildWait(b, layer, EpWaitOp::kCombinePhase, flags,
+                                  status, returned);
+        Value rows = rankPart(b, loc, wait.getReady()[0],
+                              layer.getExpertParallelAttr().getRank());
         return {CombineOp::create(b, loc, layer.getType(), rows,
                                   /*weights=*/Value(), /*ids=*/Value(),
-                                  /*num_experts=*/IntegerAttr())};
+                                  /*num_experts=*/IntegerAttr()),
+                wait.getUpdatedStatus()};
       });
 }
 

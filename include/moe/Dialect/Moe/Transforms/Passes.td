@@ -75,32 +75,40 @@ def MoeExpertParallel : Pass<"moe-expert-parallel", "::mlir::ModuleOp"> {
     phases, each a function, between which the ranks exchange rows through
     buffers that every rank can write (on GPUs, one slice per rank):
 
-    1. `@f_dispatch(hidden, logits[, bias], rows, weights, slots, counts)`:
-       `moe.gate` over all E experts, then `moe.ep_dispatch` of each routed
-       slot's token row into the receive buffer of the rank holding its
-       expert (shared experts: the rank's own);
+    1. `@f_dispatch(hidden, logits[, bias], rows, weights, slots, counts,
+       dispatch_flags)`: `moe.gate` over all E experts, then
+       `moe.ep_dispatch` of each routed slot's token row into the receive
+       buffer of the rank holding its expert (shared experts: the rank's
+       own), then `moe.ep_signal` of the dispatch's flags;
     2. `@f_experts(w13, w2[, biases][, scales][, input scales], rows,
-       weights, slots, counts, returned)`: `moe.ep_route` of the rank's
-       receive buffer (each local expert's current rows in routing blocks
-       of `block-m` rows), the layer's two grouped matmuls over its
+       weights, slots, counts, returned, dispatch_flags, combine_flags,
+       status)`: `moe.ep_wait` until every rank's dispatch signalled,
+       guarding the receive buffers; `moe.ep_route` of the rank's receive
+       buffer (each local expert's current rows in routing blocks of
+       `block-m` rows), the layer's two grouped matmuls over its
        L = E/W + X local experts reading the received rows in place (one
-       slot per row) in those blocks, and `moe.ep_combine` of each weighted
-       output row into the return buffer of its token's rank, at its slot;
-    3. `@f_combine(returned)`: `moe.combine` of the rank's returned rows,
-       in slot order.
+       slot per row) in those blocks, `moe.ep_combine` of each weighted
+       output row into the return buffer of its token's rank, at its slot,
+       and `moe.ep_signal` of the combine's flags;
+    3. `@f_combine(returned, combine_flags, status)`: `moe.ep_wait` until
+       every rank's experts phase signalled, guarding the return buffer,
+       then `moe.combine` of the rank's returned rows, in slot order.
 
     The buffers are function arguments and results (the phase's writes),
-    `[W, ...]`: every rank's, as `moe.ep_dispatch` and `moe.ep_combine`
-    define them, with C = T rows per (local expert, source rank). Each
-    such argument is marked `moe.exchange = #moe.expert_parallel<...>`: on
-    a GPU the rank holds one slice of it, and its kernels reach the other
-    ranks' slices through a peer table (convert-moe-to-gpu). Phase p of any
-    rank may run once phase p - 1 has run on every rank: on one host, a
-    test runs each phase for ranks 0 .. W-1 on the same buffers; on GPUs
-    each phase is a bundle of its own and the caller orders them (the
-    release/acquire flags with epoch counters that would order them on the
-    device are not built: docs/MULTI-GPU.md). Nothing is cleared between
-    calls, since every count is written at every call. Each row gets the
+    `[W, ...]`: every rank's, as `moe.ep_dispatch`, `moe.ep_combine` and
+    the completion ops define them, with C = T rows per (local expert,
+    source rank). Each such argument is marked `moe.exchange =
+    #moe.expert_parallel<...>`: on a GPU the rank holds one slice of it,
+    and its kernels reach the other ranks' slices through a peer table
+    (convert-moe-to-gpu). The status, `[2] i32`, is the rank's own and not
+    marked: the first wait that gave up records its phase and the missing
+    rank there. Phase p of any rank may run once phase p - 1 has run on
+    every rank, which the flags ensure: on one host, where a test runs
+    each phase for ranks 0 .. W-1 on the same buffers, the waits only
+    check; on GPUs, where each phase is a bundle of its own, they spin
+    (docs/MULTI-GPU.md, "Completion"). Nothing is cleared between calls,
+    since every count is written at every call and the flags count the
+    calls. Each row gets the
     arithmetic it gets in the single-device layer, and the final sum runs
     in slot order, so every rank's result is its tokens' rows of the
     single-device layer, bit for bit.
@@ -127,14 +135,19 @@ def MoeExpertParallel : Pass<"moe-expert-parallel", "::mlir::ModuleOp"> {
     After (types elided):
 
     ```mlir
-    func.func @f_dispatch(%x, %logits, %rows, %weights, %slots, %counts) {
+    func.func @f_dispatch(%x, %logits, %rows, %weights, %slots, %counts,
+                          %dispatch_flags) {
       %w, %ids = moe.gate %logits {router = ...}
       %0:4 = moe.ep_dispatch %x, %ids, %w
                into(%rows, %weights, %slots, %counts) {...}
-      return %0#0, %0#1, %0#2, %0#3
+      %f = moe.ep_signal into(%dispatch_flags) {...}
+      return %0#0, %0#1, %0#2, %0#3, %f
     }
     func.func @f_experts(%w13, %w2, %rows, %weights, %slots, %counts,
-                         %returned) {
+                         %returned, %dispatch_flags, %combine_flags,
+                         %status) {
+      %s, %ready:4 = moe.ep_wait %dispatch_flags into(%status)
+                       guards(%rows, %weights, %slots, %counts) {phase = 1}
       %sorted, %experts, %n = moe.ep_route %my_counts {block_m = 64}
       %h = moe.grouped_matmul %my_rows, %w13, %sorted, %experts, %n
              input(token) output(sorted) activation(silu_and_mul)
@@ -142,15 +155,19 @@ def MoeExpertParallel : Pass<"moe-expert-parallel", "::mlir::ModuleOp"> {
       %o = moe.grouped_matmul %h, %w2, %sorted, %experts, %n
              routed_weights(%my_weights) input(sorted) output(slot) {...}
       %r = moe.ep_combine %o_rows, %my_slots, %my_counts into(%returned)
-      return %r
+      %f = moe.ep_signal into(%combine_flags) {...}
+      return %r, %f, %s
     }
-    func.func @f_combine(%returned) {
+    func.func @f_combine(%returned, %combine_flags, %status) {
+      %s, %ready = moe.ep_wait %combine_flags into(%status)
+                     guards(%returned) {phase = 2}
       %y = moe.combine %my_returned
-      return %y
+      return %y, %s
     }
     ```
 
-    where `%my_...` are rank 0's parts of the buffers (`tensor.extract_slice`).
+    where `%my_...` are rank 0's parts of the waited buffers
+    (`tensor.extract_slice` of `%ready`).
 
     The routing block is the GEMMs' M tile, as `moe-decompose`'s: the GPU
     kernels take 16 to 128 rows; 1, which pads nothing, suits the CPU path.
