@@ -17,15 +17,23 @@ that moe-expert-parallel splits the layer into, each a bundle of its own
 The exchange buffers (``EXCHANGES``) are symmetric: every rank holds one
 slice of each, and a bundle stores into all W slices through the peer
 table that ``Bundle.bind_peers`` binds. Phase p of a rank may start once
-phase p - 1 finished on every rank: ``RankBundles.forward`` takes the
-barrier to put between them. Nothing is cleared between calls (every
-count is written at every call), and nothing synchronises the host, so a
-forward is CUDA-graph capturable when its barrier is.
+phase p - 1 finished on every rank, which the phases ensure themselves:
+the dispatch and the experts phase end by signalling their completion
+flags (``FLAGS``, counters that a rank increments in every rank's slice),
+and the experts and combine phases begin by waiting, on the GPU, until
+every rank has signalled as often as this one. A wait is bounded: past
+about 10 s it records the phase and the missing rank in the rank's status
+(``RankBundles.status``, which ``check_status`` reports) and lets the phase
+run on whatever it has. Nothing is cleared between calls (every count is
+written at every call, the flags are zeroed once when allocated and only
+ever incremented), and nothing synchronises the host, so a forward is
+CUDA-graph capturable.
 
 ``simulate_world`` runs all W ranks on one GPU, their slices in one
-allocation, the barrier being the stream's order: what the single-GPU
-tests check the kernels with. ``SymmetricExchange`` allocates the slices
-in torch's symmetric memory over a process group, one rank per GPU.
+allocation, phase by phase in the stream's order (so that every wait finds
+its flags already set): what the single-GPU tests check the kernels with.
+``SymmetricExchange`` allocates the slices in torch's symmetric memory over
+a process group, one rank per GPU.
 """
 
 from .layers import layer_bundle
@@ -35,12 +43,24 @@ from .runtime import Bundle, Error
 PHASES = ("dispatch", "experts", "combine")
 
 #: The exchange buffers each phase's bundle takes, in the order it lists
-#: them: the receive buffers (rows, their routed weights, their slot ids on
-#: their source, the rows current in each (local expert, source) region)
-#: and the return buffer.
-EXCHANGES = {"dispatch": ("rows", "weights", "slots", "counts"),
-             "experts": ("rows", "weights", "slots", "counts", "returned"),
-             "combine": ("returned",)}
+#: them (its inputs, then its outputs): the receive buffers (rows, their
+#: routed weights, their slot ids on their source, the rows current in each
+#: (local expert, source) region), the return buffer and the completion
+#: flags of either exchange.
+EXCHANGES = {"dispatch": ("rows", "weights", "slots", "counts",
+                          "dispatch_flags"),
+             "experts": ("rows", "weights", "slots", "counts",
+                         "dispatch_flags", "returned", "combine_flags"),
+             "combine": ("returned", "combine_flags")}
+
+#: The completion flags: [W] i32 counters per rank, one per source rank,
+#: which must be zero when allocated and are never cleared.
+FLAGS = ("dispatch_flags", "combine_flags")
+
+#: The phases whose bundle takes the rank's status, [2] i32, as its last
+#: output: each begins with a wait, which records there, past its timeout,
+#: [phase, missing rank + 1] with the phase numbered as WAITS numbers it.
+WAITS = {1: ("experts", "dispatch"), 2: ("combine", "experts")}
 
 
 def local_experts(layer, world, rank):
@@ -77,6 +97,13 @@ class RankBundles:
                             f"{bundle.exchanges} are not the "
                             f"{len(EXCHANGES[phase])} of rank {rank} of "
                             f"{world}")
+        import torch
+
+        #: The rank's status, [2] i32 on its device: [0, 0], or the first
+        #: wait that gave up (see WAITS). Only check_status clears it.
+        self.status = torch.zeros(
+            2, dtype=torch.int32,
+            device=f"cuda:{self.bundles['dispatch'].device}")
 
     def exchange_shapes(self):
         """{name: (dtype name, shape)} of one rank's slice of each exchange
@@ -100,16 +127,20 @@ class RankBundles:
 
     def run(self, phase, tensors, exchange, stream=None):
         """Enqueues ``phase`` on ``stream``: ``tensors`` are its bundle's
-        other tensors in order (inputs, then outputs), ``exchange`` maps
-        each exchange buffer name to this rank's slice."""
+        other tensors in order (inputs, then outputs), but for the status,
+        which the bundles own; ``exchange`` maps each exchange buffer name
+        to this rank's slice."""
         bundle = self.bundles[phase]
         exchanged = dict(self._exchange_infos(phase))
         by_tensor = {info.name: name for name, info in exchanged.items()}
+        status = self._status_name(phase)
         others = iter(tensors)
         ordered = []
         for info in bundle.tensors(self.tokens):
             if info.name in by_tensor:
                 ordered.append(exchange[by_tensor[info.name]])
+            elif info.name == status:
+                ordered.append(self.status)
             else:
                 ordered.append(next(others, None))
                 if ordered[-1] is None:
@@ -121,18 +152,37 @@ class RankBundles:
         bundle.run(self.tokens, ordered, stream)
 
     def forward(self, hidden_states, logits, weights, output, exchange,
-                barrier, bias=None, stream=None):
+                barrier=None, bias=None, stream=None):
         """This rank's layer: dispatch of ``hidden_states`` routed by
-        ``logits`` (and the correction ``bias``), ``barrier()``, its
-        experts over ``weights`` (w13, w2 and any biases and scales, in the
-        layer op's order), ``barrier()``, the combine into ``output``."""
+        ``logits`` (and the correction ``bias``), its experts over
+        ``weights`` (w13, w2 and any biases and scales, in the layer op's
+        order), the combine into ``output``. The phases wait for each other
+        through their flags; ``barrier``, if given, is also called between
+        them (SymmetricExchange.barrier, say)."""
         routing = [hidden_states, logits] + ([bias] if bias is not None
                                              else [])
         self.run("dispatch", routing, exchange, stream)
-        barrier()
+        if barrier is not None:
+            barrier()
         self.run("experts", list(weights), exchange, stream)
-        barrier()
+        if barrier is not None:
+            barrier()
         self.run("combine", [output], exchange, stream)
+
+    def check_status(self):
+        """Raises moe_mlir.Error naming the phase and the rank it gave up
+        waiting for if a wait of this rank's runs so far timed out (their
+        outputs since are then wrong), and clears the status. Blocking:
+        it reads the status after the runs enqueued before it."""
+        phase, missing = self.status.tolist()
+        if (phase, missing) == (0, 0):
+            return
+        self.status.zero_()
+        waiting, awaited = WAITS.get(phase, (f"phase {phase}", "?"))
+        raise Error(f"rank {self.rank} of {self.world}: its {waiting} phase "
+                    f"gave up waiting for rank {missing - 1}'s {awaited} "
+                    f"phase (about 10 s): the layer's outputs since are "
+                    f"wrong")
 
     def close(self):
         for bundle in self.bundles.values():
@@ -145,14 +195,24 @@ class RankBundles:
                  if info.name in bundle.exchanges]
         return list(zip(EXCHANGES[phase], infos))
 
+    def _status_name(self, phase):
+        """The name of the phase's status tensor, its last output; None for
+        the dispatch, which waits for nothing."""
+        if phase == "dispatch":
+            return None
+        outputs = [info for info in self.bundles[phase].tensors(self.tokens)
+                   if info.role == "output"]
+        return outputs[-1].name
+
 
 def allocate_exchange(shapes, world, device):
     """All W ranks' slices of each exchange buffer, for simulate_world:
     {name: [W torch tensors on ``device``]}, the slices of a buffer in one
     allocation, each starting 256-byte aligned (the runtime takes 16-byte
     aligned slices; a slice of W*C f32 weights need not be a multiple of
-    16 bytes), filled with garbage as a previous call could leave them:
-    NaN rows and weights, -1 slots and counts."""
+    16 bytes), the flags zeroed, the others filled with garbage as a
+    previous call could leave them: NaN rows and weights, -1 slots and
+    counts."""
     import math
 
     import torch
@@ -166,7 +226,11 @@ def allocate_exchange(shapes, world, device):
         per_line = 256 // torch.empty((), dtype=dtype).element_size()
         stride = -(-elements // per_line) * per_line
         storage = torch.empty(world, stride, dtype=dtype, device=device)
-        storage.fill_(float("nan") if storage.is_floating_point() else -1)
+        if name in FLAGS:
+            storage.zero_()
+        else:
+            storage.fill_(float("nan") if storage.is_floating_point()
+                          else -1)
         buffers[name] = [storage[d, :elements].view(shape)
                          for d in range(world)]
     return buffers
@@ -204,9 +268,11 @@ class SymmetricExchange:
     """One rank's exchange buffers in torch's symmetric memory over the
     process group ``group`` (torch.distributed._symmetric_memory: every
     rank's allocation mapped into its peers' address space, through NVLink
-    within a node), one allocation for all of them, and the barrier between
-    phases. ``shapes`` are RankBundles.exchange_shapes(); collective: every
-    rank of the group constructs it at once, with the same shapes.
+    within a node), one allocation for all of them. ``shapes`` are
+    RankBundles.exchange_shapes(); collective and blocking: every rank of
+    the group constructs it at once, with the same shapes, and it returns
+    once every rank has zeroed its flags (FLAGS), so that no peer's first
+    signal can land before the zeroing.
 
     Before anything is allocated, the ranks compare what they are about to
     allocate (all_gather_object over the group): a rank whose buffers
@@ -215,15 +281,15 @@ class SymmetricExchange:
     rank, naming it, rather than corrupting a peer's memory.
 
     ``slices`` ({name: [W device addresses]}) are what RankBundles.bind
-    takes, ``mine`` ({name: tensor}) this rank's slices. ``barrier()``
-    enqueues on the current stream a barrier of the group's ranks that no
-    rank passes before every rank reached it, with the memory ordering
-    that makes the previous phase's stores into peers visible: no host
-    synchronisation, so a forward stays CUDA-graph capturable. It gives up
-    after ``timeout_ms`` with a device-side error instead of hanging on a
-    missing peer. NVLink multicast stays off (MULTICAST_OFF of
-    moe_mlir.testing.distributed must be in the environment before torch
-    starts)."""
+    takes, ``mine`` ({name: tensor}) this rank's slices. The phases need no
+    barrier between them (their flags order them), but ``barrier()`` gives
+    one to callers who want it: it enqueues on the current stream a barrier
+    of the group's ranks that no rank passes before every rank reached it,
+    with the memory ordering that makes the previous phase's stores into
+    peers visible, and gives up after ``timeout_ms`` with a device-side
+    error instead of hanging on a missing peer. NVLink multicast stays off
+    (MULTICAST_OFF of moe_mlir.testing.distributed must be in the
+    environment before torch starts)."""
 
     #: Alignment of each buffer's slice in the allocation (the runtime
     #: takes 16-byte aligned slices).
@@ -256,6 +322,12 @@ class SymmetricExchange:
                 (), dtype=dtype).element_size()
             self.mine[name] = self.storage[offset:offset + size].view(
                 dtype).view(shape)
+        with torch.cuda.device(device):
+            for name in FLAGS:
+                if name in self.mine:
+                    self.mine[name].zero_()
+            self.barrier()
+            torch.cuda.synchronize()
 
     def barrier(self):
         self.handle.barrier(channel=0, timeout_ms=self.timeout_ms)

@@ -396,11 +396,11 @@ def _fused_moe_ep(hidden_states: torch.Tensor, router_logits: torch.Tensor,
     the group makes them at once. Every call enqueues on torch's current
     stream the dispatch of ``hidden_states`` [T, H] routed by
     ``router_logits`` [T, E] float32 (and the float32 ``correction_bias``
-    [E], or None), a barrier of the group's ranks, the rank's experts
-    (``w13`` [L, 2I, H] and ``w2`` [L, H, I] in the activation dtype, L =
-    E/W + X: its routed experts, then the shared ones), a barrier, and the
-    combine of its tokens' returned rows into the output; nothing
-    synchronises the host. FusedMoE.forward checks the tensors; called
+    [E], or None), the rank's experts (``w13`` [L, 2I, H] and ``w2`` [L,
+    H, I] in the activation dtype, L = E/W + X: its routed experts, then
+    the shared ones), and the combine of its tokens' returned rows into the
+    output, each phase waiting on the device for the one before on every
+    rank (their completion flags); nothing synchronises the host. FusedMoE.forward checks the tensors; called
     directly, the runtime's checks raise moe_mlir.Error.
     """
     tokens = hidden_states.shape[0]
@@ -412,14 +412,13 @@ def _fused_moe_ep(hidden_states: torch.Tensor, router_logits: torch.Tensor,
         weights.append(("correction_bias", correction_bias))
     _check_in_place(weights)
     device = hidden_states.device
-    # The barrier is enqueued on the current device's current stream.
+    # The exchange buffers are made on the current device.
     with torch.cuda.device(device):
         bundles, exchange = _expert_parallel_rank(ep_layer, ep_group_name,
                                                   tokens, device)
         bundles.forward(_aligned(hidden_states.contiguous()),
                         _aligned(router_logits.contiguous()), [w13, w2],
-                        output, exchange.mine, exchange.barrier,
-                        bias=correction_bias,
+                        output, exchange.mine, bias=correction_bias,
                         stream=torch.cuda.current_stream(device).cuda_stream)
     return output
 
@@ -1178,8 +1177,8 @@ class FusedMoE(_LayerModule):
     straight into that rank's receive buffers; each rank runs its experts
     on the rows it received and stores each output row back into its
     token's rank, which sums its tokens' rows in slot order, as one GPU
-    does: three bundles (dispatch, experts, combine) with a device-side
-    barrier of the group between them (moe_mlir.expert_parallel's
+    does: three bundles (dispatch, experts, combine), each waiting on the
+    device for the one before on every rank (moe_mlir.expert_parallel's
     RankBundles and SymmetricExchange), all on torch's current stream,
     inside the op ``torch.ops.moe_mlir.fused_moe_ep``, so that
     torch.compile(fullgraph=True) still sees one node. The output is the

@@ -4,7 +4,8 @@ torchrun: each rank holds its E/2 routed experts and the shared ones, runs
 its three bundles (dispatch, experts, combine) with the exchange buffers
 in torch's symmetric memory (moe_mlir.expert_parallel.SymmetricExchange:
 the dispatch and combine kernels store straight into the peer's slices
-over NVLink) and a device-side barrier between the phases, and its output
+over NVLink), the phases ordered by their completion flags alone (with
+--barrier, torch's device-side barrier between them too), and its output
 is checked against the plain C++ reference of the whole layer on its
 tokens.
 
@@ -17,9 +18,12 @@ rank 0's first experts, so that rank 0's receive regions fill to their
 capacity), the output, poisoned with NaN first, must be finite and within
 tolerance (2e-2 of the reference's largest magnitude, as torch_test.py's)
 on both ranks. The exchange buffers start as whatever the allocation held
-and are never cleared between calls. Then the forward (three phases and
-two barriers) is captured in a CUDA graph on both ranks and replayed on
-new inputs: the replay must equal an eager forward bit for bit.
+(the flags zeroed once) and are never cleared between calls. Then the
+forward (three phases) is captured in a CUDA graph on both ranks and
+replayed on new inputs: the replay must equal an eager forward bit for
+bit. After every forward no wait of the rank may have given up
+(RankBundles.check_status), and after a case's calls this rank's counters
+of both flags must equal the number of calls.
 
 Then the same through moe_mlir.torch.FusedMoE(ep_group=group) (a group of
 both ranks other than the default one, as a serving engine's is): for each
@@ -43,10 +47,11 @@ TypeError or NotImplementedError, copying nothing).
 
 NVLink multicast stays off, as the two-GPU machine needs: NCCL_NVLS_ENABLE=0,
 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and NVSHMEM_DISABLE_NVLS=1 are set here
-before torch starts. The process group is created with a timeout and the
-barriers give up after --barrier-timeout-ms, so a missing peer fails the
-run instead of hanging it. Prints a PASS or FAIL line per check and rank,
-and "N passed, M failed" over both ranks; exits non-zero on any failure.
+before torch starts. The process group is created with a timeout, the
+phases' waits give up after about 10 s and the barriers after
+--barrier-timeout-ms, so a missing peer fails the run instead of hanging
+it. Prints a PASS or FAIL line per check and rank, and "N passed, M
+failed" over both ranks; exits non-zero on any failure.
 
 The GPU machine has no compiler, so the bundles come from here:
     /usr/bin/python3 test/GPU/ep_dist_test.py --prepare   # here, with MLIR
@@ -68,8 +73,8 @@ from moe_mlir.testing.distributed import (MULTICAST_OFF, RankResults,
 disable_multicast()  # before torch is imported
 
 from moe_mlir import layers  # noqa: E402
-from moe_mlir.expert_parallel import (PHASES, RankBundles,  # noqa: E402
-                                      SymmetricExchange)
+from moe_mlir.expert_parallel import (FLAGS, PHASES,  # noqa: E402
+                                      RankBundles, SymmetricExchange)
 from moe_mlir.testing.presets import (REDUCED_PRESETS,  # noqa: E402
                                       check_reduced_presets)
 
@@ -133,8 +138,12 @@ class RankLayer:
                                           group, device,
                                           args.barrier_timeout_ms, rank=rank)
         self.bundles.bind(self.exchange.slices)
+        self.barrier = self.exchange.barrier if args.barrier else None
         self.weights, self.bias = full_weights(layer, generator, device)
         self.mine = rank_weights(layer, WORLD_SIZE, rank, self.weights)
+        #: The forwards run on the device (a capture runs none, a replay
+        #: one).
+        self.calls = 0
 
     def inputs(self, rank, skewed, generator):
         """This rank's inputs: every rank draws all ranks' in turn from the
@@ -150,9 +159,26 @@ class RankLayer:
                           device=self.device)
 
     def forward(self, routing, output):
+        if not torch.cuda.is_current_stream_capturing():
+            self.calls += 1
         self.bundles.forward(routing[0], routing[1], self.mine, output,
-                             self.exchange.mine, self.exchange.barrier,
+                             self.exchange.mine, self.barrier,
                              bias=routing[2] if len(routing) > 2 else None)
+
+    def check_completion(self, results, name):
+        """No wait of this rank gave up (blocking)."""
+        results.attempt(f"{name}: no wait gave up",
+                        lambda: (self.bundles.check_status() is None, ""))
+
+    def check_counters(self, results, name):
+        """Every rank signalled this rank once per call, in either
+        exchange."""
+        counters = {flags: self.exchange.mine[flags].unique().tolist()
+                    for flags in FLAGS}
+        results.check(f"{name}: this rank's flags count the {self.calls} "
+                      f"calls", all(values == [self.calls]
+                                    for values in counters.values()),
+                      f"{counters}")
 
 
 def check_graph(results, part, rank, generator, name):
@@ -172,6 +198,7 @@ def check_graph(results, part, rank, generator, name):
         held.copy_(new)
     output.fill_(float("nan"))
     graph.replay()
+    part.calls += 1
     torch.cuda.synchronize()
     replayed = output.clone()
     eager = part.output()
@@ -426,7 +453,10 @@ def run(args):
                               finite and error <= TOLERANCE,
                               f"max |error| / max |reference| = {error:.2e}"
                               + ("" if finite else ", not all finite"))
+                part.check_completion(results, f"{name} {routing}")
             check_graph(results, part, rank, generator, name)
+            part.check_completion(results, f"{name} CUDA graph")
+            part.check_counters(results, name)
             part.bundles.close()
             torch.distributed.barrier()
 
@@ -468,8 +498,12 @@ def main():
                         help="rank 0's is every rank's")
     parser.add_argument("--timeout-s", type=int, default=120,
                         help="how long a collective waits for a peer")
+    parser.add_argument("--barrier", action="store_true",
+                        help="put torch's symmetric-memory barrier between "
+                             "the phases too (by default their flags alone "
+                             "order them)")
     parser.add_argument("--barrier-timeout-ms", type=int, default=10000,
-                        help="how long a phase barrier waits for a peer")
+                        help="how long a barrier waits for a peer")
     parser.add_argument("--build", default="build-runtime",
                         help="the build directory of libmoe_reference.so")
     parser.add_argument("--only", default="",

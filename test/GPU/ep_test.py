@@ -21,9 +21,15 @@ experts and the shared one:
   that stale rows and counts are overwritten rather than summed.
 Then the world's 3W launches are captured in a CUDA graph and replayed on
 new inputs (the outputs poisoned before): the replay must equal an eager
-run on the same inputs bit for bit. Argument errors: a run before the
-exchange buffers are bound, a binding of the wrong number of slices, a
-run given another rank's slice (moe_mlir.Error, nothing launched).
+run on the same inputs bit for bit. The phases order themselves by their
+completion flags (zeroed once, never cleared): after a case's calls every
+counter of both flags must equal the number of calls that ran, and no
+rank's status may record a wait that gave up. Argument errors: a run
+before the exchange buffers are bound, a binding of the wrong number of
+slices, a run given another rank's slice (moe_mlir.Error, nothing
+launched); and a rank whose peers never dispatch: its experts phase must
+give up after about 10 s, its status naming the phase and a peer
+(RankBundles.check_status).
 
 Tolerance: max |error| / max |reference| <= 2e-2, as torch_test.py's; the
 reference rounds the intermediates to bf16 where the kernels do, and each
@@ -36,10 +42,11 @@ The GPU machine has no compiler, so the bundles come from here:
 """
 
 import sys
+import time
 
 from moe_mlir import Error, layers
-from moe_mlir.expert_parallel import (PHASES, RankBundles, allocate_exchange,
-                                     simulate_world)
+from moe_mlir.expert_parallel import (FLAGS, PHASES, RankBundles,
+                                      allocate_exchange, simulate_world)
 from moe_mlir.testing.presets import REDUCED_PRESETS, check_reduced_presets
 from moe_mlir.testing.results import module_test_main
 
@@ -91,6 +98,8 @@ class World:
         self.weights, self.bias = full_weights(layer, generator, "cuda")
         self.rank_weights = [rank_weights(layer, world, rank, self.weights)
                              for rank in range(world)]
+        #: The calls run on the device (a capture runs none, a replay one).
+        self.calls = 0
 
     def inputs(self, generator, skewed):
         return [rank_inputs(self.layer, self.tokens, skewed, self.bias,
@@ -102,8 +111,24 @@ class World:
                 for _ in range(self.world)]
 
     def run(self, inputs, outputs, buffers=None):
+        if not torch.cuda.is_current_stream_capturing():
+            self.calls += 1
         return simulate_world(self.ranks, inputs, self.rank_weights, outputs,
                               buffers=buffers)
+
+    def check_completion(self, results, name, buffers):
+        """Every rank signalled every rank once per call in either
+        exchange, and no wait gave up."""
+        torch.cuda.synchronize()
+        counters = {flags: torch.stack(buffers[flags]).unique().tolist()
+                    for flags in FLAGS}
+        statuses = [bundles.status.tolist() for bundles in self.ranks]
+        results.check(f"{name}: the flags count the {self.calls} calls, "
+                      f"no wait gave up",
+                      all(values == [self.calls]
+                          for values in counters.values())
+                      and all(status == [0, 0] for status in statuses),
+                      f"counters {counters}, statuses {statuses}")
 
     def check(self, results, reference, name, inputs, outputs):
         checked = [reference_error(reference, self.layer, inputs[rank],
@@ -140,6 +165,7 @@ def check_graph(results, world, generator, buffers, name):
     for output in outputs:
         output.fill_(float("nan"))
     graph.replay()
+    world.calls += 1
     torch.cuda.synchronize()
     replayed = [output.clone() for output in outputs]
     eager = world.outputs()
@@ -165,6 +191,23 @@ def check_errors(results, world):
     theirs = {name: tensors[1] for name, tensors in slices.items()}
     results.raises("a run given another rank's slice", Error,
                    lambda: fresh.run("dispatch", inputs[0], theirs))
+    # Rank 0 alone: its experts phase waits for its peers' dispatch, which
+    # never comes, and gives up, naming one of them.
+    started = time.monotonic()
+    fresh.run("dispatch", inputs[0], mine)
+    fresh.run("experts", world.rank_weights[0], mine)
+    try:
+        fresh.check_status()
+        message = "no error"
+    except Error as error:
+        message = str(error)
+    waited = time.monotonic() - started
+    named = [f"experts phase gave up waiting for rank {peer}'s dispatch"
+             for peer in range(1, world.world)]
+    results.check("an experts phase whose peers never dispatch gives up "
+                  "after about 10 s and names one",
+                  any(text in message for text in named)
+                  and 5 < waited < 120, f"after {waited:.1f} s: {message}")
     fresh.close()
 
 
@@ -194,6 +237,7 @@ def run(results, args):
                     world.check(results, reference, f"{name} {routing}",
                                 inputs, outputs)
                 check_graph(results, world, generator, buffers, name)
+                world.check_completion(results, name, buffers)
                 if not errors_checked:
                     check_errors(results, world)
                     errors_checked = True
