@@ -4,8 +4,8 @@
 experts (moe_mlir.expert_parallel: rank R holds experts [R*E/2,
 (R+1)*E/2) and the shared ones, and runs three bundles, dispatch, experts
 and combine, whose kernels store straight into the peer's exchange
-buffers in torch's symmetric memory over NVLink, a device-side barrier
-between the phases), at T tokens on each rank, against the same layer's
+buffers in torch's symmetric memory over NVLink, the phases ordered by
+their completion flags), at T tokens on each rank, against the same layer's
 peers in the same run on the same weights:
 
 - one GPU: the whole layer (FusedMoE) on a rank's T tokens;
@@ -59,11 +59,13 @@ the experts phase's last: each weighted output row stored into its
 token's rank's return buffer) and the local sum of the returned rows (the
 combine phase's moe_combine), each the median kernel time from
 torch.profiler over --profile-calls eager forwards, L2 flushed before each
-(moe_mlir.testing.timing.kernel_times_us); the barrier alone (a CUDA graph
-of the phase barrier, SymmetricExchange.barrier); "disp.+bar" the
-dispatch phase (router, dispatch) and its barrier as one CUDA-graph
-replay. "d+c kern." is dispatch + ep_combine kernels, "+2 bar." adds two
-barriers (the exchange as the layer runs it). The NVLink floor: the
+(moe_mlir.testing.timing.kernel_times_us), and the completion flags'
+kernels, both signals (moe_ep_signal) and both waits (moe_ep_wait) of a
+forward; "disp." the dispatch phase (router, dispatch, signal) as one
+CUDA-graph replay. "d+c kern." is dispatch + ep_combine kernels,
+"+flags" adds the signals and waits (the exchange as the layer runs it:
+the phases order themselves by their flags, no barrier between them).
+The NVLink floor: the
 routed rows a rank sends to its peer (its slots whose expert is the
 peer's, the slowest rank's count, "rows out"), each H bf16 values with
 its f32 weight and i32 slot id on the way out and H bf16 values on the
@@ -119,7 +121,8 @@ TARGET = {"device_name": layers.DEFAULT_DEVICE_NAME,
           "num_sms": layers.DEFAULT_NUM_SMS}
 # The exchange's kernels, by the prefix of their names in a bundle.
 KERNELS = {"dispatch": "moe_ep_dispatch", "ep_combine": "moe_ep_combine",
-           "sum": "moe_combine"}
+           "sum": "moe_combine", "signal": "moe_ep_signal",
+           "wait": "moe_ep_wait"}
 
 
 def prepare(cache_dir, presets, token_counts):
@@ -260,16 +263,14 @@ class ExpertParallelLayer:
         """The layer on ``routing`` (hidden states, logits, bias or None)
         into ``output``; returns it."""
         self.bundles.forward(routing[0], routing[1], self.weights, output,
-                             self.exchange.mine, self.exchange.barrier,
-                             bias=routing[2])
+                             self.exchange.mine, bias=routing[2])
         return output
 
     def dispatch(self, routing):
-        """The dispatch phase and its barrier alone."""
+        """The dispatch phase alone (router, dispatch, its signal)."""
         self.bundles.run("dispatch", [tensor for tensor in routing
                                       if tensor is not None],
                          self.exchange.mine)
-        self.exchange.barrier()
 
     def close(self):
         torch.cuda.synchronize()
@@ -370,8 +371,7 @@ def measure(layer, tokens, routing, peers, args, group, flush):
     ep_output = torch.empty_like(hidden)
     calls = {
         "EP=2": lambda: ep.forward(routing, ep_output),
-        "disp.+bar": lambda: ep.dispatch(routing),
-        "barrier": ep.exchange.barrier,
+        "disp.": lambda: ep.dispatch(routing),
         "one GPU": lambda: full(hidden, logits),
         "TP=2": lambda: tp(tp_hidden, tp_logits),
     }
@@ -448,20 +448,22 @@ def print_exchange_table(rows):
     """The exchange's table of one preset (rows: (T, times, kernels,
     floors) of bench_preset)."""
     print("exchange, µs, slowest rank: kernels from torch.profiler "
-          "(eager forwards), barrier and disp.+bar CUDA graphs; NVLink "
-          "floor = rows out x (2H+8 out, 2H back) bytes / peer bandwidth",
-          flush=True)
+          "(eager forwards; signal and wait: both of each), the dispatch "
+          "phase a CUDA graph; NVLink floor = rows out x (2H+8 out, 2H "
+          "back) bytes / peer bandwidth", flush=True)
     print(f"{'T':>6} {'dispatch':>9} {'ep_comb.':>9} {'sum':>7} "
-          f"{'barrier':>8} {'disp.+bar':>10} {'d+c kern.':>10} "
-          f"{'+2 bar.':>8} {'NVL floor':>10} {'d+c/fl.':>8} "
+          f"{'signals':>8} {'waits':>7} {'disp.':>7} {'d+c kern.':>10} "
+          f"{'+flags':>8} {'NVL floor':>10} {'d+c/fl.':>8} "
           f"{'% peer bw':>10} {'rows out':>9}", flush=True)
     for tokens, times, kernels, floors in rows:
         exchange = kernels["dispatch"] + kernels["ep_combine"]
+        flagged = exchange + kernels["signal"] + kernels["wait"]
         floor = floors["exchange"]
         print(f"{tokens:>6} {kernels['dispatch']:>9.1f} "
               f"{kernels['ep_combine']:>9.1f} {kernels['sum']:>7.1f} "
-              f"{times['barrier']:>8.1f} {times['disp.+bar']:>10.1f} "
-              f"{exchange:>10.1f} {exchange + 2 * times['barrier']:>8.1f} "
+              f"{kernels['signal']:>8.1f} {kernels['wait']:>7.1f} "
+              f"{times['disp.']:>7.1f} "
+              f"{exchange:>10.1f} {flagged:>8.1f} "
               f"{floor:>10.1f} "
               # No row left a rank (a token or two routed locally): no floor.
               + (f"{exchange / floor:>7.2f}x " if floor else f"{'-':>8} ")
@@ -475,9 +477,9 @@ def print_targets(rows):
         exchange = kernels["dispatch"] + kernels["ep_combine"]
         checks = []
         if tokens == 128:
-            checks += [f"d+c kern. {exchange:.1f} µs and with 2 barriers "
-                       f"{exchange + 2 * times['barrier']:.1f} µs "
-                       f"(<= 30 µs)"]
+            flagged = exchange + kernels["signal"] + kernels["wait"]
+            checks += [f"d+c kern. {exchange:.1f} µs and with the flags' "
+                       f"signals and waits {flagged:.1f} µs (<= 30 µs)"]
         if tokens == 4096:
             checks += [f"{100 * floors['exchange'] / exchange:.0f}% of the "
                        f"peer bandwidth (>= 70%)"]
@@ -513,7 +515,8 @@ def main():
     parser.add_argument("--timeout-s", type=int, default=300,
                         help="how long a collective waits for a peer")
     parser.add_argument("--barrier-timeout-ms", type=int, default=60000,
-                        help="how long a phase barrier waits for a peer")
+                        help="how long SymmetricExchange's barrier (when it "
+                             "zeroes the flags) waits for a peer")
     args = parser.parse_args()
     unknown = [name for name in args.presets if name not in PRESETS]
     if unknown:
