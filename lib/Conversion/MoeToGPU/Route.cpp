@@ -107,14 +107,17 @@ void emitScanKernel(PlanBuilder &plan, OpBuilder &builder, Location loc,
   unsigned sortedIdsArg = args.add(route.sortedIds);
   unsigned expertIdsArg = args.add(route.expertIds);
   unsigned numPaddedArg = args.add(route.numPadded);
-  gpu::GPUFuncOp kernel = plan.createKernel(
-      builder, loc, "moe_route_scan", args.get(),
-      {PlanBuilder::constant(1), PlanBuilder::constant(1),
-       PlanBuilder::constant(1)},
-      {kScanThreads, 1, 1}, {workgroupMemRef({kScanThreads}, i32)});
+  gpu::GPUFuncOp kernel =
+      plan.createKernel(builder, loc, "moe_route_scan", args.get(),
+                        {PlanBuilder::constant(1), PlanBuilder::constant(1),
+                         PlanBuilder::constant(1)},
+                        {kScanThreads, 1, 1},
+                        {workgroupMemRef({kScanThreads}, i32),
+                         workgroupMemRef({numExperts}, i32)});
   ImplicitLocOpBuilder b(loc, builder);
   WarpBuilder wb = makeWarpBuilder(b);
   Value scan = kernel.getWorkgroupAttributions()[0];
+  Value totals = kernel.getWorkgroupAttributions()[1];
   Value offsetsPerChunk = kernel.getArgument(chunkOffsetsArg);
   Value numTokens = wb.toIndex(tokenCount(kernel));
   Value routedSlots = arith::MulIOp::create(b, numTokens, wb.index(slots));
@@ -143,16 +146,31 @@ void emitScanKernel(PlanBuilder &plan, OpBuilder &builder, Location loc,
         expertBuffer = kernel.getArgument(expertIdsArg);
   wb.ifThen(isExpert, [&] {
     wb.store(offset, kernel.getArgument(expertOffsetsArg), expert);
+    wb.store(total, totals, expert);
     Value firstBlock = arith::DivUIOp::create(b, offset, blockRows);
     Value endBlock = arith::DivUIOp::create(
         b, arith::AddIOp::create(b, offset, padded), blockRows);
     wb.loop(wb.toIndex(firstBlock), wb.toIndex(endBlock), [&](Value block) {
       wb.store(wb.toI32(expert), expertBuffer, block);
     });
-    wb.loop(wb.toIndex(arith::AddIOp::create(b, offset, total)),
-            wb.toIndex(arith::AddIOp::create(b, offset, padded)),
-            [&](Value row) { wb.store(sentinel, sortedBuffer, row); });
   });
+  gpu::BarrierOp::create(b);
+  // Each expert's padding, the rest of its last block, by all threads: a
+  // thread per expert would store up to block_m - 1 rows one after another.
+  strided(
+      wb, tid, wb.index(numExperts * blockM), kScanThreads, [&](Value item) {
+        Value e = arith::DivUIOp::create(b, item, wb.index(blockM));
+        Value j = wb.toI32(arith::RemUIOp::create(b, item, wb.index(blockM)));
+        Value rows = wb.load(totals, e);
+        Value row = arith::AddIOp::create(b, rows, j);
+        Value end = arith::MulIOp::create(
+            b, arith::CeilDivUIOp::create(b, rows, blockRows), blockRows);
+        wb.ifThen(wb.cmpi(arith::CmpIPredicate::ult, row, end), [&] {
+          Value start = arith::SubIOp::create(b, wb.load(scan, e), end);
+          wb.store(sentinel, sortedBuffer,
+                   wb.toIndex(arith::AddIOp::create(b, start, row)));
+        });
+      });
   wb.ifThen(wb.cmpi(arith::CmpIPredicate::eq, tid, wb.index(0)), [&] {
     wb.store(totalPadded, kernel.getArgument(numPaddedArg), {});
   });

@@ -129,9 +129,15 @@ func.func @layer_dispatch(%arg0: tensor<4x64xbf16>, %arg1: tensor<4x8xf32>,
 // CHECK: arith.minsi %{{.*}}, %c4_i32
 // CHECK: %[[BLOCKS:.*]] = arith.ceildivui %{{.*}}, %c16_i32
 // CHECK: %[[PADDED_ROWS:.*]] = arith.muli %[[BLOCKS]], %c16_i32
-// The inclusive scan: ends[e] is where expert e's blocks end.
-// CHECK: memref.store %[[PADDED_ROWS]], %[[ENDS]][%[[TID]]]
+// The inclusive scan (shuffles within each warp, then over the warps'
+// totals): ends[e] is where expert e's blocks end.
+// CHECK: gpu.shuffle up %[[PADDED_ROWS]], %c1_i32, %c32_i32 : i32
 // CHECK: gpu.barrier
+// CHECK: gpu.barrier
+// CHECK: %[[SUM:.*]] = arith.addi
+// CHECK-NEXT: gpu.barrier
+// CHECK-NEXT: memref.store %[[SUM]], %[[ENDS]][%[[TID]]]
+// CHECK-NEXT: gpu.barrier
 // CHECK: %[[TOTAL:.*]] = memref.load %[[ENDS]][%c1023]
 // CHECK: scf.if
 // CHECK-NEXT: memref.store %[[TOTAL]], %[[PADDED]][]

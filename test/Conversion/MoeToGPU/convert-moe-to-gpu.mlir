@@ -54,10 +54,17 @@
 // CHECK: memref.atomic_rmw addi %{{.*}}, %[[COUNTS]]
 // CHECK: gpu.barrier
 
+// One block scans (shuffles within each warp, then over the warps' totals)
+// and keeps each expert's rows, whose padding all threads then fill.
 // CHECK: gpu.func @moe_route_scan_2(
-// CHECK-SAME: workgroup(%{{.*}} : memref<1024xi32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}) kernel
+// CHECK-SAME: workgroup(%{{.*}} : memref<1024xi32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}, %[[TOTALS:.*]] : memref<257xi32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}) kernel
 // CHECK-SAME: grid = ["1", "1", "1"]
 // CHECK-SAME: args = ["route_block_offsets", "route_expert_offsets", "result2", "result3", "result4", i32 "T"]
+// CHECK: gpu.shuffle up
+// CHECK: memref.store %{{.*}}, %[[TOTALS]]
+// CHECK: gpu.barrier
+// CHECK: scf.for %{{.*}} = %{{.*}} to %c16448 step %c1024
+// CHECK: memref.load %[[TOTALS]]
 
 // CHECK: gpu.func @moe_route_place_3(
 // CHECK-SAME: workgroup(%{{.*}} : memref<16x257xi32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}) kernel
