@@ -308,20 +308,17 @@ class SymmetricExchange:
             dtype = dtypes[dtype]
             size = torch.Size(shape).numel() * torch.empty(
                 (), dtype=dtype).element_size()
-            layout[name] = (total, dtype, shape)
+            layout[name] = (total, size, dtype, shape)
             total += -(-size // self.ALIGNMENT) * self.ALIGNMENT
         self.storage = symm_mem.empty(total, dtype=torch.uint8, device=device)
         self.handle = symm_mem.rendezvous(self.storage, group.group_name)
         self.timeout_ms = timeout_ms
         pointers = self.handle.buffer_ptrs
         self.slices = {name: [pointer + offset for pointer in pointers]
-                       for name, (offset, _, _) in layout.items()}
-        self.mine = {}
-        for name, (offset, dtype, shape) in layout.items():
-            size = torch.Size(shape).numel() * torch.empty(
-                (), dtype=dtype).element_size()
-            self.mine[name] = self.storage[offset:offset + size].view(
-                dtype).view(shape)
+                       for name, (offset, _, _, _) in layout.items()}
+        self.mine = {name: self.storage[offset:offset + size].view(dtype)
+                     .view(shape)
+                     for name, (offset, size, dtype, shape) in layout.items()}
         with torch.cuda.device(device):
             for name in FLAGS:
                 if name in self.mine:
