@@ -59,6 +59,94 @@ std::tuple<Value, Value, Value> loadSlot(WarpBuilder &wb,
   return {slot, wb.select(valid, expert, wb.i32(-1)), valid};
 }
 
+/// The shared state of a block that has scanned the experts' padded row
+/// counts: `scan[e]` ends expert e's padded rows, `totals[e]` (written
+/// here) holds its rows; thread `tid` < E is expert `expert` with `rows`
+/// rows, `padded` of them padded.
+struct ScannedExperts {
+  Value scan, totals, tid, expert, isExpert, rows, padded;
+};
+
+/// The routing results.
+struct RouteOutputs {
+  Value sortedIds, expertIds, numPadded;
+};
+
+/// Of a block of `threads` threads that scanned the experts' padded counts:
+/// each expert's block ids (its thread), its padding rows (all threads: a
+/// thread per expert would store up to block_m - 1 rows one after
+/// another), the padded count, and past it sentinels and -1 up to the
+/// capacity.
+void emitBlocksAndPadding(WarpBuilder &wb, const RoutePlan &route,
+                          int64_t threads, Value routedSlots,
+                          const ScannedExperts &experts,
+                          const RouteOutputs &out) {
+  ImplicitLocOpBuilder &b = wb.b;
+  int64_t numExperts = route.numExperts, blockM = route.blockM;
+  Value sentinel = wb.toI32(routedSlots);
+  Value blockRows = wb.i32(blockM);
+  Value totalPadded = wb.load(experts.scan, wb.index(threads - 1));
+  wb.ifThen(experts.isExpert, [&] {
+    Value offset = arith::SubIOp::create(b, wb.load(experts.scan, experts.tid),
+                                         experts.padded);
+    wb.store(experts.rows, experts.totals, experts.expert);
+    Value firstBlock = arith::DivUIOp::create(b, offset, blockRows);
+    Value endBlock = arith::DivUIOp::create(
+        b, arith::AddIOp::create(b, offset, experts.padded), blockRows);
+    wb.loop(wb.toIndex(firstBlock), wb.toIndex(endBlock), [&](Value block) {
+      wb.store(wb.toI32(experts.expert), out.expertIds, block);
+    });
+  });
+  gpu::BarrierOp::create(b);
+  strided(
+      wb, experts.tid, wb.index(numExperts * blockM), threads, [&](Value item) {
+        Value e = arith::DivUIOp::create(b, item, wb.index(blockM));
+        Value j = wb.toI32(arith::RemUIOp::create(b, item, wb.index(blockM)));
+        Value rows = wb.load(experts.totals, e);
+        Value row = arith::AddIOp::create(b, rows, j);
+        Value end = arith::MulIOp::create(
+            b, arith::CeilDivUIOp::create(b, rows, blockRows), blockRows);
+        wb.ifThen(wb.cmpi(arith::CmpIPredicate::ult, row, end), [&] {
+          Value start = arith::SubIOp::create(b, wb.load(experts.scan, e), end);
+          wb.store(sentinel, out.sortedIds,
+                   wb.toIndex(arith::AddIOp::create(b, start, row)));
+        });
+      });
+  wb.ifThen(wb.cmpi(arith::CmpIPredicate::eq, experts.tid, wb.index(0)),
+            [&] { wb.store(totalPadded, out.numPadded, {}); });
+  Value rowCapacity = arith::AddIOp::create(
+      b, routedSlots, wb.index(numExperts * (blockM - 1)));
+  strided(wb, arith::AddIOp::create(b, wb.toIndex(totalPadded), experts.tid),
+          rowCapacity, threads,
+          [&](Value row) { wb.store(sentinel, out.sortedIds, row); });
+  strided(wb,
+          arith::AddIOp::create(
+              b, wb.toIndex(arith::DivUIOp::create(b, totalPadded, blockRows)),
+              experts.tid),
+          arith::CeilDivUIOp::create(b, rowCapacity, wb.index(blockM)), threads,
+          [&](Value block) { wb.store(wb.i32(-1), out.expertIds, block); });
+}
+
+/// The rank of the thread's slot among the earlier lanes of its warp routed
+/// to its expert (match.any); the lowest such lane stores the warp's count
+/// of that expert at `warpCounts[warp, expert]`.
+Value emitWarpRank(WarpBuilder &wb, Value expert, Value valid, Value warp,
+                   Value warpCounts) {
+  ImplicitLocOpBuilder &b = wb.b;
+  Type i32 = b.getI32Type();
+  Value same = NVVM::MatchSyncOp::create(
+      b, i32, wb.i32(-1), expert,
+      NVVM::MatchSyncKindAttr::get(b.getContext(), NVVM::MatchSyncKind::any));
+  Value below =
+      arith::AndIOp::create(b, same, NVVM::LaneMaskLtOp::create(b, i32));
+  Value leader = wb.cmpi(arith::CmpIPredicate::eq, below, wb.i32(0));
+  wb.ifThen(arith::AndIOp::create(b, valid, leader), [&] {
+    wb.store(LLVM::CtPopOp::create(b, same), warpCounts,
+             {warp, wb.toIndex(expert)});
+  });
+  return LLVM::CtPopOp::create(b, below);
+}
+
 /// 1. Per-chunk histograms of the slots' experts.
 void emitCountKernel(PlanBuilder &plan, OpBuilder &builder, Location loc,
                      const RoutePlan &route) {
@@ -121,7 +209,6 @@ void emitScanKernel(PlanBuilder &plan, OpBuilder &builder, Location loc,
   Value offsetsPerChunk = kernel.getArgument(chunkOffsetsArg);
   Value numTokens = wb.toIndex(tokenCount(kernel));
   Value routedSlots = arith::MulIOp::create(b, numTokens, wb.index(slots));
-  Value sentinel = wb.toI32(routedSlots);
   Value numChunks =
       arith::CeilDivUIOp::create(b, routedSlots, wb.index(kRouteThreads));
   Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
@@ -141,51 +228,14 @@ void emitScanKernel(PlanBuilder &plan, OpBuilder &builder, Location loc,
       b, arith::CeilDivUIOp::create(b, total, blockRows), blockRows);
   Value offset = arith::SubIOp::create(
       b, blockInclusiveSum(wb, scan, tid, padded, kScanThreads), padded);
-  Value totalPadded = wb.load(scan, wb.index(kScanThreads - 1));
-  Value sortedBuffer = kernel.getArgument(sortedIdsArg),
-        expertBuffer = kernel.getArgument(expertIdsArg);
   wb.ifThen(isExpert, [&] {
     wb.store(offset, kernel.getArgument(expertOffsetsArg), expert);
-    wb.store(total, totals, expert);
-    Value firstBlock = arith::DivUIOp::create(b, offset, blockRows);
-    Value endBlock = arith::DivUIOp::create(
-        b, arith::AddIOp::create(b, offset, padded), blockRows);
-    wb.loop(wb.toIndex(firstBlock), wb.toIndex(endBlock), [&](Value block) {
-      wb.store(wb.toI32(expert), expertBuffer, block);
-    });
   });
-  gpu::BarrierOp::create(b);
-  // Each expert's padding, the rest of its last block, by all threads: a
-  // thread per expert would store up to block_m - 1 rows one after another.
-  strided(
-      wb, tid, wb.index(numExperts * blockM), kScanThreads, [&](Value item) {
-        Value e = arith::DivUIOp::create(b, item, wb.index(blockM));
-        Value j = wb.toI32(arith::RemUIOp::create(b, item, wb.index(blockM)));
-        Value rows = wb.load(totals, e);
-        Value row = arith::AddIOp::create(b, rows, j);
-        Value end = arith::MulIOp::create(
-            b, arith::CeilDivUIOp::create(b, rows, blockRows), blockRows);
-        wb.ifThen(wb.cmpi(arith::CmpIPredicate::ult, row, end), [&] {
-          Value start = arith::SubIOp::create(b, wb.load(scan, e), end);
-          wb.store(sentinel, sortedBuffer,
-                   wb.toIndex(arith::AddIOp::create(b, start, row)));
-        });
-      });
-  wb.ifThen(wb.cmpi(arith::CmpIPredicate::eq, tid, wb.index(0)), [&] {
-    wb.store(totalPadded, kernel.getArgument(numPaddedArg), {});
-  });
-  Value rowCapacity = arith::AddIOp::create(
-      b, routedSlots, wb.index(numExperts * (blockM - 1)));
-  strided(wb, arith::AddIOp::create(b, wb.toIndex(totalPadded), tid),
-          rowCapacity, kScanThreads,
-          [&](Value row) { wb.store(sentinel, sortedBuffer, row); });
-  strided(wb,
-          arith::AddIOp::create(
-              b, wb.toIndex(arith::DivUIOp::create(b, totalPadded, blockRows)),
-              tid),
-          arith::CeilDivUIOp::create(b, rowCapacity, wb.index(blockM)),
-          kScanThreads,
-          [&](Value block) { wb.store(wb.i32(-1), expertBuffer, block); });
+  emitBlocksAndPadding(wb, route, kScanThreads, routedSlots,
+                       {scan, totals, tid, expert, isExpert, total, padded},
+                       {kernel.getArgument(sortedIdsArg),
+                        kernel.getArgument(expertIdsArg),
+                        kernel.getArgument(numPaddedArg)});
 }
 
 /// 3. Stable placement: rank within the warp by match.any, across warps
@@ -220,17 +270,7 @@ void emitPlaceKernel(PlanBuilder &plan, OpBuilder &builder, Location loc,
   Value slot, expert, valid;
   std::tie(slot, expert, valid) =
       loadSlot(wb, route, kernel.getArgument(idsArg), numTokens);
-  Value same = NVVM::MatchSyncOp::create(
-      b, i32, wb.i32(-1), expert,
-      NVVM::MatchSyncKindAttr::get(b.getContext(), NVVM::MatchSyncKind::any));
-  Value below =
-      arith::AndIOp::create(b, same, NVVM::LaneMaskLtOp::create(b, i32));
-  Value rank = LLVM::CtPopOp::create(b, below);
-  Value leader = wb.cmpi(arith::CmpIPredicate::eq, below, wb.i32(0));
-  wb.ifThen(arith::AndIOp::create(b, valid, leader), [&] {
-    wb.store(LLVM::CtPopOp::create(b, same), warpCounts,
-             {warp, wb.toIndex(expert)});
-  });
+  Value rank = emitWarpRank(wb, expert, valid, warp, warpCounts);
   gpu::BarrierOp::create(b);
   strided(wb, tid, wb.index(numExperts), kRouteThreads, [&](Value e) {
     Value start = arith::AddIOp::create(
