@@ -19,8 +19,11 @@ namespace detail {
 /// moe.gate: one warp per token scores, selects and weighs its experts.
 LogicalResult emitGate(PlanBuilder &plan, OpBuilder &builder, GateOp op);
 
-/// moe.route: a counting sort of the slots by expert on the device.
-LogicalResult emitRoute(PlanBuilder &plan, OpBuilder &builder, RouteOp op);
+/// moe.route: a counting sort of the slots by expert on the device, in one
+/// block when `choiceTokens`' slots fit one chunk (decode), else in three
+/// kernels.
+LogicalResult emitRoute(PlanBuilder &plan, OpBuilder &builder, RouteOp op,
+                        int64_t choiceTokens);
 
 /// moe.combine: each token's slot rows summed.
 void emitCombine(PlanBuilder &plan, OpBuilder &builder, CombineOp op);

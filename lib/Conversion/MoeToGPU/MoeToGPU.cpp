@@ -193,7 +193,7 @@ struct ConvertMoeToGPUPass
                 return emitGate(plan, builder, gate);
               })
               .Case([&](RouteOp route) -> LogicalResult {
-                return emitRoute(plan, builder, route);
+                return emitRoute(plan, builder, route, choiceTokens);
               })
               .Case([&](CombineOp combine) -> LogicalResult {
                 emitCombine(plan, builder, combine);

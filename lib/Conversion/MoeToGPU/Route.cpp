@@ -33,20 +33,21 @@ void strided(LoopBuilder &lb, Value start, Value end, int64_t step,
 struct RoutePlan {
   int64_t numExperts, blockM, slots;
   SizeExpr chunks;
-  unsigned ids, sortedIds, expertIds, numPadded, blockOffsets, expertOffsets;
+  unsigned ids, sortedIds, expertIds, numPadded;
+  /// The three-kernel route's scratch buffers (not the single block's).
+  unsigned blockOffsets, expertOffsets;
 };
 
-/// Slot `slot` of the thread in its chunk, its expert, and whether that is
-/// in range (else the expert reads as -1).
+/// The thread's slot of chunk `chunk` (kRouteThreads slots), its expert,
+/// and whether that is in range (else the expert reads as -1).
 std::tuple<Value, Value, Value> loadSlot(WarpBuilder &wb,
                                          const RoutePlan &route,
-                                         Value idsBuffer, Value numTokens) {
+                                         Value idsBuffer, Value numTokens,
+                                         Value chunk) {
   ImplicitLocOpBuilder &b = wb.b;
   int64_t slots = route.slots, numExperts = route.numExperts;
   Value slot = arith::AddIOp::create(
-      b,
-      arith::MulIOp::create(b, gpu::BlockIdOp::create(b, gpu::Dimension::x),
-                            wb.index(kRouteThreads)),
+      b, arith::MulIOp::create(b, chunk, wb.index(kRouteThreads)),
       gpu::ThreadIdOp::create(b, gpu::Dimension::x));
   Value inRange = wb.cmpi(arith::CmpIPredicate::ult, slot,
                           arith::MulIOp::create(b, numTokens, wb.index(slots)));
@@ -169,7 +170,8 @@ void emitCountKernel(PlanBuilder &plan, OpBuilder &builder, Location loc,
   gpu::BarrierOp::create(b);
   Value slot, expert, valid;
   std::tie(slot, expert, valid) =
-      loadSlot(wb, route, kernel.getArgument(idsArg), numTokens);
+      loadSlot(wb, route, kernel.getArgument(idsArg), numTokens,
+               gpu::BlockIdOp::create(b, gpu::Dimension::x));
   wb.ifThen(valid, [&] {
     memref::AtomicRMWOp::create(b, arith::AtomicRMWKind::addi, wb.i32(1),
                                 counts, ValueRange{wb.toIndex(expert)});
@@ -269,7 +271,8 @@ void emitPlaceKernel(PlanBuilder &plan, OpBuilder &builder, Location loc,
   gpu::BarrierOp::create(b);
   Value slot, expert, valid;
   std::tie(slot, expert, valid) =
-      loadSlot(wb, route, kernel.getArgument(idsArg), numTokens);
+      loadSlot(wb, route, kernel.getArgument(idsArg), numTokens,
+               gpu::BlockIdOp::create(b, gpu::Dimension::x));
   Value rank = emitWarpRank(wb, expert, valid, warp, warpCounts);
   gpu::BarrierOp::create(b);
   strided(wb, tid, wb.index(numExperts), kRouteThreads, [&](Value e) {
@@ -291,10 +294,110 @@ void emitPlaceKernel(PlanBuilder &plan, OpBuilder &builder, Location loc,
   });
 }
 
+/// The whole route in one block of kRouteThreads threads, where the three
+/// kernels above take three launches: the experts' counts by shared
+/// atomics, the padded scan, then the chunks of slots placed in order
+/// through per-warp counts. Right for any T (the chunks loop), chosen for
+/// the token counts whose slots one chunk holds (decode). E <= kRouteThreads.
+void emitSingleBlockRoute(PlanBuilder &plan, OpBuilder &builder, Location loc,
+                          const RoutePlan &route) {
+  int64_t numExperts = route.numExperts, blockM = route.blockM;
+  Type i32 = builder.getI32Type();
+  KernelArgList args;
+  unsigned idsArg = args.add(route.ids);
+  unsigned sortedIdsArg = args.add(route.sortedIds);
+  unsigned expertIdsArg = args.add(route.expertIds);
+  unsigned numPaddedArg = args.add(route.numPadded);
+  gpu::GPUFuncOp kernel = plan.createKernel(
+      builder, loc, "moe_route_block", args.get(),
+      {PlanBuilder::constant(1), PlanBuilder::constant(1),
+       PlanBuilder::constant(1)},
+      {kRouteThreads, 1, 1},
+      {workgroupMemRef({kRouteThreads}, i32),
+       workgroupMemRef({numExperts}, i32), workgroupMemRef({numExperts}, i32),
+       workgroupMemRef({kRouteWarps, numExperts}, i32)});
+  ImplicitLocOpBuilder b(loc, builder);
+  WarpBuilder wb = makeWarpBuilder(b);
+  ValueRange shared = kernel.getWorkgroupAttributions();
+  // bases: each expert's rows, then where its next slot goes.
+  Value scan = shared[0], totals = shared[1], bases = shared[2],
+        warpCounts = shared[3];
+  Value ids = kernel.getArgument(idsArg);
+  Value numTokens = wb.toIndex(tokenCount(kernel));
+  Value routedSlots =
+      arith::MulIOp::create(b, numTokens, wb.index(route.slots));
+  Value numChunks =
+      arith::CeilDivUIOp::create(b, routedSlots, wb.index(kRouteThreads));
+  Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
+  Value warp = arith::DivUIOp::create(b, tid, wb.index(kWarpSize));
+  strided(wb, tid, wb.index(numExperts), kRouteThreads,
+          [&](Value e) { wb.store(wb.i32(0), bases, e); });
+  gpu::BarrierOp::create(b);
+  wb.loop(wb.index(0), numChunks, [&](Value chunk) {
+    Value slot, expert, valid;
+    std::tie(slot, expert, valid) = loadSlot(wb, route, ids, numTokens, chunk);
+    wb.ifThen(valid, [&] {
+      memref::AtomicRMWOp::create(b, arith::AtomicRMWKind::addi, wb.i32(1),
+                                  bases, ValueRange{wb.toIndex(expert)});
+    });
+  });
+  gpu::BarrierOp::create(b);
+  Value isExpert =
+      wb.cmpi(arith::CmpIPredicate::ult, tid, wb.index(numExperts));
+  Value expert = wb.select(isExpert, tid, wb.index(0));
+  Value rows = wb.select(isExpert, wb.load(bases, expert), wb.i32(0));
+  Value blockRows = wb.i32(blockM);
+  Value padded = arith::MulIOp::create(
+      b, arith::CeilDivUIOp::create(b, rows, blockRows), blockRows);
+  Value end = blockInclusiveSum(wb, scan, tid, padded, kRouteThreads);
+  emitBlocksAndPadding(wb, route, kRouteThreads, routedSlots,
+                       {scan, totals, tid, expert, isExpert, rows, padded},
+                       {kernel.getArgument(sortedIdsArg),
+                        kernel.getArgument(expertIdsArg),
+                        kernel.getArgument(numPaddedArg)});
+  wb.ifThen(isExpert, [&] {
+    wb.store(arith::SubIOp::create(b, end, padded), bases, expert);
+  });
+  gpu::BarrierOp::create(b);
+  wb.loop(wb.index(0), numChunks, [&](Value chunk) {
+    strided(wb, tid, wb.index(kRouteWarps * numExperts), kRouteThreads,
+            [&](Value i) {
+              wb.store(wb.i32(0), warpCounts,
+                       {arith::DivUIOp::create(b, i, wb.index(numExperts)),
+                        arith::RemUIOp::create(b, i, wb.index(numExperts))});
+            });
+    gpu::BarrierOp::create(b);
+    Value slot, slotExpert, valid;
+    std::tie(slot, slotExpert, valid) =
+        loadSlot(wb, route, ids, numTokens, chunk);
+    Value rank = emitWarpRank(wb, slotExpert, valid, warp, warpCounts);
+    gpu::BarrierOp::create(b);
+    strided(wb, tid, wb.index(numExperts), kRouteThreads, [&](Value e) {
+      Value next =
+          wb.loop(wb.index(0), wb.index(kRouteWarps), {wb.load(bases, e)},
+                  [&](Value w, ValueRange carried) -> SmallVector<Value> {
+                    Value count = wb.load(warpCounts, {w, e});
+                    wb.store(carried[0], warpCounts, {w, e});
+                    return {arith::AddIOp::create(b, carried[0], count)};
+                  })[0];
+      wb.store(next, bases, e);
+    });
+    gpu::BarrierOp::create(b);
+    wb.ifThen(valid, [&] {
+      Value row = arith::AddIOp::create(
+          b, wb.load(warpCounts, {warp, wb.toIndex(slotExpert)}), rank);
+      wb.store(wb.toI32(slot), kernel.getArgument(sortedIdsArg),
+               wb.toIndex(row));
+    });
+    gpu::BarrierOp::create(b);
+  });
+}
+
 } // namespace
 
 LogicalResult mlir::moe::detail::emitRoute(PlanBuilder &plan,
-                                           OpBuilder &builder, RouteOp op) {
+                                           OpBuilder &builder, RouteOp op,
+                                           int64_t choiceTokens) {
   OpBuilder::InsertionGuard guard(builder);
   int64_t numExperts = op.getNumExperts(), blockM = op.getBlockM();
   int64_t slots = cast<RankedTensorType>(op.getIds().getType()).getDimSize(1);
@@ -304,7 +407,6 @@ LogicalResult mlir::moe::detail::emitRoute(PlanBuilder &plan,
   Type i32 = builder.getI32Type();
   SizeExpr capacity = plan.affine(slots, numExperts * (blockM - 1));
   SizeExpr chunks = PlanBuilder::ceilDiv(plan.affine(slots, 0), kRouteThreads);
-  SizeExpr experts = PlanBuilder::constant(numExperts);
   RoutePlan route{
       numExperts,
       blockM,
@@ -315,8 +417,17 @@ LogicalResult mlir::moe::detail::emitRoute(PlanBuilder &plan,
       plan.define(op.getExpertIds(), "route_expert_ids",
                   {PlanBuilder::ceilDiv(capacity, blockM)}),
       plan.define(op.getNumPadded(), "route_num_padded", {}),
-      plan.scratch("route_block_offsets", i32, {chunks, experts}),
-      plan.scratch("route_expert_offsets", i32, {experts})};
+      /*blockOffsets=*/0,
+      /*expertOffsets=*/0};
+  // Slots that one chunk holds: one launch instead of three.
+  if (choiceTokens * slots <= kRouteThreads && numExperts <= kRouteThreads) {
+    emitSingleBlockRoute(plan, builder, op.getLoc(), route);
+    return success();
+  }
+  SizeExpr experts = PlanBuilder::constant(numExperts);
+  route.blockOffsets =
+      plan.scratch("route_block_offsets", i32, {chunks, experts});
+  route.expertOffsets = plan.scratch("route_expert_offsets", i32, {experts});
   emitCountKernel(plan, builder, op.getLoc(), route);
   emitScanKernel(plan, builder, op.getLoc(), route);
   emitPlaceKernel(plan, builder, op.getLoc(), route);

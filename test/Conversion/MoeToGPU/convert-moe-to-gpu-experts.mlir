@@ -8,7 +8,7 @@
 // row may hold NaN).
 // RUN: moe-opt %s --moe-tma --convert-moe-to-gpu="tokens-max=128" | FileCheck %s
 
-// CHECK-LABEL: gpu.func @moe_grouped_matmul_reduce_4(
+// CHECK-LABEL: gpu.func @moe_grouped_matmul_reduce_2(
 // CHECK-SAME: %[[PARTIALS:[a-z0-9]+]]: memref<2x256x256xf32>, %[[SLOT_ROWS:[a-z0-9]+]]: memref<256xi32>, %[[SORTED:[a-z0-9]+]]: memref<508xi32>, %[[PADDED:[a-z0-9]+]]: memref<i32>, %[[OUT:[a-z0-9]+]]: memref<508x128xbf16>, %{{.*}}: i32)
 // CHECK: %[[SLOT:.*]] = arith.divui
 // CHECK: scf.if
@@ -25,14 +25,14 @@
 // CHECK: scf.if %[[ROUTED]]
 // CHECK: memref.store %{{.*}}, %[[OUT]][%[[ROW]], %{{.*}}]
 
-// CHECK-LABEL: gpu.func @moe_grouped_matmul_reduce_6(
+// CHECK-LABEL: gpu.func @moe_grouped_matmul_reduce_4(
 // CHECK-SAME: %{{.*}}: memref<2x256x128xf32>, %{{.*}}: memref<256xi32>, %{{.*}}: memref<508xi32>, %{{.*}}: memref<i32>, %{{.*}}: memref<128x2xf32>, %[[SLOT_OUT:[a-z0-9]+]]: memref<128x2x128xbf16>, %{{.*}}: i32)
 // CHECK: arith.cmpi eq
 // CHECK: %[[ROUTED2:.*]] = arith.andi
 // CHECK: scf.if %[[ROUTED2]]
 // CHECK: memref.store %{{.*}}, %[[SLOT_OUT]]
 
-// CHECK-LABEL: gpu.func @moe_combine_7(
+// CHECK-LABEL: gpu.func @moe_combine_5(
 // CHECK-SAME: %[[ROWS:[a-z0-9]+]]: memref<128x2x128xbf16>, %[[IDS:[a-z0-9]+]]: memref<128x2xi32>, %{{.*}}: memref<128x128xbf16>, %{{.*}}: i32)
 // CHECK: scf.for %[[S:.*]] = %{{.*}} iter_args(%[[ACC:.*]] = %{{.*}}) -> (vector<8xf32>)
 // CHECK: vector.load %[[ROWS]]
