@@ -240,6 +240,46 @@ void emitScanKernel(PlanBuilder &plan, OpBuilder &builder, Location loc,
                         kernel.getArgument(numPaddedArg)});
 }
 
+/// Places the slots of chunk `chunk` of a block of kRouteThreads threads in
+/// order into `sortedIds`: each slot ranked within its warp, each expert's
+/// warps in turn from `start(e)` (in `warpCounts`, [kRouteWarps, E] shared),
+/// `finish(e, end)` told where expert e's slots of the chunk end.
+void emitPlaceChunk(WarpBuilder &wb, const RoutePlan &route, Value ids,
+                    Value numTokens, Value chunk, Value warpCounts,
+                    Value sortedIds, function_ref<Value(Value)> start,
+                    function_ref<void(Value, Value)> finish) {
+  ImplicitLocOpBuilder &b = wb.b;
+  int64_t numExperts = route.numExperts;
+  Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
+  Value warp = arith::DivUIOp::create(b, tid, wb.index(kWarpSize));
+  strided(wb, tid, wb.index(kRouteWarps * numExperts), kRouteThreads,
+          [&](Value i) {
+            wb.store(wb.i32(0), warpCounts,
+                     {arith::DivUIOp::create(b, i, wb.index(numExperts)),
+                      arith::RemUIOp::create(b, i, wb.index(numExperts))});
+          });
+  gpu::BarrierOp::create(b);
+  Value slot, expert, valid;
+  std::tie(slot, expert, valid) = loadSlot(wb, route, ids, numTokens, chunk);
+  Value rank = emitWarpRank(wb, expert, valid, warp, warpCounts);
+  gpu::BarrierOp::create(b);
+  strided(wb, tid, wb.index(numExperts), kRouteThreads, [&](Value e) {
+    Value end = wb.loop(wb.index(0), wb.index(kRouteWarps), {start(e)},
+                        [&](Value w, ValueRange carried) -> SmallVector<Value> {
+                          Value count = wb.load(warpCounts, {w, e});
+                          wb.store(carried[0], warpCounts, {w, e});
+                          return {arith::AddIOp::create(b, carried[0], count)};
+                        })[0];
+    finish(e, end);
+  });
+  gpu::BarrierOp::create(b);
+  wb.ifThen(valid, [&] {
+    Value row = arith::AddIOp::create(
+        b, wb.load(warpCounts, {warp, wb.toIndex(expert)}), rank);
+    wb.store(wb.toI32(slot), sortedIds, wb.toIndex(row));
+  });
+}
+
 /// 3. Stable placement: rank within the warp by match.any, across warps
 /// through shared per-warp counts, across chunks by the scanned offsets.
 void emitPlaceKernel(PlanBuilder &plan, OpBuilder &builder, Location loc,
@@ -257,41 +297,17 @@ void emitPlaceKernel(PlanBuilder &plan, OpBuilder &builder, Location loc,
       {kRouteThreads, 1, 1}, {workgroupMemRef({kRouteWarps, numExperts}, i32)});
   ImplicitLocOpBuilder b(loc, builder);
   WarpBuilder wb = makeWarpBuilder(b);
-  Value warpCounts = kernel.getWorkgroupAttributions()[0];
-  Value numTokens = wb.toIndex(tokenCount(kernel));
-  Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
-  Value warp = arith::DivUIOp::create(b, tid, wb.index(kWarpSize));
   Value chunk = gpu::BlockIdOp::create(b, gpu::Dimension::x);
-  strided(wb, tid, wb.index(kRouteWarps * numExperts), kRouteThreads,
-          [&](Value i) {
-            wb.store(wb.i32(0), warpCounts,
-                     {arith::DivUIOp::create(b, i, wb.index(numExperts)),
-                      arith::RemUIOp::create(b, i, wb.index(numExperts))});
-          });
-  gpu::BarrierOp::create(b);
-  Value slot, expert, valid;
-  std::tie(slot, expert, valid) =
-      loadSlot(wb, route, kernel.getArgument(idsArg), numTokens,
-               gpu::BlockIdOp::create(b, gpu::Dimension::x));
-  Value rank = emitWarpRank(wb, expert, valid, warp, warpCounts);
-  gpu::BarrierOp::create(b);
-  strided(wb, tid, wb.index(numExperts), kRouteThreads, [&](Value e) {
-    Value start = arith::AddIOp::create(
-        b, wb.load(kernel.getArgument(expertOffsetsArg), e),
-        wb.load(kernel.getArgument(chunkOffsetsArg), {chunk, e}));
-    wb.loop(wb.index(0), wb.index(kRouteWarps), {start},
-            [&](Value w, ValueRange carried) -> SmallVector<Value> {
-              Value count = wb.load(warpCounts, {w, e});
-              wb.store(carried[0], warpCounts, {w, e});
-              return {arith::AddIOp::create(b, carried[0], count)};
-            });
-  });
-  gpu::BarrierOp::create(b);
-  wb.ifThen(valid, [&] {
-    Value row = arith::AddIOp::create(
-        b, wb.load(warpCounts, {warp, wb.toIndex(expert)}), rank);
-    wb.store(wb.toI32(slot), kernel.getArgument(sortedIdsArg), wb.toIndex(row));
-  });
+  emitPlaceChunk(
+      wb, route, kernel.getArgument(idsArg), wb.toIndex(tokenCount(kernel)),
+      chunk, kernel.getWorkgroupAttributions()[0],
+      kernel.getArgument(sortedIdsArg),
+      [&](Value e) -> Value {
+        return arith::AddIOp::create(
+            b, wb.load(kernel.getArgument(expertOffsetsArg), e),
+            wb.load(kernel.getArgument(chunkOffsetsArg), {chunk, e}));
+      },
+      [](Value, Value) {});
 }
 
 /// The whole route in one block of kRouteThreads threads, where the three
@@ -329,7 +345,6 @@ void emitSingleBlockRoute(PlanBuilder &plan, OpBuilder &builder, Location loc,
   Value numChunks =
       arith::CeilDivUIOp::create(b, routedSlots, wb.index(kRouteThreads));
   Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
-  Value warp = arith::DivUIOp::create(b, tid, wb.index(kWarpSize));
   strided(wb, tid, wb.index(numExperts), kRouteThreads,
           [&](Value e) { wb.store(wb.i32(0), bases, e); });
   gpu::BarrierOp::create(b);
@@ -360,35 +375,11 @@ void emitSingleBlockRoute(PlanBuilder &plan, OpBuilder &builder, Location loc,
   });
   gpu::BarrierOp::create(b);
   wb.loop(wb.index(0), numChunks, [&](Value chunk) {
-    strided(wb, tid, wb.index(kRouteWarps * numExperts), kRouteThreads,
-            [&](Value i) {
-              wb.store(wb.i32(0), warpCounts,
-                       {arith::DivUIOp::create(b, i, wb.index(numExperts)),
-                        arith::RemUIOp::create(b, i, wb.index(numExperts))});
-            });
-    gpu::BarrierOp::create(b);
-    Value slot, slotExpert, valid;
-    std::tie(slot, slotExpert, valid) =
-        loadSlot(wb, route, ids, numTokens, chunk);
-    Value rank = emitWarpRank(wb, slotExpert, valid, warp, warpCounts);
-    gpu::BarrierOp::create(b);
-    strided(wb, tid, wb.index(numExperts), kRouteThreads, [&](Value e) {
-      Value next =
-          wb.loop(wb.index(0), wb.index(kRouteWarps), {wb.load(bases, e)},
-                  [&](Value w, ValueRange carried) -> SmallVector<Value> {
-                    Value count = wb.load(warpCounts, {w, e});
-                    wb.store(carried[0], warpCounts, {w, e});
-                    return {arith::AddIOp::create(b, carried[0], count)};
-                  })[0];
-      wb.store(next, bases, e);
-    });
-    gpu::BarrierOp::create(b);
-    wb.ifThen(valid, [&] {
-      Value row = arith::AddIOp::create(
-          b, wb.load(warpCounts, {warp, wb.toIndex(slotExpert)}), rank);
-      wb.store(wb.toI32(slot), kernel.getArgument(sortedIdsArg),
-               wb.toIndex(row));
-    });
+    emitPlaceChunk(
+        wb, route, ids, numTokens, chunk, warpCounts,
+        kernel.getArgument(sortedIdsArg),
+        [&](Value e) -> Value { return wb.load(bases, e); },
+        [&](Value e, Value end) { wb.store(end, bases, e); });
     gpu::BarrierOp::create(b);
   });
 }
