@@ -476,14 +476,7 @@ def run(args):
 
     check_mismatch(results, rank, args, device)
 
-    counts = torch.tensor([results.passed, results.failed], device=device)
-    torch.distributed.all_reduce(counts)
-    passed, failed = counts.tolist()
-    if rank == 0:
-        print(f"ep_dist_test: {passed} passed, {failed} failed", flush=True)
-    torch.cuda.synchronize()
-    torch.distributed.destroy_process_group()
-    return 1 if failed else 0
+    return results.finish("ep_dist_test", device)
 
 
 def main():

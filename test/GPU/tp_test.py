@@ -472,14 +472,7 @@ def run(args):
     test_errors(results, modules[COMPILE_CASE][0], args, group, device,
                 generator)
 
-    counts = torch.tensor([results.passed, results.failed], device=device)
-    torch.distributed.all_reduce(counts, group=group)
-    passed, failed = counts.tolist()
-    if rank == 0:
-        print(f"tp_test: {passed} passed, {failed} failed", flush=True)
-    torch.cuda.synchronize()
-    torch.distributed.destroy_process_group()
-    return 1 if failed else 0
+    return results.finish("tp_test", device, group)
 
 
 def main():

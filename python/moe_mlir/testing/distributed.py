@@ -59,6 +59,21 @@ class RankResults(Results):
         self.passed += bool(passed)
         super().check(f"[rank {self.rank}] {name}", passed, detail)
 
+    def finish(self, name, device, group=None):
+        """Sums the ranks' counts over ``group`` (the default group when
+        None), prints "``name``: N passed, M failed" on rank 0, ends the
+        process group and returns the exit code."""
+        import torch
+
+        counts = torch.tensor([self.passed, self.failed], device=device)
+        torch.distributed.all_reduce(counts, group=group)
+        passed, failed = counts.tolist()
+        if self.rank == 0:
+            print(f"{name}: {passed} passed, {failed} failed", flush=True)
+        torch.cuda.synchronize()
+        torch.distributed.destroy_process_group()
+        return 1 if failed else 0
+
 
 def peer_copy_bandwidth(group, flush, size=None, iterations=10):
     """Bytes/s of a copy of ``size`` bytes (timing.COPY_BYTES unless
