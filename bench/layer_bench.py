@@ -48,6 +48,8 @@ them (docs/BUNDLE.md, "Dependent launches"), or plainly with
 --dependent-launch off; with --dependent-launch both, each layer's bundle
 is opened both ways and the two timed with their calls interleaved, and
 the table adds the plain launches' µs and their ratio to ours (the gain).
+With --kernels each row is followed by our kernels' medians (the profile
+that says where a cell's time goes).
 """
 
 import argparse
@@ -65,7 +67,8 @@ from moe_mlir.testing.gemm import random_weights
 from moe_mlir.testing.peers import (router_fields, torch_router,
                                     uniform_logits)
 from moe_mlir.testing.timing import (flush_buffer, floor_us, graphed,
-                                     time_interleaved_us, time_us)
+                                     kernel_times_us, time_interleaved_us,
+                                     time_us)
 
 TOLERANCE = 2e-2
 DEVICE = "cuda"
@@ -162,11 +165,13 @@ def layer_floor_us(preset, tokens, ids):
     return floor_us(moved, flops)
 
 
-def measure(preset, tokens, routing, layer, opened, flush, iterations):
+def measure(preset, tokens, routing, layer, opened, flush, iterations,
+            per_kernel):
     """The row of one cell: the layer (x, w13, w2, bias) at `tokens` tokens
     under `routing`, ours through each of the `opened` bundles ({dependent
     launches: Bundle}, the first the one reported as ours) against the
-    torch composition."""
+    torch composition; with `per_kernel`, also our kernels' medians
+    (torch.profiler, eager calls, L2 flushed before each)."""
     x, w13, w2, bias = layer
     hidden = preset["hidden"]
     logits, routed = router_logits(preset, tokens, routing, bias)
@@ -208,6 +213,9 @@ def measure(preset, tokens, routing, layer, opened, flush, iterations):
         row["ours"] = times[ways[0]]
         if len(ways) > 1:
             row["plain"] = times[False]
+        if per_kernel:
+            row["kernels"] = kernel_times_us(runner(opened[ways[0]]), flush,
+                                             iterations)
     return row
 
 
@@ -245,6 +253,9 @@ def main():
                         choices=("on", "off", "both"),
                         help="launch our kernels as programmatic dependents "
                              "(on), plainly (off), or time both ways (both)")
+    parser.add_argument("--kernels", action="store_true",
+                        help="also print each of our kernels' median µs "
+                             "under its row (eager calls, torch.profiler)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count())
     parser.add_argument("--json", default="", help="write the rows here")
     parser.add_argument("--seed", type=int, default=2026)
@@ -283,7 +294,7 @@ def main():
                       for dependent in ways}
             for routing in ROUTINGS[args.routing]:
                 row = measure(preset, tokens, routing, (x, w13, w2, bias),
-                              opened, flush, args.iterations)
+                              opened, flush, args.iterations, args.kernels)
                 row.update(device=device, block_m=args.block_m,
                            dependent_launch=args.dependent_launch)
                 failed += row["ours"] is None
@@ -296,6 +307,8 @@ def main():
                       f"{row['error']:8.1e}"
                       + (f" {text[3]:>9} {text[4]:>10}" if both else ""),
                       flush=True)
+                for kernel, us in row.get("kernels", ()):
+                    print(f"    {kernel:44} {us:9.1f}", flush=True)
             for bundle in opened.values():
                 bundle.close()
         del w13, w2
