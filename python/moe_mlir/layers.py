@@ -584,7 +584,7 @@ def layer_bundle(layer, dtype="bf16", *, quantization=None, part="layer",
     the default finds where the choices change, so every token count runs
     the kernels a bundle for it alone would). Rows per routing block:
     ``block_m``, or with 0 chosen for each variant's token counts (128 once
-    the experts average 256 rows, else 64). The grouped matmuls
+    the experts average 64 rows, else 64). The grouped matmuls
     take their tile configs from the tuned database
     ``config_db`` (a file moe-tune wrote) and then the shipped one, looked
     up for the CUDA device ``device_name`` near ``tokens_max`` tokens; a

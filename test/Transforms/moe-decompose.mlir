@@ -6,9 +6,10 @@
 // RUN: not moe-opt %s --moe-decompose="block-m=-1" --split-input-file 2>&1 | FileCheck %s --check-prefix=BAD
 // RUN: not moe-opt %s --moe-decompose="tokens=4611686018427387904" --split-input-file 2>&1 | FileCheck %s --check-prefix=BAD-TOKENS
 // RUN: not moe-opt %s --moe-decompose="block-m=268435456" --split-input-file 2>&1 | FileCheck %s --check-prefix=BAD-ROWS
-// RUN: moe-opt %s --moe-decompose="block-m=0 tokens=1024" --split-input-file | FileCheck %s --check-prefix=AUTO128
-// RUN: moe-opt %s --moe-decompose="block-m=0 tokens=512" --split-input-file | FileCheck %s --check-prefix=AUTO64
+// RUN: moe-opt %s --moe-decompose="block-m=0 tokens=256" --split-input-file | FileCheck %s --check-prefix=AUTO128
+// RUN: moe-opt %s --moe-decompose="block-m=0 tokens=255" --split-input-file | FileCheck %s --check-prefix=AUTO64
 // RUN: moe-opt %s --moe-decompose="block-m=0 tokens=256" --split-input-file | FileCheck %s --check-prefix=AUTO-FP8
+// RUN: moe-opt %s --moe-decompose="block-m=0 tokens=512" --split-input-file | FileCheck %s --check-prefix=AUTO-FP8-64
 
 // BAD: moe-decompose: block-m must be in [0, 2147483647], got -1
 // BAD-TOKENS: moe-decompose: tokens must be in [1, 2147483647], got 4611686018427387904
@@ -16,8 +17,8 @@
 // rows would overflow the kernels' i32 rows.
 // BAD-ROWS: error: 'moe.fused_moe' op moe-decompose: block-m = 268435456: T*S + E*(block_m-1) = 4*2 + 8*(268435456-1) routed rows exceed 2147483647 (the kernels' slot ids and rows are i32)
 
-// block-m=0: 128-row blocks once the 8 experts average 256 of the 2 x T
-// slots (T = 1024), 64 below.
+// block-m=0: 128-row blocks once the 8 experts average 64 of the 2 x T
+// slots (T = 256), 64 below (T = 255).
 // AUTO128-LABEL: func @mixtral_like
 // AUTO128: moe.route {{.*}} {block_m = 128 : i64, num_experts = 8 : i64}
 // AUTO64-LABEL: func @mixtral_like
@@ -142,11 +143,11 @@ func.func @gpt_oss_like(%x: tensor<?x64xbf16>, %logits: tensor<?x8xf32>,
 // the 5 x 256 slots (128 rows either way), at T = 512 151 (256 against
 // 192).
 // AUTO-FP8-LABEL: func @mixtral_like
-// AUTO-FP8: moe.route {{.*}} {block_m = 64 : i64, num_experts = 8 : i64}
+// AUTO-FP8: moe.route {{.*}} {block_m = 128 : i64, num_experts = 8 : i64}
 // AUTO-FP8-LABEL: func @fused_moe_fp8_block
 // AUTO-FP8: moe.route {{.*}} {block_m = 128 : i64, num_experts = 17 : i64}
-// AUTO64-LABEL: func @fused_moe_fp8_block
-// AUTO64: moe.route {{.*}} {block_m = 64 : i64, num_experts = 17 : i64}
+// AUTO-FP8-64-LABEL: func @fused_moe_fp8_block
+// AUTO-FP8-64: moe.route {{.*}} {block_m = 64 : i64, num_experts = 17 : i64}
 // CHECK-LABEL: func @fused_moe_fp8_block
 // CHECK-SAME: (%[[X:.*]]: tensor<?x256xbf16>, %[[L:.*]]: tensor<?x16xf32>, %[[W13:.*]]: tensor<17x192x256xf8E4M3FN>, %[[W2:.*]]: tensor<17x256x96xf8E4M3FN>, %[[S13:.*]]: tensor<17x2x2xf32>, %[[S2:.*]]: tensor<17x2x1xf32>)
 // CHECK-NEXT: %[[WTS:.*]], %[[IDS:.*]] = moe.gate %[[L]]

@@ -123,7 +123,7 @@ static cl::opt<int64_t> blockM(
     "block-m",
     cl::desc(
         "Rows per routing block (0: chosen for each variant's token count, 128 "
-        "once the experts average 256 rows, else 64)"),
+        "once the experts average 64 rows, else 64)"),
     cl::init(0), cl::cat(moeCompileCategory));
 static cl::opt<int64_t>
     blockN("block-n",

@@ -46,7 +46,7 @@ struct MoeGpuPipelineOptions
   Option<int64_t> blockM{
       *this, "block-m",
       llvm::cl::desc("Rows per routing block (0: chosen for `tokens`, 128 "
-                     "once the experts average 256 rows, else 64)"),
+                     "once the experts average 64 rows, else 64)"),
       llvm::cl::init(0)};
   Option<int64_t> blockN{
       *this, "block-n",

@@ -86,12 +86,16 @@ int64_t mlir::moe::getWeightsSwizzleBytes(GroupedMatmulOp op,
 int64_t mlir::moe::chooseRoutingBlockM(int64_t tokens, int64_t numSlots,
                                        int64_t numStoredExperts,
                                        bool blockScaled) {
-  // bench/RESULTS.md: 128-row blocks win from 256 rows per expert
-  // (Mixtral-8x7B from T=1024, Qwen3-30B-A3B at T=4096) and lose below
-  // (DeepSeek-V3 at T=4096, 143 rows per expert: 9.1 ms against 8.2).
+  // bench/RESULTS.md ("Routing blocks of 64 or 128 rows"): a weight tile
+  // serves a block's rows, so 128-row blocks read it half as often once an
+  // expert has more than one 64-row block. From 64 rows per expert on they
+  // win or tie (Kimi-K2 at T = 4096, 96 rows: 15.8 -> 13.1 ms; DeepSeek-V3
+  // at 2048, 72 rows: 9.3 -> 8.3 ms; Mixtral-8x7B at 512, 128 rows: 1441 ->
+  // 1259 us; 64 rows: within 1.4 % either way); below, 64-row blocks win
+  // (Qwen3-30B-A3B at T = 512, 32 rows: 457 against 470 us).
   if (!blockScaled)
-    return tokens * numSlots >= 256 * numStoredExperts ? 2 * kWgmmaRows
-                                                       : kWgmmaRows;
+    return tokens * numSlots >= kWgmmaRows * numStoredExperts ? 2 * kWgmmaRows
+                                                              : kWgmmaRows;
   // With fp8 block scales, two warpgroups and a producer multiply a row
   // about 1.3x as fast as the 64-row tiles: 128-row blocks win unless they
   // pad an average expert by a quarter more (DeepSeek-V3's experts at

@@ -79,8 +79,8 @@ inline bool everySplitHasKTile(int64_t steps, int64_t splits) {
 
 /// Rows per routing block for a layer of `numStoredExperts` experts and
 /// `numSlots` slots per token at `tokens` tokens: 128 once the experts
-/// average 256 rows (the padding then costs under a quarter and the grouped
-/// matmuls get two-warpgroup, 128-row tiles), else 64; with fp8 weights in
+/// average 64 rows (each weight tile then serves twice the rows a 64-row
+/// block gives it, in two-warpgroup, 128-row tiles), else 64; with fp8 weights in
 /// 128 x 128 blocks (`blockScaled`), 128 unless that pads an average expert
 /// by a quarter more than 64 does.
 int64_t chooseRoutingBlockM(int64_t tokens, int64_t numSlots,

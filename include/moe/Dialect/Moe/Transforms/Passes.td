@@ -59,7 +59,7 @@ def MoeDecompose : Pass<"moe-decompose"> {
     Option<"blockM", "block-m", "int64_t", /*default=*/"64",
            "Rows per routing block: every expert's rows are padded to a "
            "multiple of it (the GEMMs' M tile); 0 chooses it for `tokens` "
-           "(128 once the experts average 256 rows, else 64)">,
+           "(128 once the experts average 64 rows, else 64)">,
     Option<"tokens", "tokens", "int64_t", /*default=*/"4096",
            "The token count block-m=0 chooses for">
   ];
