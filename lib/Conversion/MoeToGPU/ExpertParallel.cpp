@@ -282,13 +282,27 @@ Value findRow(LoopBuilder &lb, const ReceiveLayout &layout, Value counts,
       })[1];
 }
 
-/// The one block of `world` threads of moe_ep_signal and moe_ep_wait; a
-/// diagnostic on `op` when the world needs more.
-FailureOr<SmallVector<int64_t>> rankBlock(Operation *op, int64_t world) {
+/// The one-block kernel `name` of moe_ep_signal and moe_ep_wait: a thread
+/// per rank of `world`, the peers' `flags` its first argument, then those
+/// `addArgs` adds. A diagnostic on `op` when the world needs more threads
+/// than a block of them holds, or the flags are no exchange buffer.
+FailureOr<gpu::GPUFuncOp>
+createFlagsKernel(PlanBuilder &plan, OpBuilder &builder, Operation *op,
+                  int64_t world, Value flags, StringRef name,
+                  function_ref<void(KernelArgList &)> addArgs) {
   if (world > kMaxFlagRanks)
     return op->emitOpError() << "has no GPU lowering for more than "
                              << kMaxFlagRanks << " ranks (one thread each)";
-  return SmallVector<int64_t>{world, 1, 1};
+  FailureOr<unsigned> exchange = plan.useExchange(op, flags);
+  if (failed(exchange))
+    return failure();
+  KernelArgList args;
+  args.add(KernelArg::peers(*exchange));
+  addArgs(args);
+  return plan.createKernel(builder, op->getLoc(), name, args.get(),
+                           {PlanBuilder::constant(1), PlanBuilder::constant(1),
+                            PlanBuilder::constant(1)},
+                           {world, 1, 1});
 }
 
 /// Records in `status` (memref<2xi32>) that `phase` gave up waiting for
@@ -527,24 +541,16 @@ LogicalResult mlir::moe::detail::emitEpSignal(PlanBuilder &plan,
                                               EpSignalOp op) {
   OpBuilder::InsertionGuard guard(builder);
   ExpertParallelAttr parallel = op.getExpertParallel();
-  FailureOr<SmallVector<int64_t>> block = rankBlock(op, parallel.getWorld());
-  FailureOr<unsigned> flags = plan.useExchange(op, op.getFlags());
-  if (failed(block) || failed(flags))
+  FailureOr<gpu::GPUFuncOp> kernel = createFlagsKernel(
+      plan, builder, op, parallel.getWorld(), op.getFlags(), "moe_ep_signal",
+      [&](KernelArgList &) { plan.alias(op.getOutput(), op.getFlags()); });
+  if (failed(kernel))
     return failure();
-  plan.alias(op.getOutput(), op.getFlags());
-  KernelArgList args;
-  unsigned flagsArg = args.add(KernelArg::peers(*flags));
-  gpu::GPUFuncOp kernel =
-      plan.createKernel(builder, op.getLoc(), "moe_ep_signal", args.get(),
-                        {PlanBuilder::constant(1), PlanBuilder::constant(1),
-                         PlanBuilder::constant(1)},
-                        *block);
   ImplicitLocOpBuilder b(op.getLoc(), builder);
   LoopBuilder lb{b};
   // Thread d: flags[d, R], element R of rank d's slice.
   Value d = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
-  PeerSlice slice =
-      PeerSlice::of(b, kernel.getArgument(flagsArg), d, b.getI32Type());
+  PeerSlice slice = PeerSlice::of(b, kernel->getArgument(0), d, b.getI32Type());
   // A release: the system-scope fence orders the stores of the kernels
   // before this one, which completed before it in the stream, before the
   // system-scope add. (LLVM's NVPTX back end drops the ordering and scope of
@@ -560,26 +566,22 @@ LogicalResult mlir::moe::detail::emitEpWait(PlanBuilder &plan,
                                             OpBuilder &builder, EpWaitOp op) {
   OpBuilder::InsertionGuard guard(builder);
   ExpertParallelAttr parallel = op.getExpertParallel();
-  FailureOr<SmallVector<int64_t>> block = rankBlock(op, parallel.getWorld());
-  FailureOr<unsigned> flags = plan.useExchange(op, op.getFlags());
-  if (failed(block) || failed(flags))
+  FailureOr<gpu::GPUFuncOp> kernel =
+      createFlagsKernel(plan, builder, op, parallel.getWorld(), op.getFlags(),
+                        "moe_ep_wait", [&](KernelArgList &args) {
+                          args.add(plan.use(op.getStatus()));
+                          plan.alias(op.getUpdatedStatus(), op.getStatus());
+                          for (auto [ready, guarded] :
+                               llvm::zip_equal(op.getReady(), op.getGuarded()))
+                            plan.alias(ready, guarded);
+                        });
+  if (failed(kernel))
     return failure();
-  KernelArgList args;
-  unsigned flagsArg = args.add(KernelArg::peers(*flags));
-  unsigned statusArg = args.add(plan.use(op.getStatus()));
-  plan.alias(op.getUpdatedStatus(), op.getStatus());
-  for (auto [ready, guarded] : llvm::zip_equal(op.getReady(), op.getGuarded()))
-    plan.alias(ready, guarded);
-  gpu::GPUFuncOp kernel =
-      plan.createKernel(builder, op.getLoc(), "moe_ep_wait", args.get(),
-                        {PlanBuilder::constant(1), PlanBuilder::constant(1),
-                         PlanBuilder::constant(1)},
-                        *block);
   ImplicitLocOpBuilder b(op.getLoc(), builder);
   LoopBuilder lb{b};
   Type i32 = b.getI32Type();
   // This rank's row of the flags is its own slice.
-  PeerSlice row = PeerSlice::of(b, kernel.getArgument(flagsArg),
+  PeerSlice row = PeerSlice::of(b, kernel->getArgument(0),
                                 lb.index(parallel.getRank()), i32);
   auto acquire = [&](Value index) -> Value {
     return LLVM::LoadOp::create(b, i32, row.address(b, index), /*alignment=*/4,
@@ -612,7 +614,7 @@ LogicalResult mlir::moe::detail::emitEpWait(PlanBuilder &plan,
         scf::YieldOp::create(b);
       });
   lb.ifThen(spin.getResult(0), [&] {
-    recordMissing(lb, kernel.getArgument(statusArg), op.getPhase(), source);
+    recordMissing(lb, kernel->getArgument(1), op.getPhase(), source);
   });
   return success();
 }
