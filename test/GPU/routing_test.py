@@ -3,9 +3,10 @@
 (moe.gate + moe.route + moe.combine) runs on the GPU and must match the plain
 C++ reference exactly - ids, weights, sorted slots, block experts, padded
 count and the combined rows - on fresh random inputs that include NaN rows,
-rows of ties and duplicate maxima and rows with +inf and -inf logits, with
-every output poisoned first, for T in {1, 7, 128, 4096, 16384}. Exits
-non-zero on any mismatch."""
+rows of ties and duplicate maxima, rows with +inf and -inf logits and rows
+whose best experts share a lane of the gate's warp, with every output
+poisoned first, for T in {1, 7, 128, 4096, 16384}. Exits non-zero on any
+mismatch."""
 
 import argparse
 import sys
@@ -37,6 +38,12 @@ def make_logits(tokens, experts, dtype, generator):
         logits[6, 1] = -inf
         logits[7] = -inf                         # all -inf: 1/E each
         logits[8, ::3] = -inf                    # some -inf, scoring 0
+    if tokens >= 11:
+        # Lane 0 of the gate's warp holds experts 0, 32, 64, ...: make them
+        # the best, so one lane gives up more experts than it ranks at once,
+        # distinct (row 9) and tied, within the lane and with lane 1 (10).
+        logits[9, ::32] = 8 + torch.arange(0, experts, 32) / 64
+        logits[10, ::32] = logits[10, 1::32] = 8
     return logits.to(dtype)
 
 

@@ -3,7 +3,9 @@
 // One warp per token: the lanes hold the token's experts in registers, score
 // them (softmax over the warp, or sigmoid), mask the groups that lose, and
 // pick top_k experts by warp-wide arg-max rounds on order-preserving keys, so
-// that the result is bit-identical to the CPU path.
+// that the result is bit-identical to the CPU path. Each lane ranks its best
+// few experts once, and a round compares the lanes' heads (redux.sync), so
+// the cost of a round does not grow with the experts a lane holds.
 //
 //===----------------------------------------------------------------------===//
 
@@ -88,6 +90,54 @@ SmallVector<Value> emitScores(WarpBuilder &wb, Scoring scoring,
   return scores;
 }
 
+/// The best of a lane's `candidates`, listed in increasing expert order: a
+/// strictly larger key decides, so ties go to the lower expert.
+WarpBuilder::Candidate laneBest(WarpBuilder &wb,
+                                ArrayRef<WarpBuilder::Candidate> candidates) {
+  WarpBuilder::Candidate best = candidates.front();
+  for (const WarpBuilder::Candidate &candidate : drop_begin(candidates)) {
+    Value larger = wb.cmpi(arith::CmpIPredicate::ugt, candidate.key, best.key);
+    best = {wb.select(larger, candidate.key, best.key),
+            wb.select(larger, candidate.expert, best.expert)};
+  }
+  return best;
+}
+
+/// The topk_groups best of the token's `groupKeys` (warp-uniform), as a bit
+/// mask per 32 groups: lane l ranks groups l and l + 32, and each round's
+/// warp-wide arg-max (ties to the lower group) keeps one group.
+SmallVector<Value> emitKeptGroups(WarpBuilder &wb, int64_t topkGroups,
+                                  ArrayRef<Value> groupKeys) {
+  ImplicitLocOpBuilder &b = wb.b;
+  int64_t numGroups = groupKeys.size();
+  SmallVector<WarpBuilder::Candidate> held;
+  for (int64_t first = 0; first < numGroups; first += kWarpSize) {
+    WarpBuilder::Candidate group = wb.none();
+    for (int64_t g = first; g < std::min(first + kWarpSize, numGroups); ++g) {
+      Value mine =
+          wb.cmpi(arith::CmpIPredicate::eq, wb.laneI32, wb.i32(g - first));
+      group = {wb.select(mine, groupKeys[g], group.key),
+               wb.select(mine, wb.i32(g), group.expert)};
+    }
+    held.push_back(group);
+  }
+  SmallVector<Value> kept(held.size(), wb.i32(0));
+  for (int64_t round = 0; round < topkGroups; ++round) {
+    WarpBuilder::Candidate best = wb.warpBest(laneBest(wb, held));
+    for (auto [group, keptGroup] : llvm::zip(held, kept)) {
+      Value won = wb.cmpi(arith::CmpIPredicate::eq, group.expert, best.expert);
+      keptGroup = wb.select(won, wb.i32(1), keptGroup);
+      group = {wb.select(won, wb.i32(0), group.key),
+               wb.select(won, wb.i32(INT32_MAX), group.expert)};
+    }
+  }
+  SmallVector<Value> masks;
+  for (Value keptGroup : kept)
+    masks.push_back(wb.redux(NVVM::ReduxKind::OR,
+                             arith::ShLIOp::create(b, keptGroup, wb.laneI32)));
+  return masks;
+}
+
 /// Whether each of the lane's experts stays eligible after group selection:
 /// a group's score is the sum of its two largest selection scores, and the
 /// experts of the topk_groups best groups stay.
@@ -109,7 +159,7 @@ SmallVector<Value> emitGroupMask(WarpBuilder &wb, RouterAttr router,
             ? wb.i32(j * kWarpSize / groupSize)
             : arith::DivUIOp::create(b, lane.expertsI32[j], wb.i32(groupSize))
                   .getResult());
-  SmallVector<Value> groupScores;
+  SmallVector<Value> groupKeys;
   for (int64_t g = 0; g < numGroups; ++g) {
     Value first = noKey, second = noKey;
     for (int64_t j = 0; j < perLane; ++j) {
@@ -126,40 +176,108 @@ SmallVector<Value> emitGroupMask(WarpBuilder &wb, RouterAttr router,
       first = arith::MaxUIOp::create(b, first, key);
     }
     auto [top, runnerUp] = wb.warpTopTwo(first, second);
-    groupScores.push_back(
-        arith::AddFOp::create(b, wb.scoreOfKey(top), wb.scoreOfKey(runnerUp)));
+    groupKeys.push_back(wb.orderedKey(
+        arith::AddFOp::create(b, wb.scoreOfKey(top), wb.scoreOfKey(runnerUp))));
   }
-  // Keep the topk_groups best groups: warp-uniform, so no shuffles.
-  SmallVector<Value> kept(numGroups,
-                          arith::ConstantIntOp::create(b, b.getI1Type(), 0));
-  SmallVector<Value> groupKeys;
-  for (Value score : groupScores)
-    groupKeys.push_back(wb.orderedKey(score));
-  for (int64_t round = 0; round < router.getTopkGroups(); ++round) {
-    WarpBuilder::Candidate best = wb.none();
-    for (int64_t g = 0; g < numGroups; ++g)
-      best =
-          wb.better(best, {wb.select(kept[g], noKey, groupKeys[g]),
-                           wb.select(kept[g], wb.i32(INT32_MAX), wb.i32(g))});
-    for (int64_t g = 0; g < numGroups; ++g)
-      kept[g] = arith::OrIOp::create(
-          b, kept[g],
-          wb.cmpi(arith::CmpIPredicate::eq, best.expert, wb.i32(g)));
-  }
+  SmallVector<Value> masks =
+      emitKeptGroups(wb, router.getTopkGroups(), groupKeys);
   SmallVector<Value> eligible;
   for (int64_t j = 0; j < perLane; ++j) {
-    Value keptGroup = arith::ConstantIntOp::create(b, b.getI1Type(), 0);
-    if (staticGroups) {
-      keptGroup = kept[j * kWarpSize / groupSize];
-    } else {
-      for (int64_t g = 0; g < numGroups; ++g)
-        keptGroup =
-            wb.select(wb.cmpi(arith::CmpIPredicate::eq, groupOf[j], wb.i32(g)),
-                      kept[g], keptGroup);
+    Value mask = masks.front();
+    Value bit = groupOf[j];
+    if (masks.size() > 1) {
+      Value high = wb.cmpi(arith::CmpIPredicate::uge, bit, wb.i32(kWarpSize));
+      mask = wb.select(high, masks[1], mask);
+      bit = arith::AndIOp::create(b, bit, wb.i32(kWarpSize - 1));
     }
+    Value keptGroup =
+        wb.cmpi(arith::CmpIPredicate::ne,
+                arith::AndIOp::create(b, arith::ShRUIOp::create(b, mask, bit),
+                                      wb.i32(1)),
+                wb.i32(0));
     eligible.push_back(arith::AndIOp::create(b, lane.valid[j], keptGroup));
   }
   return eligible;
+}
+
+/// Each lane's best few remaining candidates, best first, with their
+/// unbiased scores when the router has a bias (the selection key is then not
+/// the score); none-padded. Rounds take the warp's best head, so a lane
+/// rescans its experts only when it has given up all of them (rare: three of
+/// a token's top_k in one lane of 32).
+struct LaneRanking {
+  SmallVector<WarpBuilder::Candidate> entries;
+  SmallVector<Value> scores;
+
+  /// Keys and experts, then scores: what an scf.if carries.
+  SmallVector<Value> values() const {
+    SmallVector<Value> values;
+    for (const WarpBuilder::Candidate &entry : entries)
+      llvm::append_range(values, ArrayRef<Value>{entry.key, entry.expert});
+    llvm::append_range(values, scores);
+    return values;
+  }
+  static LaneRanking fromValues(ValueRange values, int64_t size) {
+    LaneRanking ranking;
+    for (int64_t p = 0; p < size; ++p)
+      ranking.entries.push_back({values[2 * p], values[2 * p + 1]});
+    llvm::append_range(ranking.scores, values.drop_front(2 * size));
+    return ranking;
+  }
+};
+
+constexpr int64_t kLaneRankingSize = 3;
+
+/// The lane's `size` best `candidates` (in increasing expert order, so a
+/// strictly larger key decides), by insertion.
+LaneRanking rankLane(WarpBuilder &wb, int64_t size,
+                     ArrayRef<WarpBuilder::Candidate> candidates,
+                     ArrayRef<Value> scores) {
+  LaneRanking ranking{
+      SmallVector<WarpBuilder::Candidate>(size, wb.none()),
+      SmallVector<Value>(scores.empty() ? 0 : size, wb.f32(0.0))};
+  for (auto [i, candidate] : llvm::enumerate(candidates)) {
+    // Past the i-th position the ranking still holds none. The candidate
+    // goes where its key first beats the entry, which moves down one.
+    int64_t filled = std::min<int64_t>(i + 1, size);
+    SmallVector<Value> beats;
+    for (int64_t p = 0; p < filled; ++p)
+      beats.push_back(wb.cmpi(arith::CmpIPredicate::ugt, candidate.key,
+                              ranking.entries[p].key));
+    LaneRanking old = ranking;
+    auto insert = [&](int64_t p, Value stay, Value incoming, Value above) {
+      Value value = wb.select(beats[p], incoming, stay);
+      return p == 0 ? value : wb.select(beats[p - 1], above, value);
+    };
+    for (int64_t p = 0; p < filled; ++p) {
+      int64_t up = std::max<int64_t>(p - 1, 0);
+      ranking.entries[p] = {
+          insert(p, old.entries[p].key, candidate.key, old.entries[up].key),
+          insert(p, old.entries[p].expert, candidate.expert,
+                 old.entries[up].expert)};
+      if (!scores.empty())
+        ranking.scores[p] = insert(p, old.scores[p], scores[i], old.scores[up]);
+    }
+  }
+  return ranking;
+}
+
+/// The `candidates` less those already `chosen` (as none).
+SmallVector<WarpBuilder::Candidate>
+notChosen(WarpBuilder &wb, ArrayRef<WarpBuilder::Candidate> candidates,
+          ArrayRef<Value> chosen) {
+  SmallVector<WarpBuilder::Candidate> left;
+  for (const WarpBuilder::Candidate &candidate : candidates) {
+    Value taken =
+        wb.cmpi(arith::CmpIPredicate::eq, candidate.expert, chosen.front());
+    for (Value expert : chosen.drop_front())
+      taken = arith::OrIOp::create(
+          wb.b, taken,
+          wb.cmpi(arith::CmpIPredicate::eq, candidate.expert, expert));
+    left.push_back({wb.select(taken, wb.i32(0), candidate.key),
+                    wb.select(taken, wb.i32(INT32_MAX), candidate.expert)});
+  }
+  return left;
 }
 
 /// The experts chosen for the token's routed slots, their weights (NaN
@@ -169,83 +287,105 @@ struct Selection {
   Value sum;
 };
 
-/// top_k rounds of arg-max over the eligible experts; the winner leaves the
-/// running, and its unbiased score comes from the lane that holds it (or
-/// from its key, when selection and score agree: no bias).
-Selection selectTopK(WarpBuilder &wb, int64_t topK, const LaneExperts &lane,
-                     ArrayRef<Value> keys, ArrayRef<Value> eligible,
-                     ArrayRef<Value> scores, bool hasBias) {
+/// top_k rounds of arg-max over the heads of the lanes' rankings: the winner
+/// leaves its lane's ranking, and its unbiased score comes from that lane
+/// (or from its key, when selection and score agree: no bias). A lane that
+/// has given up its whole ranking meets the marker behind it; the lanes then
+/// rank the experts not yet chosen again.
+Selection selectTopK(WarpBuilder &wb, int64_t topK,
+                     ArrayRef<WarpBuilder::Candidate> candidates,
+                     ArrayRef<Value> scores) {
   ImplicitLocOpBuilder &b = wb.b;
-  Value noKey = wb.i32(0);
-  SmallVector<WarpBuilder::Candidate> candidates;
-  for (auto [j, key] : llvm::enumerate(keys))
-    candidates.push_back(
-        {wb.select(eligible[j], key, noKey),
-         wb.select(eligible[j], lane.expertsI32[j], wb.i32(INT32_MAX))});
+  int64_t perLane = candidates.size();
+  int64_t size = std::min({topK, perLane, kLaneRankingSize});
+  bool mayRerank = size < perLane;
+  // Below every candidate, like none, but told apart from it: a ranking
+  // padded with none ran out of eligible experts, not of places.
+  WarpBuilder::Candidate marker{wb.i32(0), wb.i32(INT32_MAX - 1)};
+  LaneRanking ranking = rankLane(wb, size, candidates, scores);
   Selection selection{{}, {}, wb.f32(0.0)};
   for (int64_t s = 0; s < topK; ++s) {
-    // A lane's experts increase with j, so a strictly larger key decides
-    // within the lane; warpBest settles ties across lanes.
-    WarpBuilder::Candidate best = candidates.front();
-    for (const WarpBuilder::Candidate &candidate :
-         llvm::drop_begin(candidates)) {
-      Value larger =
-          wb.cmpi(arith::CmpIPredicate::ugt, candidate.key, best.key);
-      best = {wb.select(larger, candidate.key, best.key),
-              wb.select(larger, candidate.expert, best.expert)};
-    }
-    best = wb.warpBest(best);
-    Value expert = best.expert;
-    Value score = wb.scoreOfKey(best.key);
-    if (hasBias) {
-      Value slotInLane = arith::DivUIOp::create(b, expert, wb.i32(kWarpSize));
-      Value mine = wb.f32(0.0);
-      for (auto [j, laneScore] : llvm::enumerate(scores))
-        mine =
-            wb.select(wb.cmpi(arith::CmpIPredicate::eq, slotInLane, wb.i32(j)),
-                      laneScore, mine);
-      score = wb.shuffleFrom(
-          mine, arith::RemUIOp::create(b, expert, wb.i32(kWarpSize)));
-    }
-    for (WarpBuilder::Candidate &candidate : candidates) {
-      Value won = wb.cmpi(arith::CmpIPredicate::eq, candidate.expert, expert);
-      candidate = {wb.select(won, noKey, candidate.key),
-                   wb.select(won, wb.i32(INT32_MAX), candidate.expert)};
-    }
+    WarpBuilder::Candidate head = ranking.entries.front();
+    WarpBuilder::Candidate best = wb.warpBest(head);
+    Value score =
+        scores.empty()
+            ? wb.scoreOfKey(best.key)
+            : wb.shuffleFrom(
+                  ranking.scores.front(),
+                  arith::AndIOp::create(b, best.expert, wb.i32(kWarpSize - 1)));
     Value weight = wb.select(wb.isNaN(score), wb.f32(0.0), score);
     selection.sum = arith::AddFOp::create(b, selection.sum, weight);
-    selection.ids.push_back(expert);
+    selection.ids.push_back(best.expert);
     selection.weights.push_back(weight);
+    if (s + 1 == topK)
+      break;
+    Value won = wb.cmpi(arith::CmpIPredicate::eq, head.expert, best.expert);
+    for (int64_t p = 0; p < size; ++p) {
+      WarpBuilder::Candidate next = p + 1 < size ? ranking.entries[p + 1]
+                                    : mayRerank  ? marker
+                                                 : wb.none();
+      ranking.entries[p] = {
+          wb.select(won, next.key, ranking.entries[p].key),
+          wb.select(won, next.expert, ranking.entries[p].expert)};
+      if (!scores.empty() && p + 1 < size)
+        ranking.scores[p] =
+            wb.select(won, ranking.scores[p + 1], ranking.scores[p]);
+    }
+    if (!mayRerank || s + 1 < size)
+      continue;
+    Value spent =
+        wb.any(wb.cmpi(arith::CmpIPredicate::eq, ranking.entries.front().expert,
+                       marker.expert));
+    ranking = LaneRanking::fromValues(
+        wb.ifThenOr(spent, ranking.values(),
+                    [&] {
+                      return rankLane(wb, size,
+                                      notChosen(wb, candidates, selection.ids),
+                                      scores)
+                          .values();
+                    }),
+        size);
   }
   return selection;
 }
 
-/// The token's slots from lane 0: the routed ones renormalized and scaled
-/// as the router says, then the shared experts with weight 1.
+/// The token's slots, lane l storing slots l, l + 32, ...: the routed ones
+/// renormalized and scaled as the router says (one division a lane, where
+/// lane 0 storing all would divide top_k times), then the shared experts
+/// with weight 1.
 void storeSlots(WarpBuilder &wb, RouterAttr router, int64_t numExperts,
                 Selection selection, Value token, Value weights, Value ids) {
   ImplicitLocOpBuilder &b = wb.b;
-  double scale = router.getRoutedScalingFactor().convertToDouble();
-  Value denominator =
-      router.getRenormalize()
-          ? arith::AddFOp::create(b, selection.sum, wb.f32(1e-20)).getResult()
-          : Value();
-  for (Value &weight : selection.weights) {
-    if (denominator)
-      weight = arith::DivFOp::create(b, weight, denominator);
-    if (scale != 1.0)
-      weight = arith::MulFOp::create(b, weight, wb.f32(scale));
-  }
+  int64_t topK = router.getTopK(), numSlots = router.getNumSlots();
   for (int64_t i = 0; i < router.getNumSharedExperts(); ++i) {
     selection.ids.push_back(wb.i32(numExperts + i));
     selection.weights.push_back(wb.f32(1.0));
   }
-  wb.ifThen(wb.cmpi(arith::CmpIPredicate::eq, wb.lane, wb.index(0)), [&] {
-    for (int64_t s = 0; s < router.getNumSlots(); ++s) {
-      wb.store(selection.ids[s], ids, {token, wb.index(s)});
-      wb.store(selection.weights[s], weights, {token, wb.index(s)});
+  double scale = router.getRoutedScalingFactor().convertToDouble();
+  for (int64_t first = 0; first < numSlots; first += kWarpSize) {
+    Value id = wb.i32(0), weight = wb.f32(0.0);
+    for (int64_t s = first; s < std::min(first + kWarpSize, numSlots); ++s) {
+      Value mine =
+          wb.cmpi(arith::CmpIPredicate::eq, wb.lane, wb.index(s - first));
+      id = wb.select(mine, selection.ids[s], id);
+      weight = wb.select(mine, selection.weights[s], weight);
     }
-  });
+    Value slot = arith::AddIOp::create(b, wb.lane, wb.index(first));
+    Value routedWeight = weight;
+    if (router.getRenormalize())
+      routedWeight = arith::DivFOp::create(
+          b, routedWeight,
+          arith::AddFOp::create(b, selection.sum, wb.f32(1e-20)));
+    if (scale != 1.0)
+      routedWeight = arith::MulFOp::create(b, routedWeight, wb.f32(scale));
+    weight = wb.select(wb.cmpi(arith::CmpIPredicate::ult, slot, wb.index(topK)),
+                       routedWeight, weight);
+    wb.ifThen(wb.cmpi(arith::CmpIPredicate::ult, slot, wb.index(numSlots)),
+              [&] {
+                wb.store(id, ids, {token, slot});
+                wb.store(weight, weights, {token, slot});
+              });
+  }
 }
 
 } // namespace
@@ -307,9 +447,14 @@ LogicalResult mlir::moe::detail::emitGate(PlanBuilder &plan, OpBuilder &builder,
         router.getNumGroups() > 1
             ? emitGroupMask(wb, router, numExperts, lane, keys)
             : lane.valid;
+    SmallVector<WarpBuilder::Candidate> candidates;
+    for (auto [j, key] : llvm::enumerate(keys))
+      candidates.push_back(
+          {wb.select(eligible[j], key, wb.i32(0)),
+           wb.select(eligible[j], lane.expertsI32[j], wb.i32(INT32_MAX))});
     storeSlots(wb, router, numExperts,
-               selectTopK(wb, router.getTopK(), lane, keys, eligible, scores,
-                          static_cast<bool>(bias)),
+               selectTopK(wb, router.getTopK(), candidates,
+                          bias ? ArrayRef<Value>(scores) : ArrayRef<Value>()),
                token, kernel.getArgument(weightsArg),
                kernel.getArgument(idsArg));
   });

@@ -46,8 +46,9 @@ struct WarpBuilder : LoopBuilder {
     return value;
   }
   /// The order-preserving 32-bit image of an f32 score, compared unsigned:
-  /// larger scores give larger keys, NaN gives 0 (below every number), and
-  /// -0 and +0 give one key, as they tie in the op's order.
+  /// larger scores give larger keys, NaN gives 1 (below every number, above
+  /// none's 0: an eligible NaN still outranks no candidate at all), and -0
+  /// and +0 give one key, as they tie in the op's order.
   Value orderedKey(Value value) {
     Value canonical = arith::AddFOp::create(b, value, f32(0.0)); // -0 -> +0
     Value bits = arith::BitcastOp::create(b, b.getI32Type(), canonical);
@@ -55,9 +56,9 @@ struct WarpBuilder : LoopBuilder {
     Value ordered =
         select(positive, arith::XOrIOp::create(b, bits, i32(INT32_MIN)),
                arith::XOrIOp::create(b, bits, i32(-1)));
-    return select(isNaN(value), i32(0), ordered);
+    return select(isNaN(value), i32(1), ordered);
   }
-  /// The score of a key (NaN for 0).
+  /// The score of a key (NaN for 0 and 1).
   Value scoreOfKey(Value key) {
     Value wasPositive = cmpi(arith::CmpIPredicate::slt, key, i32(0));
     Value bits =
@@ -67,19 +68,16 @@ struct WarpBuilder : LoopBuilder {
   }
 
   /// An expert in the running for selection: its key and id. "None" is
-  /// (0, INT32_MAX), below every candidate, NaN ones included.
+  /// (0, INT32_MAX), below every candidate, NaN ones included: numbers' keys
+  /// are at least 0x7fffff, NaN's is 1.
   struct Candidate {
     Value key, expert;
   };
   Candidate none() { return {i32(0), i32(INT32_MAX)}; }
-  /// The better of two candidates: the larger key, then the lower expert.
-  Candidate better(Candidate a, Candidate c) {
-    Value larger = cmpi(arith::CmpIPredicate::ugt, c.key, a.key);
-    Value tieLower = arith::AndIOp::create(
-        b, cmpi(arith::CmpIPredicate::eq, c.key, a.key),
-        cmpi(arith::CmpIPredicate::slt, c.expert, a.expert));
-    Value take = arith::OrIOp::create(b, larger, tieLower);
-    return {select(take, c.key, a.key), select(take, c.expert, a.expert)};
+  /// Whether `condition` (i1) holds in any lane of the warp.
+  Value any(Value condition) {
+    return NVVM::VoteSyncOp::create(b, b.getI1Type(), i32(-1), condition,
+                                    NVVM::VoteSyncKind::any);
   }
   /// redux.sync `kind` of the i32 `value` over the full warp (sm_80+): one
   /// instruction where a butterfly takes five shuffles.

@@ -32,21 +32,40 @@
 // CHECK-SAME: known_block_size = array<i32: 128, 1, 1>
 // CHECK-SAME: moe.launch = #moe.launch<grid = ["cdiv(T,4)", "1", "1"], block = [128, 1, 1], smem = 0, args = ["arg0", "arg1", "result0", "result1", i32 "T"], dependent = true>
 // Sigmoid through the routing exp; group scores from warp reductions of
-// top-two keys (max, count of holders, max of the rest); arg-max on
-// (order-preserving key, expert): redux max of the keys, redux min of the
-// experts that hold the maximum.
+// top-two keys (max, count of holders, max of the rest); the four groups
+// kept by arg-max rounds over the lanes (group g in lane g: redux max of
+// the keys, redux min of the groups holding it), gathered into a bit mask.
 // CHECK: llvm.intr.fma
 // CHECK: arith.divf
 // CHECK: arith.bitcast %{{.*}} : f32 to i32
 // CHECK: nvvm.redux.sync umax
 // CHECK: nvvm.redux.sync add
 // CHECK: nvvm.redux.sync umax
+// CHECK-COUNT-4: nvvm.redux.sync umin
+// CHECK: %[[KEPT:.*]] = arith.shli %{{.*}}, %{{.*}} : i32
+// CHECK: nvvm.redux.sync or %[[KEPT]]
+// Each lane ranks its three best eligible experts once (a strictly larger
+// key moves an entry down); a round takes the best head of the warp, whose
+// unbiased score comes from the lane that holds it.
 // CHECK: arith.cmpi ugt
-// CHECK: nvvm.redux.sync umax
-// CHECK: nvvm.redux.sync umin
-// The winner's unbiased score comes from the lane that holds it.
-// CHECK: gpu.shuffle idx
-// CHECK: memref.store
+// CHECK: %[[BEST:.*]] = nvvm.redux.sync umax
+// CHECK: %[[EXPERT:.*]] = nvvm.redux.sync umin
+// CHECK: %[[LANE:.*]] = arith.andi %[[EXPERT]], %c31
+// CHECK: gpu.shuffle idx %{{.*}}, %[[LANE]]
+// Once a lane has given up all three (the marker, INT32_MAX - 1, reaches
+// its head), every lane ranks the experts not yet chosen again.
+// CHECK: %[[SPENT:.*]] = arith.cmpi eq, %{{.*}}, %c2147483646
+// CHECK: %[[ANY:.*]] = nvvm.vote.sync any %{{.*}}, %[[SPENT]]
+// CHECK: scf.if %[[ANY]] -> (i32, i32, i32, i32, i32, i32, f32, f32, f32)
+// CHECK: arith.cmpi ugt
+// CHECK: scf.yield
+// Lane s stores slot s: the ninth, the shared expert, with weight 1.
+// CHECK: %[[SLOT:.*]] = arith.addi %{{.*}}, %c0
+// CHECK: arith.divf
+// CHECK: arith.cmpi ult, %[[SLOT]], %c8
+// CHECK: arith.cmpi ult, %[[SLOT]], %c9
+// CHECK: memref.store %{{.*}}[%{{.*}}, %[[SLOT]]] : memref<1024x9xi32>
+// CHECK: memref.store %{{.*}}[%{{.*}}, %[[SLOT]]] : memref<1024x9xf32>
 
 // CHECK: gpu.func @moe_route_count_1(%{{.*}}: memref<1024x9xi32>, %{{.*}}: memref<18x257xi32>, %{{.*}}: i32) workgroup(%[[COUNTS:.*]] : memref<257xi32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}) kernel
 // CHECK-SAME: grid = ["cdiv(T*9,512)", "1", "1"]

@@ -123,6 +123,20 @@ struct LoopBuilder {
     elseBody();
   }
 
+  /// Emits `cond ? thenBody() : orElse` for values: an scf.if whose then
+  /// branch yields what `thenBody` returns (of orElse's types) and whose else
+  /// branch yields `orElse`.
+  SmallVector<Value> ifThenOr(Value cond, ValueRange orElse,
+                              function_ref<SmallVector<Value>()> thenBody) {
+    auto ifOp = scf::IfOp::create(b, orElse.getTypes(), cond,
+                                  /*withElseRegion=*/true);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    scf::YieldOp::create(b, thenBody());
+    b.setInsertionPointToStart(ifOp.elseBlock());
+    scf::YieldOp::create(b, orElse);
+    return ifOp.getResults();
+  }
   Value cmpf(arith::CmpFPredicate predicate, Value lhs, Value rhs) {
     return arith::CmpFOp::create(b, predicate, lhs, rhs);
   }
