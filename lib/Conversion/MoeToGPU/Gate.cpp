@@ -103,23 +103,30 @@ WarpBuilder::Candidate laneBest(WarpBuilder &wb,
   return best;
 }
 
-/// The topk_groups best of the token's `groupKeys` (warp-uniform), as a bit
-/// mask per 32 groups: lane l ranks groups l and l + 32, and each round's
-/// warp-wide arg-max (ties to the lower group) keeps one group.
+/// The topk_groups best of the token's groups, given each group's two
+/// largest keys (warp-uniform), as a bit mask per 32 groups: lane l scores
+/// groups l and l + 32 (the sum of the two keys' scores: once a lane, not
+/// once a group in every lane), and each round's warp-wide arg-max (ties to
+/// the lower group) keeps one group.
 SmallVector<Value> emitKeptGroups(WarpBuilder &wb, int64_t topkGroups,
-                                  ArrayRef<Value> groupKeys) {
+                                  ArrayRef<std::pair<Value, Value>> topTwo) {
   ImplicitLocOpBuilder &b = wb.b;
-  int64_t numGroups = groupKeys.size();
+  int64_t numGroups = topTwo.size();
   SmallVector<WarpBuilder::Candidate> held;
   for (int64_t first = 0; first < numGroups; first += kWarpSize) {
-    WarpBuilder::Candidate group = wb.none();
+    Value top = wb.i32(0), runnerUp = wb.i32(0), group = wb.i32(INT32_MAX);
     for (int64_t g = first; g < std::min(first + kWarpSize, numGroups); ++g) {
       Value mine =
           wb.cmpi(arith::CmpIPredicate::eq, wb.laneI32, wb.i32(g - first));
-      group = {wb.select(mine, groupKeys[g], group.key),
-               wb.select(mine, wb.i32(g), group.expert)};
+      top = wb.select(mine, topTwo[g].first, top);
+      runnerUp = wb.select(mine, topTwo[g].second, runnerUp);
+      group = wb.select(mine, wb.i32(g), group);
     }
-    held.push_back(group);
+    Value key = wb.orderedKey(
+        arith::AddFOp::create(b, wb.scoreOfKey(top), wb.scoreOfKey(runnerUp)));
+    Value isGroup = wb.cmpi(arith::CmpIPredicate::ult, wb.laneI32,
+                            wb.i32(std::min(kWarpSize, numGroups - first)));
+    held.push_back({wb.select(isGroup, key, wb.i32(0)), group});
   }
   SmallVector<Value> kept(held.size(), wb.i32(0));
   for (int64_t round = 0; round < topkGroups; ++round) {
@@ -159,7 +166,7 @@ SmallVector<Value> emitGroupMask(WarpBuilder &wb, RouterAttr router,
             ? wb.i32(j * kWarpSize / groupSize)
             : arith::DivUIOp::create(b, lane.expertsI32[j], wb.i32(groupSize))
                   .getResult());
-  SmallVector<Value> groupKeys;
+  SmallVector<std::pair<Value, Value>> topTwo;
   for (int64_t g = 0; g < numGroups; ++g) {
     Value first = noKey, second = noKey;
     for (int64_t j = 0; j < perLane; ++j) {
@@ -175,12 +182,9 @@ SmallVector<Value> emitGroupMask(WarpBuilder &wb, RouterAttr router,
                                       arith::MinUIOp::create(b, first, key));
       first = arith::MaxUIOp::create(b, first, key);
     }
-    auto [top, runnerUp] = wb.warpTopTwo(first, second);
-    groupKeys.push_back(wb.orderedKey(
-        arith::AddFOp::create(b, wb.scoreOfKey(top), wb.scoreOfKey(runnerUp))));
+    topTwo.push_back(wb.warpTopTwo(first, second));
   }
-  SmallVector<Value> masks =
-      emitKeptGroups(wb, router.getTopkGroups(), groupKeys);
+  SmallVector<Value> masks = emitKeptGroups(wb, router.getTopkGroups(), topTwo);
   SmallVector<Value> eligible;
   for (int64_t j = 0; j < perLane; ++j) {
     Value mask = masks.front();

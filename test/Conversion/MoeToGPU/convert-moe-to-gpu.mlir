@@ -32,9 +32,10 @@
 // CHECK-SAME: known_block_size = array<i32: 128, 1, 1>
 // CHECK-SAME: moe.launch = #moe.launch<grid = ["cdiv(T,4)", "1", "1"], block = [128, 1, 1], smem = 0, args = ["arg0", "arg1", "result0", "result1", i32 "T"], dependent = true>
 // Sigmoid through the routing exp; group scores from warp reductions of
-// top-two keys (max, count of holders, max of the rest); the four groups
-// kept by arg-max rounds over the lanes (group g in lane g: redux max of
-// the keys, redux min of the groups holding it), gathered into a bit mask.
+// top-two keys (max, count of holders, max of the rest), each scored in
+// the lane that holds it (group g in lane g); the four groups kept by
+// arg-max rounds over the lanes (redux max of the keys, redux min of the
+// groups holding it), gathered into a bit mask.
 // CHECK: llvm.intr.fma
 // CHECK: arith.divf
 // CHECK: arith.bitcast %{{.*}} : f32 to i32
