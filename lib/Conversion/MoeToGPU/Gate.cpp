@@ -394,73 +394,91 @@ void storeSlots(WarpBuilder &wb, RouterAttr router, int64_t numExperts,
 
 } // namespace
 
+std::pair<unsigned, unsigned>
+mlir::moe::detail::defineGateOutputs(PlanBuilder &plan, GateOp op) {
+  SizeExpr t = plan.tokens();
+  SizeExpr slots = PlanBuilder::constant(op.getRouter().getNumSlots());
+  return {plan.define(op.getWeights(), "gate_weights", {t, slots}),
+          plan.define(op.getIds(), "gate_ids", {t, slots})};
+}
+
+GateArgs mlir::moe::detail::addGateArgs(PlanBuilder &plan, KernelArgList &args,
+                                        GateOp op) {
+  GateArgs gate;
+  gate.logits = args.add(plan.use(op.getLogits()));
+  gate.bias = args.addIf(static_cast<bool>(op.getCorrectionBias()),
+                         [&] { return plan.use(op.getCorrectionBias()); });
+  auto [weights, ids] = defineGateOutputs(plan, op);
+  gate.weights = args.add(weights);
+  gate.ids = args.add(ids);
+  return gate;
+}
+
+void mlir::moe::detail::emitGateToken(ImplicitLocOpBuilder &b, GateOp op,
+                                      gpu::GPUFuncOp kernel,
+                                      const GateArgs &args, Value token) {
+  RouterAttr router = op.getRouter();
+  int64_t numExperts =
+      cast<RankedTensorType>(op.getLogits().getType()).getDimSize(1);
+  WarpBuilder wb = makeWarpBuilder(b);
+  Value bias = kernelArgument(kernel, args.bias);
+  LaneExperts lane =
+      loadLaneExperts(wb, kernel.getArgument(args.logits), token, numExperts);
+  SmallVector<Value> scores = emitScores(wb, router.getScoring(), lane);
+  // Selection ranks scores + bias (the bias selects, it never weighs).
+  SmallVector<Value> selection(scores);
+  if (bias)
+    for (auto [j, score] : llvm::enumerate(scores))
+      selection[j] = arith::AddFOp::create(
+          b, score,
+          wb.load(bias,
+                  wb.select(lane.valid[j], lane.experts[j], wb.index(0))));
+  SmallVector<Value> keys;
+  for (Value value : selection)
+    keys.push_back(wb.orderedKey(value));
+  SmallVector<Value> eligible =
+      router.getNumGroups() > 1
+          ? emitGroupMask(wb, router, numExperts, lane, keys)
+          : lane.valid;
+  SmallVector<WarpBuilder::Candidate> candidates;
+  for (auto [j, key] : llvm::enumerate(keys))
+    candidates.push_back(
+        {wb.select(eligible[j], key, wb.i32(0)),
+         wb.select(eligible[j], lane.expertsI32[j], wb.i32(INT32_MAX))});
+  storeSlots(wb, router, numExperts,
+             selectTopK(wb, router.getTopK(), candidates,
+                        bias ? ArrayRef<Value>(scores) : ArrayRef<Value>()),
+             token, kernel.getArgument(args.weights),
+             kernel.getArgument(args.ids));
+}
+
 LogicalResult mlir::moe::detail::emitGate(PlanBuilder &plan, OpBuilder &builder,
                                           GateOp op) {
   OpBuilder::InsertionGuard guard(builder);
-  RouterAttr router = op.getRouter();
-  auto logitsType = cast<RankedTensorType>(op.getLogits().getType());
-  int64_t numExperts = logitsType.getDimSize(1);
+  int64_t numExperts =
+      cast<RankedTensorType>(op.getLogits().getType()).getDimSize(1);
   // A lane keeps its experts in registers: 32 per lane at most.
   if (llvm::divideCeil(numExperts, kWarpSize) > kMaxExpertsPerLane)
     return op.emitOpError() << "has no GPU lowering for more than "
                             << kMaxExpertsPerLane * kWarpSize << " experts";
-  SizeExpr t = plan.tokens();
-  SizeExpr slots = PlanBuilder::constant(router.getNumSlots());
-
   KernelArgList args;
-  unsigned logitsArg = args.add(plan.use(op.getLogits()));
-  std::optional<unsigned> biasArg =
-      args.addIf(static_cast<bool>(op.getCorrectionBias()),
-                 [&] { return plan.use(op.getCorrectionBias()); });
-  unsigned weightsArg =
-      args.add(plan.define(op.getWeights(), "gate_weights", {t, slots}));
-  unsigned idsArg = args.add(plan.define(op.getIds(), "gate_ids", {t, slots}));
-  gpu::GPUFuncOp kernel =
-      plan.createKernel(builder, op.getLoc(), "moe_gate", args.get(),
-                        {PlanBuilder::ceilDiv(t, kGateWarpsPerBlock),
-                         PlanBuilder::constant(1), PlanBuilder::constant(1)},
-                        {kGateWarpsPerBlock * kWarpSize, 1, 1});
+  GateArgs gate = addGateArgs(plan, args, op);
+  gpu::GPUFuncOp kernel = plan.createKernel(
+      builder, op.getLoc(), "moe_gate", args.get(),
+      {PlanBuilder::ceilDiv(plan.tokens(), kGateWarpsPerBlock),
+       PlanBuilder::constant(1), PlanBuilder::constant(1)},
+      {kGateWarpsPerBlock * kWarpSize, 1, 1});
   ImplicitLocOpBuilder b(op.getLoc(), builder);
-  WarpBuilder wb = makeWarpBuilder(b);
-  Value bias = kernelArgument(kernel, biasArg);
-  Value numTokens = wb.toIndex(tokenCount(kernel));
-
+  LoopBuilder lb{b};
   Value warp = arith::DivUIOp::create(
-      b, gpu::ThreadIdOp::create(b, gpu::Dimension::x), wb.index(kWarpSize));
+      b, gpu::ThreadIdOp::create(b, gpu::Dimension::x), lb.index(kWarpSize));
   Value token = arith::AddIOp::create(
       b,
       arith::MulIOp::create(b, gpu::BlockIdOp::create(b, gpu::Dimension::x),
-                            wb.index(kGateWarpsPerBlock)),
+                            lb.index(kGateWarpsPerBlock)),
       warp);
-  wb.ifThen(wb.cmpi(arith::CmpIPredicate::ult, token, numTokens), [&] {
-    LaneExperts lane =
-        loadLaneExperts(wb, kernel.getArgument(logitsArg), token, numExperts);
-    SmallVector<Value> scores = emitScores(wb, router.getScoring(), lane);
-    // Selection ranks scores + bias (the bias selects, it never weighs).
-    SmallVector<Value> selection(scores);
-    if (bias)
-      for (auto [j, score] : llvm::enumerate(scores))
-        selection[j] = arith::AddFOp::create(
-            b, score,
-            wb.load(bias,
-                    wb.select(lane.valid[j], lane.experts[j], wb.index(0))));
-    SmallVector<Value> keys;
-    for (Value value : selection)
-      keys.push_back(wb.orderedKey(value));
-    SmallVector<Value> eligible =
-        router.getNumGroups() > 1
-            ? emitGroupMask(wb, router, numExperts, lane, keys)
-            : lane.valid;
-    SmallVector<WarpBuilder::Candidate> candidates;
-    for (auto [j, key] : llvm::enumerate(keys))
-      candidates.push_back(
-          {wb.select(eligible[j], key, wb.i32(0)),
-           wb.select(eligible[j], lane.expertsI32[j], wb.i32(INT32_MAX))});
-    storeSlots(wb, router, numExperts,
-               selectTopK(wb, router.getTopK(), candidates,
-                          bias ? ArrayRef<Value>(scores) : ArrayRef<Value>()),
-               token, kernel.getArgument(weightsArg),
-               kernel.getArgument(idsArg));
-  });
+  lb.ifThen(
+      lb.cmpi(arith::CmpIPredicate::ult, token, lb.toIndex(tokenCount(kernel))),
+      [&] { emitGateToken(b, op, kernel, gate, token); });
   return success();
 }

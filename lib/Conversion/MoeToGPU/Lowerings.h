@@ -19,6 +19,32 @@ namespace detail {
 /// moe.gate: one warp per token scores, selects and weighs its experts.
 LogicalResult emitGate(PlanBuilder &plan, OpBuilder &builder, GateOp op);
 
+/// The positions of a gate's buffers among a kernel's arguments.
+struct GateArgs {
+  unsigned logits;
+  std::optional<unsigned> bias;
+  unsigned weights, ids;
+};
+
+/// Defines `op`'s outputs in the plan (weights and ids, [T, slots]);
+/// returns their buffers.
+std::pair<unsigned, unsigned> defineGateOutputs(PlanBuilder &plan, GateOp op);
+
+/// Appends `op`'s buffers to `args`, defining its outputs in the plan.
+GateArgs addGateArgs(PlanBuilder &plan, KernelArgList &args, GateOp op);
+
+/// Emits the gate of `token` for the calling warp, its buffers the
+/// arguments of `kernel` at `args`.
+void emitGateToken(ImplicitLocOpBuilder &b, GateOp op, gpu::GPUFuncOp kernel,
+                   const GateArgs &args, Value token);
+
+/// The gate whose kernel the single-block route of `op` begins with, or
+/// null: at decode, where `choiceTokens` give each of the route block's
+/// warps at most one token to gate, a launch saved is worth more than the
+/// gate's blocks running apart. The gate's outputs must be used nowhere
+/// before the route, which computes them.
+GateOp getFusedGate(RouteOp op, int64_t choiceTokens);
+
 /// moe.route: a counting sort of the slots by expert on the device, in one
 /// block when `choiceTokens`' slots fit one chunk (decode), else in three
 /// kernels.

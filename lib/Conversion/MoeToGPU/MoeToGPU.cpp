@@ -113,6 +113,14 @@ LogicalResult viewRankSlice(PlanBuilder &plan, tensor::ExtractSliceOp slice) {
 }
 
 /// Whether LLVM's NVPTX back end has the subtarget feature `name`.
+/// Whether a route's kernel computes `gate` (getFusedGate).
+bool fusedIntoRoute(GateOp gate, int64_t choiceTokens) {
+  return llvm::any_of(gate->getUsers(), [&](Operation *user) {
+    auto route = dyn_cast<RouteOp>(user);
+    return route && getFusedGate(route, choiceTokens) == gate;
+  });
+}
+
 bool nvptxHasFeature(StringRef name) {
   LLVMInitializeNVPTXTargetInfo();
   LLVMInitializeNVPTXTargetMC();
@@ -190,7 +198,10 @@ struct ConvertMoeToGPUPass
       LogicalResult lowered =
           TypeSwitch<Operation *, LogicalResult>(op)
               .Case([&](GateOp gate) -> LogicalResult {
-                return emitGate(plan, builder, gate);
+                if (!fusedIntoRoute(gate, choiceTokens))
+                  return emitGate(plan, builder, gate);
+                defineGateOutputs(plan, gate);
+                return success();
               })
               .Case([&](RouteOp route) -> LogicalResult {
                 return emitRoute(plan, builder, route, choiceTokens);

@@ -316,16 +316,20 @@ void emitPlaceKernel(PlanBuilder &plan, OpBuilder &builder, Location loc,
 /// through per-warp counts. Right for any T (the chunks loop), chosen for
 /// the token counts whose slots one chunk holds (decode). E <= kRouteThreads.
 void emitSingleBlockRoute(PlanBuilder &plan, OpBuilder &builder, Location loc,
-                          const RoutePlan &route) {
+                          const RoutePlan &route, GateOp gate) {
   int64_t numExperts = route.numExperts, blockM = route.blockM;
   Type i32 = builder.getI32Type();
   KernelArgList args;
-  unsigned idsArg = args.add(route.ids);
+  std::optional<GateArgs> gateArgs;
+  if (gate)
+    gateArgs = addGateArgs(plan, args, gate);
+  unsigned idsArg = gate ? gateArgs->ids : args.add(route.ids);
   unsigned sortedIdsArg = args.add(route.sortedIds);
   unsigned expertIdsArg = args.add(route.expertIds);
   unsigned numPaddedArg = args.add(route.numPadded);
   gpu::GPUFuncOp kernel = plan.createKernel(
-      builder, loc, "moe_route_block", args.get(),
+      builder, loc, gate ? "moe_gate_route_block" : "moe_route_block",
+      args.get(),
       {PlanBuilder::constant(1), PlanBuilder::constant(1),
        PlanBuilder::constant(1)},
       {kRouteThreads, 1, 1},
@@ -345,6 +349,13 @@ void emitSingleBlockRoute(PlanBuilder &plan, OpBuilder &builder, Location loc,
   Value numChunks =
       arith::CeilDivUIOp::create(b, routedSlots, wb.index(kRouteThreads));
   Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
+  // Warp w gates token w; the barrier below orders its stores of the ids
+  // before the loads of every thread.
+  if (gate) {
+    Value warp = arith::DivUIOp::create(b, tid, wb.index(kWarpSize));
+    wb.ifThen(wb.cmpi(arith::CmpIPredicate::ult, warp, numTokens),
+              [&] { emitGateToken(b, gate, kernel, *gateArgs, warp); });
+  }
   strided(wb, tid, wb.index(numExperts), kRouteThreads,
           [&](Value e) { wb.store(wb.i32(0), bases, e); });
   gpu::BarrierOp::create(b);
@@ -384,7 +395,25 @@ void emitSingleBlockRoute(PlanBuilder &plan, OpBuilder &builder, Location loc,
   });
 }
 
+/// Whether `choiceTokens`' slots fit one chunk: one launch instead of three.
+bool routesInOneBlock(RouteOp op, int64_t choiceTokens) {
+  int64_t slots = cast<RankedTensorType>(op.getIds().getType()).getDimSize(1);
+  return choiceTokens * slots <= kRouteThreads &&
+         op.getNumExperts() <= kRouteThreads;
+}
+
 } // namespace
+
+GateOp mlir::moe::detail::getFusedGate(RouteOp op, int64_t choiceTokens) {
+  auto gate = op.getIds().getDefiningOp<GateOp>();
+  if (!gate || choiceTokens > kRouteWarps ||
+      !routesInOneBlock(op, choiceTokens) || gate->getBlock() != op->getBlock())
+    return {};
+  for (Operation *user : gate->getUsers())
+    if (user != op && !op->isBeforeInBlock(user))
+      return {};
+  return gate;
+}
 
 LogicalResult mlir::moe::detail::emitRoute(PlanBuilder &plan,
                                            OpBuilder &builder, RouteOp op,
@@ -410,9 +439,9 @@ LogicalResult mlir::moe::detail::emitRoute(PlanBuilder &plan,
       plan.define(op.getNumPadded(), "route_num_padded", {}),
       /*blockOffsets=*/0,
       /*expertOffsets=*/0};
-  // Slots that one chunk holds: one launch instead of three.
-  if (choiceTokens * slots <= kRouteThreads && numExperts <= kRouteThreads) {
-    emitSingleBlockRoute(plan, builder, op.getLoc(), route);
+  if (routesInOneBlock(op, choiceTokens)) {
+    emitSingleBlockRoute(plan, builder, op.getLoc(), route,
+                         getFusedGate(op, choiceTokens));
     return success();
   }
   SizeExpr experts = PlanBuilder::constant(numExperts);
