@@ -139,10 +139,12 @@ inline Value blockInclusiveSum(LoopBuilder &lb, Value scan, Value tid,
             [&] { lb.store(sum, scan, warp); });
   gpu::BarrierOp::create(b);
   lb.ifThen(lb.cmpi(arith::CmpIPredicate::eq, warp, lb.index(0)), [&] {
+    // Each lane reads its own entry (lanes past the warps' count read one
+    // that holds no total and drop it), so that no lane reads an entry that
+    // another lane of the warp writes next.
     Value isWarp =
         lb.cmpi(arith::CmpIPredicate::ult, lane, lb.index(threads / kWarpSize));
-    Value total = lb.select(
-        isWarp, lb.load(scan, lb.select(isWarp, lane, lb.index(0))), lb.i32(0));
+    Value total = lb.select(isWarp, lb.load(scan, lane), lb.i32(0));
     lb.store(warpInclusiveSum(lane, total), scan, lane);
   });
   gpu::BarrierOp::create(b);
