@@ -91,7 +91,7 @@ with open(os.path.join(bundle, "manifest.txt")) as file:
         if line.startswith(("launch", "workspace")):
             print(" ".join(line.split()[:6]))
 # CHECK: workspace gemm_partials f32 3 T*2
-# CHECK: launch moe_grouped_matmul_wgmma_0 grid cdiv(T*2+504,64)*96 1 1
+# CHECK: launch moe_grouped_matmul_wgmma_0 grid cdiv(T*2+min(T*2,8)*63,64)*96 1 1
 # CHECK: launch moe_grouped_matmul_reduce_1
 
 # A layer as a file (DeepSeek-V3's sizes, 256 experts and no shared one): its

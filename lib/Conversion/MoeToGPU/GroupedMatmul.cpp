@@ -56,6 +56,28 @@ SizeExpr mlir::moe::detail::routedCapacity(PlanBuilder &plan,
   return plan.affine(op.getNumSlots(), padding);
 }
 
+SizeExpr mlir::moe::detail::paddedRowsBound(PlanBuilder &plan,
+                                            GroupedMatmulOp op) {
+  int64_t experts = op.getNumStoredExperts(), padding = op.getBlockM() - 1;
+  if (std::optional<int64_t> tokens = getStaticTokens(op)) {
+    int64_t slots = *tokens * op.getNumSlots();
+    return PlanBuilder::constant(slots + std::min(slots, experts) * padding);
+  }
+  SizeExpr slots = routedSlots(plan, op);
+  return PlanBuilder::plus(slots,
+                           PlanBuilder::min(slots, experts).times(padding));
+}
+
+Value mlir::moe::detail::paddedRowsBound(LoopBuilder &lb, Value routedSlots,
+                                         GroupedMatmulOp op) {
+  ImplicitLocOpBuilder &b = lb.b;
+  Value nonEmpty = arith::MinUIOp::create(b, routedSlots,
+                                          lb.index(op.getNumStoredExperts()));
+  return arith::AddIOp::create(
+      b, routedSlots,
+      arith::MulIOp::create(b, nonEmpty, lb.index(op.getBlockM() - 1)));
+}
+
 GemmOperands mlir::moe::detail::useGemmOperands(PlanBuilder &plan,
                                                 GroupedMatmulOp op) {
   int64_t blockM = op.getBlockM();

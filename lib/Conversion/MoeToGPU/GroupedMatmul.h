@@ -56,6 +56,15 @@ Value routedSlotCount(LoopBuilder &lb, gpu::GPUFuncOp kernel,
 /// The routing capacity C = T*S + E*(block_m - 1) of the op's sorted rows.
 SizeExpr routedCapacity(PlanBuilder &plan, GroupedMatmulOp op);
 
+/// The most rows the routing pads the op's slots to: an expert with rows
+/// pads them to whole routing blocks, and at most min(T*S, E) experts have
+/// rows, so T*S + min(T*S, E)*(block_m - 1), at most C. The grids sized by
+/// row blocks launch this many, not C's: at decode C's are mostly empty
+/// (Qwen3-30B-A3B at T = 1: 8 row blocks of 64 can hold rows, C has 127).
+SizeExpr paddedRowsBound(PlanBuilder &plan, GroupedMatmulOp op);
+/// The same bound in a kernel, given its T*S (routedSlotCount).
+Value paddedRowsBound(LoopBuilder &lb, Value routedSlots, GroupedMatmulOp op);
+
 /// The plan buffers of a grouped matmul's input rows and routing operands,
 /// given the dims the op derives for them from the capacity C: sorted ids
 /// [C], block experts [ceil(C / block_m)], sorted input rows [C, K].

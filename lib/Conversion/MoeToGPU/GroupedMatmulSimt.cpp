@@ -92,7 +92,8 @@ gpu::GPUFuncOp SimtGroupedMatmulEmitter::declareKernel() {
   return plan.createKernel(
       builder, op.getLoc(), "moe_grouped_matmul", args.get(),
       {PlanBuilder::constant(llvm::divideCeil(columns, kGemmTileN)),
-       PlanBuilder::ceilDiv(capacity, blockM), PlanBuilder::constant(1)},
+       PlanBuilder::ceilDiv(paddedRowsBound(plan, op), blockM),
+       PlanBuilder::constant(1)},
       {threads, 1, 1}, shared);
 }
 

@@ -155,6 +155,9 @@ public:
     return {"cdiv(" + value.text + "," + std::to_string(divisor) + ")",
             static_cast<int64_t>(llvm::divideCeil(value.atMax, divisor))};
   }
+  static SizeExpr plus(const SizeExpr &lhs, const SizeExpr &rhs) {
+    return {lhs.text + "+" + rhs.text, lhs.atMax + rhs.atMax};
+  }
   static SizeExpr min(const SizeExpr &value, int64_t bound) {
     return {"min(" + value.text + "," + std::to_string(bound) + ")",
             std::min(value.atMax, bound)};

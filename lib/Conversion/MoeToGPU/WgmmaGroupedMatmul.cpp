@@ -428,10 +428,11 @@ gpu::GPUFuncOp WgmmaGroupedMatmulEmitter::declareKernel() {
         args.addIf(weighted, [&] { return plan.use(op.getRoutedWeights()); });
     outputArg = args.add(defineOutput(plan, op));
   }
-  // A block per tile of the capacity's row blocks (whole clusters of them);
-  // persistent, as many as the multiprocessors hold at once.
-  SizeExpr gridSize = PlanBuilder::ceilDiv(capacity, blockRows * clusterBlocks)
-                          .times(clusterBlocks * numBlockColumns * splits);
+  // A block per tile of the row blocks that can hold rows (whole clusters
+  // of them); persistent, as many as the multiprocessors hold at once.
+  SizeExpr gridSize =
+      PlanBuilder::ceilDiv(paddedRowsBound(plan, op), blockRows * clusterBlocks)
+          .times(clusterBlocks * numBlockColumns * splits);
   if (config.getPersistent())
     gridSize = PlanBuilder::min(
         gridSize, plan.numSMs * residentBlocks(threads, blockN, sharedBytes));
@@ -554,15 +555,12 @@ void WgmmaGroupedMatmulEmitter::emit() {
     peerRank = arith::XOrIOp::create(b, clusterRank, wb.index(1));
   }
   if (!config.getPersistent()) {
-    // One block per tile of the row blocks the capacity bounds, in whole
+    // One block per tile of the row blocks that can hold rows, in whole
     // clusters; those past the padded rows find nothing to do.
     Value numRowBlocks = arith::MulIOp::create(
         b,
-        arith::CeilDivUIOp::create(
-            b,
-            arith::AddIOp::create(b, routedSlots,
-                                  wb.index(numExperts * (blockM - 1))),
-            wb.index(blockRows * clusterBlocks)),
+        arith::CeilDivUIOp::create(b, paddedRowsBound(wb, routedSlots, op),
+                                   wb.index(blockRows * clusterBlocks)),
         wb.index(clusterBlocks));
     emitTile(blockId, numRowBlocks, Value());
   } else {

@@ -30,7 +30,7 @@
 // of two block columns for three column tiles.
 // GROUP: gpu.func @moe_quantize_{{[0-9]+}}(
 // GROUP: gpu.func @moe_grouped_matmul_wgmma_{{[0-9]+}}({{.*}}, %[[CODES:.*]]: memref<5104x192xf8E4M3FN>, %[[SCALES:.*]]: memref<5104x2xf32>, %{{.*}}: i32)
-// GROUP-SAME: grid = ["cdiv(T*4+1008,64)*2", "1", "1"]
+// GROUP-SAME: grid = ["cdiv(T*4+min(T*4,16)*63,64)*2", "1", "1"]
 // GROUP-SAME: args = ["quantized", map "arg3_map", "route_sorted_ids", "route_expert_ids", "route_num_padded", "quantize_scales", "arg5", "quantized_1", "quantize_scales_1", i32 "T"]
 // GROUP: %[[ZERO:.*]] = arith.constant dense<0.000000e+00> : vector<2xbf16>
 // GROUP: scf.for %[[COLUMN_TILE:.*]] = %{{.*}} to %c2{{.*}} step %{{.*}} iter_args(%[[HELD:[^ ]*]] = %[[ZERO]], {{.*}}) -> (vector<2xbf16>, vector<2xbf16>, vector<2xbf16>, vector<2xbf16>, vector<2xbf16>, vector<2xbf16>, vector<2xbf16>, vector<2xbf16>, vector<2xbf16>, vector<2xbf16>, vector<2xbf16>, vector<2xbf16>, vector<2xbf16>, vector<2xbf16>, vector<2xbf16>, vector<2xbf16>)

@@ -17,7 +17,7 @@
 
 // CHECK: gpu.func @moe_grouped_matmul_0(%[[X:.*]]: memref<256x32xf32>, %[[W:.*]]: memref<4x48x32xf32>, %{{.*}}: memref<572xi32>, %[[EXPERTS:.*]]: memref<36xi32>, %{{.*}}: memref<i32>, %[[OUT:.*]]: memref<572x24xf32>, %{{.*}}: i32)
 // CHECK-SAME: workgroup(%[[A:.*]] : memref<16x17xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}, %[[B:.*]] : memref<64x17xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}, %[[UP:.*]] : memref<64x17xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64})
-// CHECK-SAME: moe.launch = #moe.launch<grid = ["1", "cdiv(T*2+60,16)", "1"], block = [256, 1, 1], smem = 0, args = ["arg0", "arg1", "arg2", "arg3", "arg4", "result0", i32 "T"], dependent = true>}
+// CHECK-SAME: moe.launch = #moe.launch<grid = ["1", "cdiv(T*2+min(T*2,4)*15,16)", "1"], block = [256, 1, 1], smem = 0, args = ["arg0", "arg1", "arg2", "arg3", "arg4", "result0", i32 "T"], dependent = true>}
 // CHECK: %[[ROW_BLOCK:.*]] = gpu.block_id y
 // CHECK: %[[EXPERT_I32:.*]] = memref.load %[[EXPERTS]][%[[ROW_BLOCK]]]
 // CHECK: %[[EXPERT:.*]] = arith.index_cast %[[EXPERT_I32]]
@@ -38,7 +38,7 @@
 
 // CHECK: gpu.func @moe_grouped_matmul_1(%[[ROWS:.*]]: memref<572x24xf32>, %{{.*}}: memref<4x32x24xf32>,
 // CHECK-SAME: %[[OUT2:[a-z0-9]+]]: memref<256x2x32xf32>, %{{.*}}: i32)
-// CHECK-SAME: moe.launch = #moe.launch<grid = ["1", "cdiv(T*2+60,16)", "1"], block = [256, 1, 1], smem = 0, args = ["arg5", "arg6", "arg2", "arg3", "arg4", "arg7", "result1", i32 "T"], dependent = true>}
+// CHECK-SAME: moe.launch = #moe.launch<grid = ["1", "cdiv(T*2+min(T*2,4)*15,16)", "1"], block = [256, 1, 1], smem = 0, args = ["arg5", "arg6", "arg2", "arg3", "arg4", "arg7", "result1", i32 "T"], dependent = true>}
 // CHECK: scf.for
 // CHECK: memref.load %[[ROWS]]
 // CHECK: arith.select
@@ -50,7 +50,7 @@
 
 // Rows of 12 f16 (24 bytes): no tensor-core kernel either.
 // CHECK: gpu.func @moe_grouped_matmul_2(%{{.*}}: memref<572x12xf16>, %[[W3:.*]]: memref<4x16x12xf16>,
-// CHECK-SAME: moe.launch = #moe.launch<grid = ["1", "cdiv(T*2+60,16)", "1"], block = [256, 1, 1], smem = 0, args = ["arg8", "arg9", "arg2", "arg3", "arg4", "result2", i32 "T"], dependent = true>}
+// CHECK-SAME: moe.launch = #moe.launch<grid = ["1", "cdiv(T*2+min(T*2,4)*15,16)", "1"], block = [256, 1, 1], smem = 0, args = ["arg8", "arg9", "arg2", "arg3", "arg4", "result2", i32 "T"], dependent = true>}
 // CHECK-NOT: nvgpu.
 // CHECK: memref.load %[[W3]]
 // CHECK-NOT: nvgpu.

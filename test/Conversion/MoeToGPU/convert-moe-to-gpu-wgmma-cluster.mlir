@@ -11,7 +11,7 @@
 
 // CHECK: moe.tensor_map %{{.*}} -> !moe.tensor_map<bf16, box = [1, 32, 64], swizzle = 128>
 // CHECK-LABEL: gpu.func @moe_grouped_matmul_wgmma_0(
-// CHECK-SAME: grid = ["cdiv(T*2+252,128)*4", "1", "1"], block = [256, 1, 1]
+// CHECK-SAME: grid = ["cdiv(T*2+min(T*2,4)*63,128)*4", "1", "1"], block = [256, 1, 1]
 // CHECK-SAME: nvvm.cluster_dim = array<i32: 2, 1, 1>
 // CHECK: %[[FULL:.*]] = nvgpu.mbarrier.create
 // CHECK: %[[EMPTY:.*]] = nvgpu.mbarrier.create

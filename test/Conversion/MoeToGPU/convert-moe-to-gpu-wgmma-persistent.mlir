@@ -11,12 +11,12 @@
 // RUN: moe-opt %s --moe-tma --convert-moe-to-gpu="tokens-max=128" | FileCheck %s
 // RUN: moe-opt %s --moe-tma --convert-moe-to-gpu="tokens-max=128 num-sms=114" | FileCheck %s --check-prefix=PCIE
 
-// PCIE: grid = ["min(cdiv(T*2+252,64)*4,228)", "1", "1"]
-// PCIE: grid = ["min(cdiv(T*2+508,128),114)", "1", "1"]
+// PCIE: grid = ["min(cdiv(T*2+min(T*2,4)*63,64)*4,228)", "1", "1"]
+// PCIE: grid = ["min(cdiv(T*2+min(T*2,4)*127,128),114)", "1", "1"]
 
 // CHECK-LABEL: gpu.func @moe_grouped_matmul_wgmma_0(
 // CHECK-SAME: %{{.*}}: memref<i32>
-// CHECK-SAME: grid = ["min(cdiv(T*2+252,64)*4,264)", "1", "1"]
+// CHECK-SAME: grid = ["min(cdiv(T*2+min(T*2,4)*63,64)*4,264)", "1", "1"]
 // CHECK: %[[FULL:.*]] = nvgpu.mbarrier.create
 // CHECK: %[[BLOCK:.*]] = gpu.block_id x
 // CHECK: %[[PADDED:.*]] = memref.load %{{.*}}[] : memref<i32>
@@ -41,7 +41,7 @@
 // CHECK-LABEL: gpu.func @moe_grouped_matmul_reduce_1(
 
 // CHECK-LABEL: gpu.func @moe_grouped_matmul_wgmma_2(
-// CHECK-SAME: grid = ["min(cdiv(T*2+508,128),132)", "1", "1"]
+// CHECK-SAME: grid = ["min(cdiv(T*2+min(T*2,4)*127,128),132)", "1", "1"]
 // CHECK: %[[FULL2:.*]] = nvgpu.mbarrier.create
 // CHECK: %[[EMPTY:.*]] = nvgpu.mbarrier.create
 // CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%{{.*}} = %c0{{.*}}) -> (index)

@@ -11,7 +11,7 @@
 
 // gemm1: 4 stages of 16 KiB rows + 32 KiB weights (block_n 256).
 // CHECK: gpu.func @moe_grouped_matmul_wgmma_0(
-// CHECK-SAME: grid = ["cdiv(T*2+508,128)", "1", "1"], block = [256, 1, 1], smem = 196608
+// CHECK-SAME: grid = ["cdiv(T*2+min(T*2,4)*127,128)", "1", "1"], block = [256, 1, 1], smem = 196608
 // CHECK: nvgpu.mbarrier.arrive.expect_tx %{{.*}}[%{{.*}}], %c32768
 // CHECK-COUNT-4: nvgpu.device_async_copy {{.*}} : memref<128x128xbf16> to memref<128x64xbf16, 3>
 // CHECK: %[[WARPGROUP:.*]] = arith.divui %thread_id_x, %c128
@@ -20,7 +20,7 @@
 
 // gemm2: sorted rows and weights by TMA, 16 KiB + 16 KiB a stage.
 // CHECK: gpu.func @moe_grouped_matmul_wgmma_1(
-// CHECK-SAME: grid = ["cdiv(T*2+508,128)", "1", "1"], block = [256, 1, 1], smem = 131072
+// CHECK-SAME: grid = ["cdiv(T*2+min(T*2,4)*127,128)", "1", "1"], block = [256, 1, 1], smem = 131072
 // CHECK: nvgpu.mbarrier.arrive.expect_tx %{{.*}}[%{{.*}}], %c32768
 // CHECK: nvgpu.tma.async.load {{.*}} -> memref<128x64xbf16, 3>
 // CHECK: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 128, k = 16>

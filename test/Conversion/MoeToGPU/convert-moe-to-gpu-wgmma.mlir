@@ -19,11 +19,19 @@
 // The heuristic config for 128 tokens: block_n 128 (64 gated output columns), 4 stages of
 // 8 KiB rows + 16 KiB weights.
 // CHECK: gpu.func @moe_grouped_matmul_wgmma_0(%[[X:.*]]: memref<128x128xbf16>, %[[MAP:.*]]: !llvm.ptr, %{{.*}}: memref<316xi32>, %{{.*}}: memref<20xi32>, %{{.*}}: memref<i32>, %[[OUT:.*]]: memref<316x64xbf16>, %{{.*}}: i32)
-// CHECK-SAME: moe.grid_constant_args = array<i64: 1>, moe.launch = #moe.launch<grid = ["cdiv(T*2+60,16)", "1", "1"], block = [128, 1, 1], smem = 98304, args = ["arg0", map "arg1_map", "arg2", "arg3", "arg4", "result0", i32 "T"], dependent = true>
+// CHECK-SAME: moe.grid_constant_args = array<i64: 1>, moe.launch = #moe.launch<grid = ["cdiv(T*2+min(T*2,4)*15,16)", "1", "1"], block = [128, 1, 1], smem = 98304, args = ["arg0", map "arg1_map", "arg2", "arg3", "arg4", "result0", i32 "T"], dependent = true>
+// CHECK: %[[SLOTS:.*]] = arith.muli %{{.*}}, %c2
 // CHECK: %[[SMEM:.*]] = memref.get_global @moe_dynamic_shared_memory
 // CHECK: %[[DESC:.*]] = builtin.unrealized_conversion_cast %[[MAP]] : !llvm.ptr to !nvgpu.tensormap.descriptor<tensor = memref<1x64x64xbf16, 3>, swizzle = swizzle_128b, l2promo = l2promo_256b, oob = zero, interleave = none>
 // CHECK: %[[FULL:.*]] = nvgpu.mbarrier.create -> <memorySpace = 3 : i64, num_barriers = 4>
+// The grid launches a block per row block that can hold rows (T*2 slots
+// padded to 16 in at most min(T*2, 4) experts), and the kernel's tile
+// order counts the same row blocks.
 // CHECK: gpu.block_id x
+// CHECK: %[[NONEMPTY:.*]] = arith.minui %[[SLOTS]], %c4
+// CHECK: %[[PADDING:.*]] = arith.muli %[[NONEMPTY]], %c15
+// CHECK: %[[ROWS:.*]] = arith.addi %[[SLOTS]], %[[PADDING]]
+// CHECK: arith.ceildivui %[[ROWS]], %c16
 // CHECK: arith.minui
 // CHECK: scf.if
 // CHECK: nvgpu.tma.prefetch.descriptor %[[DESC]]
@@ -78,7 +86,7 @@
 // and scattered to slot order.
 // CHECK: gpu.func @moe_grouped_matmul_wgmma_1(%[[ROWS:.*]]: !llvm.ptr, %[[MAP2:.*]]: !llvm.ptr,
 // CHECK-SAME: %[[RW:[a-z0-9]+]]: memref<128x2xf32>, %[[OUT2:[a-z0-9]+]]: memref<128x2x96xf16>, %{{.*}}: i32)
-// CHECK-SAME: moe.grid_constant_args = array<i64: 0, 1>, moe.launch = #moe.launch<grid = ["cdiv(T*2+60,16)*2", "1", "1"], block = [128, 1, 1], smem = 49152, args = [map "arg5_map", map "arg6_map", "arg2", "arg3", "arg4", "arg7", "result1", i32 "T"], dependent = true>
+// CHECK-SAME: moe.grid_constant_args = array<i64: 0, 1>, moe.launch = #moe.launch<grid = ["cdiv(T*2+min(T*2,4)*15,16)*2", "1", "1"], block = [128, 1, 1], smem = 49152, args = [map "arg5_map", map "arg6_map", "arg2", "arg3", "arg4", "arg7", "result1", i32 "T"], dependent = true>
 // CHECK: %[[WDESC:.*]] = builtin.unrealized_conversion_cast %[[MAP2]] : !llvm.ptr to !nvgpu.tensormap.descriptor<tensor = memref<1x64x64xf16, 3>, swizzle = swizzle_128b
 // CHECK: %[[RDESC:.*]] = builtin.unrealized_conversion_cast %[[ROWS]] : !llvm.ptr to !nvgpu.tensormap.descriptor<tensor = memref<64x64xf16, 3>, swizzle = swizzle_128b
 // CHECK: nvgpu.mbarrier.create -> <memorySpace = 3 : i64, num_barriers = 3>
