@@ -112,7 +112,6 @@ LogicalResult viewRankSlice(PlanBuilder &plan, tensor::ExtractSliceOp slice) {
   return success();
 }
 
-/// Whether LLVM's NVPTX back end has the subtarget feature `name`.
 /// Whether a route's kernel computes `gate` (getFusedGate).
 bool fusedIntoRoute(GateOp gate, int64_t choiceTokens) {
   return llvm::any_of(gate->getUsers(), [&](Operation *user) {
@@ -121,6 +120,7 @@ bool fusedIntoRoute(GateOp gate, int64_t choiceTokens) {
   });
 }
 
+/// Whether LLVM's NVPTX back end has the subtarget feature `name`.
 bool nvptxHasFeature(StringRef name) {
   LLVMInitializeNVPTXTargetInfo();
   LLVMInitializeNVPTXTargetMC();

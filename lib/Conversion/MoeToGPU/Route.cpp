@@ -315,6 +315,8 @@ void emitPlaceKernel(PlanBuilder &plan, OpBuilder &builder, Location loc,
 /// atomics, the padded scan, then the chunks of slots placed in order
 /// through per-warp counts. Right for any T (the chunks loop), chosen for
 /// the token counts whose slots one chunk holds (decode). E <= kRouteThreads.
+/// Given the `gate` of its ids (getFusedGate), the block computes it first,
+/// a token a warp.
 void emitSingleBlockRoute(PlanBuilder &plan, OpBuilder &builder, Location loc,
                           const RoutePlan &route, GateOp gate) {
   int64_t numExperts = route.numExperts, blockM = route.blockM;
