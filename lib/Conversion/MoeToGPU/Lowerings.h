@@ -46,8 +46,9 @@ void emitGateToken(ImplicitLocOpBuilder &b, GateOp op, gpu::GPUFuncOp kernel,
 GateOp getFusedGate(RouteOp op, int64_t choiceTokens);
 
 /// moe.route: a counting sort of the slots by expert on the device, in one
-/// block when `choiceTokens`' slots fit one chunk (decode), else in three
-/// kernels.
+/// block when `choiceTokens`' slots fit one chunk (decode; that block also
+/// computes the gate of its ids where getFusedGate gives one), else in
+/// three kernels.
 LogicalResult emitRoute(PlanBuilder &plan, OpBuilder &builder, RouteOp op,
                         int64_t choiceTokens);
 
