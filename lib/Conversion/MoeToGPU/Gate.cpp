@@ -97,8 +97,7 @@ WarpBuilder::Candidate laneBest(WarpBuilder &wb,
   WarpBuilder::Candidate best = candidates.front();
   for (const WarpBuilder::Candidate &candidate : drop_begin(candidates)) {
     Value larger = wb.cmpi(arith::CmpIPredicate::ugt, candidate.key, best.key);
-    best = {wb.select(larger, candidate.key, best.key),
-            wb.select(larger, candidate.expert, best.expert)};
+    best = wb.selectCandidate(larger, candidate, best);
   }
   return best;
 }
@@ -134,8 +133,7 @@ SmallVector<Value> emitKeptGroups(WarpBuilder &wb, int64_t topkGroups,
     for (auto [group, keptGroup] : llvm::zip(held, kept)) {
       Value won = wb.cmpi(arith::CmpIPredicate::eq, group.expert, best.expert);
       keptGroup = wb.select(won, wb.i32(1), keptGroup);
-      group = {wb.select(won, wb.i32(0), group.key),
-               wb.select(won, wb.i32(INT32_MAX), group.expert)};
+      group = wb.selectCandidate(won, wb.none(), group);
     }
   }
   SmallVector<Value> masks;
@@ -278,8 +276,7 @@ notChosen(WarpBuilder &wb, ArrayRef<WarpBuilder::Candidate> candidates,
       taken = arith::OrIOp::create(
           wb.b, taken,
           wb.cmpi(arith::CmpIPredicate::eq, candidate.expert, expert));
-    left.push_back({wb.select(taken, wb.i32(0), candidate.key),
-                    wb.select(taken, wb.i32(INT32_MAX), candidate.expert)});
+    left.push_back(wb.selectCandidate(taken, wb.none(), candidate));
   }
   return left;
 }
@@ -328,9 +325,7 @@ Selection selectTopK(WarpBuilder &wb, int64_t topK,
       WarpBuilder::Candidate next = p + 1 < size ? ranking.entries[p + 1]
                                     : mayRerank  ? marker
                                                  : wb.none();
-      ranking.entries[p] = {
-          wb.select(won, next.key, ranking.entries[p].key),
-          wb.select(won, next.expert, ranking.entries[p].expert)};
+      ranking.entries[p] = wb.selectCandidate(won, next, ranking.entries[p]);
       if (!scores.empty() && p + 1 < size)
         ranking.scores[p] =
             wb.select(won, ranking.scores[p + 1], ranking.scores[p]);
@@ -443,8 +438,7 @@ void mlir::moe::detail::emitGateToken(ImplicitLocOpBuilder &b, GateOp op,
   SmallVector<WarpBuilder::Candidate> candidates;
   for (auto [j, key] : llvm::enumerate(keys))
     candidates.push_back(
-        {wb.select(eligible[j], key, wb.i32(0)),
-         wb.select(eligible[j], lane.expertsI32[j], wb.i32(INT32_MAX))});
+        wb.selectCandidate(eligible[j], {key, lane.expertsI32[j]}, wb.none()));
   storeSlots(wb, router, numExperts,
              selectTopK(wb, router.getTopK(), candidates,
                         bias ? ArrayRef<Value>(scores) : ArrayRef<Value>()),

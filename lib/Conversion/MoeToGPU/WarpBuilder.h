@@ -74,6 +74,11 @@ struct WarpBuilder : LoopBuilder {
     Value key, expert;
   };
   Candidate none() { return {i32(0), i32(INT32_MAX)}; }
+  /// `cond ? ifTrue : ifFalse`, key and expert alike.
+  Candidate selectCandidate(Value cond, Candidate ifTrue, Candidate ifFalse) {
+    return {select(cond, ifTrue.key, ifFalse.key),
+            select(cond, ifTrue.expert, ifFalse.expert)};
+  }
   /// Whether `condition` (i1) holds in any lane of the warp.
   Value any(Value condition) {
     return NVVM::VoteSyncOp::create(b, b.getI1Type(), i32(-1), condition,
