@@ -61,9 +61,9 @@ std::tuple<Value, Value, Value> loadSlot(WarpBuilder &wb,
 }
 
 /// The shared state of a block that has scanned the experts' padded row
-/// counts: `scan[e]` ends expert e's padded rows, `totals[e]` (written
-/// here) holds its rows; thread `tid` < E is expert `expert` with `rows`
-/// rows, `padded` of them padded.
+/// counts: `scan[e]` ends expert e's padded rows, `totals[e]` holds its
+/// rows (what emitPadding reads; null where nothing does); thread `tid` < E
+/// is expert `expert` with `rows` rows, `padded` of them padded.
 struct ScannedExperts {
   Value scan, totals, tid, expert, isExpert, rows, padded;
 };
@@ -73,24 +73,35 @@ struct RouteOutputs {
   Value sortedIds, expertIds, numPadded;
 };
 
-/// Of a block of `threads` threads that scanned the experts' padded counts:
-/// each expert's block ids (its thread), its padding rows (all threads: a
-/// thread per expert would store up to block_m - 1 rows one after
-/// another), the padded count, and past it sentinels and -1 up to the
-/// capacity.
-void emitBlocksAndPadding(WarpBuilder &wb, const RoutePlan &route,
-                          int64_t threads, Value routedSlots,
-                          const ScannedExperts &experts,
-                          const RouteOutputs &out) {
+/// Sentinels in `sortedIds` from row `firstRow` up to the capacity, and -1 in
+/// `expertIds` from the block of `firstRow` on: `threads` threads, the
+/// calling one `tid`.
+void fillRouteOutputs(WarpBuilder &wb, const RoutePlan &route, Value tid,
+                      int64_t threads, Value routedSlots, Value firstRow,
+                      const RouteOutputs &out) {
   ImplicitLocOpBuilder &b = wb.b;
-  int64_t numExperts = route.numExperts, blockM = route.blockM;
+  int64_t blockM = route.blockM;
   Value sentinel = wb.toI32(routedSlots);
-  Value blockRows = wb.i32(blockM);
-  Value totalPadded = wb.load(experts.scan, wb.index(threads - 1));
+  Value rowCapacity = arith::AddIOp::create(
+      b, routedSlots, wb.index(route.numExperts * (blockM - 1)));
+  strided(wb, arith::AddIOp::create(b, firstRow, tid), rowCapacity, threads,
+          [&](Value row) { wb.store(sentinel, out.sortedIds, row); });
+  strided(wb,
+          arith::AddIOp::create(
+              b, arith::DivUIOp::create(b, firstRow, wb.index(blockM)), tid),
+          arith::CeilDivUIOp::create(b, rowCapacity, wb.index(blockM)), threads,
+          [&](Value block) { wb.store(wb.i32(-1), out.expertIds, block); });
+}
+
+/// Of a block of `threads` threads that scanned the experts' padded counts:
+/// each expert's block ids (its thread), and the padded count.
+void emitBlocks(WarpBuilder &wb, const RoutePlan &route, int64_t threads,
+                const ScannedExperts &experts, const RouteOutputs &out) {
+  ImplicitLocOpBuilder &b = wb.b;
+  Value blockRows = wb.i32(route.blockM);
   wb.ifThen(experts.isExpert, [&] {
     Value offset = arith::SubIOp::create(b, wb.load(experts.scan, experts.tid),
                                          experts.padded);
-    wb.store(experts.rows, experts.totals, experts.expert);
     Value firstBlock = arith::DivUIOp::create(b, offset, blockRows);
     Value endBlock = arith::DivUIOp::create(
         b, arith::AddIOp::create(b, offset, experts.padded), blockRows);
@@ -98,7 +109,23 @@ void emitBlocksAndPadding(WarpBuilder &wb, const RoutePlan &route,
       wb.store(wb.toI32(experts.expert), out.expertIds, block);
     });
   });
-  gpu::BarrierOp::create(b);
+  wb.ifThen(wb.cmpi(arith::CmpIPredicate::eq, experts.tid, wb.index(0)), [&] {
+    wb.store(wb.load(experts.scan, wb.index(threads - 1)), out.numPadded, {});
+  });
+}
+
+/// Once every expert's rows are in `totals` (after a barrier): each
+/// expert's padding rows (all threads: a thread per expert would store up
+/// to block_m - 1 rows one after another), and past the padded count
+/// sentinels and -1 up to the capacity.
+void emitPadding(WarpBuilder &wb, const RoutePlan &route, int64_t threads,
+                 Value routedSlots, const ScannedExperts &experts,
+                 const RouteOutputs &out) {
+  ImplicitLocOpBuilder &b = wb.b;
+  int64_t numExperts = route.numExperts, blockM = route.blockM;
+  Value sentinel = wb.toI32(routedSlots);
+  Value blockRows = wb.i32(blockM);
+  Value totalPadded = wb.load(experts.scan, wb.index(threads - 1));
   strided(
       wb, experts.tid, wb.index(numExperts * blockM), threads, [&](Value item) {
         Value e = arith::DivUIOp::create(b, item, wb.index(blockM));
@@ -113,19 +140,8 @@ void emitBlocksAndPadding(WarpBuilder &wb, const RoutePlan &route,
                    wb.toIndex(arith::AddIOp::create(b, start, row)));
         });
       });
-  wb.ifThen(wb.cmpi(arith::CmpIPredicate::eq, experts.tid, wb.index(0)),
-            [&] { wb.store(totalPadded, out.numPadded, {}); });
-  Value rowCapacity = arith::AddIOp::create(
-      b, routedSlots, wb.index(numExperts * (blockM - 1)));
-  strided(wb, arith::AddIOp::create(b, wb.toIndex(totalPadded), experts.tid),
-          rowCapacity, threads,
-          [&](Value row) { wb.store(sentinel, out.sortedIds, row); });
-  strided(wb,
-          arith::AddIOp::create(
-              b, wb.toIndex(arith::DivUIOp::create(b, totalPadded, blockRows)),
-              experts.tid),
-          arith::CeilDivUIOp::create(b, rowCapacity, wb.index(blockM)), threads,
-          [&](Value block) { wb.store(wb.i32(-1), out.expertIds, block); });
+  fillRouteOutputs(wb, route, experts.tid, threads, routedSlots,
+                   wb.toIndex(totalPadded), out);
 }
 
 /// The rank of the thread's slot among the earlier lanes of its warp routed
@@ -233,11 +249,14 @@ void emitScanKernel(PlanBuilder &plan, OpBuilder &builder, Location loc,
   wb.ifThen(isExpert, [&] {
     wb.store(offset, kernel.getArgument(expertOffsetsArg), expert);
   });
-  emitBlocksAndPadding(wb, route, kScanThreads, routedSlots,
-                       {scan, totals, tid, expert, isExpert, total, padded},
-                       {kernel.getArgument(sortedIdsArg),
-                        kernel.getArgument(expertIdsArg),
-                        kernel.getArgument(numPaddedArg)});
+  ScannedExperts experts{scan, totals, tid, expert, isExpert, total, padded};
+  RouteOutputs out{kernel.getArgument(sortedIdsArg),
+                   kernel.getArgument(expertIdsArg),
+                   kernel.getArgument(numPaddedArg)};
+  wb.ifThen(isExpert, [&] { wb.store(total, totals, expert); });
+  emitBlocks(wb, route, kScanThreads, experts, out);
+  gpu::BarrierOp::create(b);
+  emitPadding(wb, route, kScanThreads, routedSlots, experts, out);
 }
 
 /// Places the slots of chunk `chunk` of a block of kRouteThreads threads in
@@ -336,14 +355,13 @@ void emitSingleBlockRoute(PlanBuilder &plan, OpBuilder &builder, Location loc,
        PlanBuilder::constant(1)},
       {kRouteThreads, 1, 1},
       {workgroupMemRef({kRouteThreads}, i32),
-       workgroupMemRef({numExperts}, i32), workgroupMemRef({numExperts}, i32),
+       workgroupMemRef({numExperts}, i32),
        workgroupMemRef({kRouteWarps, numExperts}, i32)});
   ImplicitLocOpBuilder b(loc, builder);
   WarpBuilder wb = makeWarpBuilder(b);
   ValueRange shared = kernel.getWorkgroupAttributions();
   // bases: each expert's rows, then where its next slot goes.
-  Value scan = shared[0], totals = shared[1], bases = shared[2],
-        warpCounts = shared[3];
+  Value scan = shared[0], bases = shared[1], warpCounts = shared[2];
   Value ids = kernel.getArgument(idsArg);
   Value numTokens = wb.toIndex(tokenCount(kernel));
   Value routedSlots =
@@ -351,6 +369,15 @@ void emitSingleBlockRoute(PlanBuilder &plan, OpBuilder &builder, Location loc,
   Value numChunks =
       arith::CeilDivUIOp::create(b, routedSlots, wb.index(kRouteThreads));
   Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
+  RouteOutputs out{kernel.getArgument(sortedIdsArg),
+                   kernel.getArgument(expertIdsArg),
+                   kernel.getArgument(numPaddedArg)};
+  // Every row the sentinel and every block -1 first, all threads while the
+  // gating warps work: the blocks and the placement below write theirs over
+  // them after barriers. Cheaper than finding the padding rows, which took
+  // a pass over E x block_m (experts, rows) pairs.
+  fillRouteOutputs(wb, route, tid, kRouteThreads, routedSlots, wb.index(0),
+                   out);
   // Warp w gates token w; the barrier below orders its stores of the ids
   // before the loads of every thread.
   if (gate) {
@@ -378,19 +405,16 @@ void emitSingleBlockRoute(PlanBuilder &plan, OpBuilder &builder, Location loc,
   Value padded = arith::MulIOp::create(
       b, arith::CeilDivUIOp::create(b, rows, blockRows), blockRows);
   Value end = blockInclusiveSum(wb, scan, tid, padded, kRouteThreads);
-  emitBlocksAndPadding(wb, route, kRouteThreads, routedSlots,
-                       {scan, totals, tid, expert, isExpert, rows, padded},
-                       {kernel.getArgument(sortedIdsArg),
-                        kernel.getArgument(expertIdsArg),
-                        kernel.getArgument(numPaddedArg)});
+  emitBlocks(wb, route, kRouteThreads,
+             {scan, /*totals=*/Value(), tid, expert, isExpert, rows, padded},
+             out);
   wb.ifThen(isExpert, [&] {
     wb.store(arith::SubIOp::create(b, end, padded), bases, expert);
   });
   gpu::BarrierOp::create(b);
   wb.loop(wb.index(0), numChunks, [&](Value chunk) {
     emitPlaceChunk(
-        wb, route, ids, numTokens, chunk, warpCounts,
-        kernel.getArgument(sortedIdsArg),
+        wb, route, ids, numTokens, chunk, warpCounts, out.sortedIds,
         [&](Value e) -> Value { return wb.load(bases, e); },
         [&](Value e, Value end) { wb.store(end, bases, e); });
     gpu::BarrierOp::create(b);
