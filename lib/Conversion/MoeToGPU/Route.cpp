@@ -1,8 +1,9 @@
 //===- Route.cpp - moe.route to GPU kernels -------------------------------===//
 //
 // A counting sort of the slots by expert on the device, with no host sync:
-// per-chunk histograms, one block that scans them into stable offsets and
-// pads each expert to whole routing blocks, and a stable placement.
+// per-chunk histograms (whose grid also fills every row with the padding
+// sentinel), one block that scans them into stable offsets padded to whole
+// routing blocks, and a stable placement of the slots' rows over the fill.
 //
 //===----------------------------------------------------------------------===//
 
@@ -20,12 +21,16 @@ constexpr int64_t kRouteWarps = kRouteThreads / kWarpSize;
 constexpr int64_t kScanThreads = 1024;
 
 /// Emits `for i = start; i < end; i += step` (index values).
-void strided(LoopBuilder &lb, Value start, Value end, int64_t step,
+void strided(LoopBuilder &lb, Value start, Value end, Value step,
              function_ref<void(Value)> body) {
-  auto forOp = scf::ForOp::create(lb.b, start, end, lb.index(step));
+  auto forOp = scf::ForOp::create(lb.b, start, end, step);
   OpBuilder::InsertionGuard guard(lb.b);
   lb.b.setInsertionPointToStart(forOp.getBody());
   body(forOp.getInductionVar());
+}
+void strided(LoopBuilder &lb, Value start, Value end, int64_t step,
+             function_ref<void(Value)> body) {
+  strided(lb, start, end, lb.index(step), body);
 }
 
 /// The sizes of a moe.route and the plan buffers its kernels share: chunks
@@ -61,11 +66,10 @@ std::tuple<Value, Value, Value> loadSlot(WarpBuilder &wb,
 }
 
 /// The shared state of a block that has scanned the experts' padded row
-/// counts: `scan[e]` ends expert e's padded rows, `totals[e]` holds its
-/// rows (what emitPadding reads; null where nothing does); thread `tid` < E
-/// is expert `expert` with `rows` rows, `padded` of them padded.
+/// counts: `scan[e]` ends expert e's padded rows; thread `tid` < E is
+/// expert `expert` with `padded` padded rows.
 struct ScannedExperts {
-  Value scan, totals, tid, expert, isExpert, rows, padded;
+  Value scan, tid, expert, isExpert, padded;
 };
 
 /// The routing results.
@@ -73,22 +77,22 @@ struct RouteOutputs {
   Value sortedIds, expertIds, numPadded;
 };
 
-/// Sentinels in `sortedIds` from row `firstRow` up to the capacity, and -1 in
-/// `expertIds` from the block of `firstRow` on: `threads` threads, the
-/// calling one `tid`.
-void fillRouteOutputs(WarpBuilder &wb, const RoutePlan &route, Value tid,
-                      int64_t threads, Value routedSlots, Value firstRow,
+/// Every row of `sortedIds` (up to the capacity) the sentinel T*S and every
+/// block of `expertIds` -1: thread `thread` of `threads`, a row or block in
+/// `threads`. The route writes its rows and blocks over them afterwards (a
+/// barrier or a kernel later), which costs less than finding the padding
+/// rows: a pass over E x block_m (expert, row) pairs.
+void fillRouteOutputs(WarpBuilder &wb, const RoutePlan &route, Value thread,
+                      Value threads, Value routedSlots,
                       const RouteOutputs &out) {
   ImplicitLocOpBuilder &b = wb.b;
   int64_t blockM = route.blockM;
   Value sentinel = wb.toI32(routedSlots);
   Value rowCapacity = arith::AddIOp::create(
       b, routedSlots, wb.index(route.numExperts * (blockM - 1)));
-  strided(wb, arith::AddIOp::create(b, firstRow, tid), rowCapacity, threads,
+  strided(wb, thread, rowCapacity, threads,
           [&](Value row) { wb.store(sentinel, out.sortedIds, row); });
-  strided(wb,
-          arith::AddIOp::create(
-              b, arith::DivUIOp::create(b, firstRow, wb.index(blockM)), tid),
+  strided(wb, thread,
           arith::CeilDivUIOp::create(b, rowCapacity, wb.index(blockM)), threads,
           [&](Value block) { wb.store(wb.i32(-1), out.expertIds, block); });
 }
@@ -112,36 +116,6 @@ void emitBlocks(WarpBuilder &wb, const RoutePlan &route, int64_t threads,
   wb.ifThen(wb.cmpi(arith::CmpIPredicate::eq, experts.tid, wb.index(0)), [&] {
     wb.store(wb.load(experts.scan, wb.index(threads - 1)), out.numPadded, {});
   });
-}
-
-/// Once every expert's rows are in `totals` (after a barrier): each
-/// expert's padding rows (all threads: a thread per expert would store up
-/// to block_m - 1 rows one after another), and past the padded count
-/// sentinels and -1 up to the capacity.
-void emitPadding(WarpBuilder &wb, const RoutePlan &route, int64_t threads,
-                 Value routedSlots, const ScannedExperts &experts,
-                 const RouteOutputs &out) {
-  ImplicitLocOpBuilder &b = wb.b;
-  int64_t numExperts = route.numExperts, blockM = route.blockM;
-  Value sentinel = wb.toI32(routedSlots);
-  Value blockRows = wb.i32(blockM);
-  Value totalPadded = wb.load(experts.scan, wb.index(threads - 1));
-  strided(
-      wb, experts.tid, wb.index(numExperts * blockM), threads, [&](Value item) {
-        Value e = arith::DivUIOp::create(b, item, wb.index(blockM));
-        Value j = wb.toI32(arith::RemUIOp::create(b, item, wb.index(blockM)));
-        Value rows = wb.load(experts.totals, e);
-        Value row = arith::AddIOp::create(b, rows, j);
-        Value end = arith::MulIOp::create(
-            b, arith::CeilDivUIOp::create(b, rows, blockRows), blockRows);
-        wb.ifThen(wb.cmpi(arith::CmpIPredicate::ult, row, end), [&] {
-          Value start = arith::SubIOp::create(b, wb.load(experts.scan, e), end);
-          wb.store(sentinel, out.sortedIds,
-                   wb.toIndex(arith::AddIOp::create(b, start, row)));
-        });
-      });
-  fillRouteOutputs(wb, route, experts.tid, threads, routedSlots,
-                   wb.toIndex(totalPadded), out);
 }
 
 /// The rank of the thread's slot among the earlier lanes of its warp routed
@@ -172,6 +146,8 @@ void emitCountKernel(PlanBuilder &plan, OpBuilder &builder, Location loc,
   KernelArgList args;
   unsigned idsArg = args.add(route.ids);
   unsigned chunkCountsArg = args.add(route.blockOffsets);
+  unsigned sortedIdsArg = args.add(route.sortedIds);
+  unsigned expertIdsArg = args.add(route.expertIds);
   gpu::GPUFuncOp kernel = plan.createKernel(
       builder, loc, "moe_route_count", args.get(),
       {route.chunks, PlanBuilder::constant(1), PlanBuilder::constant(1)},
@@ -181,6 +157,20 @@ void emitCountKernel(PlanBuilder &plan, OpBuilder &builder, Location loc,
   Value counts = kernel.getWorkgroupAttributions()[0];
   Value numTokens = wb.toIndex(tokenCount(kernel));
   Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
+  // The whole grid fills the routing outputs; the scan's blocks and the
+  // placement's rows go over them in the kernels after this one.
+  fillRouteOutputs(
+      wb, route,
+      arith::AddIOp::create(
+          b,
+          arith::MulIOp::create(b, gpu::BlockIdOp::create(b, gpu::Dimension::x),
+                                wb.index(kRouteThreads)),
+          tid),
+      arith::MulIOp::create(b, gpu::GridDimOp::create(b, gpu::Dimension::x),
+                            wb.index(kRouteThreads)),
+      arith::MulIOp::create(b, numTokens, wb.index(route.slots)),
+      {kernel.getArgument(sortedIdsArg), kernel.getArgument(expertIdsArg),
+       Value()});
   strided(wb, tid, wb.index(numExperts), kRouteThreads,
           [&](Value e) { wb.store(wb.i32(0), counts, e); });
   gpu::BarrierOp::create(b);
@@ -210,20 +200,16 @@ void emitScanKernel(PlanBuilder &plan, OpBuilder &builder, Location loc,
   KernelArgList args;
   unsigned chunkOffsetsArg = args.add(route.blockOffsets);
   unsigned expertOffsetsArg = args.add(route.expertOffsets);
-  unsigned sortedIdsArg = args.add(route.sortedIds);
   unsigned expertIdsArg = args.add(route.expertIds);
   unsigned numPaddedArg = args.add(route.numPadded);
-  gpu::GPUFuncOp kernel =
-      plan.createKernel(builder, loc, "moe_route_scan", args.get(),
-                        {PlanBuilder::constant(1), PlanBuilder::constant(1),
-                         PlanBuilder::constant(1)},
-                        {kScanThreads, 1, 1},
-                        {workgroupMemRef({kScanThreads}, i32),
-                         workgroupMemRef({numExperts}, i32)});
+  gpu::GPUFuncOp kernel = plan.createKernel(
+      builder, loc, "moe_route_scan", args.get(),
+      {PlanBuilder::constant(1), PlanBuilder::constant(1),
+       PlanBuilder::constant(1)},
+      {kScanThreads, 1, 1}, {workgroupMemRef({kScanThreads}, i32)});
   ImplicitLocOpBuilder b(loc, builder);
   WarpBuilder wb = makeWarpBuilder(b);
   Value scan = kernel.getWorkgroupAttributions()[0];
-  Value totals = kernel.getWorkgroupAttributions()[1];
   Value offsetsPerChunk = kernel.getArgument(chunkOffsetsArg);
   Value numTokens = wb.toIndex(tokenCount(kernel));
   Value routedSlots = arith::MulIOp::create(b, numTokens, wb.index(slots));
@@ -249,14 +235,9 @@ void emitScanKernel(PlanBuilder &plan, OpBuilder &builder, Location loc,
   wb.ifThen(isExpert, [&] {
     wb.store(offset, kernel.getArgument(expertOffsetsArg), expert);
   });
-  ScannedExperts experts{scan, totals, tid, expert, isExpert, total, padded};
-  RouteOutputs out{kernel.getArgument(sortedIdsArg),
-                   kernel.getArgument(expertIdsArg),
-                   kernel.getArgument(numPaddedArg)};
-  wb.ifThen(isExpert, [&] { wb.store(total, totals, expert); });
-  emitBlocks(wb, route, kScanThreads, experts, out);
-  gpu::BarrierOp::create(b);
-  emitPadding(wb, route, kScanThreads, routedSlots, experts, out);
+  emitBlocks(wb, route, kScanThreads, {scan, tid, expert, isExpert, padded},
+             {Value(), kernel.getArgument(expertIdsArg),
+              kernel.getArgument(numPaddedArg)});
 }
 
 /// Places the slots of chunk `chunk` of a block of kRouteThreads threads in
@@ -372,12 +353,9 @@ void emitSingleBlockRoute(PlanBuilder &plan, OpBuilder &builder, Location loc,
   RouteOutputs out{kernel.getArgument(sortedIdsArg),
                    kernel.getArgument(expertIdsArg),
                    kernel.getArgument(numPaddedArg)};
-  // Every row the sentinel and every block -1 first, all threads while the
-  // gating warps work: the blocks and the placement below write theirs over
-  // them after barriers. Cheaper than finding the padding rows, which took
-  // a pass over E x block_m (experts, rows) pairs.
-  fillRouteOutputs(wb, route, tid, kRouteThreads, routedSlots, wb.index(0),
-                   out);
+  // The fill first, while the gating warps work: the blocks and the
+  // placement below write theirs over it after barriers.
+  fillRouteOutputs(wb, route, tid, wb.index(kRouteThreads), routedSlots, out);
   // Warp w gates token w; the barrier below orders its stores of the ids
   // before the loads of every thread.
   if (gate) {
@@ -405,8 +383,7 @@ void emitSingleBlockRoute(PlanBuilder &plan, OpBuilder &builder, Location loc,
   Value padded = arith::MulIOp::create(
       b, arith::CeilDivUIOp::create(b, rows, blockRows), blockRows);
   Value end = blockInclusiveSum(wb, scan, tid, padded, kRouteThreads);
-  emitBlocks(wb, route, kRouteThreads,
-             {scan, /*totals=*/Value(), tid, expert, isExpert, rows, padded},
+  emitBlocks(wb, route, kRouteThreads, {scan, tid, expert, isExpert, padded},
              out);
   wb.ifThen(isExpert, [&] {
     wb.store(arith::SubIOp::create(b, end, padded), bases, expert);

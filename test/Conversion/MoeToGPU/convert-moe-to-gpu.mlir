@@ -68,23 +68,34 @@
 // CHECK: memref.store %{{.*}}[%{{.*}}, %[[SLOT]]] : memref<1024x9xi32>
 // CHECK: memref.store %{{.*}}[%{{.*}}, %[[SLOT]]] : memref<1024x9xf32>
 
-// CHECK: gpu.func @moe_route_count_1(%{{.*}}: memref<1024x9xi32>, %{{.*}}: memref<18x257xi32>, %{{.*}}: i32) workgroup(%[[COUNTS:.*]] : memref<257xi32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}) kernel
+// The histogram grid also fills every row of the sorted ids (up to the
+// capacity T*9 + 257*63) with the sentinel T*9 and every block of the
+// expert ids with -1, a grid-stride loop over its threads; the scan's blocks
+// and the placement's rows go over the fill.
+// CHECK: gpu.func @moe_route_count_1(%{{.*}}: memref<1024x9xi32>, %{{.*}}: memref<18x257xi32>, %[[SORTED:.*]]: memref<25407xi32>, %[[BLOCKS:.*]]: memref<397xi32>, %{{.*}}: i32) workgroup(%[[COUNTS:.*]] : memref<257xi32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}) kernel
 // CHECK-SAME: grid = ["cdiv(T*9,512)", "1", "1"]
+// CHECK: %[[GRID:.*]] = gpu.grid_dim x
+// CHECK: %[[THREADS:.*]] = arith.muli %[[GRID]], %c512
+// CHECK: %[[SLOTS:.*]] = arith.muli %{{.*}}, %c9
+// CHECK: %[[SENTINEL:.*]] = arith.index_cast %[[SLOTS]] : index to i32
+// CHECK: %[[CAPACITY:.*]] = arith.addi %[[SLOTS]], %c16191
+// CHECK: scf.for %[[ROW:.*]] = %{{.*}} to %[[CAPACITY]] step %[[THREADS]]
+// CHECK-NEXT: memref.store %[[SENTINEL]], %[[SORTED]][%[[ROW]]]
+// CHECK: scf.for %[[BLOCK:.*]] = %{{.*}} to %{{.*}} step %[[THREADS]]
+// CHECK: memref.store %c-1_i32{{.*}}, %[[BLOCKS]][%[[BLOCK]]]
 // CHECK: gpu.barrier
 // CHECK: memref.atomic_rmw addi %{{.*}}, %[[COUNTS]]
 // CHECK: gpu.barrier
 
 // One block scans (shuffles within each warp, then over the warps' totals)
-// and keeps each expert's rows, whose padding all threads then fill.
+// and writes each expert's blocks; it reads and writes no sorted row.
 // CHECK: gpu.func @moe_route_scan_2(
-// CHECK-SAME: workgroup(%{{.*}} : memref<1024xi32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}, %[[TOTALS:.*]] : memref<257xi32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}) kernel
+// CHECK-SAME: workgroup(%{{.*}} : memref<1024xi32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}) kernel
 // CHECK-SAME: grid = ["1", "1", "1"]
-// CHECK-SAME: args = ["route_block_offsets", "route_expert_offsets", "result2", "result3", "result4", i32 "T"]
+// CHECK-SAME: args = ["route_block_offsets", "route_expert_offsets", "result3", "result4", i32 "T"]
 // CHECK: gpu.shuffle up
-// CHECK: memref.store %{{.*}}, %[[TOTALS]]
-// CHECK: gpu.barrier
-// CHECK: scf.for %{{.*}} = %{{.*}} to %c16448 step %c1024
-// CHECK: memref.load %[[TOTALS]]
+// CHECK-NOT: gpu.func
+// CHECK: memref.store %{{.*}} : memref<397xi32>
 
 // CHECK: gpu.func @moe_route_place_3(
 // CHECK-SAME: workgroup(%{{.*}} : memref<16x257xi32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}) kernel
