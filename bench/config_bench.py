@@ -29,7 +29,7 @@ import torch
 from moe_mlir.testing import tune_space
 from moe_mlir.testing.gemm import model_cases, random_inputs
 from moe_mlir.testing.reference import Reference
-from moe_mlir.testing.timing import flush_buffer
+from moe_mlir.testing.timing import L2Flush
 from moe_mlir.testing.tuner import Budget, measure
 
 
@@ -71,7 +71,7 @@ def main():
     print(f"{layer['name']} {args.part} T={args.tokens} block_m="
           f"{args.block_m} ({active} experts hit, "
           f"{case.flops / 1e12:.2f} TFLOP)", flush=True)
-    budget, flush = Budget(), flush_buffer()
+    budget, flush = Budget(), L2Flush()
     device = torch.cuda.get_device_name()
     with tempfile.TemporaryDirectory() as work:
         compiler = tune_space.Compiler(args.compiler, work, device)

@@ -44,7 +44,7 @@ draws its own tokens.
 The layer table, µs per call, the slowest rank's (a barrier or collective
 makes both ranks wait for the later one, so they run in step): EP=2, one
 GPU and TP=2 as the median of --iterations replays of a CUDA graph of one
-call, L2 flushed (256 MiB zeroed) before each (bench/RESULTS.md's method);
+call, L2 flushed (256 MiB read) before each (bench/RESULTS.md's method);
 the torch all-to-all eagerly, likewise flushed. "err" is each output's max
 |error| / max |one GPU's| on the same tokens (TP=2: on rank 0). The EP
 layer's floor is the slowest rank's memory-or-math floor, max(bytes /
@@ -530,7 +530,7 @@ def main():
         parser.error("torch is needed (all but --prepare run on the GPUs)")
     require_torchrun(parser, WORLD_SIZE)
 
-    from moe_mlir.testing.timing import flush_buffer
+    from moe_mlir.testing.timing import L2Flush
     from moe_mlir.torch import unload_bundles
 
     started = time.monotonic()
@@ -540,7 +540,7 @@ def main():
         parser.error(f"{WORLD_SIZE} ranks needed, torchrun started "
                      f"{world_size}")
     group = torch.distributed.new_group(list(range(world_size)))
-    flush = flush_buffer(device)
+    flush = L2Flush(device)
     rates = copy_bandwidths(group, flush)
     if torch.distributed.get_rank() == 0:
         print(f"ep_bench: torch {torch.__version__}, {world_size} x "

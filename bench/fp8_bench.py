@@ -17,7 +17,7 @@ shipped database:
 * layers: the DeepSeek-V3 and Kimi-K2 experts (routed and shared) at T in
   --tokens with uniform random routing (each token's top_k distinct routed
   experts drawn uniformly, then the shared one), CUDA-graph replays, L2
-  flushed (256 MiB zeroed) before each: ours in fp8, ours in bf16 (same
+  flushed (256 MiB read) before each: ours in fp8, ours in bf16 (same
   ids), and the torch composition in fp8 (slots sorted by expert, rows
   gathered, quantized per row, torch._scaled_grouped_mm for both GEMMs
   with per-channel weight scales, SiLU-and-mul, routed weights,
@@ -45,7 +45,7 @@ from moe_mlir.testing.experts_bench import (argument_parser, compile_experts,
                                             torch_experts)
 from moe_mlir.testing.gemm import Fp8Rows, random_fp8_weights, random_ids
 from moe_mlir.testing.peers import scaled_grouped_mm
-from moe_mlir.testing.timing import (FP8_MATH, floor_us, flush_buffer,
+from moe_mlir.testing.timing import (FP8_MATH, L2Flush, floor_us,
                                      graphed, time_us)
 
 DEVICE = "cuda"
@@ -96,7 +96,7 @@ def kernel_us(function, iterations, flush):
     with torch.profiler.profile(
             activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
         for _ in range(iterations):
-            flush.zero_()
+            flush()
             function()
         torch.cuda.synchronize()
     for event in profile.events():
@@ -256,7 +256,7 @@ def main():
                         help="layers: also print each fp8 kernel's µs "
                              "(torch.profiler)")
     args = parse_arguments(parser)
-    flush = flush_buffer(DEVICE)
+    flush = L2Flush(DEVICE)
     torch.manual_seed(args.seed)  # random_fp8_weights draws from it
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     if "gemm" in args.parts:

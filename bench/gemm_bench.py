@@ -11,7 +11,7 @@ T in {1, 16, 64, 256, 1024, 4096}, experts drawn uniformly (each token's top_k
 distinct routed experts uniformly at random, as layer_bench.py's --routing
 uniform; DeepSeek-V3's group limit is not imposed, which changes no expert's
 rows: under either draw each expert gets each token with chance top_k / E,
-so its rows are Binomial(T, top_k / E)), L2 flushed (256 MiB zeroed) before
+so its rows are Binomial(T, top_k / E)), L2 flushed (256 MiB read) before
 every timed call. Prints microseconds (median of CUDA-event timings), ours
 over grouped_mm, the floor = max(bytes / 3.0 TB/s, flops / 720 TFLOP/s),
 bytes = the weights of the experts that received rows plus the activations
@@ -46,7 +46,7 @@ from moe_mlir.testing.bundles import bundle_path, load_specs
 from moe_mlir.testing.compiler import compile_bundle, list_presets
 from moe_mlir.testing.gemm import model_cases, random_inputs, random_weights
 from moe_mlir.testing.reference import Reference
-from moe_mlir.testing.timing import flush_buffer, floor_us, time_us
+from moe_mlir.testing.timing import L2Flush, floor_us, time_us
 from moe_mlir.testing.tuner import Budget, measure
 
 TOLERANCE = 1e-2
@@ -315,7 +315,7 @@ def main():
     if args.check_heuristic and not args.compiler:
         parser.error("--check-heuristic compiles: give --compiler")
     tokens_list = [int(t) for t in args.tokens.split(",")]
-    flush = flush_buffer(DEVICE)
+    flush = L2Flush(DEVICE)
     reference = Reference(args.build)
     generator = torch.Generator().manual_seed(args.seed)
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")

@@ -7,7 +7,7 @@ composition of the same layer: the router in torch (torch_router of
 moe_mlir.testing.peers, which bench/router_bench.py times), slots sorted by
 expert, torch.nn.functional.grouped_mm for both GEMMs, SiLU-and-mul, the
 routed weights and the weighted combine (index_add_). Both sides run as
-CUDA-graph replays, L2 flushed (256 MiB zeroed) before every timed replay;
+CUDA-graph replays, L2 flushed (256 MiB read) before every timed replay;
 full-size Mixtral-8x7B, Qwen3-30B-A3B, DeepSeek-V3 and Kimi-K2 (shared
 experts fused), random normal weights and hidden states, the layers with a
 correction bias given one uniform in [-0.1, 0.1], T in {1, 16, 64, 256,
@@ -66,7 +66,7 @@ from moe_mlir.testing.compiler import compile_bundle, list_presets
 from moe_mlir.testing.gemm import random_weights
 from moe_mlir.testing.peers import (router_fields, torch_router,
                                     uniform_logits)
-from moe_mlir.testing.timing import (flush_buffer, floor_us, graphed,
+from moe_mlir.testing.timing import (L2Flush, floor_us, graphed,
                                      kernel_times_us, time_interleaved_us,
                                      time_us)
 
@@ -265,7 +265,7 @@ def main():
     names = args.presets.split(",")
     bundles = compile_bundles(args.compiler, names, tokens_list, args.work,
                               args.config_db, args.block_m, args.jobs)
-    flush = flush_buffer(DEVICE)
+    flush = L2Flush(DEVICE)
     torch.manual_seed(args.seed)
     device = torch.cuda.get_device_name()
     print(f"device: {device}, torch {torch.__version__}")

@@ -8,7 +8,7 @@ The experts of gpt-oss-20b (E=32) and gpt-oss-120b (E=128) (top-4, H = I =
 2880), compiled here by moe-compile (--layer-sizes ... --part experts,
 --quantization mxfp4; the bf16 ones without), at T in --tokens with uniform
 random routing (each token's top_k distinct experts drawn uniformly), CUDA-
-graph replays, L2 flushed (256 MiB zeroed) before each: ours in MXFP4, ours
+graph replays, L2 flushed (256 MiB read) before each: ours in MXFP4, ours
 in bf16 (same ids), and the torch composition in bf16 (slots sorted by
 expert, rows gathered, F.grouped_mm for both GEMMs, SiLU-and-mul, routed
 weights, index_add_). Floor = max(bytes / 3.0 TB/s, flops / 720 TFLOP/s),
@@ -30,7 +30,7 @@ from moe_mlir.testing.experts_bench import (argument_parser, compile_experts,
 from moe_mlir.testing.gemm import random_ids
 from moe_mlir.testing.mxfp4 import decode, random_mxfp4
 from moe_mlir.testing.peers import grouped_mm
-from moe_mlir.testing.timing import floor_us, flush_buffer, graphed, time_us
+from moe_mlir.testing.timing import L2Flush, floor_us, graphed, time_us
 
 DEVICE = "cuda"
 MODELS = {"gpt-oss-20b": 32, "gpt-oss-120b": 128}
@@ -101,7 +101,7 @@ def format_row(row):
 def main():
     args = parse_arguments(argument_parser(__doc__, "out/mxfp4-bench",
                                            "gpt-oss-20b,gpt-oss-120b"))
-    flush = flush_buffer(DEVICE)
+    flush = L2Flush(DEVICE)
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     print(f"\n{'experts':13} {'T':>5} {'mxfp4':>9} {'bf16':>9} {'gain':>8} "
           f"{'torch':>9} {'floor':>8} {'ours/floor':>9} {'vs bf16':>8}  "

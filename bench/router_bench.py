@@ -13,7 +13,7 @@ import torch
 from moe_mlir import Bundle
 from moe_mlir.testing.bundles import bundle_path, load_specs
 from moe_mlir.testing.peers import torch_router
-from moe_mlir.testing.timing import flush_buffer, floor_us, graphed, time_us
+from moe_mlir.testing.timing import L2Flush, floor_us, graphed, time_us
 
 
 def main():
@@ -22,7 +22,7 @@ def main():
     parser.add_argument("--tokens", default="1,128,4096,16384")
     parser.add_argument("--iterations", type=int, default=100)
     args = parser.parse_args()
-    flush = flush_buffer()
+    flush = L2Flush()
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     header = (f"{'router':10} {'T':>6} {'eager':>9} {'compiled':>9} "
               f"{'comp+graph':>10} {'ours':>8} {'ours+graph':>10} "

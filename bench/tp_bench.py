@@ -240,7 +240,7 @@ def main():
         parser.error("torch is needed (all but --prepare run on the GPUs)")
     require_torchrun(parser, WORLD_SIZE)
 
-    from moe_mlir.testing.timing import flush_buffer
+    from moe_mlir.testing.timing import L2Flush
     from moe_mlir.torch import unload_bundles
 
     device = init_nccl(args.timeout_s)
@@ -253,7 +253,7 @@ def main():
         print(f"tp_bench: torch {torch.__version__}, {world_size} x "
               f"{torch.cuda.get_device_name(device)}, NCCL "
               f"{'.'.join(map(str, torch.cuda.nccl.version()))}", flush=True)
-    flush = flush_buffer(device)
+    flush = L2Flush(device)
     rates = copy_bandwidths(group, flush)
     if torch.distributed.get_rank() == 0:
         print(f"floors at the slowest rank's device copy "

@@ -221,12 +221,12 @@ def main():
     if torch is None:
         parser.error("torch is needed (all but --prepare run on the GPU)")
     import transformers
-    from moe_mlir.testing.timing import flush_buffer
+    from moe_mlir.testing.timing import L2Flush
     print(f"transformers {transformers.__version__}, torch "
           f"{torch.__version__}, {torch.cuda.get_device_name()}", flush=True)
     hf.register(cache_dir=args.cache, tokens_max=TOKENS_MAX)
     generator = torch.Generator(device="cuda").manual_seed(args.seed)
-    flush = flush_buffer()
+    flush = L2Flush()
     rows = []
     with torch.inference_mode():
         print_header()

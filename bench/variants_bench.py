@@ -13,7 +13,7 @@ a random correction bias, N(0, 0.1), which skews the choice as trained
 biases do). Each bundle is checked against the other (the variant the
 default bundle picks for T must compute what the per-T bundle does;
 ||a - b|| / ||b|| <= 1e-2) and timed as CUDA-graph replays, L2 flushed
-(256 MiB zeroed) before every timed replay: --iterations CUDA-event
+(256 MiB read) before every timed replay: --iterations CUDA-event
 timings of each, the two bundles' calls interleaved (so that the clocks'
 drift over a long cell, 6 % at T = 16384 where both bundles run the same
 kernels, weighs on both alike), the median of each bundle's. Prints µs for
@@ -40,7 +40,7 @@ from moe_mlir import Bundle
 from moe_mlir.testing.compiler import compile_bundle, list_presets
 from moe_mlir.testing.gemm import random_weights
 from moe_mlir.testing.peers import router_fields, torch_router
-from moe_mlir.testing.timing import (flush_buffer, floor_us, graphed,
+from moe_mlir.testing.timing import (L2Flush, floor_us, graphed,
                                      time_interleaved_us)
 
 DEVICE = "cuda"
@@ -165,7 +165,7 @@ def measure_layer(args):
              dict(list_presets(args.compiler)[name], name=name))
     bundles = compile_all(args.compiler, [name], tokens_list, args.work,
                           args.config_db, args.jobs)
-    flush = flush_buffer(DEVICE)
+    flush = L2Flush(DEVICE)
     torch.manual_seed(args.seed)
     rows = []
     for routing in args.routing.split(","):

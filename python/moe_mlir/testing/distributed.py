@@ -82,7 +82,7 @@ def peer_copy_bandwidth(group, flush, size=None, iterations=10):
     peers, as over NVLink), every rank copying at once, as a ring
     all-reduce's steps send, so that each link carries both directions:
     the median of ``iterations`` event-timed copies on this rank
-    (timing.time_us, ``flush`` zeroed before each). The copy is a
+    (timing.time_us, the L2 flushed before each). The copy is a
     peer-to-peer copy of this process's into memory it allocates on the
     next rank's GPU, which torchrun leaves visible to it."""
     import torch
@@ -123,7 +123,7 @@ def slowest(values, group):
 
 def slowest_us(function, flush, group, iterations):
     """The median µs of ``function`` (timing.time_us: ``iterations``
-    event-timed calls, ``flush`` zeroed before each) on the slowest rank of
+    event-timed calls, the L2 flushed before each) on the slowest rank of
     ``group``, the ranks started together. A collective or barrier inside
     ``function`` makes the ranks wait for the later one, so they run in
     step."""

@@ -48,7 +48,7 @@ from .. import Bundle, Error
 from . import tune_space
 from .gemm import model_cases, random_inputs
 from .reference import Reference
-from .timing import flush_buffer, time_us
+from .timing import L2Flush, time_us
 
 TOLERANCE = 1e-2
 DEVICE = "cuda"
@@ -246,7 +246,7 @@ def tune_layers(layers, *, compiler, output=None,
         [gemm for pair in pairs.values() for gemm in pair.values()],
         tokens_list, jobs or os.cpu_count())
     reference = Reference(build)
-    flush = flush_buffer(DEVICE)
+    flush = L2Flush(DEVICE)
     generator = torch.Generator().manual_seed(seed)
     entries, skipped, longest = [], [], 0.0
     for layer in resolved:
