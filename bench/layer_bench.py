@@ -259,13 +259,17 @@ def main():
     parser.add_argument("--jobs", type=int, default=os.cpu_count())
     parser.add_argument("--json", default="", help="write the rows here")
     parser.add_argument("--seed", type=int, default=2026)
+    parser.add_argument("--flush", default="read", choices=("read", "zero"),
+                        help="evict the L2 before each timed call by reading "
+                             "256 MiB, or by zeroing them as the tables "
+                             "before session 18 did (timing.L2Flush)")
     args = parser.parse_args()
     tokens_list = [int(t) for t in args.tokens.split(",")]
     presets = list_presets(args.compiler)
     names = args.presets.split(",")
     bundles = compile_bundles(args.compiler, names, tokens_list, args.work,
                               args.config_db, args.block_m, args.jobs)
-    flush = L2Flush(DEVICE)
+    flush = L2Flush(DEVICE, args.flush)
     torch.manual_seed(args.seed)
     device = torch.cuda.get_device_name()
     print(f"device: {device}, torch {torch.__version__}")

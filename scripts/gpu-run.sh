@@ -206,6 +206,7 @@ if [[ $what != bench ]]; then
 fi
 if [[ $what == bench || $what == all ]]; then
   step router-bench 500 python3 bench/router_bench.py "$@"
+  step flush-bench 120 python3 bench/flush_bench.py
 fi
 if [[ $what != tests ]]; then
   step gemm-bench 450 python3 bench/gemm_bench.py

@@ -19,20 +19,27 @@ COPY_BYTES = 1 << 30
 
 class L2Flush:
     """Called before a timed call: evicts the L2 by reading FLUSH_BYTES
-    into one sum. A read leaves the L2 holding clean lines, which the timed
-    call evicts for free; zeroing a buffer instead (as triton.testing does)
+    into one sum (`how="read"`), which leaves it holding clean lines that
+    the timed call evicts for free. `how="zero"` zeroes them instead, as
+    triton.testing does and these benchmarks did before session 18: that
     leaves 50 MiB of dirty lines whose write-back the timed call pays in
     DRAM bandwidth (H100, a 75 MiB read: 43.1 µs after a zeroing, 33.6 µs
     after a reading, 34.1 µs unflushed; bench/RESULTS.md)."""
 
-    def __init__(self, device="cuda"):
+    def __init__(self, device="cuda", how="read"):
+        if how not in ("read", "zero"):
+            raise ValueError(f"L2Flush: how is 'read' or 'zero', not {how!r}")
         self.device = torch.device(device)
+        self.how = how
         self.buffer = torch.zeros(FLUSH_BYTES // 4, dtype=torch.float32,
                                   device=self.device)
         self.total = torch.empty((), dtype=torch.float32, device=self.device)
 
     def __call__(self):
-        torch.sum(self.buffer, 0, out=self.total)
+        if self.how == "zero":
+            self.buffer.zero_()
+        else:
+            torch.sum(self.buffer, 0, out=self.total)
 
 
 def time_us(function, flush, iterations, warm_up_calls=1):
