@@ -157,15 +157,13 @@ void emitCountKernel(PlanBuilder &plan, OpBuilder &builder, Location loc,
   Value counts = kernel.getWorkgroupAttributions()[0];
   Value numTokens = wb.toIndex(tokenCount(kernel));
   Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
+  Value chunk = gpu::BlockIdOp::create(b, gpu::Dimension::x);
   // The whole grid fills the routing outputs; the scan's blocks and the
   // placement's rows go over them in the kernels after this one.
   fillRouteOutputs(
       wb, route,
       arith::AddIOp::create(
-          b,
-          arith::MulIOp::create(b, gpu::BlockIdOp::create(b, gpu::Dimension::x),
-                                wb.index(kRouteThreads)),
-          tid),
+          b, arith::MulIOp::create(b, chunk, wb.index(kRouteThreads)), tid),
       arith::MulIOp::create(b, gpu::GridDimOp::create(b, gpu::Dimension::x),
                             wb.index(kRouteThreads)),
       arith::MulIOp::create(b, numTokens, wb.index(route.slots)),
@@ -176,14 +174,12 @@ void emitCountKernel(PlanBuilder &plan, OpBuilder &builder, Location loc,
   gpu::BarrierOp::create(b);
   Value slot, expert, valid;
   std::tie(slot, expert, valid) =
-      loadSlot(wb, route, kernel.getArgument(idsArg), numTokens,
-               gpu::BlockIdOp::create(b, gpu::Dimension::x));
+      loadSlot(wb, route, kernel.getArgument(idsArg), numTokens, chunk);
   wb.ifThen(valid, [&] {
     memref::AtomicRMWOp::create(b, arith::AtomicRMWKind::addi, wb.i32(1),
                                 counts, ValueRange{wb.toIndex(expert)});
   });
   gpu::BarrierOp::create(b);
-  Value chunk = gpu::BlockIdOp::create(b, gpu::Dimension::x);
   strided(wb, tid, wb.index(numExperts), kRouteThreads, [&](Value e) {
     wb.store(wb.load(counts, e), kernel.getArgument(chunkCountsArg),
              {chunk, e});
@@ -191,7 +187,7 @@ void emitCountKernel(PlanBuilder &plan, OpBuilder &builder, Location loc,
 }
 
 /// 2. One block: stable per-chunk offsets, padded expert offsets, block
-/// experts, padding sentinels and the padded count.
+/// experts and the padded count (the sentinels are the count kernel's fill).
 void emitScanKernel(PlanBuilder &plan, OpBuilder &builder, Location loc,
                     const RoutePlan &route) {
   int64_t numExperts = route.numExperts, blockM = route.blockM;
