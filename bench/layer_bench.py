@@ -9,9 +9,11 @@ expert, torch.nn.functional.grouped_mm for both GEMMs, SiLU-and-mul, the
 routed weights and the weighted combine (index_add_). Both sides run as
 CUDA-graph replays, L2 flushed (256 MiB read) before every timed replay;
 full-size Mixtral-8x7B, Qwen3-30B-A3B, DeepSeek-V3 and Kimi-K2 (shared
-experts fused), random normal weights and hidden states, the layers with a
-correction bias given one uniform in [-0.1, 0.1], T in {1, 16, 64, 256,
-1024, 4096}.
+experts fused) and a gpt-oss-120b-sized layer in bf16 (its clamped SwiGLU
+and the experts' biases, uniform in [-1, 1), which the torch composition
+adds to each grouped_mm's output), random normal weights and hidden
+states, the layers with a correction bias given one uniform in
+[-0.1, 0.1], T in {1, 16, 64, 256, 1024, 4096}.
 
 Routing (--routing, both by default, a row each): `own` feeds the layer's
 router random normal logits; `uniform` crafts the logits so that the
@@ -63,7 +65,7 @@ import torch.nn.functional as F
 
 from moe_mlir import Bundle
 from moe_mlir.testing.compiler import compile_bundle, list_presets
-from moe_mlir.testing.gemm import random_weights
+from moe_mlir.testing.gemm import gated, random_weights
 from moe_mlir.testing.peers import (router_fields, torch_router,
                                     uniform_logits)
 from moe_mlir.testing.timing import (L2Flush, floor_us, graphed,
@@ -76,11 +78,26 @@ ROUTINGS = {"own": ("own",), "uniform": ("uniform",),
             "both": ("own", "uniform")}
 
 
-def torch_layer(preset, x, logits, bias, w13, w2):
-    """The layer composed in torch, as a function of no arguments."""
+def uniform_bf16(*shape):
+    """bf16 uniform in [-1, 1): the experts' biases of gpt-oss's layers."""
+    return (torch.rand(*shape, device=DEVICE) * 2 - 1).to(torch.bfloat16)
+
+
+def swiglu_of(preset):
+    """(alpha, limit) of a preset's clamped SwiGLU (gpt-oss's), or None for
+    SiLU-and-mul."""
+    if "swiglu" not in preset:
+        return None
+    fields = dict(item.split(" = ") for item in preset["swiglu"].split(", "))
+    return float(fields["alpha"]), float(fields["limit"])
+
+
+def torch_layer(preset, x, logits, bias, w13, w2, biases):
+    """The layer composed in torch, as a function of no arguments; `biases`
+    the experts' (b13 [E, 2I], b2 [E, H]) of gpt-oss's layers, or ()."""
     route = torch_router(router_fields(preset))
+    swiglu = swiglu_of(preset)
     experts, shared = preset["experts"], preset["shared"]
-    inter = preset["intermediate"]
     tokens = x.shape[0]
     slots = preset["top_k"] + shared
     shared_ids = torch.arange(experts, experts + shared, dtype=torch.int32,
@@ -99,8 +116,12 @@ def torch_layer(preset, x, logits, bias, w13, w2):
         offs = counts.cumsum(0, dtype=torch.int32)
         token = order // slots
         h = F.grouped_mm(x[token], w13_t, offs=offs)
-        h = F.silu(h[:, :inter]) * h[:, inter:]
+        if biases:
+            h = h + biases[0][ids[order]]
+        h = gated(h, swiglu)
         o = F.grouped_mm(h, w2_t, offs=offs)
+        if biases:
+            o = o + biases[1][ids[order]]
         o = o.float() * weights[order].unsqueeze(1)
         y = torch.zeros(tokens, x.shape[1], device=DEVICE)
         return y.index_add_(0, token, o).to(x.dtype)
@@ -160,7 +181,8 @@ def layer_floor_us(preset, tokens, ids):
     hidden, inter = preset["hidden"], preset["intermediate"]
     active = int(torch.unique(ids).numel()) + preset["shared"]
     slots = preset["top_k"] + preset["shared"]
-    moved = 2 * (active * 3 * inter * hidden + 2 * tokens * hidden)
+    biases = 2 * inter + hidden if preset.get("expert_biases") else 0
+    moved = 2 * (active * (3 * inter * hidden + biases) + 2 * tokens * hidden)
     flops = 2 * tokens * slots * 3 * inter * hidden
     return floor_us(moved, flops)
 
@@ -172,13 +194,13 @@ def measure(preset, tokens, routing, layer, opened, flush, iterations,
     launches: Bundle}, the first the one reported as ours) against the
     torch composition; with `per_kernel`, also our kernels' medians
     (torch.profiler, eager calls, L2 flushed before each)."""
-    x, w13, w2, bias = layer
+    x, w13, w2, bias, biases = layer
     hidden = preset["hidden"]
     logits, routed = router_logits(preset, tokens, routing, bias)
     out = torch.full((tokens, hidden), float("nan"), dtype=torch.bfloat16,
                      device=DEVICE)
-    tensors = [x, logits, w13, w2] + ([bias] if bias is not None
-                                      else []) + [out]
+    tensors = ([x, logits, w13, w2] + ([bias] if bias is not None else [])
+               + list(biases) + [out])
 
     def runner(bundle):
         def ours():
@@ -191,7 +213,7 @@ def measure(preset, tokens, routing, layer, opened, flush, iterations,
     ways = list(opened)
     runner(opened[ways[0]])()
     torch.cuda.synchronize()
-    composed = torch_layer(preset, x, logits, bias, w13, w2)
+    composed = torch_layer(preset, x, logits, bias, w13, w2, biases)
     expected = composed().double()
     torch.cuda.synchronize()
     error = ((out.double() - expected).norm() / expected.norm()).item()
@@ -239,7 +261,7 @@ def main():
     parser.add_argument("--work", default="out/layer-bench")
     parser.add_argument("--presets",
                         default="mixtral-8x7b,qwen3-30b-a3b,deepseek-v3,"
-                                "kimi-k2")
+                                "kimi-k2,gpt-oss-120b")
     parser.add_argument("--tokens", default="1,16,64,256,1024,4096")
     parser.add_argument("--routing", default="both", choices=tuple(ROUTINGS),
                         help="the layer's router on random logits (own), "
@@ -290,6 +312,9 @@ def main():
         # Bounded, so that uniform_logits' scores dominate it.
         bias = (torch.rand(preset["experts"], device=DEVICE) * 0.2 - 0.1
                 if preset["bias"] else None)
+        biases = ((uniform_bf16(experts, 2 * inter),
+                   uniform_bf16(experts, hidden))
+                  if preset.get("expert_biases") else ())
         for tokens in tokens_list:
             x = torch.randn(tokens, hidden, dtype=torch.bfloat16,
                             device=DEVICE)
@@ -297,7 +322,8 @@ def main():
                                              dependent)
                       for dependent in ways}
             for routing in ROUTINGS[args.routing]:
-                row = measure(preset, tokens, routing, (x, w13, w2, bias),
+                row = measure(preset, tokens, routing,
+                              (x, w13, w2, bias, biases),
                               opened, flush, args.iterations, args.kernels)
                 row.update(device=device, block_m=args.block_m,
                            dependent_launch=args.dependent_launch)
@@ -315,7 +341,7 @@ def main():
                     print(f"    {kernel:44} {us:9.1f}", flush=True)
             for bundle in opened.values():
                 bundle.close()
-        del w13, w2
+        del w13, w2, biases
         torch.cuda.empty_cache()
     print("\n| layer | routing | T | ours µs | torch µs | speed-up | "
           "floor µs | ours / floor | torch / floor | error |"
