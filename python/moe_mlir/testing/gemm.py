@@ -224,32 +224,43 @@ def _values(rows):
     return rows.values() if isinstance(rows, Fp8Rows) else rows
 
 
-def gemm1_case(spec, tokens, x, w13, routing, ids):
+def _biased(h, bias, experts):
+    """The peer's rows `h` plus the bias [E, N] of each row's expert
+    (`experts`), or `h` itself without a bias."""
+    return h if bias is None else h + bias[experts]
+
+
+def gemm1_case(spec, tokens, x, w13, routing, ids, bias=None):
     """(Case, active experts) of a gemm1 bundle (w13, token rows gathered,
-    SiLU-and-mul, rows out in expert-sorted padded order) on `x` routed by
-    `ids` and their moe.route operands `routing`, all on the GPU. With fp8
-    operands (`x` Fp8Rows, `w13` Fp8Weights) the bundle takes their scales
-    last, its output is in the spec's dtype, and compare() checks against
-    the float32 reference on the dequantized operands."""
+    the gated activation, rows out in expert-sorted padded order) on `x`
+    routed by `ids` and their moe.route operands `routing`, all on the GPU.
+    With fp8 operands (`x` Fp8Rows, `w13` Fp8Weights) the bundle takes their
+    scales last, its output is in the spec's dtype, and compare() checks
+    against the float32 reference on the dequantized operands. With the
+    experts' `bias` [E, 2I] (gpt-oss's, spec "expert_biases") the bundle
+    takes it after the routing operands; the spec's "swiglu" names the
+    clamped SwiGLU in place of SiLU-and-mul."""
     slots, inter = spec["slots"], spec["intermediate"]
+    swiglu = spec.get("swiglu")
     sorted_ids, expert_ids, num_padded = routing
     out = torch.empty(sorted_ids.numel(), inter,
                       dtype=_output_dtype(spec, x), device=DEVICE)
     x_in, w13_in, scales = _bundle_operands(x, w13)
     tensors = [x_in, w13_in, sorted_ids, expert_ids, num_padded, *scales,
-               out]
+               *([] if bias is None else [bias]), out]
     row, slot = valid_rows(sorted_ids, tokens * slots)
     counts = torch.bincount(ids.view(-1).long(), minlength=spec["experts"])
     offs = counts.cumsum(0).to(torch.int32)
+    experts = ids.view(-1).long()[slot]
     # The peer's rows are pre-sorted by expert.
     peer_name, peer = _peer(x, w13, slot // slots, offs, out.dtype)
 
     def peer_epilogue():
-        h = peer()
-        return F.silu(h[:, :inter]) * h[:, inter:]
+        return gated(_biased(peer(), bias, experts), swiglu)
 
     def reference():  # fp32 per expert: fp8's check, or grouped_mm missing
-        return gemm1_reference(_values(x), w13, ids, torch.float32)
+        return gemm1_reference(_values(x), w13, ids, torch.float32, bias,
+                               swiglu)
 
     checked = _fp8_expected(w13, reference)
 
@@ -269,32 +280,34 @@ def gemm1_case(spec, tokens, x, w13, routing, ids):
                 reference, flops, moved, peer_name), active
 
 
-def gemm2_case(spec, tokens, rows, w2, routing, ids, weights):
+def gemm2_case(spec, tokens, rows, w2, routing, ids, weights, bias=None):
     """(Case, active experts) of a gemm2 bundle (w2 on sorted `rows`, times
     the routed `weights`, out in slot order), like gemm1_case (fp8: `rows`
-    Fp8Rows, `w2` Fp8Weights)."""
+    Fp8Rows, `w2` Fp8Weights; the experts' `bias` [E, H] after the routed
+    weights)."""
     slots, hidden = spec["slots"], spec["hidden"]
     sorted_ids, expert_ids, num_padded = routing
     out = torch.empty(tokens, slots, hidden, dtype=_output_dtype(spec, rows),
                       device=DEVICE)
     rows_in, w2_in, scales = _bundle_operands(rows, w2)
     tensors = [rows_in, w2_in, sorted_ids, expert_ids, num_padded, weights,
-               *scales, out]
+               *scales, *([] if bias is None else [bias]), out]
     row, slot = valid_rows(sorted_ids, tokens * slots)
     counts = torch.bincount(ids.view(-1).long(), minlength=spec["experts"])
     offs = counts.cumsum(0).to(torch.int32)
+    experts = ids.view(-1).long()[slot]
     peer_name, peer = _peer(rows, w2, row, offs, out.dtype)
     scale = weights.view(-1)[slot].unsqueeze(1)
     result = torch.empty(tokens * slots, hidden, dtype=out.dtype,
                          device=DEVICE)
 
     def peer_epilogue():
-        h = peer()
+        h = _biased(peer(), bias, experts)
         return result.index_copy_(0, slot, (h * scale).to(out.dtype))
 
     def reference():  # fp32 per expert: fp8's check, or grouped_mm missing
         return gemm2_reference(_values(rows), w2, ids, sorted_ids, weights,
-                               torch.float32)
+                               torch.float32, bias)
 
     checked = _fp8_expected(w2, reference)
 
@@ -377,7 +390,23 @@ def model_cases(pair, tokens, x_all, w13, w2, reference, generator):
     if scaling:
         x, rows = Fp8Rows(x, scaling), Fp8Rows(rows, scaling)
     weights = torch.rand(tokens, spec["slots"], device=DEVICE) * 0.9 + 0.1
-    cases = {"gemm1": gemm1_case(spec, tokens, x, w13, routing, ids),
+    b13, b2 = expert_biases(spec, x_all.dtype)
+    cases = {"gemm1": gemm1_case(spec, tokens, x, w13, routing, ids, b13),
              "gemm2": gemm2_case(pair["gemm2"], tokens, rows, w2, routing,
-                                 ids, weights)}
+                                 ids, weights, b2)}
     return cases, int(routing_cpu[2])
+
+
+def expert_biases(spec, dtype):
+    """(b13 [E, 2I], b2 [E, H]) in `dtype` on the GPU for a spec with
+    "expert_biases" (gpt-oss's layers), else (None, None): b13 uniform
+    within +-2 limit of its clamped SwiGLU, so that both clamps act, b2
+    within +-1, from torch's generator."""
+    if not spec.get("expert_biases"):
+        return None, None
+    limit = spec["swiglu"][1] if spec.get("swiglu") else 0.5
+    experts, hidden = spec["experts"], spec["hidden"]
+    b13 = (torch.rand(experts, 2 * spec["intermediate"], device=DEVICE) * 2
+           - 1) * 2 * limit
+    b2 = torch.rand(experts, hidden, device=DEVICE) * 2 - 1
+    return b13.to(dtype), b2.to(dtype)

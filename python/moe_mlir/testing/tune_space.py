@@ -104,7 +104,32 @@ def resolve_layer(compiler, layer, dtype="bf16", quantization=None):
     if quantization:
         source += ["--quantization", quantization]
     described = describe_layer(compiler, source)
+    if "=" not in text:
+        described["preset"] = text
     return dict(described, name=described.get("name") or sizes_name(described))
+
+
+def swiglu_fields(text):
+    """(alpha, limit) of a #moe.swiglu's text ("alpha = 1.702, limit =
+    7.0", as --describe gives it)."""
+    fields = dict(item.split(" = ") for item in text.split(", "))
+    return float(fields["alpha"]), float(fields["limit"])
+
+
+def compile_source(layer, quantization=None):
+    """moe-compile's arguments that name the grouped matmuls of `layer` (a
+    resolve_layer object) and the epilogue fields of their specs: a bf16 or
+    f16 preset whose experts have biases or the clamped SwiGLU (gpt-oss's)
+    compiles as the preset, with them, since its sizes would drop them and
+    the epilogue changes which config is fastest; every other layer (fp8
+    weights' `quantization` too) as its sizes."""
+    if not quantization and layer.get("preset") and (
+            layer.get("expert_biases") or layer.get("swiglu")):
+        swiglu = layer.get("swiglu")
+        return (["--preset", layer["preset"]],
+                {"expert_biases": bool(layer.get("expert_biases")),
+                 "swiglu": swiglu_fields(swiglu) if swiglu else None})
+    return ["--layer-sizes", layer_sizes(layer)], {}
 
 
 def gemms(layer, dtype="bf16", block_m=64, quantization=None):
@@ -112,16 +137,18 @@ def gemms(layer, dtype="bf16", block_m=64, quantization=None):
     resolve_layer object) as dicts: the key fields of the database (E, N,
     K; dtype, the activations', and quantization, None or the fp8 weights'
     scaling, which give the key's dtype: weight_dtype), the sizes the
-    benchmark's and the tuner's cases take (gemm.py), and the layer's
-    --layer-sizes text that compiles them."""
+    benchmark's and the tuner's cases take (gemm.py), the layer's
+    --layer-sizes text, and the moe-compile arguments that compile them with
+    the epilogue fields they imply (compile_source)."""
     shared = layer["shared"]
+    source, epilogue = compile_source(layer, quantization)
     common = {"model": layer["name"], "dtype": dtype,
               "quantization": quantization, "block_m": block_m,
               "experts": layer["experts"] + shared,
               "slots": layer["top_k"] + shared, "shared": shared,
               "hidden": layer["hidden"],
               "intermediate": layer["intermediate"],
-              "sizes": layer_sizes(layer)}
+              "sizes": layer_sizes(layer), "source": source, **epilogue}
     hidden, inter = layer["hidden"], layer["intermediate"]
     return [dict(common, part="gemm1", N=2 * inter, K=hidden),
             dict(common, part="gemm2", N=hidden, K=inter)]
@@ -263,7 +290,7 @@ class Compiler:
         """(bundle path, moe-compile's warnings) or (None, its message);
         `config` None compiles the heuristic's config."""
         bundle = os.path.join(self.work, name + ".moeb")
-        arguments = ["--layer-sizes", gemm["sizes"], "--part", gemm["part"],
+        arguments = [*gemm["source"], "--part", gemm["part"],
                      "--dtype", gemm["dtype"], "--block-m",
                      str(gemm["block_m"]), "--tokens-max", str(tokens_max),
                      "--token-buckets", "max"]
