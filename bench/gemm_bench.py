@@ -176,8 +176,10 @@ def check_heuristic(args, tokens_list, flush, reference, generator):
     """--check-heuristic: heuristic / tuned for each tuned entry; 1 when an
     entry or the heuristic failed its check."""
     device = torch.cuda.get_device_name()
+    # Entries that name the heuristic have nothing to check against it.
     entries = [item for item in tune_space.read_database(args.check_db)
-               if item["device"] == device and item["tokens"] in tokens_list
+               if item["config"] != tune_space.HEURISTIC
+               and item["device"] == device and item["tokens"] in tokens_list
                and (not args.block_m or item.get("block_m") == args.block_m)
                and (not args.dtype or item["dtype"] == args.dtype)]
     checks, unmatched = tune_space.entry_gemms(

@@ -15,9 +15,10 @@ fails is dropped, whatever its time. The rest are timed with CUDA events (a
 warm-up call, then the median of up to `iterations` calls, L2 flushed before
 each); the three fastest are timed again for longer (`final_budget_s`),
 beside the heuristic, and the fastest of those becomes the entry for (E, N,
-K, dtype, device name, block_m, T), unless it is the heuristic: then there
-is no entry (merged into a database, the bucket's older entry is dropped),
-and moe-tile falls back to the heuristic. Each entry records what was measured: the winner's and the
+K, dtype, device name, block_m, T); where that is the heuristic, the
+entry says so (`"config": "heuristic"`), so that moe-tile takes the
+heuristic at that bucket rather than a neighbouring bucket's entry. Each
+entry records what was measured: the winner's and the
 heuristic's µs, the peer's, how many candidates were timed and rejected,
 and the layer's sizes (its routing: top_k and shared experts).
 
@@ -170,15 +171,15 @@ def _tune_tokens(pair, tokens, plans, weights, reference, flush, budget,
         measured.update({"timed": timed, "rejected": rejected,
                          "layer": gemm["sizes"],
                          "date": datetime.date.today().isoformat()})
-        # Where the heuristic wins, no entry: moe-tile falls back to it, and
-        # an entry from an earlier tuning (of older kernels) is dropped.
-        entries.append(tune_space.entry(gemm, device, tokens, best,
-                                        measured) if best is not None else
-                       tune_space.retired(gemm, device, tokens))
+        # Where the heuristic wins, an entry that says so: with no entry the
+        # bucket would take its nearest neighbour's.
+        entries.append(tune_space.entry(
+            gemm, device, tokens,
+            best if best is not None else tune_space.HEURISTIC, measured))
         peer = "-" if peer_us is None else f"{peer_us:9.1f}"
         print(f"{gemm['model']:14} {part} m{gemm['block_m']:<3} "
               f"T={tokens:<5} best {best_us:9.1f} us "
-              f"{best or 'the heuristic (no entry)'}  heuristic "
+              f"{best or 'the heuristic (its entry says so)'}  heuristic "
               f"{heuristic_us:9.1f} us ({heuristic_us / best_us:.2f}x)  "
               f"{case.peer_name}+epilogue {peer} us  [{timed} timed, "
               f"{rejected} rejected]", flush=True)

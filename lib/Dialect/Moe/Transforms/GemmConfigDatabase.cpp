@@ -178,9 +178,13 @@ public:
         return blockM.takeError();
       key.blockM = *blockM;
     }
+    if (entry->getString("config") == llvm::StringRef("heuristic")) {
+      tuned.heuristic = true;
+      return llvm::Error::success();
+    }
     const json::Object *config = entry->getObject("config");
     if (!config)
-      return fail(where + ": 'config' must be an object");
+      return fail(where + ": 'config' must be an object or \"heuristic\"");
     return readChanges(*config, tuned.changes, where);
   }
 

@@ -58,19 +58,23 @@ struct MoeTilePass : moe::impl::MoeTileBase<MoeTilePass> {
       GemmConfigAttr heuristic = chooseGemmConfig(op, tokens, numSMs);
       GemmShapeKey key = GemmShapeKey::of(op, device);
       GemmConfigAttr config;
-      if (const TunedGemmConfig *tuned = lookup(key)) {
+      const TunedGemmConfig *tuned = lookup(key);
+      if (tuned && !tuned->heuristic) {
         config = applyChanges(heuristic, tuned->changes, emitError);
         if (config)
           dialect->getTunedAttrHelper().setAttr(op,
                                                 UnitAttr::get(&getContext()));
       } else {
+        // No entry, or one saying the heuristic measured fastest at this
+        // bucket: the heuristic's config, not final (moe-split-k may split
+        // it, as it did when it was measured).
         GemmConfigChanges overrides;
         if (blockN)
           overrides.blockN = blockN;
         if (numStages)
           overrides.numStages = numStages;
         config = applyChanges(heuristic, overrides, emitError);
-        if (config && reported.insert(key).second)
+        if (config && !tuned && reported.insert(key).second)
           op.emitWarning() << "moe-tile: no tuned config for " << key.str()
                            << " near " << tokens.getValue()
                            << " tokens: using the heuristic's " << config;

@@ -68,10 +68,13 @@ struct GemmShapeKey {
   }
 };
 
-/// One tuned entry: the token bucket it was measured at and its fields.
+/// One tuned entry: the token bucket it was measured at and its fields, or
+/// that moe-tile's heuristic measured fastest there (`"config":
+/// "heuristic"`), which keeps that bucket from taking a neighbour's entry.
 struct TunedGemmConfig {
   int64_t tokens;
   GemmConfigChanges changes;
+  bool heuristic = false;
 };
 
 class GemmConfigDatabase {
