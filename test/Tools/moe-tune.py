@@ -136,6 +136,14 @@ for gemm in tune_space.gemms(gpt_oss, block_m=128):
 print(tune_space.gemms(tune_space.resolve_layer(compiler, "deepseek-v3"))[0]
       ["source"], "expert_biases" in e256_gemms["gemm1"])
 # CHECK: ['--layer-sizes', 'experts=256,hidden=7168,intermediate=2048,top_k=8,shared=1'] False
+# A file's layer with that epilogue compiles as the file.
+swiglu_file = os.path.join(root, "test", "Tools", "Inputs",
+                           "e8-top2-clamped-swiglu.mlir")
+swiglu_gemm2 = tune_space.gemms(tune_space.resolve_layer(compiler,
+                                                         swiglu_file))[1]
+print(swiglu_gemm2["source"] == [swiglu_file], swiglu_gemm2["expert_biases"],
+      swiglu_gemm2["swiglu"])
+# CHECK: True True (1.702, 7.0)
 for bad in ("gpt-5", "experts=8,hidden=64", os.path.join(work, "no.mlir")):
     try:
         tune_space.resolve_layer(compiler, bad)
@@ -168,11 +176,14 @@ for gemm, tokens in ((e256_gemms["gemm1"], 16), (small_gemms["gemm2"], 256)):
 # CHECK: e64-top6-h2048-i1408-shared2-gemm2-m128-n64-s3-k2-w1.moeb [] True
 # CHECK: moe-tile: no tuned config for E=66 N=2048 K=1408 f16 block_m=128 on 'moe-tune: no device (the heuristic)'
 # CHECK: 66 2048 1408 f16 128
-gpt_oss_gemm2 = tune_space.gemms(gpt_oss, block_m=128)[1]
-path, warnings = tuning.compile(gpt_oss_gemm2, "gpt-oss-gemm2", 2048)
-with open(os.path.join(path, "manifest.txt")) as manifest:
-    print(", ".join(" ".join(line.split()[1:4]) for line in manifest
-                    if line.startswith("tensor arg")))
+for name, gemm, tokens in (("gpt-oss-gemm2",
+                             tune_space.gemms(gpt_oss, block_m=128)[1], 2048),
+                            ("swiglu-file-gemm2", swiglu_gemm2, 16)):
+    path, warnings = tuning.compile(gemm, name, tokens)
+    with open(os.path.join(path, "manifest.txt")) as manifest:
+        print(", ".join(" ".join(line.split()[1:4]) for line in manifest
+                        if line.startswith("tensor arg")))
+# CHECK: arg0 input bf16, arg1 input bf16, arg2 input i32, arg3 input i32, arg4 input i32, arg5 input f32, arg6 input bf16
 # CHECK: arg0 input bf16, arg1 input bf16, arg2 input i32, arg3 input i32, arg4 input i32, arg5 input f32, arg6 input bf16
 print(tuning.compile(e256_gemms["gemm1"], "too-deep", 16,
                      {"block_n": 256, "num_stages": 8, "split_k": 1}))

@@ -101,7 +101,7 @@ def resolve_layer(compiler, layer, dtype="bf16", quantization=None):
         if described.get("quantization"):
             described["quantization"] = weight_scaling(
                 described["quantization"])
-        return dict(described, name=stem)
+        return dict(described, name=stem, file=text)
     source = ["--layer-sizes" if "=" in text else "--preset", text,
               "--dtype", dtype]
     if quantization:
@@ -122,16 +122,17 @@ def swiglu_fields(text):
 def compile_source(layer, quantization=None):
     """moe-compile's arguments that name the grouped matmuls of `layer` (a
     resolve_layer object) and the epilogue fields of their specs: a bf16 or
-    f16 preset whose experts have biases or the clamped SwiGLU (gpt-oss's)
-    compiles as the preset, with them, since its sizes would drop them and
-    the epilogue changes which config is fastest; every other layer (fp8
-    weights' `quantization` too) as its sizes."""
-    if not quantization and layer.get("preset") and (
-            layer.get("expert_biases") or layer.get("swiglu")):
+    f16 preset or file whose experts have biases or the clamped SwiGLU
+    (gpt-oss's) compiles as itself, with them, since its sizes would drop
+    them and the epilogue changes which config is fastest; every other
+    layer (fp8 weights' `quantization` too) as its sizes."""
+    named = (["--preset", layer["preset"]] if layer.get("preset") else
+             [layer["file"]] if layer.get("file") else None)
+    if not quantization and named and (layer.get("expert_biases") or
+                                       layer.get("swiglu")):
         swiglu = layer.get("swiglu")
-        return (["--preset", layer["preset"]],
-                {"expert_biases": bool(layer.get("expert_biases")),
-                 "swiglu": swiglu_fields(swiglu) if swiglu else None})
+        return named, {"expert_biases": bool(layer.get("expert_biases")),
+                       "swiglu": swiglu_fields(swiglu) if swiglu else None}
     return ["--layer-sizes", layer_sizes(layer)], {}
 
 
