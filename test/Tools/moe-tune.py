@@ -144,6 +144,13 @@ swiglu_gemm2 = tune_space.gemms(tune_space.resolve_layer(compiler,
 print(swiglu_gemm2["source"] == [swiglu_file], swiglu_gemm2["expert_biases"],
       swiglu_gemm2["swiglu"])
 # CHECK: True True (1.702, 7.0)
+# A moe_mlir.Layer with that epilogue compiles as its own MLIR.
+biased = moe_mlir.Layer(128, 128, 8, moe_mlir.Router("softmax", 2),
+                        swiglu=(1.702, 7.0), expert_biases=True)
+biased_gemms = tune_space.gemms(tune_space.resolve_layer(compiler, biased))
+print(biased_gemms[0]["model"], biased_gemms[0]["source"][0].endswith(".mlir"),
+      biased_gemms[0]["expert_biases"], biased_gemms[0]["swiglu"])
+# CHECK: e8-top2-h128-i128 True True (1.702, 7.0)
 for bad in ("gpt-5", "experts=8,hidden=64", os.path.join(work, "no.mlir")):
     try:
         tune_space.resolve_layer(compiler, bad)

@@ -4,9 +4,11 @@ matmuls, the #moe.gemm_config candidates of one compiled side by side, and
 the config database (docs/CONFIG-DATABASE.md) the compiler reads."""
 
 import concurrent.futures
+import hashlib
 import itertools
 import json
 import os
+import tempfile
 import time
 
 from ..layers import Layer, weight_scaling
@@ -76,7 +78,8 @@ def sizes_name(layer):
 
 def resolve_layer(compiler, layer, dtype="bf16", quantization=None):
     """The layer to tune as moe-compile --describe gives it, with a "name":
-    `layer` is a moe_mlir.Layer (its sizes), a path to an MLIR file with one
+    `layer` is a moe_mlir.Layer (its sizes; with the experts' biases or the
+    clamped SwiGLU, its MLIR in a file of the temporary directory), a path to an MLIR file with one
     moe.fused_moe (an os.PathLike, or a str that ends in .mlir or names a
     file; named after the file, in the file's own dtype and quantization), a
     --layer-sizes text ("experts=256,hidden=7168,intermediate=2048,top_k=8")
@@ -92,7 +95,21 @@ def resolve_layer(compiler, layer, dtype="bf16", quantization=None):
                             "intermediate": layer.intermediate_size,
                             "top_k": layer.router.top_k,
                             "shared": layer.router.num_shared_experts})
-        return resolve_layer(compiler, text, dtype, quantization)
+        if quantization or not (layer.expert_biases or layer.swiglu):
+            return resolve_layer(compiler, text, dtype, quantization)
+        # Its epilogue (compile_source) needs its own MLIR: a file named by
+        # its text, so that equal layers share it.
+        source = layer.source(dtype)
+        path = os.path.join(tempfile.gettempdir(), "moe-tune-layer-" +
+                            hashlib.sha256(source.encode()).hexdigest()[:16]
+                            + ".mlir")
+        if not os.path.exists(path):
+            temporary = f"{path}.{os.getpid()}.tmp"
+            with open(temporary, "w") as file:
+                file.write(source)
+            os.replace(temporary, path)
+        described = resolve_layer(compiler, path)
+        return dict(described, name=sizes_name(described))
     text = os.fspath(layer)
     if (isinstance(layer, os.PathLike) or text.endswith(".mlir") or
             os.path.isfile(text)):
