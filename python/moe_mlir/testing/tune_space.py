@@ -79,9 +79,10 @@ def sizes_name(layer):
 def resolve_layer(compiler, layer, dtype="bf16", quantization=None):
     """The layer to tune as moe-compile --describe gives it, with a "name":
     `layer` is a moe_mlir.Layer (its sizes; with the experts' biases or the
-    clamped SwiGLU, its MLIR in a file of the temporary directory), a path to an MLIR file with one
-    moe.fused_moe (an os.PathLike, or a str that ends in .mlir or names a
-    file; named after the file, in the file's own dtype and quantization), a
+    clamped SwiGLU, its MLIR in a file of the temporary directory), a path
+    to an MLIR file with one moe.fused_moe (an os.PathLike, or a str that
+    ends in .mlir or names a file; named after the file, in the file's own
+    dtype and quantization), a
     --layer-sizes text ("experts=256,hidden=7168,intermediate=2048,top_k=8")
     or a preset name. Presets and sizes take `dtype` and `quantization`
     (None, or fp8 weights scaled per "tensor", "channel" or "block", which
