@@ -213,9 +213,12 @@ def MoeTile : Pass<"moe-tile"> {
     (configs/gemm-configs.json, compiled in), keyed by the weights' E, N, K
     and element type, the CUDA `device` name and the token bucket nearest
     `tokens`. A tuned config is final: the op gets the `moe.tuned` unit
-    attribute and `moe-split-k` leaves its `split_k` alone. A shape with no
-    entry gets the heuristic, and the pass says so once per shape on stderr
-    (a warning): no fallback is silent.
+    attribute and `moe-split-k` leaves its `split_k` alone. An entry whose
+    config is `"heuristic"` (moe-tune measured the heuristic fastest at its
+    bucket) gives the heuristic's config, not final and without a warning,
+    where the bucket would otherwise take a neighbour's entry. A shape with
+    no entry gets the heuristic, and the pass says so once per shape on
+    stderr (a warning): no fallback is silent.
 
     The heuristic sizes for `tokens` tokens: 128-byte K tiles (the swizzle
     span), 128 accumulator columns below 256 tokens and 256 from there on,
