@@ -13,7 +13,7 @@ experts fused) and a gpt-oss-120b-sized layer in bf16 (its clamped SwiGLU
 and the experts' biases, uniform in [-1, 1), which the torch composition
 adds to each grouped_mm's output), random normal weights and hidden
 states, the layers with a correction bias given one uniform in
-[-0.1, 0.1], T in {1, 16, 64, 256, 1024, 4096}.
+[-0.1, 0.1], T in {1, 16, 64, 256, 1024, 2048, 4096}.
 
 Routing (--routing, both by default, a row each): `own` feeds the layer's
 router random normal logits; `uniform` crafts the logits so that the
@@ -262,7 +262,7 @@ def main():
     parser.add_argument("--presets",
                         default="mixtral-8x7b,qwen3-30b-a3b,deepseek-v3,"
                                 "kimi-k2,gpt-oss-120b")
-    parser.add_argument("--tokens", default="1,16,64,256,1024,4096")
+    parser.add_argument("--tokens", default="1,16,64,256,1024,2048,4096")
     parser.add_argument("--routing", default="both", choices=tuple(ROUTINGS),
                         help="the layer's router on random logits (own), "
                              "on logits crafted for uniform random experts "
