@@ -71,6 +71,7 @@ from moe_mlir.testing.peers import (router_fields, torch_router,
 from moe_mlir.testing.timing import (L2Flush, floor_us, graphed,
                                      kernel_times_us, time_interleaved_us,
                                      time_us)
+from moe_mlir.testing.tune_space import swiglu_fields
 
 TOLERANCE = 2e-2
 DEVICE = "cuda"
@@ -83,20 +84,12 @@ def uniform_bf16(*shape):
     return (torch.rand(*shape, device=DEVICE) * 2 - 1).to(torch.bfloat16)
 
 
-def swiglu_of(preset):
-    """(alpha, limit) of a preset's clamped SwiGLU (gpt-oss's), or None for
-    SiLU-and-mul."""
-    if "swiglu" not in preset:
-        return None
-    fields = dict(item.split(" = ") for item in preset["swiglu"].split(", "))
-    return float(fields["alpha"]), float(fields["limit"])
-
-
 def torch_layer(preset, x, logits, bias, w13, w2, biases):
     """The layer composed in torch, as a function of no arguments; `biases`
     the experts' (b13 [E, 2I], b2 [E, H]) of gpt-oss's layers, or ()."""
     route = torch_router(router_fields(preset))
-    swiglu = swiglu_of(preset)
+    swiglu = (swiglu_fields(preset["swiglu"]) if "swiglu" in preset
+              else None)
     experts, shared = preset["experts"], preset["shared"]
     tokens = x.shape[0]
     slots = preset["top_k"] + shared
@@ -117,11 +110,12 @@ def torch_layer(preset, x, logits, bias, w13, w2, biases):
         token = order // slots
         h = F.grouped_mm(x[token], w13_t, offs=offs)
         if biases:
-            h = h + biases[0][ids[order]]
+            row_experts = ids[order]
+            h = h + biases[0][row_experts]
         h = gated(h, swiglu)
         o = F.grouped_mm(h, w2_t, offs=offs)
         if biases:
-            o = o + biases[1][ids[order]]
+            o = o + biases[1][row_experts]
         o = o.float() * weights[order].unsqueeze(1)
         y = torch.zeros(tokens, x.shape[1], device=DEVICE)
         return y.index_add_(0, token, o).to(x.dtype)
