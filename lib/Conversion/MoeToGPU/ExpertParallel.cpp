@@ -25,6 +25,17 @@ namespace {
 
 constexpr int64_t kExchangeThreads = 128;
 constexpr int64_t kExchangeWarps = kExchangeThreads / kWarpSize;
+/// A block of moe_ep_dispatch: a slot per thread in each round.
+constexpr int64_t kDispatchThreads = 256;
+constexpr int64_t kDispatchWarps = kDispatchThreads / kWarpSize;
+/// The most blocks (parts of the slots) of one region of moe_ep_dispatch.
+/// Each counts the region's slots before its part, so more parts read the
+/// ids more often; 32 keep DeepSeek-V3's shared region at T = 4096 (4096
+/// rows a rank) to 128 rows a block.
+constexpr int64_t kMaxDispatchParts = 32;
+/// Loads a thread issues before it uses them, in the exchange kernels'
+/// copies and counts.
+constexpr int64_t kCopiesInFlight = 8;
 /// The threads of a block of moe_ep_route, one per local expert in its
 /// scan.
 constexpr int64_t kEpRouteThreads = 1024;
@@ -93,8 +104,8 @@ struct PeerSlice {
   }
 };
 
-/// A row of H elements copied by the lanes of a warp, 16 bytes (or the
-/// widest vector that divides H) per lane and step.
+/// Rows of H elements copied as vectors of 16 bytes (or the widest that
+/// divides H).
 struct RowCopy {
   Type element;
   int64_t hidden, width;
@@ -105,29 +116,66 @@ struct RowCopy {
       width /= 2;
     return {element, hidden, width};
   }
+  int64_t vectorsPerRow() const { return hidden / width; }
   unsigned alignment() const {
     return width * element.getIntOrFloatBitWidth() / 8;
   }
-  /// Copies row `row` of `source` (a `[rows, H]` memref) to the row that
-  /// starts at element `start` of `target`. Rows start aligned (the runtime
-  /// checks the bases, H is a multiple of the width), so the vectors are.
-  void emit(WarpBuilder &wb, Value source, Value row, const PeerSlice &target,
-            Value start) const {
-    ImplicitLocOpBuilder &b = wb.b;
-    auto type = VectorType::get({width}, element);
-    Value first = arith::MulIOp::create(b, wb.lane, wb.index(width));
-    auto loop = scf::ForOp::create(b, first, wb.index(hidden),
-                                   wb.index(kWarpSize * width));
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(loop.getBody());
-    Value column = loop.getInductionVar();
-    Value vector =
-        vector::LoadOp::create(b, type, source, ValueRange{row, column},
-                               /*nontemporal=*/false, llvm::Align(alignment()));
-    target.store(b, vector, arith::AddIOp::create(b, start, column),
-                 alignment());
+  /// Vector `column` (in vectors) of row `row` of `source`, a `[rows, H]`
+  /// memref. Rows start aligned (the runtime checks the bases, H is a
+  /// multiple of the width), so the vectors are.
+  Value load(LoopBuilder &lb, Value source, Value row, Value column) const {
+    ImplicitLocOpBuilder &b = lb.b;
+    return vector::LoadOp::create(
+        b, VectorType::get({width}, element), source,
+        ValueRange{row, arith::MulIOp::create(b, column, lb.index(width))},
+        /*nontemporal=*/false, llvm::Align(alignment()));
+  }
+  /// Stores `vector` as vector `column` of the row that starts at element
+  /// `start` of `target`.
+  void store(LoopBuilder &lb, Value vector, const PeerSlice &target,
+             Value start, Value column) const {
+    ImplicitLocOpBuilder &b = lb.b;
+    target.store(
+        b, vector,
+        arith::AddIOp::create(
+            b, start, arith::MulIOp::create(b, column, lb.index(width))),
+        alignment());
   }
 };
+
+/// Copies `items` vectors, this thread those from `first` in steps of
+/// `stride`: `load(item)` reads one, `store(item, vector)` writes it.
+/// kCopiesInFlight loads are issued before their stores: one at a time, a
+/// thread waited a memory latency per 16 bytes (a warp copied 7 GB/s).
+void copyItems(LoopBuilder &lb, Value first, int64_t stride, Value items,
+               function_ref<Value(Value)> load,
+               function_ref<void(Value, Value)> store) {
+  ImplicitLocOpBuilder &b = lb.b;
+  lb.loop(
+      first, items,
+      [&](Value base) {
+        SmallVector<std::pair<Value, Value>> copies;
+        for (int64_t i = 0; i < kCopiesInFlight; ++i) {
+          Value item = arith::AddIOp::create(b, base, lb.index(i * stride));
+          Value valid = lb.cmpi(arith::CmpIPredicate::ult, item, items);
+          Value safe = lb.select(valid, item, base);
+          copies.push_back({valid, load(safe)});
+        }
+        for (int64_t i = 0; i < kCopiesInFlight; ++i) {
+          lb.ifThen(copies[i].first, [&] {
+            store(arith::AddIOp::create(b, base, lb.index(i * stride)),
+                  copies[i].second);
+          });
+        }
+      },
+      stride * kCopiesInFlight);
+}
+
+/// A grid of `blocks` blocks.
+SmallVector<SizeExpr> blockGrid(int64_t blocks) {
+  return {PlanBuilder::constant(blocks), PlanBuilder::constant(1),
+          PlanBuilder::constant(1)};
+}
 
 /// The warp of this thread across the grid, one per work item.
 Value globalWarp(WarpBuilder &wb) {
@@ -143,66 +191,43 @@ Value globalWarp(WarpBuilder &wb) {
 
 /// The grid of `items` warps.
 SmallVector<SizeExpr> warpGrid(int64_t items) {
-  return {PlanBuilder::constant(llvm::divideCeil(items, kExchangeWarps)),
-          PlanBuilder::constant(1), PlanBuilder::constant(1)};
+  return blockGrid(llvm::divideCeil(items, kExchangeWarps));
 }
+
+/// How moe_ep_dispatch divides its slots: the T*S slots in rounds of a
+/// slot per thread, each region's rounds in `parts` runs of
+/// `roundsPerPart`, a block each.
+struct DispatchParts {
+  int64_t slots, rounds, parts, roundsPerPart;
+
+  static DispatchParts of(int64_t slots) {
+    int64_t rounds = llvm::divideCeil(slots, kDispatchThreads);
+    int64_t parts = std::min(rounds, kMaxDispatchParts);
+    return {slots, rounds, parts,
+            static_cast<int64_t>(llvm::divideCeil(rounds, parts))};
+  }
+};
 
 /// The operands of the dispatch kernel of one region.
 struct DispatchRegion {
   const ReceiveLayout &layout;
-  int64_t numExperts, numSlots, tokens, rank;
+  DispatchParts parts;
+  int64_t numExperts, numSlots, rank;
   Value hidden, ids, weights;
   PeerSlice rows, routedWeights, slots, counts;
   RowCopy copy;
+  /// Workgroup memory: a round's matching slots in order, and each warp's
+  /// count of them.
+  Value matches, warpCounts;
 };
 
-/// The rows of `region`'s chunk of 32 slots from `chunk` that `mask` (bit j:
-/// slot chunk * 32 + j goes to the region) sends, in slot order from
-/// position `count` of the region's rows from this rank.
-void sendChunk(WarpBuilder &wb, const DispatchRegion &region, Value e,
-               Value chunk, Value mask, Value count) {
-  ImplicitLocOpBuilder &b = wb.b;
-  Value rankIndex = wb.index(region.rank);
-  wb.loop(kWarpSize, [&](Value j) {
-    Value jI32 = wb.toI32(j);
-    Value bit = arith::AndIOp::create(b, arith::ShRUIOp::create(b, mask, jI32),
-                                      wb.i32(1));
-    Value below = arith::AndIOp::create(
-        b, mask,
-        arith::SubIOp::create(b, arith::ShLIOp::create(b, wb.i32(1), jI32),
-                              wb.i32(1)));
-    Value position =
-        arith::AddIOp::create(b, count, LLVM::CtPopOp::create(b, below));
-    Value sent = arith::AndIOp::create(
-        b, wb.cmpi(arith::CmpIPredicate::ne, bit, wb.i32(0)),
-        wb.cmpi(arith::CmpIPredicate::slt, position,
-                wb.i32(region.layout.capacity)));
-    wb.ifThen(sent, [&] {
-      Value slot = arith::AddIOp::create(
-          b, arith::MulIOp::create(b, chunk, wb.index(kWarpSize)), j);
-      Value t = arith::DivUIOp::create(b, slot, wb.index(region.numSlots));
-      Value s = arith::RemUIOp::create(b, slot, wb.index(region.numSlots));
-      Value row = region.layout.row(wb, e, rankIndex, wb.toIndex(position));
-      region.copy.emit(
-          wb, region.hidden, t, region.rows,
-          arith::MulIOp::create(b, row, wb.index(region.copy.hidden)));
-      wb.ifThen(wb.cmpi(arith::CmpIPredicate::eq, wb.lane, wb.index(0)), [&] {
-        region.routedWeights.store(b, wb.load(region.weights, {t, s}), row);
-        region.slots.store(b, wb.toI32(slot), row);
-      });
-    });
-  });
-}
-
-/// The body of the dispatch kernel for region (d, e) of rank d's buffer
-/// from this rank: its warp scans the slots 32 at a time, sends the
-/// matching ones in slot order and stores the count.
-void emitDispatchRegion(WarpBuilder &wb, const DispatchRegion &region, Value d,
-                        Value e) {
+/// The expert whose rows region (d, e) of rank d's buffer receives from
+/// this rank: routed expert d * E/W + e, or on this rank the shared expert
+/// E + e - E/W; -1 (none) for a shared region of another rank.
+Value regionExpert(WarpBuilder &wb, const DispatchRegion &region, Value d,
+                   Value e) {
   ImplicitLocOpBuilder &b = wb.b;
   const ReceiveLayout &layout = region.layout;
-  // Region (d, e) receives routed expert d * E/W + e, or on this rank the
-  // shared expert E + e - E/W; a shared region of another rank nothing.
   Value dI32 = wb.toI32(d), eI32 = wb.toI32(e);
   Value routed =
       wb.cmpi(arith::CmpIPredicate::slt, eI32, wb.i32(layout.routedLocal));
@@ -214,33 +239,191 @@ void emitDispatchRegion(WarpBuilder &wb, const DispatchRegion &region, Value d,
                             wb.i32(region.numExperts - layout.routedLocal)));
   Value receives = arith::OrIOp::create(
       b, routed, wb.cmpi(arith::CmpIPredicate::eq, dI32, wb.i32(region.rank)));
-  expert = wb.select(receives, expert, wb.i32(-1));
-  int64_t slots = region.tokens * region.numSlots;
+  return wb.select(receives, expert, wb.i32(-1));
+}
+
+/// Whether slot `slot` (index) exists and is routed to `expert`.
+Value routedTo(WarpBuilder &wb, const DispatchRegion &region, Value slot,
+               Value expert) {
+  ImplicitLocOpBuilder &b = wb.b;
+  Value inRange =
+      wb.cmpi(arith::CmpIPredicate::ult, slot, wb.index(region.parts.slots));
+  Value safe = wb.select(inRange, slot, wb.index(0));
+  Value id = wb.load(
+      region.ids, {arith::DivUIOp::create(b, safe, wb.index(region.numSlots)),
+                   arith::RemUIOp::create(b, safe, wb.index(region.numSlots))});
+  return arith::AndIOp::create(b, inRange,
+                               wb.cmpi(arith::CmpIPredicate::eq, id, expert));
+}
+
+/// The sums over the block of each warp's `count` (uniform over the warp):
+/// {those of the warps before `warp`, all of them}, through `warpCounts`.
+/// The caller barriers before the counts are stored again.
+std::pair<Value, Value> sumOverWarps(WarpBuilder &wb, Value warpCounts,
+                                     Value warp, Value count) {
+  ImplicitLocOpBuilder &b = wb.b;
+  wb.ifThen(wb.cmpi(arith::CmpIPredicate::eq, wb.lane, wb.index(0)),
+            [&] { wb.store(count, warpCounts, warp); });
+  gpu::BarrierOp::create(b);
+  SmallVector<Value> sums =
+      wb.loop(wb.index(0), wb.index(kDispatchWarps), {wb.i32(0), wb.i32(0)},
+              [&](Value w, ValueRange carried) -> SmallVector<Value> {
+                Value each = wb.load(warpCounts, w);
+                Value before = wb.cmpi(arith::CmpIPredicate::ult, w, warp);
+                return {arith::AddIOp::create(
+                            b, carried[0], wb.select(before, each, wb.i32(0))),
+                        arith::AddIOp::create(b, carried[1], each)};
+              });
+  return {sums[0], sums[1]};
+}
+
+/// The block's count of the slots before `end` (index) routed to `expert`:
+/// each thread counts a slot per kDispatchThreads, kCopiesInFlight loads at
+/// a time.
+Value countBefore(WarpBuilder &wb, const DispatchRegion &region, Value tid,
+                  Value end, Value expert) {
+  ImplicitLocOpBuilder &b = wb.b;
+  int64_t step = kDispatchThreads * kCopiesInFlight;
   Value count = wb.loop(
-      wb.index(0), wb.index(llvm::divideCeil(slots, kWarpSize)), {wb.i32(0)},
-      [&](Value chunk, ValueRange carried) -> SmallVector<Value> {
-        Value slot = arith::AddIOp::create(
-            b, arith::MulIOp::create(b, chunk, wb.index(kWarpSize)), wb.lane);
-        Value inRange =
-            wb.cmpi(arith::CmpIPredicate::ult, slot, wb.index(slots));
-        Value safe = wb.select(inRange, slot, wb.index(0));
-        Value id = wb.load(
-            region.ids,
-            {arith::DivUIOp::create(b, safe, wb.index(region.numSlots)),
-             arith::RemUIOp::create(b, safe, wb.index(region.numSlots))});
-        Value match = arith::AndIOp::create(
-            b, inRange, wb.cmpi(arith::CmpIPredicate::eq, id, expert));
-        Value mask = NVVM::VoteSyncOp::create(
-            b, b.getI32Type(), wb.i32(-1), match, NVVM::VoteSyncKind::ballot);
-        wb.ifThen(wb.cmpi(arith::CmpIPredicate::ne, mask, wb.i32(0)),
-                  [&] { sendChunk(wb, region, e, chunk, mask, carried[0]); });
-        return {arith::AddIOp::create(b, carried[0],
-                                      LLVM::CtPopOp::create(b, mask))};
+      tid, end, {wb.i32(0)},
+      [&](Value base, ValueRange carried) -> SmallVector<Value> {
+        Value sum = carried[0];
+        for (int64_t i = 0; i < kCopiesInFlight; ++i) {
+          Value slot =
+              arith::AddIOp::create(b, base, wb.index(i * kDispatchThreads));
+          Value counted = arith::AndIOp::create(
+              b, wb.cmpi(arith::CmpIPredicate::ult, slot, end),
+              routedTo(wb, region, slot, expert));
+          sum = arith::AddIOp::create(
+              b, sum, arith::ExtUIOp::create(b, b.getI32Type(), counted));
+        }
+        return {sum};
+      },
+      step)[0];
+  Value warp = arith::DivUIOp::create(b, tid, wb.index(kWarpSize));
+  Value total = sumOverWarps(wb, region.warpCounts, warp,
+                             wb.redux(NVVM::ReduxKind::ADD, count))
+                    .second;
+  gpu::BarrierOp::create(b);
+  return total;
+}
+
+/// Sends the `count` rows of `region.matches`, the matching slots of a round
+/// in order, to positions `first`, `first` + 1, ... of region (d, e) of
+/// rank d's buffer (those below C): the block's threads copy 16 bytes each
+/// at a time, and the thread of each row's first vector stores its routed
+/// weight and slot.
+void sendMatches(WarpBuilder &wb, const DispatchRegion &region, Value tid,
+                 Value e, Value first, Value count) {
+  ImplicitLocOpBuilder &b = wb.b;
+  const RowCopy &copy = region.copy;
+  Value vectors = wb.index(copy.vectorsPerRow());
+  // Vector `item` of the listed rows: its row's index in the list, its
+  // column (in vectors) and its slot.
+  struct Located {
+    Value index, column, slot;
+  };
+  auto locate = [&](Value item) {
+    Value index = arith::DivUIOp::create(b, item, vectors);
+    return Located{index, arith::RemUIOp::create(b, item, vectors),
+                   wb.toIndex(wb.load(region.matches, index))};
+  };
+  auto tokenOf = [&](Value slot) {
+    return arith::DivUIOp::create(b, slot, wb.index(region.numSlots));
+  };
+  copyItems(
+      wb, tid, kDispatchThreads,
+      arith::MulIOp::create(b, wb.toIndex(count), vectors),
+      [&](Value item) {
+        Located at = locate(item);
+        return copy.load(wb, region.hidden, tokenOf(at.slot), at.column);
+      },
+      [&](Value item, Value vector) {
+        Located at = locate(item);
+        Value position = arith::AddIOp::create(b, first, wb.toI32(at.index));
+        wb.ifThen(
+            wb.cmpi(arith::CmpIPredicate::slt, position,
+                    wb.i32(region.layout.capacity)),
+            [&] {
+              Value row = region.layout.row(wb, e, wb.index(region.rank),
+                                            wb.toIndex(position));
+              copy.store(wb, vector, region.rows,
+                         arith::MulIOp::create(b, row, wb.index(copy.hidden)),
+                         at.column);
+              Value rowFirst =
+                  wb.cmpi(arith::CmpIPredicate::eq, at.column, wb.index(0));
+              wb.ifThen(rowFirst, [&] {
+                Value s = arith::RemUIOp::create(b, at.slot,
+                                                 wb.index(region.numSlots));
+                region.routedWeights.store(
+                    b, wb.load(region.weights, {tokenOf(at.slot), s}), row);
+                region.slots.store(b, wb.toI32(at.slot), row);
+              });
+            });
+      });
+}
+
+/// One round of a dispatch block: its slots `round` * kDispatchThreads + tid
+/// routed to `expert`, found by a ballot a warp, listed in slot order in
+/// `region.matches` and sent from position `sent` on. Returns the rows sent
+/// and listed, `sent` plus the round's count.
+Value dispatchRound(WarpBuilder &wb, const DispatchRegion &region, Value tid,
+                    Value e, Value expert, Value round, Value sent) {
+  ImplicitLocOpBuilder &b = wb.b;
+  Value warp = arith::DivUIOp::create(b, tid, wb.index(kWarpSize));
+  Value slot = arith::AddIOp::create(
+      b, arith::MulIOp::create(b, round, wb.index(kDispatchThreads)), tid);
+  Value match = routedTo(wb, region, slot, expert);
+  Value mask = NVVM::VoteSyncOp::create(b, b.getI32Type(), wb.i32(-1), match,
+                                        NVVM::VoteSyncKind::ballot);
+  // The matches of the warps before this one, and of the whole round.
+  std::pair<Value, Value> sums =
+      sumOverWarps(wb, region.warpCounts, warp, LLVM::CtPopOp::create(b, mask));
+  Value earlier = sums.first, roundMatches = sums.second;
+  Value lanesBelow = arith::SubIOp::create(
+      b, arith::ShLIOp::create(b, wb.i32(1), wb.laneI32), wb.i32(1));
+  Value below =
+      LLVM::CtPopOp::create(b, arith::AndIOp::create(b, mask, lanesBelow));
+  Value listed = wb.toIndex(arith::AddIOp::create(b, earlier, below));
+  wb.ifThen(match, [&] { wb.store(wb.toI32(slot), region.matches, listed); });
+  gpu::BarrierOp::create(b);
+  wb.ifThen(wb.cmpi(arith::CmpIPredicate::sgt, roundMatches, wb.i32(0)),
+            [&] { sendMatches(wb, region, tid, e, sent, roundMatches); });
+  // The next round lists its matches over these.
+  gpu::BarrierOp::create(b);
+  return arith::AddIOp::create(b, sent, roundMatches);
+}
+
+/// The body of the dispatch block of part `part` of region (d, e) of rank
+/// d's buffer from this rank: it counts the region's slots before the part,
+/// sends the part's in rounds, in slot order, and the last part stores the
+/// region's count.
+void emitDispatchPart(WarpBuilder &wb, const DispatchRegion &region, Value d,
+                      Value e, Value part) {
+  ImplicitLocOpBuilder &b = wb.b;
+  const DispatchParts &parts = region.parts;
+  Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
+  Value expert = regionExpert(wb, region, d, e);
+  Value firstRound =
+      arith::MulIOp::create(b, part, wb.index(parts.roundsPerPart));
+  Value endRound = arith::MinUIOp::create(
+      b, arith::AddIOp::create(b, firstRound, wb.index(parts.roundsPerPart)),
+      wb.index(parts.rounds));
+  Value before = countBefore(
+      wb, region, tid,
+      arith::MulIOp::create(b, firstRound, wb.index(kDispatchThreads)), expert);
+  Value count = wb.loop(
+      firstRound, endRound, {before},
+      [&](Value round, ValueRange carried) -> SmallVector<Value> {
+        return {dispatchRound(wb, region, tid, e, expert, round, carried[0])};
       })[0];
   // Every count of this rank, 0 included: nothing clears the buffers.
-  wb.ifThen(wb.cmpi(arith::CmpIPredicate::eq, wb.lane, wb.index(0)), [&] {
+  Value last = arith::AndIOp::create(
+      b, wb.cmpi(arith::CmpIPredicate::eq, part, wb.index(parts.parts - 1)),
+      wb.cmpi(arith::CmpIPredicate::eq, tid, wb.index(0)));
+  wb.ifThen(last, [&] {
     Value index = arith::AddIOp::create(
-        b, arith::MulIOp::create(b, e, wb.index(layout.world)),
+        b, arith::MulIOp::create(b, e, wb.index(region.layout.world)),
         wb.index(region.rank));
     region.counts.store(b, count, index);
   });
@@ -339,6 +522,8 @@ LogicalResult mlir::moe::detail::emitEpDispatch(PlanBuilder &plan,
   int64_t world = parallel.getWorld(), local = countsType.getDimSize(1);
   ReceiveLayout layout{local, parallel.getLocalExperts(op.getNumExperts()),
                        world, rowsType.getDimSize(1) / (local * world)};
+  DispatchParts parts =
+      DispatchParts::of(idsType.getDimSize(0) * idsType.getDimSize(1));
 
   KernelArgList args;
   unsigned hiddenArg = args.add(plan.use(op.getHiddenStates()));
@@ -354,36 +539,39 @@ LogicalResult mlir::moe::detail::emitEpDispatch(PlanBuilder &plan,
     plan.alias(result, operand);
     peerArgs.push_back(args.add(KernelArg::peers(*buffer)));
   }
-  gpu::GPUFuncOp kernel =
-      plan.createKernel(builder, op.getLoc(), "moe_ep_dispatch", args.get(),
-                        warpGrid(world * local), {kExchangeThreads, 1, 1});
+  Type i32 = builder.getI32Type();
+  gpu::GPUFuncOp kernel = plan.createKernel(
+      builder, op.getLoc(), "moe_ep_dispatch", args.get(),
+      blockGrid(world * local * parts.parts), {kDispatchThreads, 1, 1},
+      {workgroupMemRef({kDispatchThreads}, i32),
+       workgroupMemRef({kDispatchWarps}, i32)});
   ImplicitLocOpBuilder b(op.getLoc(), builder);
   WarpBuilder wb = makeWarpBuilder(b);
-  Value region = globalWarp(wb);
-  wb.ifThen(wb.cmpi(arith::CmpIPredicate::ult, region, wb.index(world * local)),
-            [&] {
-              Value d = arith::DivUIOp::create(b, region, wb.index(local));
-              Value e = arith::RemUIOp::create(b, region, wb.index(local));
-              auto peer = [&](unsigned position, Type element) {
-                return PeerSlice::of(b, kernel.getArgument(peerArgs[position]),
-                                     d, element);
-              };
-              DispatchRegion dispatch{layout,
-                                      static_cast<int64_t>(op.getNumExperts()),
-                                      idsType.getDimSize(1),
-                                      idsType.getDimSize(0),
-                                      parallel.getRank(),
-                                      kernel.getArgument(hiddenArg),
-                                      kernel.getArgument(idsArg),
-                                      kernel.getArgument(weightsArg),
-                                      peer(0, rowsType.getElementType()),
-                                      peer(1, b.getF32Type()),
-                                      peer(2, b.getI32Type()),
-                                      peer(3, b.getI32Type()),
-                                      RowCopy::of(rowsType.getElementType(),
-                                                  rowsType.getDimSize(2))};
-              emitDispatchRegion(wb, dispatch, d, e);
-            });
+  Value blockId = gpu::BlockIdOp::create(b, gpu::Dimension::x);
+  Value region = arith::DivUIOp::create(b, blockId, wb.index(parts.parts));
+  Value part = arith::RemUIOp::create(b, blockId, wb.index(parts.parts));
+  Value d = arith::DivUIOp::create(b, region, wb.index(local));
+  Value e = arith::RemUIOp::create(b, region, wb.index(local));
+  auto peer = [&](unsigned position, Type element) {
+    return PeerSlice::of(b, kernel.getArgument(peerArgs[position]), d, element);
+  };
+  DispatchRegion dispatch{
+      layout,
+      parts,
+      static_cast<int64_t>(op.getNumExperts()),
+      idsType.getDimSize(1),
+      parallel.getRank(),
+      kernel.getArgument(hiddenArg),
+      kernel.getArgument(idsArg),
+      kernel.getArgument(weightsArg),
+      peer(0, rowsType.getElementType()),
+      peer(1, b.getF32Type()),
+      peer(2, i32),
+      peer(3, i32),
+      RowCopy::of(rowsType.getElementType(), rowsType.getDimSize(2)),
+      kernel.getWorkgroupAttributions()[0],
+      kernel.getWorkgroupAttributions()[1]};
+  emitDispatchPart(wb, dispatch, d, e, part);
   return success();
 }
 
@@ -529,8 +717,15 @@ LogicalResult mlir::moe::detail::emitEpCombine(PlanBuilder &plan,
         wb.ifThen(returned, [&] {
           PeerSlice target = PeerSlice::of(b, kernel.getArgument(returnedArg),
                                            src, copy.element);
-          copy.emit(wb, kernel.getArgument(rowsArg), row, target,
-                    arith::MulIOp::create(b, slot, wb.index(copy.hidden)));
+          Value start = arith::MulIOp::create(b, slot, wb.index(copy.hidden));
+          copyItems(
+              wb, wb.lane, kWarpSize, wb.index(copy.vectorsPerRow()),
+              [&](Value column) {
+                return copy.load(wb, kernel.getArgument(rowsArg), row, column);
+              },
+              [&](Value column, Value vector) {
+                copy.store(wb, vector, target, start, column);
+              });
         });
       });
   return success();

@@ -1,8 +1,8 @@
 // convert-moe-to-gpu compiles the exchange ops of an expert-parallel layer
-// (moe-expert-parallel's phases): moe.ep_dispatch to one warp per region of
-// the ranks' receive buffers, storing through peer tables (`peers` launch
-// arguments) and updating its `into` buffers in place (they become the
-// results' tensors); moe.ep_route to blocks that scan the local experts'
+// (moe-expert-parallel's phases): moe.ep_dispatch to blocks over the parts
+// of each region of the ranks' receive buffers, storing through peer tables
+// (`peers` launch arguments) and updating its `into` buffers in place (they
+// become the results' tensors); moe.ep_route to blocks that scan the local experts'
 // padded counts and place each position by binary search over them;
 // moe.ep_combine to one warp per receive row, storing through the return
 // buffers' peer table; moe.ep_signal to a block of a thread per rank that
@@ -19,13 +19,17 @@
 // whose slices the caller binds.
 // CHECK-SAME: buffers = [<input "arg0" : bf16 ["4", "64"]>, <input "arg1" : f32 ["4", "8"]>, <input "arg2" : f32 ["8"]>, <output "result0" : bf16 ["40", "64"] exchange <world = 2, rank = 1>>, <output "result1" : f32 ["40"] exchange <world = 2, rank = 1>>, <output "result2" : i32 ["40"] exchange <world = 2, rank = 1>>, <output "result3" : i32 ["5", "2"] exchange <world = 2, rank = 1>>,
 // CHECK: gpu.func @moe_gate_0(
-// W*L = 10 regions, 4 warps a block.
-// CHECK: gpu.func @moe_ep_dispatch_1(%[[X:.*]]: memref<4x64xbf16>, %[[IDS:.*]]: memref<4x3xi32>, %[[W:.*]]: memref<4x3xf32>, %[[ROWS:.*]]: !llvm.ptr, %[[WTS:.*]]: !llvm.ptr, %[[SLOTS:.*]]: !llvm.ptr, %[[COUNTS:.*]]: !llvm.ptr, %{{.*}}: i32) kernel
-// CHECK-SAME: moe.launch = #moe.launch<grid = ["3", "1", "1"], block = [128, 1, 1], smem = 0, args = ["arg0", "gate_ids", "gate_weights", peers "result0", peers "result1", peers "result2", peers "result3", i32 "T"], dependent = true>
+// W*L = 10 regions, a block of 256 threads each (T*S = 12 slots: one part
+// of one round); a round's matching slots listed in workgroup memory,
+// beside each warp's count of them.
+// CHECK: gpu.func @moe_ep_dispatch_1(%[[X:.*]]: memref<4x64xbf16>, %[[IDS:.*]]: memref<4x3xi32>, %[[W:.*]]: memref<4x3xf32>, %[[ROWS:.*]]: !llvm.ptr, %[[WTS:.*]]: !llvm.ptr, %[[SLOTS:.*]]: !llvm.ptr, %[[COUNTS:.*]]: !llvm.ptr, %{{.*}}: i32) workgroup(%[[LIST:.*]] : memref<256xi32, #gpu.address_space<workgroup>> {{.*}}, %[[WARPS:.*]] : memref<8xi32, #gpu.address_space<workgroup>> {{.*}}) kernel
+// CHECK-SAME: moe.launch = #moe.launch<grid = ["10", "1", "1"], block = [256, 1, 1], smem = 0, args = ["arg0", "gate_ids", "gate_weights", peers "result0", peers "result1", peers "result2", peers "result3", i32 "T"], dependent = true>
 // CHECK: nvvm.griddepcontrol wait
-// Region (d, e) = (warp / L, warp % L); rank d's slices from the tables.
-// CHECK: %[[D:.*]] = arith.divui %[[REGION:.*]], %c5
-// CHECK: %[[E:.*]] = arith.remui %[[REGION]], %c5
+// Region (d, e) = (block / L, block % L); rank d's slices from the tables.
+// CHECK: %[[TID:.*]] = gpu.thread_id x
+// CHECK: %[[BLOCK:.*]] = gpu.block_id x
+// CHECK: %[[D:.*]] = arith.divui %[[BLOCK]], %c5
+// CHECK: %[[E:.*]] = arith.remui %[[BLOCK]], %c5
 // CHECK: %[[D64:.*]] = arith.index_cast %[[D]] : index to i64
 // CHECK: %[[ROWS_D:.*]] = llvm.load {{.*}} : !llvm.ptr -> !llvm.ptr
 // CHECK: %[[WTS_D:.*]] = llvm.load {{.*}} : !llvm.ptr -> !llvm.ptr
@@ -39,32 +43,59 @@
 // CHECK: %[[HERE:.*]] = arith.cmpi eq, %{{.*}}, %c1_i32
 // CHECK: %[[RECEIVES:.*]] = arith.ori %[[ROUTED]], %[[HERE]]
 // CHECK: %[[EXPERT:.*]] = arith.select %[[RECEIVES]], %[[G]], %c-1_i32
-// A lane per slot of the chunk; the ballot of those routed to the region.
+// The slots before the part (none here), summed over the block's warps.
+// CHECK: %[[BEFORE_T:.*]] = scf.for %{{.*}} = %[[TID]] to %c0 step %c2048
+// CHECK: %[[BEFORE_W:.*]] = nvvm.redux.sync add %[[BEFORE_T]]
+// CHECK: memref.store %[[BEFORE_W]], %[[WARPS]]
+// CHECK: gpu.barrier
+// CHECK: %[[BEFORE:.*]]:2 = scf.for
+// CHECK: gpu.barrier
+// The round: a slot per thread, the ballot of those routed to the region,
+// each warp's count, and the matches listed in slot order after those of
+// the warps before.
 // CHECK: %[[ID:.*]] = memref.load %[[IDS]]
-// CHECK: %[[MATCH:.*]] = arith.cmpi eq, %[[ID]], %[[EXPERT]]
-// CHECK: %[[MASK:.*]] = nvvm.vote.sync ballot %c-1_i32, %{{.*}} -> i32
-// The slots in order: slot j's position is the matches below it, sent while
-// below C = 4, to row (e * W + 1) * C + position of rank d's slice.
-// CHECK: scf.for %[[J:.*]] = %c0 to %c32 step %c1
-// CHECK: %[[POS:.*]] = llvm.intr.ctpop
+// CHECK: %[[MATCH:.*]] = arith.andi %{{.*}}, %{{.*}} : i1
+// CHECK: %[[MASK:.*]] = nvvm.vote.sync ballot %c-1_i32, %[[MATCH]] -> i32
+// CHECK: %[[COUNT:.*]] = llvm.intr.ctpop(%[[MASK]])
+// CHECK: memref.store %[[COUNT]], %[[WARPS]]
+// CHECK: gpu.barrier
+// CHECK: %[[SUMS:.*]]:2 = scf.for
+// CHECK: %[[BELOW:.*]] = llvm.intr.ctpop
+// CHECK: %[[LISTED:.*]] = arith.addi %[[SUMS]]#0, %[[BELOW]] : i32
+// CHECK: %[[AT:.*]] = arith.index_cast %[[LISTED]] : i32 to index
+// CHECK: scf.if %[[MATCH]]
+// CHECK: memref.store %{{.*}}, %[[LIST]][%[[AT]]]
+// CHECK: gpu.barrier
+// The block copies the listed rows 16 bytes a thread (8 bf16 of a token's
+// row), eight loads before their stores.
+// CHECK: scf.if
+// CHECK: scf.for %{{.*}} = %[[TID]] to %{{.*}} step %c2048
+// CHECK-COUNT-8: vector.load %[[X]][%{{.*}}, %{{.*}}] {alignment = 16 : i64} : memref<4x64xbf16>, vector<8xbf16>
+// Listed row i goes to position before + i while below C = 4: row
+// (e * W + 1) * C + position of rank d's slice.
+// CHECK: %[[POS:.*]] = arith.addi %[[BEFORE]]#1, %{{.*}} : i32
 // CHECK: arith.cmpi slt, %[[POS]], %c4_i32
 // CHECK: %[[REG:.*]] = arith.muli %[[E]], %c2
 // CHECK: %[[REG1:.*]] = arith.addi %[[REG]], %c1
 // CHECK: %[[ROWBASE:.*]] = arith.muli %[[REG1]], %c4
 // CHECK: %[[ROW:.*]] = arith.addi %[[ROWBASE]], %{{.*}} : index
-// 16 bytes a lane: 8 bf16 of the token's row.
-// CHECK: vector.load %[[X]][%{{.*}}, %{{.*}}] {alignment = 16 : i64} : memref<4x64xbf16>, vector<8xbf16>
 // CHECK: llvm.getelementptr %[[ROWS_D]][%{{.*}}] : (!llvm.ptr, i64) -> !llvm.ptr, bf16
 // CHECK: llvm.store %{{.*}}, %{{.*}} {alignment = 16 : i64} : vector<8xbf16>, !llvm.ptr
+// The thread of the row's first vector stores its weight and slot.
 // CHECK: memref.load %[[W]]
 // CHECK: llvm.getelementptr %[[WTS_D]]
 // CHECK: llvm.store %{{.*}}, %{{.*}} : f32, !llvm.ptr
 // CHECK: llvm.getelementptr %[[SLOTS_D]]
 // CHECK: llvm.store %{{.*}}, %{{.*}} : i32, !llvm.ptr
-// Then counts[d, e, 1]: every region's, 0 included.
-// CHECK: %[[COUNT:.*]] = llvm.intr.ctpop(%[[MASK]])
+// The next round's list waits for the copies.
+// CHECK: gpu.barrier
+// Then counts[d, e, 1] from thread 0 of the region's last part: every
+// region's, 0 included.
+// CHECK: %[[TOTAL:.*]] = arith.addi %[[BEFORE]]#1, %[[SUMS]]#1 : i32
+// CHECK: %[[FIRST:.*]] = arith.cmpi eq, %[[TID]], %c0 : index
+// CHECK: scf.if %[[FIRST]]
 // CHECK: llvm.getelementptr %[[COUNTS_D]]
-// CHECK: llvm.store %[[COUNT]], %{{.*}} : i32, !llvm.ptr
+// CHECK: llvm.store %[[TOTAL]], %{{.*}} : i32, !llvm.ptr
 // Then the signal: one block of W = 2 threads, thread d adding one to
 // element 1 (this rank's counter) of rank d's flags, after a fence.
 // CHECK: gpu.func @moe_ep_signal_2(%[[FLAGS:.*]]: !llvm.ptr, %{{.*}}: i32) kernel
@@ -106,6 +137,52 @@ func.func @layer_dispatch(%arg0: tensor<4x64xbf16>, %arg1: tensor<4x8xf32>,
   return %rows, %routed_weights, %slots, %counts, %flags
     : tensor<2x40x64xbf16>, tensor<2x40xf32>, tensor<2x40xi32>,
       tensor<2x5x2xi32>, tensor<2x2xi32>
+}
+
+// -----
+
+// T*S = 900 slots: 4 rounds of 256, a part each, so 4 blocks per region
+// (40 in all). Each counts the region's slots before its part, goes over its
+// round from there, and only the last part stores the count.
+// CHECK-LABEL: gpu.module @moe_kernels
+// CHECK: gpu.func @moe_ep_dispatch_0(
+// CHECK-SAME: moe.launch = #moe.launch<grid = ["40", "1", "1"], block = [256, 1, 1]
+// CHECK: %[[TID:.*]] = gpu.thread_id x
+// CHECK: %[[BLOCK:.*]] = gpu.block_id x
+// CHECK: %[[REGION:.*]] = arith.divui %[[BLOCK]], %c4
+// CHECK: %[[PART:.*]] = arith.remui %[[BLOCK]], %c4
+// CHECK: %[[E:.*]] = arith.remui %[[REGION]], %c5
+// CHECK: %[[NEXT:.*]] = arith.addi %[[PART]], %c1
+// CHECK: %[[END:.*]] = arith.minui %[[NEXT]], %c4
+// CHECK: %[[FIRST_SLOT:.*]] = arith.muli %[[PART]], %c256
+// CHECK: scf.for %{{.*}} = %[[TID]] to %[[FIRST_SLOT]] step %c2048
+// CHECK: %[[BEFORE:.*]]:2 = scf.for
+// CHECK: %[[SENT:.*]] = scf.for %{{.*}} = %[[PART]] to %[[END]] step %c1 iter_args(%{{.*}} = %[[BEFORE]]#1)
+// CHECK: %[[LAST:.*]] = arith.cmpi eq, %[[PART]], %c3
+// CHECK: %[[LANE0:.*]] = arith.cmpi eq, %[[TID]], %c0
+// CHECK: %[[STORES:.*]] = arith.andi %[[LAST]], %[[LANE0]]
+// CHECK: scf.if %[[STORES]]
+// CHECK: llvm.store %[[SENT]], %{{.*}} : i32, !llvm.ptr
+func.func @dispatch_parts(%arg0: tensor<300x64xbf16>, %ids: tensor<300x3xi32>,
+                          %w: tensor<300x3xf32>,
+                          %arg3: tensor<2x3000x64xbf16> {moe.exchange = #moe.expert_parallel<world = 2, rank = 1>},
+                          %arg4: tensor<2x3000xf32> {moe.exchange = #moe.expert_parallel<world = 2, rank = 1>},
+                          %arg5: tensor<2x3000xi32> {moe.exchange = #moe.expert_parallel<world = 2, rank = 1>},
+                          %arg6: tensor<2x5x2xi32> {moe.exchange = #moe.expert_parallel<world = 2, rank = 1>})
+    -> (tensor<2x3000x64xbf16>, tensor<2x3000xf32>, tensor<2x3000xi32>,
+        tensor<2x5x2xi32>) {
+  %rows, %routed_weights, %slots, %counts = moe.ep_dispatch %arg0, %ids, %w
+      into(%arg3, %arg4, %arg5, %arg6)
+      {expert_parallel = #moe.expert_parallel<world = 2, rank = 1>,
+       num_experts = 8 : i64}
+    : (tensor<300x64xbf16>, tensor<300x3xi32>, tensor<300x3xf32>,
+       tensor<2x3000x64xbf16>, tensor<2x3000xf32>, tensor<2x3000xi32>,
+       tensor<2x5x2xi32>)
+      -> (tensor<2x3000x64xbf16>, tensor<2x3000xf32>, tensor<2x3000xi32>,
+          tensor<2x5x2xi32>)
+  return %rows, %routed_weights, %slots, %counts
+    : tensor<2x3000x64xbf16>, tensor<2x3000xf32>, tensor<2x3000xi32>,
+      tensor<2x5x2xi32>
 }
 
 // -----
