@@ -244,6 +244,12 @@ QuantizeOp mlir::moe::detail::getEpilogueQuantize(GroupedMatmulOp op,
   return groupSpansTiles || tileSpansGroups ? quantize : QuantizeOp();
 }
 
+bool mlir::moe::detail::rowsEvictLast(GroupedMatmulOp op, int64_t tokens) {
+  constexpr int64_t kMaxRowBlocksPerExpert = 2;
+  return tokens * static_cast<int64_t>(op.getNumSlots()) <=
+         kMaxRowBlocksPerExpert * op.getBlockM() * op.getNumStoredExperts();
+}
+
 LogicalResult mlir::moe::detail::emitGroupedMatmul(PlanBuilder &plan,
                                                    OpBuilder &builder,
                                                    GroupedMatmulOp op,
@@ -267,7 +273,8 @@ LogicalResult mlir::moe::detail::emitGroupedMatmul(PlanBuilder &plan,
         failed(checkTensorMaps(op, config)))
       return failure();
     emitWgmmaGroupedMatmul(plan, builder, op, config,
-                           getEpilogueQuantize(op, tokens));
+                           getEpilogueQuantize(op, tokens),
+                           rowsEvictLast(op, tokens));
     return success();
   }
   return op.emitOpError()

@@ -82,11 +82,21 @@ unsigned defineOutput(PlanBuilder &plan, GroupedMatmulOp op);
 LogicalResult emitSimtGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
                                     GroupedMatmulOp op);
 
+/// Whether the tensor-core kernel of `op` at `tokens` tokens loads its rows
+/// under an L2 evict_last policy: when its experts average at most two row
+/// blocks each, so that each weight tile serves a block or two while every
+/// column tile reads a row block's rows again (layers there gained 1-4 %).
+/// With more row blocks an expert the weight tiles are reused as well, and
+/// no gain was measured: Mixtral-8x7B at 2048 and 4096 (four and eight)
+/// moved within their run-to-run spread (bench/RESULTS.md).
+bool rowsEvictLast(GroupedMatmulOp op, int64_t tokens);
+
 /// The tensor-core kernel of `config`, which checkWgmmaConfig accepted; it
-/// computes `epilogueQuantize` (getEpilogueQuantize) when given.
+/// computes `epilogueQuantize` (getEpilogueQuantize) when given, and loads
+/// its rows under L2 evict_last with `rowsEvictLast`.
 void emitWgmmaGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
                             GroupedMatmulOp op, GemmConfigAttr config,
-                            QuantizeOp epilogueQuantize);
+                            QuantizeOp epilogueQuantize, bool rowsEvictLast);
 
 /// The workspaces of a split-K grouped matmul: fp32 partial sums [splits,
 /// T*S, N] per routed slot, and each slot's sorted row [T*S].

@@ -3,7 +3,8 @@
 // The shared-memory matrix descriptor wgmma reads its operands through, the
 // stage and phase arithmetic of an mbarrier-guarded ring of shared-memory
 // stages, the accumulator fragment a thread holds after an m64nNk16 wgmma,
-// and how many blocks a multiprocessor holds. Named after the PTX ISA's
+// how many blocks a multiprocessor holds, and the loads that take an L2
+// cache policy, which nvgpu's ops cannot. Named after the PTX ISA's
 // sections, so that each number here can be checked against it.
 //
 //===----------------------------------------------------------------------===//
@@ -12,6 +13,8 @@
 #define MOE_LIB_CONVERSION_MOETOGPU_HOPPER_H
 
 #include "moe/Conversion/MoeCommon/LoopBuilder.h"
+
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 
 namespace mlir {
 namespace moe {
@@ -112,6 +115,50 @@ struct AccumulatorFragment {
         b, arith::RemUIOp::create(b, lane, lb.index(4)), lb.index(2));
   }
 };
+
+/// The L2 cache policy (PTX ISA, "createpolicy") under which the lines an
+/// access brings in are evicted after those that accesses without a policy
+/// bring in: evict_last, for all of them (fraction 1.0). An i64.
+inline Value evictLastPolicy(ImplicitLocOpBuilder &b) {
+  return NVVM::InlinePtxOp::create(
+             b, TypeRange{b.getI64Type()}, ValueRange{}, ValueRange{},
+             "createpolicy.fractional.L2::evict_last.b64 $0, 1.0;", Value())
+      .getResult(0);
+}
+
+/// cp.async.cg of kCopyBytes from global address `source` to shared
+/// address `target` (both i64), of which `size` (i32) are read and the rest
+/// zero-filled, its L2 lines under `policy`. The shared address goes through
+/// a generic one and back inside the instruction's block: given it
+/// directly, ptxas (CUDA 13.0) splits it into a register plus the ring's
+/// base in a uniform register, and encodes that LDGSTS with its policy in
+/// the next uniform register (`[R11+UR0], desc[UR1]`), which the H100 runs
+/// as an illegal instruction.
+inline void copyAsync(ImplicitLocOpBuilder &b, Value target, Value source,
+                      Value size, Value policy) {
+  static_assert(kCopyBytes == 16, "the instruction below copies 16 bytes");
+  NVVM::InlinePtxOp::create(
+      b, TypeRange{}, ValueRange{target, source, size, policy}, ValueRange{},
+      "{ .reg .b64 generic, shared; cvta.shared.u64 generic, $0; "
+      "cvta.to.shared.u64 shared, generic; "
+      "cp.async.cg.shared.global.L2::cache_hint [shared], [$1], 16, $2, $3; }",
+      Value());
+}
+
+/// A TMA load of the box at (`column`, `row`) (i32) of the 2-D tensor map at
+/// generic address `map` to shared address `target`, completing its bytes on
+/// the mbarrier at shared address `barrier` (all three i64, as copyAsync's
+/// shared address), its L2 lines under `policy` (nvgpu's TMA load takes no
+/// policy).
+inline void loadTile2d(ImplicitLocOpBuilder &b, Value target, Value map,
+                       Value column, Value row, Value barrier, Value policy) {
+  NVVM::InlinePtxOp::create(
+      b, TypeRange{}, ValueRange{target, map, column, row, barrier, policy},
+      ValueRange{},
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::"
+      "complete_tx::bytes.L2::cache_hint [$0], [$1, {$2, $3}], [$4], $5;",
+      Value());
+}
 
 /// Blocks of a wgmma kernel a Hopper multiprocessor holds at once: its
 /// 228 KiB of shared memory (1 KiB per block reserved), 64 Ki registers

@@ -55,7 +55,11 @@
 // blocks resident at once share weight tiles; the splits of a tile are
 // neighbours. Weights load by TMA through one 3-D map over [E, N, K]; sorted
 // rows by TMA through a 2-D map over [C, K]; token rows by cp.async gathers
-// written in TMA's 128-byte swizzle. wgmma reads K-major tiles through
+// written in TMA's 128-byte swizzle. Both row loads are PTX of their own,
+// under an L2 policy (nvgpu's TMA and cp.async ops take none): evict_last
+// where experts average at most two row blocks (rowsEvictLast), since
+// every column tile reads a row block's rows again while the weights
+// stream past. wgmma reads K-major tiles through
 // shared-memory descriptors; the accumulators stay in registers from the
 // first wgmma (scale-d 0, K tile 0 peeled) to the epilogue.
 //
@@ -163,7 +167,7 @@ class WgmmaGroupedMatmulEmitter : GemmShape {
 public:
   WgmmaGroupedMatmulEmitter(PlanBuilder &plan, OpBuilder &builder,
                             GroupedMatmulOp op, GemmConfigAttr config,
-                            QuantizeOp epilogueQuantize);
+                            QuantizeOp epilogueQuantize, bool rowsEvictLast);
   void emit();
 
 private:
@@ -185,6 +189,7 @@ private:
   Value sharedView(ArrayRef<int64_t> shape, Value byteOffset,
                    Type type = Type());
   Value rowTileOffset(Value stage);
+  Value sharedAddress(Value byteOffset);
   Value weightBoxOffset(Value stage, int64_t box);
   Value packedBoxOffset(Value stage, int64_t box);
   Value tensorMapDescriptor(Value map, Value argument);
@@ -192,11 +197,14 @@ private:
   GatherSources gatherSources(const Tile &tile);
   void loadStage(const Tile &tile, Value step,
                  ArrayRef<std::pair<Value, Value>> sources);
+  void loadRowTile(const Tile &tile, Value stage, Value k0);
   void loadWeightBox(const Tile &tile, Value stage, Value k0, int64_t box);
   void loadWeightRows(const Tile &tile, Value stage, Value k0, int64_t box,
                       Value part, Value multicastMask);
   void gatherRows(const Tile &tile, Value stage, Value k0,
                   ArrayRef<std::pair<Value, Value>> sources);
+  void copyRowChunk(const Tile &tile, Value stage, Value tileRow, Value token,
+                    Value column, Value valid);
   void awaitGathers(int64_t pendingGroups);
   void fenceAsyncProxy();
   // The ring.
@@ -257,6 +265,8 @@ private:
   GemmConfigAttr config;
   /// The moe.quantize of the output that the epilogue computes, or null.
   QuantizeOp epilogueQuantize;
+  /// Whether the row loads take the L2 evict_last policy (rowsEvictLast).
+  bool rowsEvictLast;
 
   // The op's sizes and the tile shapes of its config.
   Type elementType;
@@ -320,6 +330,12 @@ private:
       slotRows, inputScales, weightScales, quantized, quantizedScales,
       staticScale, bias;
   Value routedSlots, sharedBase, weightMap, rowMap;
+  /// The L2 policy of the row loads where rowsEvictLast: evict_last, since
+  /// every column tile of a row block reads its rows again while the
+  /// weights stream past (DeepSeek-V3 at T = 4096: 0.55 GB less read by the
+  /// first GEMM, 0.84 GB by the second; bench/RESULTS.md). Null otherwise:
+  /// the rows load through nvgpu's ops, without one, as they always did.
+  Value rowPolicy;
   Value tid, warp, lane, loader, leader;
   /// With a cluster: this block's rank in it, and its peer's.
   Value clusterRank, peerRank;
@@ -331,9 +347,10 @@ private:
 
 WgmmaGroupedMatmulEmitter::WgmmaGroupedMatmulEmitter(
     PlanBuilder &plan, OpBuilder &builder, GroupedMatmulOp op,
-    GemmConfigAttr config, QuantizeOp epilogueQuantize)
+    GemmConfigAttr config, QuantizeOp epilogueQuantize, bool rowsEvictLast)
     : GemmShape(op), plan(plan), builder(builder), op(op), config(config),
-      epilogueQuantize(epilogueQuantize), ring{config.getNumStages()},
+      epilogueQuantize(epilogueQuantize),
+      rowsEvictLast(rowsEvictLast), ring{config.getNumStages()},
       b(op.getLoc(), op.getContext()) {
   elementType = getTileElementType(op);
   elementBytes = getTileElementBytes(op);
@@ -477,6 +494,8 @@ void WgmmaGroupedMatmulEmitter::setUpKernel(gpu::GPUFuncOp kernel) {
   sharedBase = dynamicSharedMemory(b, plan.kernels);
   weightMap = tensorMapDescriptor(op.getWeightsMap(), weights);
   rowMap = tokenInput ? Value() : tensorMapDescriptor(op.getInputMap(), input);
+  if (rowsEvictLast)
+    rowPolicy = evictLastPolicy(b);
 
   tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
   warp = arith::DivUIOp::create(b, tid, wb.index(32));
@@ -758,6 +777,13 @@ Value WgmmaGroupedMatmulEmitter::rowTileOffset(Value stage) {
   return arith::MulIOp::create(b, stage, wb.index(rowTileBytes));
 }
 
+/// The shared address (i64) `byteOffset` bytes into the ring.
+Value WgmmaGroupedMatmulEmitter::sharedAddress(Value byteOffset) {
+  Value base = memref::ExtractAlignedPointerAsIndexOp::create(b, sharedBase);
+  return arith::IndexCastOp::create(b, b.getI64Type(),
+                                    arith::AddIOp::create(b, base, byteOffset));
+}
+
 Value WgmmaGroupedMatmulEmitter::weightBoxOffset(Value stage, int64_t box) {
   return arith::AddIOp::create(
       b, arith::MulIOp::create(b, stage, wb.index(weightTileBytes)),
@@ -851,12 +877,28 @@ void WgmmaGroupedMatmulEmitter::loadStage(
     for (int64_t box = 0; box < numBoxes && !packed; ++box)
       loadWeightBox(tile, stage, k0, box);
     if (rowMap)
-      nvgpu::TmaAsyncLoadOp::create(
-          b, sharedView({tileRows, blockK}, rowTileOffset(stage)), full, rowMap,
-          ValueRange{k0, tile.firstRow}, stage, Value(), Value());
+      loadRowTile(tile, stage, k0);
   });
   if (tokenInput)
     gatherRows(tile, stage, k0, sources);
+}
+
+/// The leader's TMA load of the sorted rows of K tile `k0` into `stage`,
+/// under `rowPolicy`, or without a policy (nvgpu's).
+void WgmmaGroupedMatmulEmitter::loadRowTile(const Tile &tile, Value stage,
+                                            Value k0) {
+  if (!rowPolicy) {
+    nvgpu::TmaAsyncLoadOp::create(
+        b, sharedView({tileRows, blockK}, rowTileOffset(stage)), full, rowMap,
+        ValueRange{k0, tile.firstRow}, stage, Value(), Value());
+    return;
+  }
+  // The map is the kernel argument `input`, a pointer to its 128 bytes.
+  Value map = LLVM::PtrToIntOp::create(b, b.getI64Type(), input);
+  loadTile2d(b, sharedAddress(rowTileOffset(stage)), map, wb.toI32(k0),
+             wb.toI32(tile.firstRow),
+             nvgpu::MBarrierGetOp::create(b, b.getI64Type(), full, stage),
+             rowPolicy);
 }
 
 /// The leader's TMA loads of weight box `box` of K tile `k0` into `stage`:
@@ -906,24 +948,57 @@ void WgmmaGroupedMatmulEmitter::gatherRows(
     const Tile &tile, Value stage, Value k0,
     ArrayRef<std::pair<Value, Value>> sources) {
   int64_t rowsPerPass = loaders / (kSwizzleBytes / kCopyBytes);
-  Value rowTile = sharedView({tileRows, blockK}, rowTileOffset(stage));
   Value kIndex = arith::AddIOp::create(
       b, k0,
       arith::MulIOp::create(b, tile.chunk,
                             wb.index(kCopyBytes / elementBytes)));
   Value kValid = wb.cmpi(arith::CmpIPredicate::ult, kIndex, wb.index(k));
+  Value column = wb.select(kValid, kIndex, wb.index(0));
   for (auto [pass, source] : llvm::enumerate(sources)) {
-    Value valid = arith::AndIOp::create(b, source.second, kValid);
     Value tileRow =
         arith::AddIOp::create(b, tile.chunkRow, wb.index(pass * rowsPerPass));
-    nvgpu::DeviceAsyncCopyOp::create(
-        b, nvgpu::DeviceAsyncTokenType::get(b.getContext()), rowTile,
-        ValueRange{tileRow, tile.swizzledColumn}, input,
-        ValueRange{source.first, wb.select(kValid, kIndex, wb.index(0))},
-        b.getIndexAttr(kCopyBytes / elementBytes),
-        wb.select(valid, wb.index(kCopyBytes / elementBytes), wb.index(0)),
-        b.getUnitAttr());
+    copyRowChunk(tile, stage, tileRow, source.first, column,
+                 arith::AndIOp::create(b, source.second, kValid));
   }
+}
+
+/// This thread's cp.async of kCopyBytes of token row `token` from element
+/// `column` to its chunk of row `tileRow` of `stage`'s row tile, zero-filled
+/// unless `valid`: under `rowPolicy`, or without a policy (nvgpu's).
+void WgmmaGroupedMatmulEmitter::copyRowChunk(const Tile &tile, Value stage,
+                                             Value tileRow, Value token,
+                                             Value column, Value valid) {
+  int64_t chunkElements = kCopyBytes / elementBytes;
+  if (!rowPolicy) {
+    nvgpu::DeviceAsyncCopyOp::create(
+        b, nvgpu::DeviceAsyncTokenType::get(b.getContext()),
+        sharedView({tileRows, blockK}, rowTileOffset(stage)),
+        ValueRange{tileRow, tile.swizzledColumn}, input,
+        ValueRange{token, column}, b.getIndexAttr(chunkElements),
+        wb.select(valid, wb.index(chunkElements), wb.index(0)),
+        b.getUnitAttr());
+    return;
+  }
+  auto bytes = [&](Value elements) {
+    return arith::IndexCastOp::create(
+        b, b.getI64Type(),
+        arith::MulIOp::create(b, elements, wb.index(elementBytes)));
+  };
+  Value target = arith::AddIOp::create(
+      b, sharedAddress(rowTileOffset(stage)),
+      bytes(arith::AddIOp::create(
+          b, arith::MulIOp::create(b, tileRow, wb.index(blockK)),
+          tile.swizzledColumn)));
+  // The token rows are `input`'s [T, K] rows, K elements apart.
+  Value rows = arith::IndexCastOp::create(
+      b, b.getI64Type(),
+      memref::ExtractAlignedPointerAsIndexOp::create(b, input));
+  Value source = arith::AddIOp::create(
+      b, rows,
+      bytes(arith::AddIOp::create(
+          b, arith::MulIOp::create(b, token, wb.index(k)), column)));
+  copyAsync(b, target, source, wb.select(valid, wb.i32(kCopyBytes), wb.i32(0)),
+            rowPolicy);
 }
 
 /// This thread's gathered chunks of all but its last `pendingGroups` K tiles
@@ -1891,8 +1966,9 @@ void WgmmaGroupedMatmulEmitter::storeQuantized(const Tile &tile,
             wb.cmpi(arith::CmpIPredicate::ult, groupIndex,
                     wb.index(cast<MemRefType>(quantizedScales.getType())
                                  .getDimSize(1))));
-        wb.ifThen(storesScale,
-                  [&] { wb.store(scale, quantizedScales, {row, groupIndex}); });
+        wb.ifThen(storesScale, [&] {
+          wb.store(scale, quantizedScales, {row, groupIndex});
+        });
         for (auto [pair, pairColumn] : llvm::zip_equal(pairs, columns)) {
           Value column = pairColumn;
           Value values = arith::ExtFOp::create(
@@ -1923,10 +1999,10 @@ void WgmmaGroupedMatmulEmitter::storeQuantized(const Tile &tile,
 
 } // namespace
 
-void mlir::moe::detail::emitWgmmaGroupedMatmul(PlanBuilder &plan,
-                                               OpBuilder &builder,
-                                               GroupedMatmulOp op,
-                                               GemmConfigAttr config,
-                                               QuantizeOp epilogueQuantize) {
-  WgmmaGroupedMatmulEmitter(plan, builder, op, config, epilogueQuantize).emit();
+void mlir::moe::detail::emitWgmmaGroupedMatmul(
+    PlanBuilder &plan, OpBuilder &builder, GroupedMatmulOp op,
+    GemmConfigAttr config, QuantizeOp epilogueQuantize, bool rowsEvictLast) {
+  WgmmaGroupedMatmulEmitter(plan, builder, op, config, epilogueQuantize,
+                            rowsEvictLast)
+      .emit();
 }

@@ -25,7 +25,7 @@
 // CHECK: nvgpu.mbarrier.try_wait.parity %[[EMPTY]]
 // CHECK: nvgpu.mbarrier.arrive.expect_tx %[[FULL]]
 // CHECK: nvgpu.tma.async.load
-// CHECK-COUNT-4: nvgpu.device_async_copy {{.*}} to memref<64x64xbf16, 3>
+// CHECK-COUNT-4: nvvm.inline_ptx "{{.*}}cp.async.cg.shared.global.L2::cache_hint
 // CHECK-NEXT: nvvm.cp.async.commit.group
 // CHECK: nvvm.cp.async.wait.group 2
 // CHECK-NEXT: nvvm.fence.proxy
@@ -51,8 +51,8 @@
 // CHECK-SAME: block = [384, 1, 1]
 // CHECK: nvgpu.mbarrier.init %{{.*}}, %c1{{(_[0-9]+)?}} :
 // CHECK: nvgpu.mbarrier.init %{{.*}}, %c8
-// CHECK-NOT: nvgpu.device_async_copy
-// CHECK: nvgpu.tma.async.load {{.*}} to %{{.*}} : <tensor = memref<128x64xbf16, 3>
+// CHECK-NOT: cp.async.cg
+// CHECK: nvvm.inline_ptx "cp.async.bulk.tensor.2d
 // CHECK-NOT: nvvm.cp.async
 // CHECK: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 128, k = 16>
 func.func @gemms(%x: tensor<?x128xbf16>, %w13: tensor<4x256x128xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>,

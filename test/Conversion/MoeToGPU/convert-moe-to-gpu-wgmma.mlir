@@ -22,6 +22,10 @@
 // CHECK-SAME: moe.grid_constant_args = array<i64: 1>, moe.launch = #moe.launch<grid = ["cdiv(T*2+min(T*2,4)*15,16)", "1", "1"], block = [128, 1, 1], smem = 98304, args = ["arg0", map "arg1_map", "arg2", "arg3", "arg4", "result0", i32 "T"], dependent = true>
 // CHECK: %[[SLOTS:.*]] = arith.muli %{{.*}}, %c2
 // CHECK: %[[SMEM:.*]] = memref.get_global @moe_dynamic_shared_memory
+// T*S = 256 slots over 4 experts in 16-row blocks: 4 blocks an expert, so
+// the weight tiles are the reused operand, and the rows load without an L2
+// policy (nvgpu's ops).
+// CHECK-NOT: createpolicy
 // CHECK: %[[DESC:.*]] = builtin.unrealized_conversion_cast %[[MAP]] : !llvm.ptr to !nvgpu.tensormap.descriptor<tensor = memref<1x64x64xbf16, 3>, swizzle = swizzle_128b, l2promo = l2promo_256b, oob = zero, interleave = none>
 // CHECK: %[[FULL:.*]] = nvgpu.mbarrier.create -> <memorySpace = 3 : i64, num_barriers = 4>
 // The grid launches a block per row block that can hold rows (T*2 slots
