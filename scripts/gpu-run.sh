@@ -36,7 +36,11 @@
 # the MXFP4 experts test and its sanitizer pass (also part of `tests`),
 # `mxfp4-bench` the MXFP4 benchmark (bench/mxfp4_bench.py); `config-bench`
 # times chosen configs of one grouped matmul against the heuristic's
-# (bench/config_bench.py, its options after the mode). `tp` runs the
+# (bench/config_bench.py, its options after the mode); `compiler-ab` times
+# whole layers compiled by several moe-compile builds against each other,
+# out/ab/<name>/moe-compile.xz each (scripts/pack-compiler.sh in each tree,
+# carried), the first name in sort order the baseline
+# (bench/compiler_ab.py, its options after the mode: --cells). `tp` runs the
 # tensor-parallel test (test/GPU/tp_test.py) and `tp-bench` its benchmark
 # (bench/tp_bench.py, its options after the mode; it measures the device
 # and NVLink bandwidths its floors count at), `ep` the expert-parallel test
@@ -45,11 +49,11 @@
 # bandwidths), each as two processes under torchrun, on a machine with two
 # GPUs (the nvidia-h200-x2 kind).
 #
-#   scripts/gpu-run.sh [tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench|fp8|fp8-bench|mxfp4|mxfp4-bench|config-bench|tp|tp-bench|ep|ep-bench] [router benchmark options]
+#   scripts/gpu-run.sh [tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench|fp8|fp8-bench|mxfp4|mxfp4-bench|config-bench|compiler-ab|tp|tp-bench|ep|ep-bench] [router benchmark options]
 set -uo pipefail
 what=${1:-all}
 shift || true
-modes="tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench|fp8|fp8-bench|mxfp4|mxfp4-bench|config-bench|tp|tp-bench|ep|ep-bench"
+modes="tests|bench|all|gemm|tune|gemm-tuned|layer|variants|hf-bench|fp8|fp8-bench|mxfp4|mxfp4-bench|config-bench|compiler-ab|tp|tp-bench|ep|ep-bench"
 if [[ ! $what =~ ^($modes)$ ]]; then
   echo "usage: $0 [$modes] [router benchmark options]" >&2
   exit 2
@@ -109,6 +113,19 @@ if [[ $what =~ ^($two_gpus)$ ]]; then
 fi
 if [[ $what == hf-bench ]]; then
   step hf-bench 500 python3 bench/transformers_bench.py "$@"
+  exit $status
+fi
+if [[ $what == compiler-ab ]]; then
+  compilers=()
+  for packed in out/ab/*/moe-compile.xz; do
+    name=$(basename "$(dirname "$packed")")
+    python3 -c "import lzma, shutil; shutil.copyfileobj(
+      lzma.open('$packed'), open('/tmp/moe-compile-$name', 'wb'))"
+    chmod +x "/tmp/moe-compile-$name"
+    compilers+=("$name=/tmp/moe-compile-$name")
+  done
+  step compiler-ab 560 env PYTHONUNBUFFERED=1 python3 bench/compiler_ab.py \
+    --compilers "$(IFS=,; echo "${compilers[*]}")" "$@"
   exit $status
 fi
 if [[ $what == tune || $what == gemm-tuned || $what == layer ||
