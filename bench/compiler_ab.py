@@ -8,10 +8,13 @@ interleaved (a, b, a, b, ...; median of --iterations CUDA-event timings, L2
 flushed before each), so that a drift of the GPU's clocks over the run
 weighs on every build alike. Prints each build's µs and its change against
 the first. Inputs as bench/profile_layer.sh draws them: router logits N(0, 1)
-(near-uniform routing), everything else N(0, 0.02).
+(near-uniform routing), everything else N(0, 0.02); fp8 weights N(0, 1) in
+e4m3, their scales |N(0, 0.02)|; MXFP4's bytes (packed values and e8m0
+scales alike) in [118, 130], finite values of scales 2^-9 to 2^3.
+--compile-args go to moe-compile after the preset (fp8 or MXFP4 weights).
 
     python3 bench/compiler_ab.py --compilers base=/tmp/mc-base,new=/tmp/mc-new \\
-        --cells deepseek-v3:4096,qwen3-30b-a3b:1
+        --cells deepseek-v3:4096,qwen3-30b-a3b:1 [--compile-args "--quantization block"]
 
 (scripts/gpu-run.sh compiler-ab unpacks out/ab/<name>/moe-compile.xz, each
 packed by scripts/pack-compiler.sh from the tree to compare, and passes them
@@ -46,22 +49,35 @@ def parse_pairs(text, what):
     return pairs
 
 
+def random_tensor(info):
+    """A tensor of `info`'s shape and dtype, drawn as the docstring says (the
+    f32 [T, E] router logits are the only 2-D f32 tensor of a layer)."""
+    shape = tuple(info.shape)
+    if info.dtype == "f8e4m3":
+        return torch.randn(shape, device="cuda").to(torch.float8_e4m3fn)
+    if info.dtype == "u8":
+        return torch.randint(118, 131, shape, device="cuda", dtype=torch.uint8)
+    values = torch.randn(shape, device="cuda", dtype=DTYPES[info.dtype])
+    if info.dtype == "f32" and len(shape) == 2:
+        return values
+    return values.abs() * 0.02 if info.dtype == "f32" else values * 0.02
+
+
 def random_inputs(bundle, tokens):
-    """Every tensor the bundle takes, outputs included, on the GPU: the f32
-    [T, E] router logits N(0, 1), the rest N(0, 0.02)."""
-    return [torch.randn(info.shape, device="cuda", dtype=DTYPES[info.dtype])
-            * (1.0 if info.dtype == "f32" and len(info.shape) == 2 else 0.02)
-            for info in bundle.tensors(tokens)]
+    """Every tensor the bundle takes, outputs included, on the GPU."""
+    return [random_tensor(info) for info in bundle.tensors(tokens)]
 
 
-def run_cell(compilers, preset, tokens, work, iterations, flush):
+def run_cell(compilers, preset, tokens, work, iterations, flush,
+             compile_args):
     """Prints one cell's rows; returns whether every build matched the
     first's outputs."""
     bundles = {}
     for name, compiler in compilers:
         path = os.path.join(work, f"{preset}-{tokens}-{name}.moeb")
-        compile_bundle(compiler, ["--preset", preset, "--tokens-max",
-                                  str(tokens), "--token-buckets", "max"], path)
+        compile_bundle(compiler, ["--preset", preset, *compile_args,
+                                  "--tokens-max", str(tokens),
+                                  "--token-buckets", "max"], path)
         bundles[name] = Bundle(path)
     first = next(iter(bundles.values()))
     tensors = random_inputs(first, tokens)
@@ -96,6 +112,9 @@ def main():
                         help="NAME=PATH,... (two or more; the first is the "
                              "baseline)")
     parser.add_argument("--cells", required=True, help="PRESET:T,...")
+    parser.add_argument("--compile-args", default="",
+                        help="more moe-compile arguments, e.g. "
+                             "'--quantization block'")
     parser.add_argument("--iterations", type=int, default=12)
     parser.add_argument("--seed", type=int, default=2026)
     args = parser.parse_args()
@@ -118,7 +137,8 @@ def main():
         for preset, tokens in cells:
             try:
                 failed += not run_cell(compilers, preset, tokens, work,
-                                       args.iterations, flush)
+                                       args.iterations, flush,
+                                       args.compile_args.split())
             except CompileError as error:
                 print(f"{preset:14} {tokens:5} {error}", flush=True)
                 failed += 1

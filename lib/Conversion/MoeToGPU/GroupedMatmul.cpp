@@ -246,8 +246,9 @@ QuantizeOp mlir::moe::detail::getEpilogueQuantize(GroupedMatmulOp op,
 
 bool mlir::moe::detail::rowsEvictLast(GroupedMatmulOp op, int64_t tokens) {
   constexpr int64_t kMaxRowBlocksPerExpert = 2;
-  return tokens * static_cast<int64_t>(op.getNumSlots()) <=
-         kMaxRowBlocksPerExpert * op.getBlockM() * op.getNumStoredExperts();
+  return !hasPackedWeights(op) &&
+         tokens * static_cast<int64_t>(op.getNumSlots()) <=
+             kMaxRowBlocksPerExpert * op.getBlockM() * op.getNumStoredExperts();
 }
 
 LogicalResult mlir::moe::detail::emitGroupedMatmul(PlanBuilder &plan,

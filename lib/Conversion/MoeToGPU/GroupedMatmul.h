@@ -88,7 +88,9 @@ LogicalResult emitSimtGroupedMatmul(PlanBuilder &plan, OpBuilder &builder,
 /// column tile reads a row block's rows again (layers there gained 1-4 %).
 /// With more row blocks an expert the weight tiles are reused as well, and
 /// no gain was measured: Mixtral-8x7B at 2048 and 4096 (four and eight)
-/// moved within their run-to-run spread (bench/RESULTS.md).
+/// moved within their run-to-run spread. Not with MXFP4 weights, whose
+/// producers decode each weight tile and bound the kernel: the policy's
+/// longer gather code cost gpt-oss-120b 1-2 % (bench/RESULTS.md).
 bool rowsEvictLast(GroupedMatmulOp op, int64_t tokens);
 
 /// The tensor-core kernel of `config`, which checkWgmmaConfig accepted; it

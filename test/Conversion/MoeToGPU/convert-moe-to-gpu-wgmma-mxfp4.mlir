@@ -19,6 +19,15 @@
 // RUN:   --moe-decompose="tokens=4096 block-m=0" --moe-tile=tokens=4096 \
 // RUN:   --moe-split-k=tokens=4096 --moe-tma --convert-moe-to-gpu=tokens-max=4096 \
 // RUN:   2>/dev/null | FileCheck %s --check-prefix=WG2
+// At 16 tokens the experts average far less than two row blocks, where bf16
+// rows load under an L2 evict_last policy; MXFP4 GEMMs keep nvgpu's loads
+// (their decoding producers bound them, and the longer gathers cost).
+// RUN: moe-opt %S/../../GPU/Inputs/mxfp4-experts.mlir --moe-decompose=tokens=16 \
+// RUN:   --moe-tile=tokens=16 --moe-split-k=tokens=16 --moe-tma \
+// RUN:   --convert-moe-to-gpu="tokens-max=1024 tokens=16" 2>/dev/null \
+// RUN:   | FileCheck %s --check-prefix=NOPOLICY
+// NOPOLICY: gpu.func @moe_grouped_matmul_wgmma
+// NOPOLICY-NOT: createpolicy
 
 // WG2: num_warpgroups = 2
 // WG2: gpu.func @moe_grouped_matmul_wgmma_{{[0-9]+}}
