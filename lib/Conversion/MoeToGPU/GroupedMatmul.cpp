@@ -248,7 +248,8 @@ bool mlir::moe::detail::rowsEvictLast(GroupedMatmulOp op, int64_t tokens) {
   constexpr int64_t kMaxRowBlocksPerExpert = 2;
   return !hasPackedWeights(op) &&
          tokens * static_cast<int64_t>(op.getNumSlots()) <=
-             kMaxRowBlocksPerExpert * op.getBlockM() * op.getNumStoredExperts();
+             kMaxRowBlocksPerExpert * static_cast<int64_t>(op.getBlockM()) *
+                 static_cast<int64_t>(op.getNumStoredExperts());
 }
 
 LogicalResult mlir::moe::detail::emitGroupedMatmul(PlanBuilder &plan,
