@@ -55,9 +55,10 @@ LogicalResult emitRoute(PlanBuilder &plan, OpBuilder &builder, RouteOp op,
 /// moe.combine: each token's slot rows summed.
 void emitCombine(PlanBuilder &plan, OpBuilder &builder, CombineOp op);
 
-/// moe.ep_dispatch: one warp per region of the ranks' receive buffers
-/// sends it this rank's slots, in slot order, through the peer tables; its
-/// `into` buffers must be exchange buffer arguments.
+/// moe.ep_dispatch: up to 32 blocks per region of the ranks' receive
+/// buffers, a part of the slots each, send it this rank's slots, in slot
+/// order, through the peer tables; its `into` buffers must be exchange
+/// buffer arguments.
 LogicalResult emitEpDispatch(PlanBuilder &plan, OpBuilder &builder,
                              EpDispatchOp op);
 
