@@ -203,8 +203,8 @@ private:
                       Value part, Value multicastMask);
   void gatherRows(const Tile &tile, Value stage, Value k0,
                   ArrayRef<std::pair<Value, Value>> sources);
-  void copyRowChunk(const Tile &tile, Value stage, Value tileRow, Value token,
-                    Value column, Value valid);
+  void copyRowChunk(const Tile &tile, Value rowTile, Value rows, Value tileRow,
+                    Value token, Value column, Value valid);
   void awaitGathers(int64_t pendingGroups);
   void fenceAsyncProxy();
   // The ring.
@@ -954,25 +954,38 @@ void WgmmaGroupedMatmulEmitter::gatherRows(
                             wb.index(kCopyBytes / elementBytes)));
   Value kValid = wb.cmpi(arith::CmpIPredicate::ult, kIndex, wb.index(k));
   Value column = wb.select(kValid, kIndex, wb.index(0));
+  // The stage's row tile: its view for nvgpu's copies, or its shared address
+  // and the token rows' global one for the copies under rowPolicy.
+  Value rowTile, rows;
+  if (rowPolicy) {
+    rowTile = sharedAddress(rowTileOffset(stage));
+    rows = arith::IndexCastOp::create(
+        b, b.getI64Type(),
+        memref::ExtractAlignedPointerAsIndexOp::create(b, input));
+  } else {
+    rowTile = sharedView({tileRows, blockK}, rowTileOffset(stage));
+  }
   for (auto [pass, source] : llvm::enumerate(sources)) {
     Value tileRow =
         arith::AddIOp::create(b, tile.chunkRow, wb.index(pass * rowsPerPass));
-    copyRowChunk(tile, stage, tileRow, source.first, column,
+    copyRowChunk(tile, rowTile, rows, tileRow, source.first, column,
                  arith::AndIOp::create(b, source.second, kValid));
   }
 }
 
 /// This thread's cp.async of kCopyBytes of token row `token` from element
-/// `column` to its chunk of row `tileRow` of `stage`'s row tile, zero-filled
-/// unless `valid`: under `rowPolicy`, or without a policy (nvgpu's).
-void WgmmaGroupedMatmulEmitter::copyRowChunk(const Tile &tile, Value stage,
-                                             Value tileRow, Value token,
-                                             Value column, Value valid) {
+/// `column` to its chunk of row `tileRow` of the row tile `rowTile`,
+/// zero-filled unless `valid`: without a policy (nvgpu's; `rowTile` the
+/// tile's view), or under `rowPolicy` (`rowTile` the tile's shared address,
+/// `rows` the address of `input`'s [T, K] token rows, K elements apart).
+void WgmmaGroupedMatmulEmitter::copyRowChunk(const Tile &tile, Value rowTile,
+                                             Value rows, Value tileRow,
+                                             Value token, Value column,
+                                             Value valid) {
   int64_t chunkElements = kCopyBytes / elementBytes;
   if (!rowPolicy) {
     nvgpu::DeviceAsyncCopyOp::create(
-        b, nvgpu::DeviceAsyncTokenType::get(b.getContext()),
-        sharedView({tileRows, blockK}, rowTileOffset(stage)),
+        b, nvgpu::DeviceAsyncTokenType::get(b.getContext()), rowTile,
         ValueRange{tileRow, tile.swizzledColumn}, input,
         ValueRange{token, column}, b.getIndexAttr(chunkElements),
         wb.select(valid, wb.index(chunkElements), wb.index(0)),
@@ -985,14 +998,10 @@ void WgmmaGroupedMatmulEmitter::copyRowChunk(const Tile &tile, Value stage,
         arith::MulIOp::create(b, elements, wb.index(elementBytes)));
   };
   Value target = arith::AddIOp::create(
-      b, sharedAddress(rowTileOffset(stage)),
+      b, rowTile,
       bytes(arith::AddIOp::create(
           b, arith::MulIOp::create(b, tileRow, wb.index(blockK)),
           tile.swizzledColumn)));
-  // The token rows are `input`'s [T, K] rows, K elements apart.
-  Value rows = arith::IndexCastOp::create(
-      b, b.getI64Type(),
-      memref::ExtractAlignedPointerAsIndexOp::create(b, input));
   Value source = arith::AddIOp::create(
       b, rows,
       bytes(arith::AddIOp::create(

@@ -25,9 +25,9 @@
 // CHECK: %[[RING:.*]] = memref.extract_aligned_pointer_as_index %[[SMEM]]
 // CHECK: %[[STAGE:.*]] = arith.addi %[[RING]], %{{.*}} : index
 // CHECK: %[[TILE:.*]] = arith.index_cast %[[STAGE]] : index to i64
-// CHECK: %[[TO:.*]] = arith.addi %[[TILE]], %{{.*}} : i64
 // CHECK: %[[ROWS:.*]] = memref.extract_aligned_pointer_as_index %[[X]]
 // CHECK: %[[ROWS64:.*]] = arith.index_cast %[[ROWS]] : index to i64
+// CHECK: %[[TO:.*]] = arith.addi %[[TILE]], %{{.*}} : i64
 // CHECK: %[[TOKEN_ROW:.*]] = arith.muli %{{.*}}, %c128{{.*}} : index
 // CHECK: %[[ELEMENT:.*]] = arith.addi %[[TOKEN_ROW]], %{{.*}} : index
 // CHECK: %[[BYTE:.*]] = arith.muli %[[ELEMENT]], %c2{{.*}} : index
