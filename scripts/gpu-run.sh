@@ -115,13 +115,18 @@ if [[ $what == hf-bench ]]; then
   step hf-bench 500 python3 bench/transformers_bench.py "$@"
   exit $status
 fi
+# The static moe-compile packed in $1 (scripts/pack-compiler.sh), unpacked
+# to the executable $2.
+unpack_compiler() {
+  python3 -c "import lzma, shutil; shutil.copyfileobj(
+    lzma.open('$1'), open('$2', 'wb'))"
+  chmod +x "$2"
+}
 if [[ $what == compiler-ab ]]; then
   compilers=()
   for packed in out/ab/*/moe-compile.xz; do
     name=$(basename "$(dirname "$packed")")
-    python3 -c "import lzma, shutil; shutil.copyfileobj(
-      lzma.open('$packed'), open('/tmp/moe-compile-$name', 'wb'))"
-    chmod +x "/tmp/moe-compile-$name"
+    unpack_compiler "$packed" "/tmp/moe-compile-$name"
     compilers+=("$name=/tmp/moe-compile-$name")
   done
   step compiler-ab 560 env PYTHONUNBUFFERED=1 python3 bench/compiler_ab.py \
@@ -132,9 +137,7 @@ if [[ $what == tune || $what == gemm-tuned || $what == layer ||
       $what == variants || $what == fp8-bench || $what == mxfp4-bench ||
       $what == config-bench ]]; then
   compiler=/tmp/moe-compile
-  python3 -c "import lzma, shutil; shutil.copyfileobj(
-    lzma.open('out/tools/moe-compile.xz'), open('$compiler', 'wb'))"
-  chmod +x $compiler
+  unpack_compiler out/tools/moe-compile.xz $compiler
   export PYTHONUNBUFFERED=1
 fi
 if [[ $what == tune ]]; then
