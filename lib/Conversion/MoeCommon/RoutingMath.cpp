@@ -107,19 +107,23 @@ Value mlir::moe::emitRanksAbove(OpBuilder &b, Location loc, Value lhs,
       b, loc, larger, arith::AndIOp::create(b, loc, rhsIsNaN, lhsIsNumber));
 }
 
-/// x sigmoid(x) = x / (1 + exp(-x)) with the target's exp.
-static Value emitTimesSigmoid(OpBuilder &b, Location loc, Value x) {
+/// x sigmoid(x) = x / (1 + exp(-x)) with the target's exp, the exp and the
+/// division under `fastMath`.
+static Value emitTimesSigmoid(OpBuilder &b, Location loc, Value x,
+                              arith::FastMathFlags fastMath) {
   Value one = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(1.0f));
-  Value negExp = math::ExpOp::create(b, loc, arith::NegFOp::create(b, loc, x));
-  return arith::DivFOp::create(b, loc, x,
-                               arith::AddFOp::create(b, loc, one, negExp));
+  Value negExp =
+      math::ExpOp::create(b, loc, arith::NegFOp::create(b, loc, x), fastMath);
+  return arith::DivFOp::create(
+      b, loc, x, arith::AddFOp::create(b, loc, one, negExp), fastMath);
 }
 
 /// gpt-oss's activation: gate = min(gate, limit), up = clamp(up, -limit,
 /// limit), (up + 1) * gate / (1 + exp(-alpha * gate)); minimumf and
 /// maximumf keep NaN, as torch's clamp does.
 static Value emitClampedSwiglu(OpBuilder &b, Location loc,
-                               moe::SwigluAttr swiglu, Value gate, Value up) {
+                               moe::SwigluAttr swiglu, Value gate, Value up,
+                               arith::FastMathFlags fastMath) {
   auto constant = [&](float value) -> Value {
     return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(value));
   };
@@ -134,21 +138,23 @@ static Value emitClampedSwiglu(OpBuilder &b, Location loc,
   Value one = constant(1.0f);
   Value negExp = math::ExpOp::create(
       b, loc,
-      arith::NegFOp::create(b, loc,
-                            arith::MulFOp::create(b, loc, alpha, gate)));
-  Value glu = arith::DivFOp::create(b, loc, gate,
-                                    arith::AddFOp::create(b, loc, one, negExp));
+      arith::NegFOp::create(b, loc, arith::MulFOp::create(b, loc, alpha, gate)),
+      fastMath);
+  Value glu = arith::DivFOp::create(
+      b, loc, gate, arith::AddFOp::create(b, loc, one, negExp), fastMath);
   return arith::MulFOp::create(b, loc, arith::AddFOp::create(b, loc, up, one),
                                glu);
 }
 
 Value mlir::moe::emitGatedPair(OpBuilder &b, Location loc,
                                Activation activation, SwigluAttr swiglu,
-                               Value gate, Value up) {
+                               Value gate, Value up,
+                               arith::FastMathFlags fastMath) {
   if (activation == Activation::clamped_swiglu)
-    return emitClampedSwiglu(b, loc, swiglu, gate, up);
+    return emitClampedSwiglu(b, loc, swiglu, gate, up, fastMath);
   if (activation == Activation::silu_and_mul)
-    return arith::MulFOp::create(b, loc, emitTimesSigmoid(b, loc, gate), up);
+    return arith::MulFOp::create(b, loc,
+                                 emitTimesSigmoid(b, loc, gate, fastMath), up);
   auto constant = [&](float value) -> Value {
     return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(value));
   };

@@ -260,7 +260,8 @@ void SimtGroupedMatmulEmitter::storeRows(ArrayRef<Value> sums) {
                     emitGatedPair(b, b.getLoc(), activation, swiglu, value,
                                   withBias(sums[accumulators + index],
                                            arith::AddIOp::create(
-                                               b, column, wb.index(columns))));
+                                               b, column, wb.index(columns))),
+                                  kEpilogueFastMath);
               if (weight)
                 value = arith::MulFOp::create(b, value, weight);
               if (slotOutput)

@@ -172,7 +172,8 @@ void mlir::moe::detail::emitSplitReduction(PlanBuilder &plan,
       if (gated)
         value = emitGatedPair(
             b, b.getLoc(), op.getActivation(), op.getSwigluAttr(), value,
-            sum(arith::AddIOp::create(b, column, wb.index(columns))));
+            sum(arith::AddIOp::create(b, column, wb.index(columns))),
+            kEpilogueFastMath);
       Value token = arith::DivUIOp::create(b, slot, wb.index(slots));
       Value slotInToken = arith::RemUIOp::create(b, slot, wb.index(slots));
       if (weighted)

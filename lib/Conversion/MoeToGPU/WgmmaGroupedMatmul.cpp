@@ -92,6 +92,11 @@ using namespace mlir::moe::detail;
 
 namespace {
 
+/// Bytes of each store of a staged epilogue (emitEpilogue).
+constexpr int64_t kStagedChunkBytes = 16;
+/// The named barrier of the consumer warpgroups (0 is the block's).
+constexpr int64_t kConsumerBarrier = 1;
+
 /// Row blocks per group of the tile order (see tileAt).
 constexpr int64_t kRasterRowBlocks = 16;
 /// MXFP4 decoding: a row of a K tile is 8 chunks of 16 decoded bytes, so
@@ -173,6 +178,7 @@ public:
 private:
   // The kernel's arguments, workspaces and grid in the plan.
   gpu::GPUFuncOp declareKernel();
+  void placeStaging();
   // The kernel prologue: arguments, thread roles, the ring's barriers.
   void setUpKernel(gpu::GPUFuncOp kernel);
   void initRing(Value multicast = Value());
@@ -253,6 +259,8 @@ private:
                       Value column, Value weight);
   void emitEpilogue(const Tile &tile, Value accumulators, Value laneRow,
                     Value laneColumn);
+  void syncConsumers();
+  void storeStagedRows(const Tile &tile, Value staging);
   // Fused quantization.
   HeldPosition heldPosition(int64_t position);
   HeldValues valuesToHold(const Tile &tile, Value accumulators);
@@ -307,7 +315,8 @@ private:
   /// gathering producer keeps more for its addresses.
   std::optional<RegisterSplit> registerSplit;
   /// Stage bytes: the row tile, the weight tile (decoded, for MXFP4), the
-  /// packed MXFP4 weight tile, and what TMA brings in on `full`.
+  /// packed MXFP4 weight tile, and what TMA brings in on `full`; and the
+  /// block's shared memory (the ring, and any staging behind it).
   int64_t rowTileBytes, weightTileBytes, packedTileBytes, stageTmaBytes,
       sharedBytes;
   int64_t numColumnTiles, numKTiles;
@@ -315,6 +324,11 @@ private:
   /// spans several), block tiles across the columns, and, with a fused
   /// quantization, its group of columns (0 for a static scale).
   int64_t columnTilesPerTile, numBlockColumns, quantizeGroup;
+  /// Where in shared memory the epilogue stages the block's output tile to
+  /// store it a row at a time in 16-byte chunks (placeStaging, emitEpilogue),
+  /// if it does; and the staged rows' pitch in elements.
+  std::optional<int64_t> stagingOffset;
+  int64_t stagingPitch;
   MbarrierRing ring;
 
   // The kernel being built.
@@ -394,6 +408,37 @@ WgmmaGroupedMatmulEmitter::WgmmaGroupedMatmulEmitter(
   columnTilesPerTile =
       std::max<int64_t>(1, quantizeGroup / outputColumnsPerBlock);
   numBlockColumns = llvm::divideCeil(numColumnTiles, columnTilesPerTile);
+  placeStaging();
+}
+
+/// Where the epilogue stages the output tile (emitEpilogue), if anywhere: in
+/// the ring, whose stages are free once the tile's last K tile is
+/// multiplied, unless a producer is filling them for the block's next tile
+/// (a persistent warp-specialized grid); there behind the ring, where that
+/// leaves the multiprocessor as many blocks. 16 bytes of padding a row put
+/// the rows of a thread's column pair in different banks and keep every
+/// row's chunks 16-byte aligned.
+void WgmmaGroupedMatmulEmitter::placeStaging() {
+  Type outputElement =
+      cast<RankedTensorType>(op.getOutput().getType()).getElementType();
+  int64_t outputBytes = outputElement.getIntOrFloatBitWidth() / 8;
+  stagingPitch = outputColumnsPerBlock + kStagedChunkBytes / outputBytes;
+  int64_t stagingBytes = tileRows * stagingPitch * outputBytes;
+  if (splits > 1 || epilogueQuantize || outputBytes != 2 ||
+      columns % (kStagedChunkBytes / outputBytes) != 0)
+    return;
+  if (!config.getPersistent() || !warpSpecialized) {
+    if (stagingBytes <= sharedBytes)
+      stagingOffset = 0;
+    return;
+  }
+  int64_t withStaging = sharedBytes + stagingBytes;
+  if (withStaging <= kMaxBlockSharedBytes &&
+      residentBlocks(threads, blockN, withStaging) ==
+          residentBlocks(threads, blockN, sharedBytes)) {
+    stagingOffset = sharedBytes;
+    sharedBytes = withStaging;
+  }
 }
 
 //===----------------------------------------------------------------------===//
@@ -1786,20 +1831,33 @@ Value WgmmaGroupedMatmulEmitter::epilogueValue(const Tile &tile,
                           withBias(tile,
                                    LLVM::ExtractValueOp::create(
                                        b, accumulators, index + blockN / 4),
-                                   column, columns));
+                                   column, columns),
+                          kEpilogueFastMath);
   if (weight)
     value = arith::MulFOp::create(b, value, weight);
   return value;
 }
 
 /// The epilogue on the accumulator registers: gated activation, routed
-/// weight, and the store in the op's row order.
+/// weight, and the store in the op's row order. A thread holds a pair of
+/// columns in each 8-column block, of two rows 8 apart: stored directly,
+/// each warp store writes 16 bytes of 8 rows. Staged (placeStaging), the
+/// pairs go to shared memory once every consumer is done with the ring and
+/// with the last tile's staging, and the consumers then store whole rows in
+/// 16-byte chunks (storeStagedRows): a quarter of the store instructions,
+/// each of whole 32-byte sectors.
 void WgmmaGroupedMatmulEmitter::emitEpilogue(const Tile &tile,
                                              Value accumulators, Value laneRow,
                                              Value laneColumn) {
   Type f32 = b.getF32Type();
   Type outputElement = cast<MemRefType>(output.getType()).getElementType();
   auto pairType = VectorType::get({2}, f32);
+  Value staging;
+  if (stagingOffset) {
+    syncConsumers();
+    staging = sharedView({tileRows, stagingPitch}, wb.index(*stagingOffset),
+                         outputElement);
+  }
   for (int64_t half = 0; half < 2; ++half) {
     Value rowInBlock = arith::AddIOp::create(b, laneRow, wb.index(half * 8));
     auto [slot, routed] = slotOf(tile, rowInBlock);
@@ -1828,6 +1886,14 @@ void WgmmaGroupedMatmulEmitter::emitEpilogue(const Tile &tile,
           if (outputElement != f32)
             pair = arith::TruncFOp::create(
                 b, VectorType::get({2}, outputElement), pair);
+          if (staging) {
+            vector::StoreOp::create(
+                b, pair, staging,
+                {rowInBlock,
+                 arith::AddIOp::create(b, laneColumn, wb.index(block * 8))},
+                /*nontemporal=*/false, llvm::Align(4));
+            continue;
+          }
           wb.ifThen(
               wb.cmpi(arith::CmpIPredicate::ult, column, wb.index(columns)),
               [&] {
@@ -1846,6 +1912,59 @@ void WgmmaGroupedMatmulEmitter::emitEpilogue(const Tile &tile,
               [&] { wb.storeF32(values[i], output, at); });
         }
       }
+    });
+  }
+  if (staging)
+    storeStagedRows(tile, staging);
+}
+
+/// The consumer warpgroups wait for each other (a producer's threads go
+/// their own way).
+void WgmmaGroupedMatmulEmitter::syncConsumers() {
+  NVVM::BarrierOp::create(b, Type(), wb.i32(kConsumerBarrier),
+                          wb.i32(warpgroups * kWarpgroupThreads),
+                          NVVM::BarrierReductionAttr(), Value());
+}
+
+/// The staged output tile's routed rows, once every consumer has staged its
+/// values: consumer thread t stores 16-byte chunks t, t + consumers, ... of
+/// the block's rows, so that a warp's store covers whole rows.
+void WgmmaGroupedMatmulEmitter::storeStagedRows(const Tile &tile,
+                                                Value staging) {
+  syncConsumers();
+  Type outputElement = cast<MemRefType>(staging.getType()).getElementType();
+  int64_t chunkElements =
+      kStagedChunkBytes / (outputElement.getIntOrFloatBitWidth() / 8);
+  int64_t chunksPerRow = outputColumnsPerBlock / chunkElements;
+  int64_t consumerThreads = warpgroups * kWarpgroupThreads;
+  auto chunkType = VectorType::get({chunkElements}, outputElement);
+  Value firstRow = arith::DivUIOp::create(b, tid, wb.index(chunksPerRow));
+  Value tileColumn = arith::MulIOp::create(
+      b, arith::RemUIOp::create(b, tid, wb.index(chunksPerRow)),
+      wb.index(chunkElements));
+  Value column = arith::AddIOp::create(b, tile.firstColumn, tileColumn);
+  Value inColumns =
+      wb.cmpi(arith::CmpIPredicate::ult, column, wb.index(columns));
+  for (int64_t first = 0; first < blockRows * chunksPerRow;
+       first += consumerThreads) {
+    Value rowInBlock =
+        arith::AddIOp::create(b, firstRow, wb.index(first / chunksPerRow));
+    auto [slot, routed] = slotOf(tile, rowInBlock);
+    SmallVector<Value> at =
+        slotOutput
+            ? SmallVector<Value>{arith::DivUIOp::create(b, slot,
+                                                        wb.index(slots)),
+                                 arith::RemUIOp::create(b, slot,
+                                                        wb.index(slots)),
+                                 column}
+            : SmallVector<Value>{
+                  arith::AddIOp::create(b, tile.firstRow, rowInBlock), column};
+    wb.ifThen(arith::AndIOp::create(b, routed, inColumns), [&] {
+      Value chunk = vector::LoadOp::create(
+          b, chunkType, staging, {rowInBlock, tileColumn},
+          /*nontemporal=*/false, llvm::Align(kStagedChunkBytes));
+      vector::StoreOp::create(b, chunk, output, at, /*nontemporal=*/false,
+                              llvm::Align(kStagedChunkBytes));
     });
   }
 }

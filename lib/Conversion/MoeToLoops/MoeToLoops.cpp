@@ -386,8 +386,9 @@ private:
       if (op.isGated()) {
         Value up = emitBiasedDot(
             source, expert, arith::AddIOp::create(b, j, lb.index(columns)));
-        value = emitGatedPair(b, b.getLoc(), op.getActivation(),
-                              op.getSwigluAttr(), value, up);
+        value =
+            emitGatedPair(b, b.getLoc(), op.getActivation(), op.getSwigluAttr(),
+                          value, up, arith::FastMathFlags::none);
       }
       if (routedWeight)
         value = arith::MulFOp::create(b, value, routedWeight);

@@ -7,7 +7,7 @@
 // across tiles. Without a producer warpgroup a block barrier starts each tile
 // (every thread refills the ring); with one, the consumers also free the
 // last stage of a tile, so that the producer can load the next tile during
-// the epilogue.
+// the epilogue (which therefore stages its tile behind the ring).
 // RUN: moe-opt %s --moe-tma --convert-moe-to-gpu="tokens-max=128" | FileCheck %s
 // RUN: moe-opt %s --moe-tma --convert-moe-to-gpu="tokens-max=128 num-sms=114" | FileCheck %s --check-prefix=PCIE
 
@@ -41,7 +41,7 @@
 // CHECK-LABEL: gpu.func @moe_grouped_matmul_reduce_1(
 
 // CHECK-LABEL: gpu.func @moe_grouped_matmul_wgmma_2(
-// CHECK-SAME: grid = ["min(cdiv(T*2+min(T*2,4)*127,128),132)", "1", "1"]
+// CHECK-SAME: grid = ["min(cdiv(T*2+min(T*2,4)*127,128),132)", "1", "1"], block = [384, 1, 1], smem = 133120
 // CHECK: %[[FULL2:.*]] = nvgpu.mbarrier.create
 // CHECK: %[[EMPTY:.*]] = nvgpu.mbarrier.create
 // CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%{{.*}} = %c0{{.*}}) -> (index)
@@ -53,6 +53,14 @@
 // CHECK-NEXT: arith.constant 1 : index
 // CHECK-NEXT: arith.subi
 // CHECK: nvgpu.mbarrier.arrive %[[EMPTY]]
+// The producer fills the ring during the epilogue, so the epilogue stages
+// the tile behind it (the ring's 96 KiB), once the consumers are done with
+// the last tile's staging.
+// CHECK: nvvm.barrier id = %{{.*}} number_of_threads = %{{.*}}
+// CHECK: %[[STAGING:.*]] = memref.view %{{.*}}[%c98304{{.*}}][] : memref<0xi8, 3> to memref<128x136xbf16, 3>
+// CHECK: vector.store %{{.*}}, %[[STAGING]]
+// CHECK: nvvm.barrier id
+// CHECK: vector.load %[[STAGING]]
 func.func @gemms(%x: tensor<?x128xbf16>, %w13: tensor<4x256x128xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>,
                  %h: tensor<?x128xbf16>, %w2: tensor<4x128x128xbf16>, %rw: tensor<?x2xf32>)
     -> (tensor<?x128xbf16>, tensor<?x2x128xbf16>) {

@@ -8,7 +8,9 @@
 // rows by cp.async gathers written in the same swizzle and fenced for the
 // async proxy; wgmma.mma_async m64 x block_n x k16 with both operands
 // K-major, one group in flight while the freed stage is refilled; the
-// epilogue on the accumulator registers with paired 4-byte stores.
+// epilogue on the accumulator registers (the activation's exp and division
+// fast: afn), staged in the ring's shared memory as pairs and stored in
+// 16-byte chunks of the block's rows.
 // RUN: moe-opt %s --moe-tile="tokens=128" --moe-tma --convert-moe-to-gpu="tokens-max=128" | FileCheck %s
 
 // CHECK: gpu.module @moe_kernels
@@ -80,11 +82,26 @@
 // CHECK: nvgpu.device_async_copy
 // CHECK: scf.yield %[[M3]]
 // CHECK: nvvm.wgmma.wait.group.sync.aligned 0
+// The consumers (one warpgroup) are done with the ring before a pair goes
+// to its first 64 rows x 72 columns (16 bytes of padding a row).
+// CHECK: nvvm.barrier id = %{{.*}} number_of_threads = %{{.*}}
+// CHECK: %[[STAGING:.*]] = memref.view %{{.*}}[%{{.*}}][] : memref<0xi8, 3> to memref<64x72xbf16, 3>
 // Gate register j pairs with up register j + 32.
 // CHECK: llvm.extractvalue %{{.*}}[0]
 // CHECK: llvm.extractvalue %{{.*}}[32]
-// CHECK: math.exp
-// CHECK: vector.store %{{.*}}, %[[OUT]][%{{.*}}, %{{.*}}] {alignment = 4 : i64} : memref<316x64xbf16>, vector<2xbf16>
+// CHECK: math.exp %{{.*}} fastmath<afn> : f32
+// CHECK: arith.divf %{{.*}}, %{{.*}} fastmath<afn> : f32
+// CHECK: vector.store %{{.*}}, %[[STAGING]][%{{.*}}, %{{.*}}] {alignment = 4 : i64} : memref<64x72xbf16, 3>, vector<2xbf16>
+// CHECK-NOT: vector.store %{{.*}}, %[[OUT]]
+// Then thread t stores chunk t % 8 of row t / 8: the block's 16 rows x 8
+// chunks in one pass of its 128 threads.
+// CHECK: nvvm.barrier id = %{{.*}} number_of_threads = %{{.*}}
+// CHECK: %[[CHUNK_ROW:.*]] = arith.divui %{{.*}}, %c8
+// CHECK: %[[ROW:.*]] = arith.addi %[[CHUNK_ROW]], %c0
+// CHECK: %[[CHUNK:.*]] = vector.load %[[STAGING]][%[[ROW]], %{{.*}}] {alignment = 16 : i64} : memref<64x72xbf16, 3>, vector<8xbf16>
+// CHECK: vector.store %[[CHUNK]], %[[OUT]][%{{.*}}, %{{.*}}] {alignment = 16 : i64} : memref<316x64xbf16>, vector<8xbf16>
+// CHECK-NOT: vector.load
+// CHECK: gpu.return
 
 // An explicit config: block_n 64, 3 stages, sorted rows by TMA, weighted
 // and scattered to slot order.
@@ -103,9 +120,22 @@
 // CHECK: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 64, k = 16>, D[<f32>, <one>], A[<f16>, <one>, <row>], B[<f16>, <one>, <col>]
 // CHECK: nvvm.wgmma.wait.group.sync.aligned 1
 // CHECK-NEXT: gpu.barrier
-// CHECK: %[[WEIGHT:.*]] = memref.load %[[RW]][%[[TOKEN:.*]], %[[SLOT:.*]]] : memref<128x2xf32>
+// CHECK: %[[STAGING2:.*]] = memref.view %{{.*}}[%{{.*}}][] : memref<0xi8, 3> to memref<64x72xf16, 3>
+// CHECK: %[[WEIGHT:.*]] = memref.load %[[RW]][%{{.*}}, %{{.*}}] : memref<128x2xf32>
 // CHECK: arith.mulf %{{.*}}, %[[WEIGHT]]
-// CHECK: vector.store %{{.*}}, %[[OUT2]][%[[TOKEN]], %[[SLOT]], %{{.*}}] {alignment = 4 : i64} : memref<128x2x96xf16>, vector<2xf16>
+// CHECK: vector.store %{{.*}}, %[[STAGING2]][%{{.*}}, %{{.*}}] {alignment = 4 : i64} : memref<64x72xf16, 3>, vector<2xf16>
+// A chunk goes to its row's slot, and only where its columns are the
+// output's (the second column tile has 32 of 64).
+// CHECK: nvvm.barrier id
+// CHECK: %[[COLUMN:.*]] = arith.addi %{{.*}}, %{{.*}} : index
+// CHECK: %[[IN_COLUMNS:.*]] = arith.cmpi ult, %[[COLUMN]], %c96
+// CHECK: %[[SLOT_ID:.*]] = memref.load %{{.*}}[%{{.*}}] : memref<316xi32>
+// CHECK: %[[SLOT2:.*]] = arith.index_cast %[[SLOT_ID]] : i32 to index
+// CHECK: %[[TOKEN2:.*]] = arith.divui %[[SLOT2]], %c2
+// CHECK: %[[IN_TOKEN:.*]] = arith.remui %[[SLOT2]], %c2
+// CHECK: arith.andi %{{.*}}, %[[IN_COLUMNS]]
+// CHECK: %[[CHUNK2:.*]] = vector.load %[[STAGING2]]
+// CHECK: vector.store %[[CHUNK2]], %[[OUT2]][%[[TOKEN2]], %[[IN_TOKEN]], %[[COLUMN]]] {alignment = 16 : i64} : memref<128x2x96xf16>, vector<8xf16>
 func.func @gemms(%x: tensor<?x128xbf16>, %w13: tensor<4x128x128xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>,
                  %h: tensor<?x64xf16>, %w2: tensor<4x96x64xf16>, %rw: tensor<?x2xf32>)
     -> (tensor<?x64xbf16>, tensor<?x2x96xf16>) {

@@ -14,6 +14,7 @@
 
 #include "moe/Dialect/Moe/IR/MoeAttrs.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/IR/Builders.h"
 
 namespace mlir {
@@ -64,9 +65,12 @@ Value emitRanksAbove(OpBuilder &b, Location loc, Value lhs, Value rhs);
 /// 0.5 x (1 + erf(x / sqrt 2)), or the clamped SwiGLU of `swiglu`'s alpha
 /// and limit (#moe.swiglu), with the target's exp and erf (libm,
 /// libdevice): GEMM outputs are compared to a tolerance, unlike routing
-/// decisions.
+/// decisions. The exp and the division carry `fastMath`: the GPU epilogues'
+/// `afn` takes libdevice's fast exp and an approximate division, a few ulp
+/// of f32 where the bf16 outputs keep 8 bits.
 Value emitGatedPair(OpBuilder &b, Location loc, Activation activation,
-                    SwigluAttr swiglu, Value gate, Value up);
+                    SwigluAttr swiglu, Value gate, Value up,
+                    arith::FastMathFlags fastMath);
 
 } // namespace moe
 } // namespace mlir
