@@ -12,6 +12,9 @@ the first. Inputs as bench/profile_layer.sh draws them: router logits N(0, 1)
 e4m3, their scales |N(0, 0.02)|; MXFP4's bytes (packed values and e8m0
 scales alike) in [118, 130], finite values of scales 2^-9 to 2^3.
 --compile-args go to moe-compile after the preset (fp8 or MXFP4 weights).
+--tolerance compares each build's outputs to the first's within a relative
+distance (max |a - b| over max |a|, output by output) instead of bit for
+bit, for a change meant to move the numbers a little (fast math).
 
     python3 bench/compiler_ab.py --compilers base=/tmp/mc-base,new=/tmp/mc-new \\
         --cells deepseek-v3:4096,qwen3-30b-a3b:1 [--compile-args "--quantization block"]
@@ -68,8 +71,16 @@ def random_inputs(bundle, tokens):
     return [random_tensor(info) for info in bundle.tensors(tokens)]
 
 
+def distance(reference, produced):
+    """max |reference - produced| over max |reference|; NaN where either
+    holds a NaN, so that no tolerance accepts it."""
+    reference, produced = reference.float(), produced.float()
+    return ((reference - produced).abs().max() /
+            reference.abs().max().clamp_min(1e-30)).item()
+
+
 def run_cell(compilers, preset, tokens, work, iterations, flush,
-             compile_args):
+             compile_args, tolerance):
     """Prints one cell's rows; returns whether every build matched the
     first's outputs."""
     bundles = {}
@@ -90,6 +101,12 @@ def run_cell(compilers, preset, tokens, work, iterations, flush,
         produced = [tensors[index].clone() for index in outputs]
         if reference is None:
             reference = produced
+        elif tolerance is not None:
+            worst = max(distance(a, b) for a, b in zip(reference, produced))
+            print(f"{preset:14} {tokens:5} {name}: outputs within {worst:.2e} "
+                  f"of {compilers[0][0]}'s", flush=True)
+            if not worst <= tolerance:
+                matched = False
         elif not all(torch.equal(a, b) for a, b in zip(reference, produced)):
             print(f"{preset:14} {tokens:5} {name}: outputs differ from "
                   f"{compilers[0][0]}'s", flush=True)
@@ -115,6 +132,9 @@ def main():
     parser.add_argument("--compile-args", default="",
                         help="more moe-compile arguments, e.g. "
                              "'--quantization block'")
+    parser.add_argument("--tolerance", type=float,
+                        help="relative distance the outputs may move from "
+                             "the first build's (default: none, bit for bit)")
     parser.add_argument("--iterations", type=int, default=12)
     parser.add_argument("--seed", type=int, default=2026)
     args = parser.parse_args()
@@ -138,7 +158,8 @@ def main():
             try:
                 failed += not run_cell(compilers, preset, tokens, work,
                                        args.iterations, flush,
-                                       args.compile_args.split())
+                                       args.compile_args.split(),
+                                       args.tolerance)
             except CompileError as error:
                 print(f"{preset:14} {tokens:5} {error}", flush=True)
                 failed += 1
