@@ -1938,17 +1938,16 @@ void WgmmaGroupedMatmulEmitter::storeStagedRows(const Tile &tile,
   int64_t chunksPerRow = outputColumnsPerBlock / chunkElements;
   int64_t consumerThreads = warpgroups * kWarpgroupThreads;
   auto chunkType = VectorType::get({chunkElements}, outputElement);
-  Value firstRow = arith::DivUIOp::create(b, tid, wb.index(chunksPerRow));
-  Value tileColumn = arith::MulIOp::create(
-      b, arith::RemUIOp::create(b, tid, wb.index(chunksPerRow)),
-      wb.index(chunkElements));
-  Value column = arith::AddIOp::create(b, tile.firstColumn, tileColumn);
-  Value inColumns =
-      wb.cmpi(arith::CmpIPredicate::ult, column, wb.index(columns));
   for (int64_t first = 0; first < blockRows * chunksPerRow;
        first += consumerThreads) {
+    // Rows need not hold a whole number of passes (96 columns: 12 chunks).
+    Value chunkIndex = arith::AddIOp::create(b, tid, wb.index(first));
     Value rowInBlock =
-        arith::AddIOp::create(b, firstRow, wb.index(first / chunksPerRow));
+        arith::DivUIOp::create(b, chunkIndex, wb.index(chunksPerRow));
+    Value tileColumn = arith::MulIOp::create(
+        b, arith::RemUIOp::create(b, chunkIndex, wb.index(chunksPerRow)),
+        wb.index(chunkElements));
+    Value column = arith::AddIOp::create(b, tile.firstColumn, tileColumn);
     auto [slot, routed] = slotOf(tile, rowInBlock);
     SmallVector<Value> at =
         slotOutput
@@ -1959,6 +1958,8 @@ void WgmmaGroupedMatmulEmitter::storeStagedRows(const Tile &tile,
                                  column}
             : SmallVector<Value>{
                   arith::AddIOp::create(b, tile.firstRow, rowInBlock), column};
+    Value inColumns =
+        wb.cmpi(arith::CmpIPredicate::ult, column, wb.index(columns));
     wb.ifThen(arith::AndIOp::create(b, routed, inColumns), [&] {
       Value chunk = vector::LoadOp::create(
           b, chunkType, staging, {rowInBlock, tileColumn},

@@ -96,8 +96,8 @@
 // Then thread t stores chunk t % 8 of row t / 8: the block's 16 rows x 8
 // chunks in one pass of its 128 threads.
 // CHECK: nvvm.barrier id = %{{.*}} number_of_threads = %{{.*}}
-// CHECK: %[[CHUNK_ROW:.*]] = arith.divui %{{.*}}, %c8
-// CHECK: %[[ROW:.*]] = arith.addi %[[CHUNK_ROW]], %c0
+// CHECK: %[[CHUNK_INDEX:.*]] = arith.addi %{{.*}}, %c0
+// CHECK: %[[ROW:.*]] = arith.divui %[[CHUNK_INDEX]], %c8
 // CHECK: %[[CHUNK:.*]] = vector.load %[[STAGING]][%[[ROW]], %{{.*}}] {alignment = 16 : i64} : memref<64x72xbf16, 3>, vector<8xbf16>
 // CHECK: vector.store %[[CHUNK]], %[[OUT]][%{{.*}}, %{{.*}}] {alignment = 16 : i64} : memref<316x64xbf16>, vector<8xbf16>
 // CHECK-NOT: vector.load
@@ -127,12 +127,13 @@
 // A chunk goes to its row's slot, and only where its columns are the
 // output's (the second column tile has 32 of 64).
 // CHECK: nvvm.barrier id
-// CHECK: %[[COLUMN:.*]] = arith.addi %{{.*}}, %{{.*}} : index
-// CHECK: %[[IN_COLUMNS:.*]] = arith.cmpi ult, %[[COLUMN]], %c96
+// CHECK: %[[TILE_COLUMN:.*]] = arith.muli %{{.*}}, %c8
+// CHECK: %[[COLUMN:.*]] = arith.addi %{{.*}}, %[[TILE_COLUMN]] : index
 // CHECK: %[[SLOT_ID:.*]] = memref.load %{{.*}}[%{{.*}}] : memref<316xi32>
 // CHECK: %[[SLOT2:.*]] = arith.index_cast %[[SLOT_ID]] : i32 to index
 // CHECK: %[[TOKEN2:.*]] = arith.divui %[[SLOT2]], %c2
 // CHECK: %[[IN_TOKEN:.*]] = arith.remui %[[SLOT2]], %c2
+// CHECK: %[[IN_COLUMNS:.*]] = arith.cmpi ult, %[[COLUMN]], %c96
 // CHECK: arith.andi %{{.*}}, %[[IN_COLUMNS]]
 // CHECK: %[[CHUNK2:.*]] = vector.load %[[STAGING2]]
 // CHECK: vector.store %[[CHUNK2]], %[[OUT2]][%[[TOKEN2]], %[[IN_TOKEN]], %[[COLUMN]]] {alignment = 16 : i64} : memref<128x2x96xf16>, vector<8xf16>
