@@ -4,6 +4,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 compiler=${MOE_COMPILE:-build/bin/moe-compile}
+# The bundles come from the tree as it is: moe-compile for bundles.json,
+# and the Python package's compiler module (PYTHONPATH=build/python) for
+# the tests' preparations below, which building moe-compile alone leaves
+# stale.
+if [[ -z ${MOE_COMPILE:-} ]]; then
+  ninja -C build moe-compile MoePythonCompiler
+fi
 rm -rf out/gpu-bundles
 mkdir -p out/gpu-bundles
 /usr/bin/python3 - "$compiler" <<'PY'
