@@ -191,6 +191,8 @@ private:
   void forEachColumnTile(const Tile &tile,
                          function_ref<Value(const Tile &)> multiply);
   std::pair<Value, Value> slotOf(const Tile &tile, Value rowInBlock);
+  SmallVector<Value> outputIndices(const Tile &tile, Value rowInBlock,
+                                   Value slot, Value column);
   // Stage loads.
   Value sharedView(ArrayRef<int64_t> shape, Value byteOffset,
                    Type type = Type());
@@ -764,6 +766,19 @@ std::pair<Value, Value> WgmmaGroupedMatmulEmitter::slotOf(const Tile &tile,
   Value slot = wb.toIndex(wb.load(sorted, row));
   return {slot, arith::AndIOp::create(
                     b, inBlock, wb.inRange(slot, wb.index(0), routedSlots))};
+}
+
+/// The indices of the output element of the block's row `rowInBlock` (of slot
+/// `slot`) at `column`, in the op's row order: the slot's [token, slot in
+/// token] row, or the sorted row.
+SmallVector<Value> WgmmaGroupedMatmulEmitter::outputIndices(const Tile &tile,
+                                                            Value rowInBlock,
+                                                            Value slot,
+                                                            Value column) {
+  if (slotOutput)
+    return {arith::DivUIOp::create(b, slot, wb.index(slots)),
+            arith::RemUIOp::create(b, slot, wb.index(slots)), column};
+  return {arith::AddIOp::create(b, tile.firstRow, rowInBlock), column};
 }
 
 /// The block's work on one tile; returns the ring's count after it (null
@@ -1860,8 +1875,8 @@ void WgmmaGroupedMatmulEmitter::emitEpilogue(const Tile &tile,
   }
   for (int64_t half = 0; half < 2; ++half) {
     Value rowInBlock = arith::AddIOp::create(b, laneRow, wb.index(half * 8));
-    auto [slot, routed] = slotOf(tile, rowInBlock);
-    Value row = arith::AddIOp::create(b, tile.firstRow, rowInBlock);
+    Value slot, routed;
+    std::tie(slot, routed) = slotOf(tile, rowInBlock);
     Value token = arith::DivUIOp::create(b, slot, wb.index(slots));
     Value slotInToken = arith::RemUIOp::create(b, slot, wb.index(slots));
     wb.ifThen(routed, [&] {
@@ -1877,9 +1892,6 @@ void WgmmaGroupedMatmulEmitter::emitEpilogue(const Tile &tile,
               tile, accumulators,
               AccumulatorFragment::registerOf(block, half, i),
               arith::AddIOp::create(b, column, wb.index(i)), weight));
-        SmallVector<Value> at =
-            slotOutput ? SmallVector<Value>{token, slotInToken, column}
-                       : SmallVector<Value>{row, column};
         if (columns % 2 == 0) {
           // Two neighbouring columns in one 4-byte store.
           Value pair = vector::FromElementsOp::create(b, pairType, values);
@@ -1894,6 +1906,7 @@ void WgmmaGroupedMatmulEmitter::emitEpilogue(const Tile &tile,
                 /*nontemporal=*/false, llvm::Align(4));
             continue;
           }
+          SmallVector<Value> at = outputIndices(tile, rowInBlock, slot, column);
           wb.ifThen(
               wb.cmpi(arith::CmpIPredicate::ult, column, wb.index(columns)),
               [&] {
@@ -1905,6 +1918,7 @@ void WgmmaGroupedMatmulEmitter::emitEpilogue(const Tile &tile,
               });
           continue;
         }
+        SmallVector<Value> at = outputIndices(tile, rowInBlock, slot, column);
         for (int64_t i = 0; i < 2; ++i) {
           at.back() = arith::AddIOp::create(b, column, wb.index(i));
           wb.ifThen(
@@ -1949,15 +1963,7 @@ void WgmmaGroupedMatmulEmitter::storeStagedRows(const Tile &tile,
         wb.index(chunkElements));
     Value column = arith::AddIOp::create(b, tile.firstColumn, tileColumn);
     auto [slot, routed] = slotOf(tile, rowInBlock);
-    SmallVector<Value> at =
-        slotOutput
-            ? SmallVector<Value>{arith::DivUIOp::create(b, slot,
-                                                        wb.index(slots)),
-                                 arith::RemUIOp::create(b, slot,
-                                                        wb.index(slots)),
-                                 column}
-            : SmallVector<Value>{
-                  arith::AddIOp::create(b, tile.firstRow, rowInBlock), column};
+    SmallVector<Value> at = outputIndices(tile, rowInBlock, slot, column);
     Value inColumns =
         wb.cmpi(arith::CmpIPredicate::ult, column, wb.index(columns));
     wb.ifThen(arith::AndIOp::create(b, routed, inColumns), [&] {
