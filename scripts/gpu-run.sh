@@ -217,14 +217,14 @@ if [[ $what != bench ]]; then
   step gemm-tests 400 python3 test/GPU/gemm_test.py
   step gemm-sanitizer 300 compute-sanitizer --tool memcheck --error-exitcode 1 \
     python3 test/GPU/gemm_test.py --cases 1:uniform,7:uniform,300:skewed \
-    --only gemm1-odd-f16,gemm2-odd-f16,gemm1-tail-bf16,gemm2-tail-f16,gemm1-splitk-bf16,gemm2-splitk-f16,gemm1-qwen3-f16,gemm2-deepseek-bf16,gemm1-mixtral-wg2-bf16,gemm2-deepseek-wg2-f16,gemm1-mixtral-ws-bf16,gemm2-deepseek-wg2-ws-f16,gemm1-deepseek-ws-splitk-bf16,gemm1-mixtral-persistent-bf16,gemm2-mixtral-persistent-bf16,gemm1-deepseek-persistent-splitk-bf16,gemm1-gpt-oss-bf16,gemm1-gpt-oss-splitk-bf16,gemm2-gpt-oss-ws-bf16,gemm1-gpt-oss-reduced-bf16,gemm1-mixtral-cluster-bf16,gemm2-deepseek-wg2-cluster-f16
-  # Clusters (the peers' barriers and multicast stages) and the staged
+    --only gemm1-odd-f16,gemm2-odd-f16,gemm1-tail-bf16,gemm2-tail-f16,gemm1-splitk-bf16,gemm2-splitk-f16,gemm1-qwen3-f16,gemm2-deepseek-bf16,gemm1-mixtral-wg2-bf16,gemm2-deepseek-wg2-f16,gemm1-mixtral-ws-bf16,gemm2-deepseek-wg2-ws-f16,gemm1-deepseek-ws-splitk-bf16,gemm1-mixtral-persistent-bf16,gemm2-mixtral-persistent-bf16,gemm1-deepseek-persistent-splitk-bf16,gemm1-gpt-oss-bf16,gemm1-gpt-oss-splitk-bf16,gemm2-gpt-oss-ws-bf16,gemm1-gpt-oss-reduced-bf16,gemm1-mixtral-cluster-bf16,gemm2-deepseek-wg2-cluster-f16,gemm1-stream-k-plain-bf16,gemm2-stream-k-ws-bf16
+  # Clusters (the peers' barriers and multicast stages), the staged
   # epilogues (in the ring, plain and warp-specialized; behind it, over a
-  # persistent block's tiles, and with rows of 12 chunks), for
-  # shared-memory races.
+  # persistent block's tiles, and with rows of 12 chunks) and stream-K's
+  # (after a shared tile's sums), for shared-memory races.
   step gemm-racecheck 400 compute-sanitizer --tool racecheck \
     --error-exitcode 1 python3 test/GPU/gemm_test.py --cases 7:uniform,300:skewed \
-    --only gemm1-mixtral-cluster-bf16,gemm2-deepseek-wg2-cluster-f16,gemm2-deepseek-wg2-f16,gemm2-deepseek-wg2-ws-f16,gemm1-many-tiles-wg2-persistent-bf16,gemm1-wide-tiles-bf16
+    --only gemm1-mixtral-cluster-bf16,gemm2-deepseek-wg2-cluster-f16,gemm2-deepseek-wg2-f16,gemm2-deepseek-wg2-ws-f16,gemm1-many-tiles-wg2-persistent-bf16,gemm1-wide-tiles-bf16,gemm1-stream-k-plain-bf16,gemm2-stream-k-ws-bf16
 fi
 if [[ $what == bench || $what == all ]]; then
   step router-bench 500 python3 bench/router_bench.py "$@"

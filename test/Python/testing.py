@@ -47,7 +47,7 @@ except compiler.CompileError as error:
 print(sorted(compiler.list_presets(moe_compile)))
 # CHECK: ['deepseek-v3', 'gpt-oss-120b', 'gpt-oss-20b', 'kimi-k2', 'mixtral-8x7b', 'qwen3-30b-a3b']
 print(len(tune_space.candidates()), "torch" in sys.modules)
-# CHECK: 154 False
+# CHECK: 186 False
 
 # Merging a tuning: a new entry replaces its key's, one where the heuristic
 # won says so (moe-tile then takes the heuristic there rather than a

@@ -35,7 +35,7 @@ persistent = [c for c in configs if c.get("persistent")]
 print(len(configs), len(unsplit), len(split), len(persistent),
       tune_space.timed_at(split[-1], 256), tune_space.timed_at(split[-1], 1024),
       tune_space.timed_at(unsplit[0], 4096))
-# CHECK: 154 32 90 32 True False True
+# CHECK: 186 32 90 64 True False True
 # Every candidate states `persistent`: an entry without it would follow the
 # heuristic.
 print(all(isinstance(c["persistent"], bool) for c in configs))
@@ -50,7 +50,7 @@ assert len({json.dumps(c, sort_keys=True) for c in configs}) == len(configs)
 # warpgroups, named explicitly.
 wide = tune_space.candidates(128)
 print(len(wide), sorted({c["num_warpgroups"] for c in wide}))
-# CHECK: 308 [1, 2]
+# CHECK: 372 [1, 2]
 # Every candidate compiles to a bundle of its own name.
 for block_m, configs in ((64, configs), (128, wide)):
     gemm = dict(tune_space.gemms(presets["mixtral-8x7b"], block_m=block_m)[0])
@@ -209,15 +209,15 @@ class Recorder:
 plans = tune_space.compile_all(Recorder(), [*e256_gemms.values(),
                                             *small_gemms.values()],
                                [1, 16, 1024], 2)
-# CHECK: # compiled 936 bundles
+# CHECK: # compiled 1128 bundles
 for key, plan in plans.items():
     sized = {path.split("@")[1] for _, path in plan["candidates"]}
     print(key, len(plan["candidates"]), len(plan["rejected"]),
           sorted(plan["heuristic"]), sorted(sized))
-# CHECK: ('e256-top8-no-shared', 'gemm1', 64) 108 46 [1, 16, 1024] ['1024', '256']
-# CHECK: ('e256-top8-no-shared', 'gemm2', 64) 108 46 [1, 16, 1024] ['1024', '256']
-# CHECK: ('e64-top6-h2048-i1408-shared2', 'gemm1', 128) 216 92 [1, 16, 1024] ['1024', '256']
-# CHECK: ('e64-top6-h2048-i1408-shared2', 'gemm2', 128) 216 92 [1, 16, 1024] ['1024', '256']
+# CHECK: ('e256-top8-no-shared', 'gemm1', 64) 132 54 [1, 16, 1024] ['1024', '256']
+# CHECK: ('e256-top8-no-shared', 'gemm2', 64) 132 54 [1, 16, 1024] ['1024', '256']
+# CHECK: ('e64-top6-h2048-i1408-shared2', 'gemm1', 128) 264 108 [1, 16, 1024] ['1024', '256']
+# CHECK: ('e64-top6-h2048-i1408-shared2', 'gemm2', 128) 264 108 [1, 16, 1024] ['1024', '256']
 
 # The entries moe-tune writes for the file's layer, each recording the
 # layer's sizes: the whole layer compiled with them takes both (no

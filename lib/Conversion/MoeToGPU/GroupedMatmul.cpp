@@ -241,6 +241,9 @@ QuantizeOp mlir::moe::detail::getEpilogueQuantize(GroupedMatmulOp op,
   bool groupSpansTiles = group % tileColumns == 0 &&
                          group / tileColumns <= kMaxQuantizedColumnTiles;
   bool tileSpansGroups = tileColumns % group == 0 && group % 8 == 0;
+  // A stream-K tile that two blocks share is summed as one column tile.
+  if (config.getStreamK())
+    return tileSpansGroups ? quantize : QuantizeOp();
   return groupSpansTiles || tileSpansGroups ? quantize : QuantizeOp();
 }
 

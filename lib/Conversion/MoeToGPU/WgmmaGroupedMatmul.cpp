@@ -38,6 +38,13 @@
 //   padded rows (counted on the device); the ring's count runs on across
 //   tiles, so stages and barrier phases continue where the last tile left.
 //
+//   stream-K (persistent): the whole rounds of tiles as above; the L tiles
+//   of the last round, which would leave G - L blocks idle, each in P =
+//   G / L parts along K, one part a block, part p of tile i on block
+//   i + L p (so that the blocks at the same K tiles are neighbours):
+//     accumulate the part ; store its sums ; count it on the tile's counter
+//     the last to count: sum the P parts' sums in part order, epilogue
+//
 // A grouped matmul whose output a moe.quantize takes (the first GEMM of an
 // fp8 layer) quantizes in its epilogue instead (getEpilogueQuantize): a
 // block's tile then spans a quantization group of columns, computed as
@@ -85,6 +92,7 @@
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "llvm/Support/FormatVariadic.h"
 
 using namespace mlir;
 using namespace mlir::moe;
@@ -102,6 +110,16 @@ constexpr int64_t kRasterRowBlocks = 16;
 /// MXFP4 decoding: a row of a K tile is 8 chunks of 16 decoded bytes, so
 /// each producer warpgroup's 128 threads decode 16 rows per pass.
 constexpr int64_t kDecodeChunks = kSwizzleBytes / kCopyBytes;
+/// LLVM's sync scope of the GPU (PTX's .gpu): the stream-K counters'.
+constexpr StringLiteral kDeviceScope = "device";
+
+/// A stream-K block's part of a tile: its K tiles [first, first + count).
+struct KRange {
+  Value first, count;
+};
+/// Stream-K: K tiles a part of a tile takes at least, so that its ring
+/// fills.
+constexpr int64_t kMinPartSteps = 4;
 
 /// One tile of the grid, (row block, N tile, K split), as a block sees it.
 struct Tile {
@@ -118,6 +136,9 @@ struct Tile {
   /// other block of the cluster, both have work and one expert, so that each
   /// loads half of the weight tile for both by multicast; null without one.
   Value multicast;
+  /// Stream-K: whether firstStep and numSteps may be the block's part of
+  /// one of the last round's tiles (finish).
+  bool streamed = false;
   /// Set inside the active region: this thread's 16-byte chunk and first row
   /// of the row gathers and the chunk's swizzled column, and the wgmma
   /// descriptors of stage 0's row and weight tiles.
@@ -185,7 +206,12 @@ private:
   void syncCluster();
   // The grid: one tile per block, or persistent blocks.
   void emitPersistentTiles(Value blockId);
-  Value emitTile(Value tileIndex, Value numRowBlocks, Value ringBase);
+  void emitStreamKTiles(Value blockId, Value grid, Value numTiles,
+                        Value numRowBlocks);
+  Value nextTile(Value tileIndex, Value numRowBlocks, Value ringBase,
+                 std::optional<KRange> part = std::nullopt);
+  Value emitTile(Value tileIndex, Value numRowBlocks, Value ringBase,
+                 std::optional<KRange> part = std::nullopt);
   Tile tileAt(Value tileIndex, Value numRowBlocks, Value ringBase);
   Tile columnTileOf(const Tile &tile, Value index);
   void forEachColumnTile(const Tile &tile,
@@ -256,6 +282,13 @@ private:
   // The accumulators' way out.
   Value scaleWholeSums(const Tile &tile, Value accumulators);
   void finish(const Tile &tile, Value accumulators);
+  void finishTile(const Tile &tile, Value accumulators);
+  // Stream-K.
+  SmallVector<Value> sumParts(Value accumulators);
+  Value countPart(Value tailTile);
+  Value streamSumsColumn(int64_t sum);
+  void storeStreamSums(Value accumulators, Value slot);
+  Value addStreamSums(Value accumulators, Value slot);
   Value withBias(const Tile &tile, Value sum, Value column, int64_t offset);
   Value epilogueValue(const Tile &tile, Value accumulators, int64_t index,
                       Value column, Value weight);
@@ -289,6 +322,8 @@ private:
   QuantizationAttr quantization;
   bool fp8, blockScaled, packed;
   bool warpSpecialized;
+  /// Whether a persistent grid shares its last tiles' K tiles (stream_k).
+  bool streamK;
   /// Consumer warpgroups; each takes one wgmma's rows of the block
   /// (warpgroup w rows [64 w, 64 w + 64)), all against the block's one
   /// weight tile. Smaller routing blocks leave the rest of the rows masked.
@@ -341,10 +376,12 @@ private:
   unsigned inputArg, weightsArg, sortedIdsArg, expertIdsArg, numPaddedArg;
   std::optional<unsigned> routedWeightsArg, outputArg, partialsArg, slotRowsArg,
       inputScalesArg, weightScalesArg, quantizedArg, quantizedScalesArg,
-      staticScaleArg, biasArg;
+      staticScaleArg, biasArg, streamSumsArg, streamCountersArg;
+  /// Stream-K: the last round's tiles and the parts each is split into.
+  Value tailTiles, tileParts;
   Value input, sorted, experts, padded, routedWeights, output, partials,
       slotRows, inputScales, weightScales, quantized, quantizedScales,
-      staticScale, bias;
+      staticScale, bias, streamSums, streamCounters;
   Value routedSlots, sharedBase, weightMap, rowMap;
   /// The L2 policy of the row loads where rowsEvictLast: evict_last, since
   /// every column tile of a row block reads its rows again while the
@@ -381,6 +418,7 @@ WgmmaGroupedMatmulEmitter::WgmmaGroupedMatmulEmitter(
   warpgroups = config.getNumWarpgroups();
   tileRows = getInputTmaBox(config).front();
   warpSpecialized = config.getWarpSpecialized();
+  streamK = config.getStreamK();
   producerWarpgroups = !warpSpecialized ? 0 : packed ? warpgroups : 1;
   threads = (warpgroups + producerWarpgroups) * kWarpgroupThreads;
   loaders = warpSpecialized ? producerWarpgroups * kWarpgroupThreads : threads;
@@ -500,6 +538,18 @@ gpu::GPUFuncOp WgmmaGroupedMatmulEmitter::declareKernel() {
   if (config.getPersistent())
     gridSize = PlanBuilder::min(
         gridSize, plan.numSMs * residentBlocks(threads, blockN, sharedBytes));
+  if (streamK) {
+    // A block's slot for the sums of its part of a tile of the last round,
+    // and a counter a tile of it, zeroed before every call.
+    streamSumsArg = args.add(plan.scratch(
+        "stream_sums", builder.getF32Type(),
+        {gridSize,
+         PlanBuilder::constant(warpgroups * kWarpgroupThreads * blockN / 2)}));
+    unsigned counters =
+        plan.scratch("stream_counters", builder.getI32Type(), {gridSize});
+    plan.zero(counters);
+    streamCountersArg = args.add(counters);
+  }
   gpu::GPUFuncOp kernel = plan.createKernel(
       builder, op.getLoc(), "moe_grouped_matmul_wgmma", args.get(),
       {gridSize, PlanBuilder::constant(1), PlanBuilder::constant(1)},
@@ -532,6 +582,8 @@ void WgmmaGroupedMatmulEmitter::setUpKernel(gpu::GPUFuncOp kernel) {
   quantized = kernelArgument(kernel, quantizedArg);
   quantizedScales = kernelArgument(kernel, quantizedScalesArg);
   bias = kernelArgument(kernel, biasArg);
+  streamSums = kernelArgument(kernel, streamSumsArg);
+  streamCounters = kernelArgument(kernel, streamCountersArg);
   if (staticScaleArg)
     staticScale = wb.load(kernel.getArgument(*staticScaleArg), {wb.index(0)});
   routedSlots = routedSlotCount(wb, kernel, op);
@@ -644,17 +696,83 @@ void WgmmaGroupedMatmulEmitter::emitPersistentTiles(Value blockId) {
   Value numTiles = arith::MulIOp::create(b, numRowBlocks,
                                          wb.index(numBlockColumns * splits));
   initRing();
-  auto tiles = scf::ForOp::create(b, blockId, numTiles,
-                                  gpu::GridDimOp::create(b, gpu::Dimension::x),
-                                  ValueRange{wb.index(0)});
+  Value grid = gpu::GridDimOp::create(b, gpu::Dimension::x);
+  if (streamK) {
+    emitStreamKTiles(blockId, grid, numTiles, numRowBlocks);
+    return;
+  }
+  auto tiles =
+      scf::ForOp::create(b, blockId, numTiles, grid, ValueRange{wb.index(0)});
   OpBuilder::InsertionGuard loopGuard(b);
   b.setInsertionPointToStart(tiles.getBody());
+  scf::YieldOp::create(b, nextTile(tiles.getInductionVar(), numRowBlocks,
+                                   tiles.getRegionIterArgs()[0]));
+}
+
+/// Stream-K: the blocks walk the whole rounds of tiles, a grid apart, as
+/// above; the L tiles of the last round (all tiles when they are fewer
+/// than the grid) are split into P = G / L parts along K, at least
+/// kMinPartSteps K tiles each, and block b takes part b / L of tile b mod L
+/// as its last unit: neighbouring blocks multiply the same K tiles of
+/// neighbouring tiles, which share weight tiles in L2 as a whole round's
+/// blocks do. The parts' sums meet in finish. One loop walks both, so that
+/// the kernel holds one copy of the tile's code.
+void WgmmaGroupedMatmulEmitter::emitStreamKTiles(Value blockId, Value grid,
+                                                 Value numTiles,
+                                                 Value numRowBlocks) {
+  Value wholeTiles =
+      arith::MulIOp::create(b, arith::DivUIOp::create(b, numTiles, grid), grid);
+  tailTiles = arith::SubIOp::create(b, numTiles, wholeTiles);
+  Value noTail = wb.cmpi(arith::CmpIPredicate::eq, tailTiles, wb.index(0));
+  tileParts =
+      wb.select(noTail, wb.index(1),
+                arith::MinUIOp::create(
+                    b, arith::DivUIOp::create(b, grid, tailTiles),
+                    wb.index(std::max<int64_t>(1, numKTiles / kMinPartSteps))));
+  Value whole = arith::CeilDivUIOp::create(
+      b,
+      arith::SubIOp::create(b, arith::MaxUIOp::create(b, wholeTiles, blockId),
+                            blockId),
+      grid);
+  Value hasPart = wb.cmpi(arith::CmpIPredicate::ult, blockId,
+                          arith::MulIOp::create(b, tailTiles, tileParts));
+  Value units = arith::AddIOp::create(
+      b, whole, wb.select(hasPart, wb.index(1), wb.index(0)));
+  // The tail's part of this block, when it has one (tailTiles > 0 then).
+  Value divisor = wb.select(noTail, wb.index(1), tailTiles);
+  Value part = arith::DivUIOp::create(b, blockId, divisor);
+  Value tailTile = arith::AddIOp::create(
+      b, wholeTiles, arith::RemUIOp::create(b, blockId, divisor));
+  auto partStart = [&](Value index) -> Value {
+    return arith::DivUIOp::create(
+        b, arith::MulIOp::create(b, index, wb.index(numKTiles)), tileParts);
+  };
+  Value first = partStart(part);
+  Value count = arith::SubIOp::create(
+      b, partStart(arith::AddIOp::create(b, part, wb.index(1))), first);
+  wb.loop(wb.index(0), units, {wb.index(0)},
+          [&](Value unit, ValueRange carried) -> SmallVector<Value> {
+            Value inTail = wb.cmpi(arith::CmpIPredicate::uge, unit, whole);
+            Value tileIndex = wb.select(
+                inTail, tailTile,
+                arith::AddIOp::create(b, blockId,
+                                      arith::MulIOp::create(b, unit, grid)));
+            KRange range{wb.select(inTail, first, wb.index(0)),
+                         wb.select(inTail, count, wb.index(numKTiles))};
+            return {nextTile(tileIndex, numRowBlocks, carried[0], range)};
+          });
+}
+
+/// A persistent block's next tile (or its K tiles `part`); returns the
+/// ring's count after it.
+Value WgmmaGroupedMatmulEmitter::nextTile(Value tileIndex, Value numRowBlocks,
+                                          Value ringBase,
+                                          std::optional<KRange> part) {
   // Without a producer, every thread refills the ring: all must be done
   // with the previous tile's stages first.
   if (!warpSpecialized)
     gpu::BarrierOp::create(b);
-  scf::YieldOp::create(b, emitTile(tiles.getInductionVar(), numRowBlocks,
-                                   tiles.getRegionIterArgs()[0]));
+  return emitTile(tileIndex, numRowBlocks, ringBase, part);
 }
 
 //===----------------------------------------------------------------------===//
@@ -781,11 +899,18 @@ SmallVector<Value> WgmmaGroupedMatmulEmitter::outputIndices(const Tile &tile,
   return {arith::AddIOp::create(b, tile.firstRow, rowInBlock), column};
 }
 
-/// The block's work on one tile; returns the ring's count after it (null
-/// when the tile is the block's only one).
+/// The block's work on one tile, or on its K tiles `part` (stream-K);
+/// returns the ring's count after it (null when the tile is the block's only
+/// one).
 Value WgmmaGroupedMatmulEmitter::emitTile(Value tileIndex, Value numRowBlocks,
-                                          Value ringBase) {
+                                          Value ringBase,
+                                          std::optional<KRange> part) {
   Tile tile = tileAt(tileIndex, numRowBlocks, ringBase);
+  if (part) {
+    tile.firstStep = part->first;
+    tile.numSteps = part->count;
+    tile.streamed = true;
+  }
   if (clusterBlocks > 1) {
     // The cluster's blocks are consecutive: its row blocks too (tileAt's
     // groups hold whole clusters), with one column tile.
@@ -1801,6 +1926,22 @@ Value WgmmaGroupedMatmulEmitter::scaleWholeSums(const Tile &tile,
 /// The consumers' part from their accumulators: the split's partial sums,
 /// the epilogue, or, with a fused quantization, the quantized output.
 void WgmmaGroupedMatmulEmitter::finish(const Tile &tile, Value accumulators) {
+  if (!tile.streamed) {
+    finishTile(tile, accumulators);
+    return;
+  }
+  // A part of fewer K tiles than the tile's is one of several.
+  Value part =
+      wb.cmpi(arith::CmpIPredicate::ne, tile.numSteps, wb.index(numKTiles));
+  SmallVector<Value> added = wb.ifThenOr(
+      part, {accumulators, arith::ConstantOp::create(b, b.getBoolAttr(true))},
+      [&] { return sumParts(accumulators); });
+  wb.ifThen(added[1], [&] { finishTile(tile, added[0]); });
+}
+
+/// The epilogue, or the split's partial sums, of the tile's whole sums.
+void WgmmaGroupedMatmulEmitter::finishTile(const Tile &tile,
+                                           Value accumulators) {
   Value laneRow = AccumulatorFragment::laneRow(wb, warp, lane);
   Value laneColumn = AccumulatorFragment::laneColumn(wb, lane);
   auto slotOfRow = [&](Value rowInBlock) { return slotOf(tile, rowInBlock); };
@@ -1974,6 +2115,131 @@ void WgmmaGroupedMatmulEmitter::storeStagedRows(const Tile &tile,
                               llvm::Align(kStagedChunkBytes));
     });
   }
+}
+
+//===----------------------------------------------------------------------===//
+// Stream-K
+//===----------------------------------------------------------------------===//
+
+/// A part of one of the last round's tiles: its sums go to the block's slot
+/// of the workspace, then the part counts itself on its tile's counter, and
+/// the block that counts last sums the tile's parts, from their slots
+/// (block i + L p holds part p of tail tile i) in part order, so that the
+/// sum does not depend on which block finishes last. No block waits for
+/// another, so the grid need not be resident at once. Returns the sums and
+/// whether this block finishes the tile.
+SmallVector<Value> WgmmaGroupedMatmulEmitter::sumParts(Value accumulators) {
+  Value blockId = gpu::BlockIdOp::create(b, gpu::Dimension::x);
+  Value tailTile = arith::RemUIOp::create(b, blockId, tailTiles);
+  storeStreamSums(accumulators, blockId);
+  Value last = countPart(tailTile);
+  auto slotOfPart = [&](Value part) -> Value {
+    return arith::AddIOp::create(b, tailTile,
+                                 arith::MulIOp::create(b, part, tailTiles));
+  };
+  Value sums = wb.ifThenOr(last, {accumulators}, [&]() -> SmallVector<Value> {
+    Value first = addStreamSums(Value(), slotOfPart(wb.index(0)));
+    return wb.loop(wb.index(1), tileParts, {first},
+                   [&](Value part, ValueRange carried) -> SmallVector<Value> {
+                     return {addStreamSums(carried[0], slotOfPart(part))};
+                   });
+  })[0];
+  return {sums, last};
+}
+
+/// Counts this block's part on the counter of tail tile `tailTile`, once
+/// every consumer thread's sums are stored; returns whether it counted last
+/// (uniform over the consumers). Thread 0 counts between fences: the one
+/// before releases the consumers' stores (ordered before it by their own
+/// fences and the barrier), the one after acquires the other part's before
+/// the barrier that hands its answer to the consumers.
+Value WgmmaGroupedMatmulEmitter::countPart(Value tailTile) {
+  LLVM::FenceOp::create(b, LLVM::AtomicOrdering::acq_rel, kDeviceScope);
+  syncConsumers();
+  Value counted = wb.ifThenOr(
+      wb.cmpi(arith::CmpIPredicate::eq, tid, wb.index(0)),
+      {arith::ConstantOp::create(b, b.getBoolAttr(false))},
+      [&]() -> SmallVector<Value> {
+        LLVM::FenceOp::create(b, LLVM::AtomicOrdering::acq_rel, kDeviceScope);
+        Value address = arith::AddIOp::create(
+            b,
+            memref::ExtractAlignedPointerAsIndexOp::create(b, streamCounters),
+            arith::MulIOp::create(b, tailTile, wb.index(4)));
+        Value pointer = LLVM::IntToPtrOp::create(
+            b, LLVM::LLVMPointerType::get(b.getContext()),
+            arith::IndexCastOp::create(b, b.getI64Type(), address).getResult());
+        Value before = LLVM::AtomicRMWOp::create(
+            b, LLVM::AtomicBinOp::add, pointer, wb.i32(1),
+            LLVM::AtomicOrdering::monotonic, kDeviceScope);
+        LLVM::FenceOp::create(b, LLVM::AtomicOrdering::acq_rel, kDeviceScope);
+        return {wb.cmpi(
+            arith::CmpIPredicate::eq, before,
+            wb.toI32(arith::SubIOp::create(b, tileParts, wb.index(1))))};
+      })[0];
+  // Thread 0's answer, to every consumer thread: an OR over the consumers'
+  // barrier (nvvm.barrier reduces over barrier 0 only, the whole block's).
+  std::string orBarrier =
+      llvm::formatv("{ .reg .pred counted, second; setp.ne.u32 counted, $1, "
+                    "0; bar.red.or.pred second, {0}, {1}, counted; selp.u32 "
+                    "$0, 1, 0, second; }",
+                    kConsumerBarrier, warpgroups * kWarpgroupThreads)
+          .str();
+  Value second =
+      NVVM::InlinePtxOp::create(
+          b, TypeRange{b.getI32Type()},
+          ValueRange{arith::ExtUIOp::create(b, b.getI32Type(), counted)},
+          ValueRange{}, orBarrier, Value())
+          .getResult(0);
+  return wb.cmpi(arith::CmpIPredicate::ne, second, wb.i32(0));
+}
+
+/// The workspace column of consumer thread `tid`'s sums `sum` .. `sum` + 3:
+/// each 4-sum chunk of all threads lies together, so that a warp's
+/// 16-byte accesses are contiguous.
+Value WgmmaGroupedMatmulEmitter::streamSumsColumn(int64_t sum) {
+  return arith::MulIOp::create(
+      b,
+      arith::AddIOp::create(
+          b, wb.index(sum / 4 * warpgroups * kWarpgroupThreads), tid),
+      wb.index(4));
+}
+
+void WgmmaGroupedMatmulEmitter::storeStreamSums(Value accumulators,
+                                                Value slot) {
+  auto chunkType = VectorType::get({4}, b.getF32Type());
+  for (int64_t sum = 0; sum < blockN / 2; sum += 4) {
+    SmallVector<Value> chunk;
+    for (int64_t i = 0; i < 4; ++i)
+      chunk.push_back(LLVM::ExtractValueOp::create(b, accumulators, sum + i));
+    vector::StoreOp::create(
+        b, vector::FromElementsOp::create(b, chunkType, chunk), streamSums,
+        {slot, streamSumsColumn(sum)}, /*nontemporal=*/false, llvm::Align(16));
+  }
+}
+
+/// `accumulators` plus the sums in the workspace slot `slot` (the slot's
+/// sums when `accumulators` is null).
+Value WgmmaGroupedMatmulEmitter::addStreamSums(Value accumulators, Value slot) {
+  bool overwrite = !accumulators;
+  if (overwrite)
+    accumulators = LLVM::PoisonOp::create(
+        b, LLVM::LLVMStructType::getLiteral(
+               b.getContext(), SmallVector<Type>(blockN / 2, b.getF32Type())));
+  auto chunkType = VectorType::get({4}, b.getF32Type());
+  for (int64_t sum = 0; sum < blockN / 2; sum += 4) {
+    Value chunk = vector::LoadOp::create(
+        b, chunkType, streamSums, {slot, streamSumsColumn(sum)},
+        /*nontemporal=*/false, llvm::Align(16));
+    for (int64_t i = 0; i < 4; ++i) {
+      Value value = vector::ExtractOp::create(b, chunk, i);
+      if (!overwrite)
+        value = arith::AddFOp::create(
+            b, LLVM::ExtractValueOp::create(b, accumulators, sum + i), value);
+      accumulators =
+          LLVM::InsertValueOp::create(b, accumulators, value, sum + i);
+    }
+  }
+  return accumulators;
 }
 
 //===----------------------------------------------------------------------===//

@@ -194,7 +194,8 @@ def candidates(block_m=64, quantization=None):
     """The config fields tried for one grouped matmul routed in blocks of
     `block_m` rows, unsplit first; from 128 rows each also with two
     warpgroups (128-row tiles); each with and without a producer warpgroup
-    (warp_specialized); the unsplit ones last again as persistent grids.
+    (warp_specialized); the unsplit ones last again as persistent grids,
+    without and with their last round split along K (stream_k).
     With fp8 weights scaled per `quantization`, the FP8_* fields (block_k
     128), rings that fit a block's shared memory only."""
     if quantization:
@@ -216,7 +217,8 @@ def candidates(block_m=64, quantization=None):
     # `persistent` stated either way: an entry that left it out would take
     # whatever the heuristic chooses later.
     return ([dict(config, persistent=False) for config in result] +
-            [dict(config, persistent=True) for config in result
+            [dict(config, persistent=True, stream_k=stream_k)
+             for stream_k in (False, True) for config in result
              if config["split_k"] == 1])
 
 
@@ -227,7 +229,8 @@ def config_name(gemm, config):
             f"-n{config['block_n']}-s{config['num_stages']}"
             f"-k{config['split_k']}-w{config.get('num_warpgroups', 1)}"
             f"{'-ws' if config.get('warp_specialized') else ''}"
-            f"{'-p' if config.get('persistent') else ''}")
+            f"{'-p' if config.get('persistent') else ''}"
+            f"{'-sk' if config.get('stream_k') else ''}")
 
 
 def timed_at(config, tokens):

@@ -168,6 +168,16 @@ func.func private @config_split_k_max() attributes {c = #moe.gemm_config<block_m
 // expected-error @below {{cluster 4x4 must have power-of-two sides and at most 8 blocks (the portable cluster size)}}
 func.func private @config_cluster() attributes {c = #moe.gemm_config<block_m = 64, block_n = 64, block_k = 64, num_stages = 2, cluster_m = 4, cluster_n = 4>}
 
+// -----
+
+// expected-error @below {{stream_k needs a persistent grid and split_k = 1 (it splits the K steps of the last tiles itself)}}
+func.func private @config_stream_k() attributes {c = #moe.gemm_config<block_m = 64, block_n = 64, block_k = 64, num_stages = 2, stream_k = true>}
+
+// -----
+
+// expected-error @below {{stream_k needs a persistent grid and split_k = 1 (it splits the K steps of the last tiles itself)}}
+func.func private @config_stream_k_split() attributes {c = #moe.gemm_config<block_m = 64, block_n = 64, block_k = 64, num_stages = 2, split_k = 2, persistent = true, stream_k = true>}
+
 //===----------------------------------------------------------------------===//
 // moe.gate
 //===----------------------------------------------------------------------===//

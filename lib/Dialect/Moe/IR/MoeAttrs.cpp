@@ -194,7 +194,7 @@ GemmConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                        int64_t blockM, int64_t blockN, int64_t blockK,
                        int64_t numStages, int64_t numWarpgroups, int64_t splitK,
                        bool tmaA, bool tmaB, int64_t clusterM, int64_t clusterN,
-                       bool persistent, bool warpSpecialized) {
+                       bool persistent, bool warpSpecialized, bool streamK) {
   auto isPow2In = [](int64_t v, int64_t lo, int64_t hi) {
     return v >= lo && v <= hi && llvm::isPowerOf2_64(v);
   };
@@ -224,6 +224,9 @@ GemmConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "cluster " << clusterM << "x" << clusterN
                        << " must have power-of-two sides and at most 8 "
                           "blocks (the portable cluster size)";
+  if (streamK && (!persistent || splitK != 1))
+    return emitError() << "stream_k needs a persistent grid and split_k = 1 "
+                          "(it splits the K steps of the last tiles itself)";
   return success();
 }
 

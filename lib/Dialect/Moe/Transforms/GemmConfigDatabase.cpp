@@ -26,7 +26,8 @@ mlir::moe::applyChanges(GemmConfigAttr base, const GemmConfigChanges &changes,
       changes.clusterM.value_or(base.getClusterM()),
       changes.clusterN.value_or(base.getClusterN()),
       changes.persistent.value_or(base.getPersistent()),
-      changes.warpSpecialized.value_or(base.getWarpSpecialized()));
+      changes.warpSpecialized.value_or(base.getWarpSpecialized()),
+      changes.streamK.value_or(base.getStreamK()));
 }
 
 GemmShapeKey GemmShapeKey::of(GroupedMatmulOp op, llvm::StringRef device) {
@@ -94,7 +95,7 @@ public:
         &out.splitK, &out.clusterM, &out.clusterN};
     llvm::SmallVector<llvm::StringRef> known(std::begin(integerFields),
                                              std::end(integerFields));
-    known.append({"persistent", "warp_specialized"});
+    known.append({"persistent", "warp_specialized", "stream_k"});
     if (llvm::Error error = checkKeys(config, known, where + ": config"))
       return error;
     for (auto [name, target] : llvm::zip_equal(integerFields, targets)) {
@@ -106,7 +107,8 @@ public:
       *target = *value;
     }
     for (auto [name, target] : {std::pair{"persistent", &out.persistent},
-                                {"warp_specialized", &out.warpSpecialized}}) {
+                                {"warp_specialized", &out.warpSpecialized},
+                                {"stream_k", &out.streamK}}) {
       if (!config.get(name))
         continue;
       std::optional<bool> value = config.getBoolean(name);

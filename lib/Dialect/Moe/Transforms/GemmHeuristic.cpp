@@ -220,7 +220,7 @@ GemmConfigAttr mlir::moe::chooseGemmConfig(GroupedMatmulOp op, int64_t tokens,
       op.getContext(), op.getBlockM(), blockN, blockK, stages, warpgroups,
       /*split_k=*/1, /*tma_a=*/!gathering, /*tma_b=*/true,
       /*cluster_m=*/1, /*cluster_n=*/1, persistent,
-      /*warp_specialized=*/producer);
+      /*warp_specialized=*/producer, /*stream_k=*/false);
 }
 
 int64_t mlir::moe::chooseSplitK(GroupedMatmulOp op, GemmConfigAttr config,

@@ -27,7 +27,8 @@ struct MoeSplitKPass : moe::impl::MoeSplitKBase<MoeSplitKPass> {
     auto *dialect = getContext().getLoadedDialect<MoeDialect>();
     WalkResult result = getOperation()->walk([&](GroupedMatmulOp op) {
       GemmConfigAttr config = op.getConfigAttr();
-      if (!config || config.getSplitK() > 1 ||
+      // A stream-K grid balances its blocks by K itself.
+      if (!config || config.getSplitK() > 1 || config.getStreamK() ||
           dialect->getTunedAttrHelper().isAttrPresent(op))
         return WalkResult::advance();
       // The heuristic counts the rows of `tokens` tokens.

@@ -325,7 +325,10 @@ def Moe_GemmConfigAttr : Moe_Attr<"GemmConfig", "gemm_config"> {
     a producer warpgroup of its own issues the loads (`warp_specialized`: the
     consumers only wait for full stages and free them, with no block-wide
     barrier in the K loop). `split_k` is at most 64: the reduction sums a
-    slot's splits unrolled.
+    slot's splits unrolled. `stream_k` (persistent grids of one K split)
+    splits the tiles of the grid's last round along K, a part a block,
+    instead of leaving the round to some of the blocks; the block that
+    finishes a tile's last part sums its parts.
 
     Example:
 
@@ -346,7 +349,8 @@ def Moe_GemmConfigAttr : Moe_Attr<"GemmConfig", "gemm_config"> {
     DefaultValuedParameter<"int64_t", "1">:$cluster_m,
     DefaultValuedParameter<"int64_t", "1">:$cluster_n,
     DefaultValuedParameter<"bool", "false">:$persistent,
-    DefaultValuedParameter<"bool", "false">:$warp_specialized
+    DefaultValuedParameter<"bool", "false">:$warp_specialized,
+    DefaultValuedParameter<"bool", "false">:$stream_k
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;

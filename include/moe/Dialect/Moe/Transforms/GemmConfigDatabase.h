@@ -29,7 +29,7 @@ namespace moe {
 struct GemmConfigChanges {
   std::optional<int64_t> blockN, blockK, numStages, numWarpgroups, splitK,
       clusterM, clusterN;
-  std::optional<bool> persistent, warpSpecialized;
+  std::optional<bool> persistent, warpSpecialized, streamK;
 };
 
 /// `base` with `changes` applied, verified; null (after reporting through
