@@ -9,7 +9,9 @@
 // decode, 64 columns, a producer and six stages for a gated GEMM whose
 // 128-column tiles would leave some of the num-sms multiprocessors without
 // a block; a persistent grid for a gathering bf16/f16 GEMM with a producer
-// from 1024 tokens when it has at most 128 experts (fp8:
+// from 1024 tokens when it has at most 128 experts; stream-K on a
+// persistent grid for one without a producer of at least 128 K tiles whose
+// tiles fill one to six rounds (fp8:
 // K tiles of 128, at most 128 columns with block scales, a producer for two
 // warpgroups with block scales only);
 // block-n and num-stages override the
@@ -22,6 +24,9 @@
 // RUN: moe-opt %s --moe-tile="tokens=2 num-sms=2" | FileCheck %s --check-prefix=FEW-SMS
 // RUN: moe-opt %s --moe-tile="tokens=512" | FileCheck %s --check-prefix=MID
 // RUN: moe-opt %s --moe-tile="block-n=64 num-stages=6" | FileCheck %s --check-prefix=OVERRIDE
+// RUN: moe-opt %s --moe-tile="tokens=1024 device='NVIDIA H20'" 2>&1 | FileCheck %s --check-prefix=LONG-K
+// RUN: moe-opt %s --moe-tile="tokens=4096 device='NVIDIA H20'" 2>&1 | FileCheck %s --check-prefix=MANY-ROUNDS
+// RUN: moe-opt %s --moe-tile="tokens=256 device='NVIDIA H20'" 2>&1 | FileCheck %s --check-prefix=FEW-TILES
 // RUN: not moe-opt %s --moe-tile="block-n=72" 2>&1 | FileCheck %s --check-prefix=BAD-N
 // RUN: not moe-opt %s --moe-tile="tokens=0" 2>&1 | FileCheck %s --check-prefix=BAD
 // RUN: not moe-opt %s --moe-tile="num-sms=0" 2>&1 | FileCheck %s --check-prefix=BAD-SMS
@@ -130,4 +135,23 @@ func.func @many_experts(%x: tensor<?x128xbf16>, %w13: tensor<257x128x128xbf16>, 
   %up = moe.grouped_matmul %x, %w13, %s, %e, %n input(token) output(sorted) activation(silu_and_mul) {block_m = 64, num_slots = 9}
     : (tensor<?x128xbf16>, tensor<257x128x128xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>) -> tensor<?x64xbf16>
   return %up : tensor<?x64xbf16>
+}
+
+// A bf16/f16 GEMM of at least 128 K tiles whose tiles fill one to six
+// rounds of the num-sms multiprocessors splits its last round along K
+// (stream-K, on a persistent grid): Mixtral-8x7B's second GEMM at 1024
+// tokens (320 tiles of 224 K tiles). At 4096 tokens its tiles fill more
+// than six rounds, and at 256 fewer than one: no stream-K. (A device
+// without shipped entries, so that the heuristic decides: the H100's
+// entries for this shape say the same.)
+// LONG-K-LABEL: func.func @long_k
+// LONG-K: config = #moe.gemm_config<block_m = 128, block_n = 256, block_k = 64, num_stages = 4, num_warpgroups = 2, tma_a = true, persistent = true, stream_k = true>, num_slots
+// MANY-ROUNDS-LABEL: func.func @long_k
+// MANY-ROUNDS: config = #moe.gemm_config<block_m = 128, block_n = 256, block_k = 64, num_stages = 4, num_warpgroups = 2, tma_a = true>, num_slots
+// FEW-TILES-LABEL: func.func @long_k
+// FEW-TILES: config = #moe.gemm_config<block_m = 128, block_n = 256, block_k = 64, num_stages = 4, num_warpgroups = 2, tma_a = true>, num_slots
+func.func @long_k(%h: tensor<?x14336xbf16>, %w2: tensor<8x4096x14336xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>, %rw: tensor<?x2xf32>) -> tensor<?x2x4096xbf16> {
+  %y = moe.grouped_matmul %h, %w2, %s, %e, %n routed_weights(%rw) input(sorted) output(slot) {block_m = 128, num_slots = 2}
+    : (tensor<?x14336xbf16>, tensor<8x4096x14336xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, tensor<?x2xf32>) -> tensor<?x2x4096xbf16>
+  return %y : tensor<?x2x4096xbf16>
 }

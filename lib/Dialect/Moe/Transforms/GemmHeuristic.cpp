@@ -164,6 +164,28 @@ static bool isPersistentGathering(GroupedMatmulOp op, int64_t tokens,
          op.getNumStoredExperts() <= kPersistentMaxExperts;
 }
 
+/// Whether a bf16/f16 GEMM of long K and few rounds of tiles balances the
+/// last round by stream-K (a persistent grid that splits the last round's
+/// tiles along K): a round's tiles then take long, and a partial last round
+/// leaves most blocks idle. Measured on the H100 (bench/RESULTS.md),
+/// Mixtral-8x7B's second GEMM (K = 14336, 224 K tiles) at 1024 and 2048
+/// tokens, 2.4 and 4.4 rounds of 256-column tiles on 132 multiprocessors:
+/// 547 -> 421 and 810 -> 750 us; at 4096, 8.2 rounds, 1440 -> 1476. The
+/// first GEMMs' 32-64 K tiles gained nothing beyond their spread.
+static bool isStreamKBalanced(GroupedMatmulOp op, int64_t tokens,
+                              int64_t numSMs, int64_t blockN, int64_t blockK,
+                              int64_t warpgroups) {
+  constexpr int64_t kMinStreamKSteps = 128, kMaxStreamKRounds = 6;
+  if (hasPackedWeights(op) || getTileElementBytes(op) != 2 ||
+      tokens < kWideTileTokens ||
+      llvm::divideCeil(op.getReductionSize(), blockK) < kMinStreamKSteps)
+    return false;
+  int64_t tiles = countTiles(
+      op, tokens, std::min<int64_t>(op.getBlockM(), kWgmmaRows * warpgroups),
+      op.isGated() ? blockN / 2 : blockN);
+  return tiles > numSMs && tiles < kMaxStreamKRounds * numSMs;
+}
+
 GemmConfigAttr mlir::moe::chooseGemmConfig(GroupedMatmulOp op, int64_t tokens,
                                            int64_t numSMs) {
   int64_t elementBytes = getTileElementBytes(op);
@@ -209,7 +231,9 @@ GemmConfigAttr mlir::moe::chooseGemmConfig(GroupedMatmulOp op, int64_t tokens,
   // Qwen3-30B-A3B's at 4096: 461 -> 429; Qwen3-30B-A3B's at 1024: 300 ->
   // 303). MXFP4 keeps the four its decode, stages - 2 K tiles behind the
   // loads, was measured with.
-  bool persistent = isPersistentGathering(op, tokens, producer);
+  bool streamK = !producer && isStreamKBalanced(op, tokens, numSMs, blockN,
+                                                blockK, warpgroups);
+  bool persistent = streamK || isPersistentGathering(op, tokens, producer);
   int64_t stages = narrowDecode ? 6
                    : !packed && (isWeightStreaming(op, tokens) ||
                                  (producer && warpgroups == 2 &&
@@ -220,7 +244,7 @@ GemmConfigAttr mlir::moe::chooseGemmConfig(GroupedMatmulOp op, int64_t tokens,
       op.getContext(), op.getBlockM(), blockN, blockK, stages, warpgroups,
       /*split_k=*/1, /*tma_a=*/!gathering, /*tma_b=*/true,
       /*cluster_m=*/1, /*cluster_n=*/1, persistent,
-      /*warp_specialized=*/producer, /*stream_k=*/false);
+      /*warp_specialized=*/producer, streamK);
 }
 
 int64_t mlir::moe::chooseSplitK(GroupedMatmulOp op, GemmConfigAttr config,

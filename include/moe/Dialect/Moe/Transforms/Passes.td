@@ -232,7 +232,10 @@ def MoeTile : Pass<"moe-tile"> {
     six stages.
     From 1024 tokens, a bf16/f16 GEMM of at most 128 experts whose producer
     gathers token rows runs a persistent grid (what moe-tune found on the
-    H100, bench/RESULTS.md).
+    H100, bench/RESULTS.md), and so does a bf16/f16 GEMM without a producer
+    of at least 128 K tiles whose tiles fill one to six rounds of the
+    `num-sms` multiprocessors, with its last round split along K
+    (`stream_k`).
     `block-n` and `num-stages` override its choices (how moe-compile tries
     other configurations by hand); the result is verified like any
     #moe.gemm_config.
