@@ -179,11 +179,11 @@ if [[ $what == variants ]]; then
 fi
 if [[ $what == tests || $what == all || $what == fp8 ]]; then
   step fp8-check-tests 120 python3 test/GPU/fp8_check_test.py
-  step fp8-tests 300 python3 test/GPU/fp8_test.py
+  step fp8-tests 420 python3 test/GPU/fp8_test.py
   step fp8-torch-tests 300 python3 test/GPU/fp8_torch_test.py
   step fp8-sanitizer 300 compute-sanitizer --tool memcheck --error-exitcode 1 \
     python3 test/GPU/fp8_test.py --tokens 7,300 --reference-device cpu \
-    --only fp8-block-experts,fp8-block-experts-cluster
+    --only fp8-block-experts,fp8-block-experts-cluster,fp8-block-experts-stream-k
 fi
 [[ $what == fp8 ]] && exit $status
 if [[ $what == tests || $what == all || $what == mxfp4 ]]; then

@@ -146,7 +146,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--build", default="build-runtime")
     parser.add_argument("--bundles", default="out/gpu-bundles")
-    parser.add_argument("--tokens", default="1,7,64,1000")
+    parser.add_argument("--tokens",
+                        help="comma-separated token counts (default: the "
+                             "bundle's \"tokens\", else 1,7,64,1000)")
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--only", default="",
                         help="comma-separated bundle names (default: all)")
@@ -163,7 +165,8 @@ def main():
                 args.only and spec["name"] not in args.only.split(",")):
             continue
         bundle = Bundle(bundle_path(args.bundles, spec))
-        for tokens in map(int, args.tokens.split(",")):
+        token_counts = args.tokens or spec.get("tokens", "1,7,64,1000")
+        for tokens in map(int, token_counts.split(",")):
             gpu, cpp, to_bf16 = check(bundle, spec, reference, tokens,
                                       generator, args.reference_device)
             passed = gpu.passed and cpp.passed
