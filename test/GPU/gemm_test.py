@@ -13,7 +13,10 @@ own "cases" where bundles.json gives them. A bundle with "bias" takes the
 grouped matmul's bias [E, N] after the routing operands (and the routed
 weights), and "swiglu" (alpha, limit) names the clamped SwiGLU in place of
 SiLU-and-mul; the first GEMM's bias spans +-2 limit, so that both clamps
-act. Exits non-zero on any mismatch."""
+act. A bundle with "replay" is then captured in a CUDA graph and replayed
+twice on outputs poisoned again, which must equal the first call's bit for
+bit (stream-K: the counters zeroed by every call, graph or not, and the
+parts summed in a fixed order). Exits non-zero on any mismatch."""
 
 import argparse
 import sys
@@ -76,10 +79,14 @@ def check(bundle, spec, reference, tokens, mode, generator):
     given = [tuple(tensor.shape) for tensor in inputs + [output]]
     if shapes != given:
         return f"manifest shapes {shapes}, test built {given}", note
+    poison = output.clone()
     bundle.run(tokens, inputs + [output])
     if DEVICE == "cuda":
         torch.cuda.synchronize()
     actual = output.cpu()
+    if spec.get("replay") and not replays_alike(bundle, tokens, inputs,
+                                                output, poison):
+        return "a CUDA-graph replay differs from the first call", note
 
     if spec["part"] == "gemm1":
         row, slot = valid_rows(sorted_ids, tokens * slots)
@@ -96,6 +103,22 @@ def check(bundle, spec, reference, tokens, mode, generator):
     if max(worst, norm) > TOLERANCE[spec["dtype"]]:
         return f"error beyond {TOLERANCE[spec['dtype']]:g}", note
     return "", note
+
+
+def replays_alike(bundle, tokens, inputs, output, poison):
+    """Whether two replays of the call captured in a CUDA graph, each on
+    `output` poisoned again, leave exactly what the first call left."""
+    first = output.clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        bundle.run(tokens, inputs + [output])
+    for _ in range(2):
+        output.copy_(poison)
+        graph.replay()
+        torch.cuda.synchronize()
+        if not torch.equal(output.view(torch.uint8), first.view(torch.uint8)):
+            return False
+    return True
 
 
 def main():
