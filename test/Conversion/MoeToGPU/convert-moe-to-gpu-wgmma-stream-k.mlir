@@ -9,11 +9,14 @@
 // every call; the block that counts last (thread 0's answer, OR-reduced
 // over the consumers' barrier) sums the P slots in part order and runs the
 // epilogue.
+// Without a producer (the plain loop), every unit starts with a block
+// barrier, as a persistent tile does, and the whole block is the consumers
+// the OR barrier spans.
 // RUN: moe-opt %s --moe-tma --convert-moe-to-gpu="tokens-max=128" | FileCheck %s
 
 // CHECK: workspace "stream_sums" : f32 ["min(cdiv(T*2+min(T*2,4)*127,128)*2,132)", "16384"]
 // CHECK-SAME: workspace "stream_counters" : i32 ["min(cdiv(T*2+min(T*2,4)*127,128)*2,132)"]
-// CHECK-SAME: zero_fill = ["stream_counters"]
+// CHECK-SAME: zero_fill = ["stream_counters", "stream_counters_1"]
 // CHECK-LABEL: gpu.func @moe_grouped_matmul_wgmma_0(
 // CHECK-SAME: %[[SUMS:[a-z0-9]+]]: memref<12x16384xf32>, %[[COUNTERS:[a-z0-9]+]]: memref<12xi32>, %{{.*}}: i32)
 // CHECK: %[[BLOCK:.*]] = gpu.block_id x
@@ -66,10 +69,20 @@
 // CHECK:   scf.if %[[SUMMED]]#1 {
 // CHECK:     nvvm.barrier id
 // CHECK:     vector.store
+// CHECK-LABEL: gpu.func @moe_grouped_matmul_wgmma_1(
+// CHECK-SAME: known_block_size = array<i32: 256, 1, 1>
+// CHECK: scf.for %{{.*}} = %c0{{.*}} to %{{.*}} step %c1{{.*}} iter_args(%{{.*}} = %c0{{.*}}) -> (index) {
+// CHECK-NEXT: arith.cmpi uge
+// CHECK: gpu.barrier
+// CHECK: nvvm.wgmma.mma_async
+// CHECK: nvvm.inline_ptx "{{.*}}bar.red.or.pred second, 1, 256, counted{{.*}}"
 func.func @stream(%h: tensor<?x512xbf16>, %w2: tensor<4x256x512xbf16>, %s: tensor<?xi32>, %e: tensor<?xi32>, %n: tensor<i32>, %rw: tensor<?x2xf32>)
-    -> tensor<?x2x256xbf16> {
+    -> (tensor<?x2x256xbf16>, tensor<?x2x256xbf16>) {
   %down = moe.grouped_matmul %h, %w2, %s, %e, %n routed_weights(%rw) input(sorted) output(slot)
       {block_m = 128, num_slots = 2, config = #moe.gemm_config<block_m = 128, block_n = 128, block_k = 64, num_stages = 3, num_warpgroups = 2, tma_a = true, warp_specialized = true, persistent = true, stream_k = true>}
     : (tensor<?x512xbf16>, tensor<4x256x512xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, tensor<?x2xf32>) -> tensor<?x2x256xbf16>
-  return %down : tensor<?x2x256xbf16>
+  %plain = moe.grouped_matmul %h, %w2, %s, %e, %n routed_weights(%rw) input(sorted) output(slot)
+      {block_m = 128, num_slots = 2, config = #moe.gemm_config<block_m = 128, block_n = 128, block_k = 64, num_stages = 3, num_warpgroups = 2, tma_a = true, persistent = true, stream_k = true>}
+    : (tensor<?x512xbf16>, tensor<4x256x512xbf16>, tensor<?xi32>, tensor<?xi32>, tensor<i32>, tensor<?x2xf32>) -> tensor<?x2x256xbf16>
+  return %down, %plain : tensor<?x2x256xbf16>, tensor<?x2x256xbf16>
 }
