@@ -241,7 +241,8 @@ QuantizeOp mlir::moe::detail::getEpilogueQuantize(GroupedMatmulOp op,
   bool groupSpansTiles = group % tileColumns == 0 &&
                          group / tileColumns <= kMaxQuantizedColumnTiles;
   bool tileSpansGroups = tileColumns % group == 0 && group % 8 == 0;
-  // A stream-K tile that two blocks share is summed as one column tile.
+  // Stream-K sums the parts of a tile of one column tile: a group must lie
+  // within it.
   if (config.getStreamK())
     return tileSpansGroups ? quantize : QuantizeOp();
   return groupSpansTiles || tileSpansGroups ? quantize : QuantizeOp();
