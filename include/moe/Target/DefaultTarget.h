@@ -34,6 +34,10 @@ inline constexpr char kDefaultFeatures[] = "+ptx80";
 /// The multiprocessors of the H100 SXM: what moe-split-k fills and what
 /// persistent grids are sized for.
 inline constexpr int64_t kDefaultNumSMs = 132;
+/// Shared memory one block may have on the chips of kKnownChips (Hopper:
+/// 227 KiB): moe.grouped_matmul's verifier bounds its config's ring by it,
+/// and the wgmma kernels their staging.
+inline constexpr int64_t kMaxBlockSharedBytes = 227 * 1024;
 /// The CUDA device name (cudaDeviceProp::name) of the H100 SXM, what tuned
 /// grouped-matmul configs are looked up for.
 inline constexpr char kDefaultDeviceName[] = "NVIDIA H100 80GB HBM3";

@@ -13,6 +13,7 @@
 #define MOE_LIB_CONVERSION_MOETOGPU_HOPPER_H
 
 #include "moe/Conversion/MoeCommon/LoopBuilder.h"
+#include "moe/Target/DefaultTarget.h"
 
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 
@@ -30,9 +31,6 @@ constexpr int64_t kWgmmaKBytes = 32;
 constexpr int64_t kSwizzleBytes = 128, kSwizzleAtomBytes = 1024;
 /// Bytes of one cp.async row-gather copy.
 constexpr int64_t kCopyBytes = 16;
-/// Shared memory one block may have on Hopper (the dialect's verifier
-/// bounds the ring by the same).
-constexpr int64_t kMaxBlockSharedBytes = 227 * 1024;
 
 /// The 64-bit descriptor through which wgmma reads a matrix tile from shared
 /// memory (PTX ISA, "Matrix Descriptor Format"): the start address and the

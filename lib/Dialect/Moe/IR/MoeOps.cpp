@@ -1,6 +1,7 @@
 //===- MoeOps.cpp - moe operations ----------------------------------------===//
 
 #include "moe/Dialect/Moe/IR/MoeOps.h"
+#include "moe/Target/DefaultTarget.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
@@ -662,8 +663,6 @@ LogicalResult GroupedMatmulOp::verify() {
                            << config.getBlockM()
                            << ") to equal the routing block_m (" << blockM
                            << ")";
-    // Hopper gives one block at most 227 KiB of shared memory.
-    constexpr int64_t kMaxSharedMemoryBytes = 227 * 1024;
     int64_t elementBytes =
         getElementTypeOrSelf(input.getType()).getIntOrFloatBitWidth() / 8;
     int64_t bytes = config.getPipelineSharedMemoryBytes(elementBytes);
@@ -672,11 +671,11 @@ LogicalResult GroupedMatmulOp::verify() {
         packing > 1)
       bytes += config.getNumStages() * config.getBlockN() * config.getBlockK() /
                packing;
-    if (bytes > kMaxSharedMemoryBytes)
+    if (bytes > kMaxBlockSharedBytes)
       return emitOpError() << "config needs " << bytes
                            << " bytes of shared memory for its tile ring, "
                               "more than the "
-                           << kMaxSharedMemoryBytes << " a block can have";
+                           << kMaxBlockSharedBytes << " a block can have";
   }
   return verifyTensorMaps();
 }
